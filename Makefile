@@ -1,0 +1,38 @@
+# ordo — make help lists the targets.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.DEFAULT_GOAL := help
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+
+check-java:
+	@command -v java >/dev/null 2>&1 || { echo "Java 17+ is required for Spark: install it (Debian/Ubuntu: apt-get install openjdk-17-jre-headless; macOS: brew install openjdk@17) and put java on PATH."; exit 1; }
+	@v=$$(java -version 2>&1 | awk -F'"' '/version/ {print $$2}' | cut -d. -f1); \
+	  if [ "$$v" -lt 17 ] 2>/dev/null; then echo "Java $$v found; Spark 4 needs Java 17+ (apt-get install openjdk-17-jre-headless)."; exit 1; fi
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "Python 3.11+ is required (found $$($(PYTHON) --version))."; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+setup: check-java $(STAMP) ## Create .venv and install ordo with its dev tools
+
+test: setup ## Run the test suite (unit, integration on a real broker, Spark end to end)
+	$(BIN)/pytest -q
+
+lint: setup ## ruff and mypy
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+demo: setup ## Start the embedded stack and run the demo
+	$(BIN)/ordo demo
+
+.PHONY: help check-java setup test lint demo

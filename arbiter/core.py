@@ -1,0 +1,728 @@
+"""The pure decision core: state + intent record -> decision + state.
+
+No Kafka, no Spark, no clock: a decision is a function of the table state and
+the intent record (its bytes, log offset and Kafka timestamp). Replaying the
+intents log through this module reproduces every decision bit for bit.
+
+The fold has two halves:
+
+* ``evaluate(state, intent, record_timestamp, offset)`` reads the state and
+  returns the decision. It never mutates.
+* ``apply(state, decision, encoded)`` folds a decision into the state. It is
+  the same function at runtime and when rebuilding from the decisions log.
+
+``decide`` is both in one call. State is a mutable accumulator owned by one
+fold; ``apply`` updates it in place so that a decision costs O(files and
+partitions it touches), never a scan of history or of the live file set.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from arbiter.policy import OP_CLASS, POLICY_PROPERTY, DEFAULT_POLICY, OpClass, Policy, PolicyError, Resolution, load_policy
+from schemas import (
+    CodecError,
+    CommitDecision,
+    CommitIntent,
+    DataFile,
+    Operation,
+    Outcome,
+    Rebase,
+    TableMetadata,
+    chain_hash,
+    decode,
+    encode,
+)
+from schemas.codec import DEFAULT_CODEC
+
+
+class Reason:
+    """Stable rejection reason codes (also used by the consumer, CLI and docs)."""
+
+    MALFORMED_INTENT = "MALFORMED_INTENT"
+    TABLE_MISMATCH = "TABLE_MISMATCH"
+    UNKNOWN_TABLE = "UNKNOWN_TABLE"
+    TABLE_EXISTS = "TABLE_EXISTS"
+    INVALID_METADATA = "INVALID_METADATA"
+    READ_VERSION_AHEAD = "READ_VERSION_AHEAD"
+    INVALID_PARTITION = "INVALID_PARTITION"
+    INVALID_PATH = "INVALID_PATH"
+    INVALID_OPERATION = "INVALID_OPERATION"
+    FILE_NOT_LIVE = "FILE_NOT_LIVE"
+    CONFLICT_LATER_FAILS = "CONFLICT_LATER_FAILS"
+    CONFLICT_COMPACTION_LINEAGE = "CONFLICT_COMPACTION_LINEAGE"
+    BATCH_ALREADY_COMMITTED = "BATCH_ALREADY_COMMITTED"
+
+    ALL = (
+        MALFORMED_INTENT,
+        TABLE_MISMATCH,
+        UNKNOWN_TABLE,
+        TABLE_EXISTS,
+        INVALID_METADATA,
+        READ_VERSION_AHEAD,
+        INVALID_PARTITION,
+        INVALID_PATH,
+        INVALID_OPERATION,
+        FILE_NOT_LIVE,
+        CONFLICT_LATER_FAILS,
+        CONFLICT_COMPACTION_LINEAGE,
+        BATCH_ALREADY_COMMITTED,
+    )
+
+
+GENESIS_HASH = bytes(32)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# How many recent txn ids are remembered to answer a repeated intent idempotently.
+DEDUPE_WINDOW = 1_000_000
+# How many versions back compaction lineage is kept. A compaction whose read
+# version is older than this and whose inputs were rewritten meanwhile is
+# rejected (FILE_NOT_LIVE): safe, and it bounds memory.
+LINEAGE_WINDOW = 100_000
+
+_REBASE_OF = {
+    Resolution.LATER_OVERWRITES: Rebase.LATER_OVERWRITES,
+    Resolution.COMPACTION_COMPLETES: Rebase.COMPACTION_COMPLETES,
+    Resolution.NEW_DATA_WRITTEN: Rebase.NEW_DATA_WRITTEN,
+}
+
+PartitionKey = tuple[str, ...]
+Last = tuple[int, str]  # (id version, txn id) of the latest commit of one class in one scope
+
+
+def millis_to_datetime(millis: int) -> datetime:
+    """Exact UTC datetime for a Kafka timestamp in milliseconds."""
+    return EPOCH + timedelta(milliseconds=millis)
+
+
+def datetime_to_millis(value: datetime) -> int:
+    """Inverse of ``millis_to_datetime`` (naive datetimes are taken as UTC)."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return (value - EPOCH) // timedelta(milliseconds=1)
+
+
+@dataclass(slots=True)
+class PartitionState:
+    """Live files of one partition and the last commit of each class in it."""
+
+    live: set[str] = field(default_factory=set)
+    last: list[Last | None] = field(default_factory=lambda: [None] * len(OpClass))
+
+
+@dataclass(frozen=True, slots=True)
+class Lineage:
+    """A compaction/cluster commit that removed ``inputs`` and added ``outputs``."""
+
+    version: int
+    txn_id: str
+    inputs: frozenset[str]
+    outputs: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TxnRecord:
+    """What a txn id was answered, kept to repeat it for a duplicate intent."""
+
+    offset: int
+    outcome: Outcome
+    id_version: int | None
+    time_version: datetime | None
+    reason: str | None
+    message: str | None
+    conflicting_txn_id: str | None
+    conflicting_version: int | None
+
+
+@dataclass(slots=True)
+class TableState:
+    """Everything the arbiter knows about one table, derived from its decisions log."""
+
+    table: str
+    metadata: TableMetadata | None = None
+    policy: Policy | None = None
+    head_version: int = -1
+    head_time_ms: int | None = None
+    last_intent_offset: int = -1
+    decisions: int = 0
+    chain: bytes = GENESIS_HASH
+    partitions: dict[PartitionKey, PartitionState] = field(default_factory=dict)
+    whole: list[Last | None] = field(default_factory=lambda: [None] * len(OpClass))
+    any_scope: list[Last | None] = field(default_factory=lambda: [None] * len(OpClass))
+    files: dict[str, PartitionKey] = field(default_factory=dict)
+    txns: OrderedDict[str, TxnRecord] = field(default_factory=OrderedDict)
+    batches: dict[str, tuple[int, int]] = field(default_factory=dict)
+    lineage: dict[str, Lineage] = field(default_factory=dict)
+    lineage_order: deque[Lineage] = field(default_factory=deque)
+
+    @property
+    def exists(self) -> bool:
+        """True once CREATE_TABLE was accepted."""
+        return self.metadata is not None
+
+    @property
+    def next_offset(self) -> int:
+        """The intents-log offset the arbiter resumes from."""
+        return self.last_intent_offset + 1
+
+    def live_files(self) -> set[str]:
+        """All live paths (a copy; for tests and tools, not the hot path)."""
+        return set(self.files)
+
+
+def new_state(table: str) -> TableState:
+    """The state of a table before its first decision."""
+    return TableState(table=table)
+
+
+# --------------------------------------------------------------------------- evaluate
+
+
+class _Reject(Exception):
+    """Internal control flow: carries a rejection out of the nested checks."""
+
+    def __init__(self, reason: str, message: str, conflicting: Last | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.conflicting = conflicting
+
+
+def evaluate(state: TableState, intent: CommitIntent, record_timestamp: int, offset: int) -> CommitDecision:
+    """Decide one intent against ``state`` without changing it.
+
+    ``record_timestamp`` is the intent record's Kafka timestamp in milliseconds,
+    ``offset`` its position in the intents log.
+    """
+    previous = state.txns.get(intent.txn_id)
+    if previous is not None:
+        return _repeat(state, intent, offset, previous)
+    try:
+        return _accept(state, intent, record_timestamp, offset)
+    except _Reject as rejection:
+        return _reject(state, intent, offset, rejection)
+
+
+def reject_malformed(state: TableState, offset: int, error: str, txn_id: str = "") -> CommitDecision:
+    """The decision for an intent record that could not be decoded or validated."""
+    return CommitDecision.model_construct(
+        txn_id=txn_id,
+        table=state.table,
+        intent_offset=offset,
+        outcome=Outcome.REJECTED,
+        reason=Reason.MALFORMED_INTENT,
+        message=error[:1000],
+        prev_hash=state.chain,
+        **_EMPTY,
+    )
+
+
+_EMPTY = dict(
+    id_version=None,
+    time_version=None,
+    operation=None,
+    read_version=None,
+    partitions=None,
+    added_files=(),
+    removed_files=(),
+    metadata=None,
+    rebase=Rebase.NONE,
+    conflicting_txn_id=None,
+    conflicting_version=None,
+    writer=None,
+    app_id=None,
+    batch_id=None,
+    duplicate_of=None,
+)
+
+
+def evaluate_record(state: TableState, value: bytes | None, record_timestamp: int, offset: int) -> CommitDecision:
+    """Decode an intents-log record and decide it; undecodable bytes get MALFORMED_INTENT."""
+    if value is None:
+        return reject_malformed(state, offset, "empty record (no value)")
+    try:
+        model, record = DEFAULT_CODEC.decode_dict(value)
+    except CodecError as exc:
+        return reject_malformed(state, offset, str(exc))
+    if model is not CommitIntent:
+        return reject_malformed(state, offset, f"expected a CommitIntent, got a {model.__name__}")
+    try:
+        intent = CommitIntent.model_validate(record)
+    except ValueError as exc:
+        txn_id = record.get("txn_id")
+        txn = txn_id if isinstance(txn_id, str) and len(txn_id) <= 256 else ""
+        return reject_malformed(state, offset, f"invalid CommitIntent: {_first_error(exc)}", txn)
+    return evaluate(state, intent, record_timestamp, offset)
+
+
+def _first_error(exc: ValueError) -> str:
+    errors = getattr(exc, "errors", None)
+    if errors is None:
+        return str(exc)
+    items = errors(include_url=False, include_input=False)
+    first = items[0]
+    where = ".".join(str(p) for p in first["loc"]) or "<root>"
+    return f"{where}: {first['msg']}" + (f" (and {len(items) - 1} more)" if len(items) > 1 else "")
+
+
+def _repeat(state: TableState, intent: CommitIntent, offset: int, previous: TxnRecord) -> CommitDecision:
+    return CommitDecision.model_construct(
+        txn_id=intent.txn_id,
+        table=state.table,
+        intent_offset=offset,
+        outcome=previous.outcome,
+        id_version=previous.id_version,
+        time_version=previous.time_version,
+        operation=intent.operation,
+        read_version=intent.read_version,
+        partitions=None,
+        added_files=(),
+        removed_files=(),
+        metadata=None,
+        rebase=Rebase.NONE,
+        reason=previous.reason,
+        message=f"txn {intent.txn_id} was already decided at intent offset {previous.offset}",
+        conflicting_txn_id=previous.conflicting_txn_id,
+        conflicting_version=previous.conflicting_version,
+        writer=intent.writer,
+        app_id=intent.app_id,
+        batch_id=intent.batch_id,
+        duplicate_of=previous.offset,
+        prev_hash=state.chain,
+    )
+
+
+def _reject(state: TableState, intent: CommitIntent, offset: int, rejection: _Reject) -> CommitDecision:
+    conflicting = rejection.conflicting
+    return CommitDecision.model_construct(
+        txn_id=intent.txn_id,
+        table=state.table,
+        intent_offset=offset,
+        outcome=Outcome.REJECTED,
+        id_version=None,
+        time_version=None,
+        operation=intent.operation,
+        read_version=intent.read_version,
+        partitions=intent.partitions,
+        added_files=(),
+        removed_files=(),
+        metadata=None,
+        rebase=Rebase.NONE,
+        reason=rejection.reason,
+        message=rejection.message[:1000],
+        conflicting_txn_id=conflicting[1] if conflicting else None,
+        conflicting_version=conflicting[0] if conflicting else None,
+        writer=intent.writer,
+        app_id=intent.app_id,
+        batch_id=intent.batch_id,
+        duplicate_of=None,
+        prev_hash=state.chain,
+    )
+
+
+def _accept(state: TableState, intent: CommitIntent, record_timestamp: int, offset: int) -> CommitDecision:
+    """Run the checks in order; return the accepted decision or raise ``_Reject``."""
+    if intent.table != state.table:
+        raise _Reject(Reason.TABLE_MISMATCH, f"intent names table {intent.table!r} but was published for {state.table!r}")
+    operation = intent.operation
+    if operation is Operation.CREATE_TABLE:
+        return _create(state, intent, record_timestamp, offset)
+    if state.metadata is None or state.policy is None:
+        raise _Reject(Reason.UNKNOWN_TABLE, f"table {state.table!r} does not exist (no CREATE_TABLE accepted)")
+    if intent.metadata is not None:
+        raise _Reject(Reason.INVALID_OPERATION, "metadata may only be given with CREATE_TABLE")
+    if intent.read_version > state.head_version:
+        raise _Reject(
+            Reason.READ_VERSION_AHEAD,
+            f"read version {intent.read_version} is ahead of the head version {state.head_version}",
+        )
+    scope = _scope(state, intent)
+    _check_files(state, intent, scope)
+    _check_batch(state, intent)
+    op_class = OP_CLASS[operation]
+    rebase = _check_conflicts(state, state.policy, intent.read_version, op_class, scope)
+
+    added = intent.added_files
+    if op_class is OpClass.OVERWRITE:
+        removed = _live_in_scope(state, scope)
+    elif operation.rewrites:
+        removed = _resolve_inputs(state, intent)
+    else:
+        removed = ()
+    version = state.head_version + 1
+    time_version = None
+    if operation.data_change:
+        millis = record_timestamp if state.head_time_ms is None else max(record_timestamp, state.head_time_ms + 1)
+        time_version = millis_to_datetime(millis)
+    return CommitDecision.model_construct(
+        txn_id=intent.txn_id,
+        table=state.table,
+        intent_offset=offset,
+        outcome=Outcome.ACCEPTED,
+        id_version=version,
+        time_version=time_version,
+        operation=operation,
+        read_version=intent.read_version,
+        partitions=intent.partitions,
+        added_files=added,
+        removed_files=removed,
+        metadata=None,
+        rebase=rebase,
+        reason=None,
+        message=None,
+        conflicting_txn_id=None,
+        conflicting_version=None,
+        writer=intent.writer,
+        app_id=intent.app_id,
+        batch_id=intent.batch_id,
+        duplicate_of=None,
+        prev_hash=state.chain,
+    )
+
+
+def _create(state: TableState, intent: CommitIntent, record_timestamp: int, offset: int) -> CommitDecision:
+    if state.metadata is not None:
+        raise _Reject(Reason.TABLE_EXISTS, f"table {state.table!r} already exists (created at intent offset 0 of its log)")
+    metadata = intent.metadata
+    if metadata is None:
+        raise _Reject(Reason.INVALID_METADATA, "CREATE_TABLE needs metadata (location, schema, primary key)")
+    if len(set(metadata.partition_columns)) != len(metadata.partition_columns):
+        raise _Reject(Reason.INVALID_METADATA, "partition columns repeat a name")
+    try:
+        load_policy(metadata.properties.get(POLICY_PROPERTY, DEFAULT_POLICY))
+    except PolicyError as exc:
+        raise _Reject(Reason.INVALID_METADATA, str(exc)) from None
+    if intent.added_files or intent.removed_files:
+        raise _Reject(Reason.INVALID_OPERATION, "CREATE_TABLE cannot add or remove files")
+    return CommitDecision.model_construct(
+        txn_id=intent.txn_id,
+        table=state.table,
+        intent_offset=offset,
+        outcome=Outcome.ACCEPTED,
+        id_version=0,
+        time_version=millis_to_datetime(record_timestamp),
+        operation=Operation.CREATE_TABLE,
+        read_version=intent.read_version,
+        partitions=None,
+        added_files=(),
+        removed_files=(),
+        metadata=metadata,
+        rebase=Rebase.NONE,
+        reason=None,
+        message=None,
+        conflicting_txn_id=None,
+        conflicting_version=None,
+        writer=intent.writer,
+        app_id=None,
+        batch_id=None,
+        duplicate_of=None,
+        prev_hash=state.chain,
+    )
+
+
+def partition_key(columns: tuple[str, ...], spec: object) -> PartitionKey:
+    """Canonical key of a partition spec; ``ValueError`` if it does not name exactly ``columns``."""
+    if not hasattr(spec, "keys") or set(spec.keys()) != set(columns):  # type: ignore[union-attr]
+        raise ValueError(f"partition {dict(spec) if hasattr(spec, 'keys') else spec!r} does not match partition columns {list(columns)}")  # type: ignore[call-overload]
+    return tuple(spec[c] for c in columns)  # type: ignore[index]
+
+
+def _scope(state: TableState, intent: CommitIntent) -> tuple[PartitionKey, ...] | None:
+    """The partitions the intent read or wrote, or None for the whole table."""
+    assert state.metadata is not None
+    columns = state.metadata.partition_columns
+    if intent.partitions is None:
+        return None
+    if not columns:
+        if any(spec for spec in intent.partitions):
+            raise _Reject(Reason.INVALID_PARTITION, f"table {state.table!r} is not partitioned")
+        return None
+    try:
+        keys = tuple(dict.fromkeys(partition_key(columns, spec) for spec in intent.partitions))
+    except ValueError as exc:
+        raise _Reject(Reason.INVALID_PARTITION, str(exc)) from None
+    if not keys:
+        raise _Reject(Reason.INVALID_PARTITION, "empty partition list (use null for the whole table)")
+    return keys
+
+
+def invalid_path_reason(path: str) -> str | None:
+    """Why ``path`` cannot name a file inside a table location, or None if it can."""
+    if path.startswith(("/", "\\")) or "\\" in path or "\x00" in path:
+        return "must be a relative POSIX path"
+    parts = path.split("/")
+    if ":" in parts[0]:
+        return "must not carry a scheme or drive"
+    if any(part in ("", ".", "..") for part in parts):
+        return "must not contain empty, '.' or '..' segments"
+    return None
+
+
+def _check_files(state: TableState, intent: CommitIntent, scope: tuple[PartitionKey, ...] | None) -> None:
+    assert state.metadata is not None
+    columns = state.metadata.partition_columns
+    operation = intent.operation
+    in_scope = None if scope is None else set(scope)
+    seen: set[str] = set()
+    for data_file in intent.added_files:
+        path = data_file.path
+        problem = invalid_path_reason(path)
+        if problem:
+            raise _Reject(Reason.INVALID_PATH, f"added file {path[:200]!r} {problem}")
+        if path in seen or path in state.files:
+            raise _Reject(Reason.INVALID_PATH, f"added file {path[:200]!r} is listed twice or already live")
+        seen.add(path)
+        try:
+            key = partition_key(columns, data_file.partition)
+        except ValueError as exc:
+            raise _Reject(Reason.INVALID_PARTITION, f"added file {path[:200]!r}: {exc}") from None
+        if in_scope is not None and key not in in_scope:
+            raise _Reject(Reason.INVALID_PARTITION, f"added file {path[:200]!r} lies outside the intent's partitions")
+    if operation is Operation.TRUNCATE and intent.added_files:
+        raise _Reject(Reason.INVALID_OPERATION, "TRUNCATE cannot add files")
+    if operation.rewrites:
+        if not intent.removed_files:
+            raise _Reject(Reason.INVALID_OPERATION, f"{operation.value} must name the files it rewrites")
+        if len(set(intent.removed_files)) != len(intent.removed_files):
+            raise _Reject(Reason.INVALID_OPERATION, "a removed file is listed twice")
+        for path in intent.removed_files:
+            problem = invalid_path_reason(path)
+            if problem:
+                raise _Reject(Reason.INVALID_PATH, f"removed file {path[:200]!r} {problem}")
+    elif intent.removed_files and OP_CLASS[operation] is not OpClass.OVERWRITE:
+        raise _Reject(
+            Reason.INVALID_OPERATION,
+            f"{operation.value} is merge-on-read and cannot remove files; write delete records instead",
+        )
+
+
+def _check_batch(state: TableState, intent: CommitIntent) -> None:
+    if (intent.app_id is None) != (intent.batch_id is None):
+        raise _Reject(Reason.INVALID_OPERATION, "app_id and batch_id must be given together")
+    if intent.app_id is None or intent.batch_id is None:
+        return
+    committed = state.batches.get(intent.app_id)
+    if committed is not None and intent.batch_id <= committed[0]:
+        raise _Reject(
+            Reason.BATCH_ALREADY_COMMITTED,
+            f"batch {intent.batch_id} of {intent.app_id!r} is at or below committed batch {committed[0]}",
+            (committed[1], f"{intent.app_id}:{committed[0]}"),
+        )
+
+
+def _check_conflicts(
+    state: TableState, policy: Policy, read_version: int, later: OpClass, scope: tuple[PartitionKey, ...] | None
+) -> Rebase:
+    """Apply the matrix to every class with a commit in scope newer than ``read_version``."""
+    rebase = Rebase.NONE
+    worst: Last | None = None
+    for earlier in OpClass:
+        newest = _newest_in_scope(state, earlier, scope)
+        if newest is None or newest[0] <= read_version:
+            continue
+        resolution = policy.resolve(earlier, later)
+        if resolution is Resolution.LATER_FAILS:
+            if worst is None or newest[0] > worst[0]:
+                worst = newest
+        else:
+            rebase = _REBASE_OF[resolution]
+    if worst is not None:
+        raise _Reject(
+            Reason.CONFLICT_LATER_FAILS,
+            f"conflicts with concurrent txn {worst[1]} committed at version {worst[0]} "
+            f"(read version {read_version}, policy {policy.name})",
+            worst,
+        )
+    return rebase
+
+
+def _newest_in_scope(state: TableState, cls: OpClass, scope: tuple[PartitionKey, ...] | None) -> Last | None:
+    if scope is None:
+        return state.any_scope[cls]
+    newest = state.whole[cls]
+    partitions = state.partitions
+    for key in scope:
+        part = partitions.get(key)
+        if part is not None:
+            candidate = part.last[cls]
+            if candidate is not None and (newest is None or candidate[0] > newest[0]):
+                newest = candidate
+    return newest
+
+
+def _live_in_scope(state: TableState, scope: tuple[PartitionKey, ...] | None) -> tuple[str, ...]:
+    if scope is None:
+        return tuple(sorted(state.files))
+    found: list[str] = []
+    for key in scope:
+        part = state.partitions.get(key)
+        if part is not None:
+            found.extend(part.live)
+    return tuple(sorted(found))
+
+
+def _resolve_inputs(state: TableState, intent: CommitIntent) -> tuple[str, ...]:
+    """Rebase a compaction's inputs on the head (DESIGN section 3, compaction_completes).
+
+    An input still live is removed as given. An input rewritten since the read
+    version by an earlier compaction is replaced by that compaction's outputs,
+    but only if that compaction consumed nothing but inputs of this one;
+    otherwise the rewrite cannot be proven correct and the intent is rejected.
+    """
+    files = state.files
+    wanted = set(intent.removed_files)
+    removed: list[str] = []
+    pending = list(intent.removed_files)
+    while pending:
+        path = pending.pop()
+        if path in files:
+            removed.append(path)
+            continue
+        origin = state.lineage.get(path)
+        if origin is None or origin.version <= intent.read_version:
+            raise _Reject(Reason.FILE_NOT_LIVE, f"removed file {path[:200]!r} is not live at the head")
+        if not origin.inputs <= wanted:
+            raise _Reject(
+                Reason.CONFLICT_COMPACTION_LINEAGE,
+                f"input {path[:200]!r} was rewritten by txn {origin.txn_id} (version {origin.version}) "
+                "together with files this compaction did not read",
+                (origin.version, origin.txn_id),
+            )
+        for output in origin.outputs:
+            if output not in wanted:
+                wanted.add(output)
+                pending.append(output)
+    removed.sort()
+    return tuple(removed)
+
+
+# --------------------------------------------------------------------------- apply
+
+
+def apply(state: TableState, decision: CommitDecision, encoded: bytes | None = None) -> TableState:
+    """Fold one decision into ``state`` (in place) and return it.
+
+    ``encoded`` is the decision's record bytes, hashed into the chain; when not
+    given the decision is encoded here.
+    """
+    state.chain = chain_hash(encoded if encoded is not None else encode(decision))
+    state.last_intent_offset = decision.intent_offset
+    state.decisions += 1
+    if decision.duplicate_of is not None:
+        return state
+    if decision.txn_id:
+        _remember(state, decision)
+    if decision.outcome is not Outcome.ACCEPTED:
+        return state
+    operation = decision.operation
+    version = decision.id_version
+    assert operation is not None and version is not None, "accepted decision without operation or version"
+    state.head_version = version
+    if decision.time_version is not None:
+        state.head_time_ms = datetime_to_millis(decision.time_version)
+    if operation is Operation.CREATE_TABLE:
+        assert decision.metadata is not None
+        state.metadata = decision.metadata
+        state.policy = load_policy(decision.metadata.properties.get(POLICY_PROPERTY, DEFAULT_POLICY))
+        return state
+    assert state.metadata is not None
+    columns = state.metadata.partition_columns
+    files = state.files
+    partitions = state.partitions
+    for path in decision.removed_files:
+        key = files.pop(path)
+        partitions[key].live.discard(path)
+    for data_file in decision.added_files:
+        key = partition_key(columns, data_file.partition)
+        part = partitions.get(key)
+        if part is None:
+            part = partitions[key] = PartitionState()
+        part.live.add(data_file.path)
+        files[data_file.path] = key
+    if operation.rewrites:
+        _record_lineage(state, decision, version)
+    last: Last = (version, decision.txn_id)
+    cls = OP_CLASS[operation]
+    state.any_scope[cls] = last
+    if decision.partitions is None or not columns:
+        state.whole[cls] = last
+    else:
+        for spec in decision.partitions:
+            key = partition_key(columns, spec)
+            part = partitions.get(key)
+            if part is None:
+                part = partitions[key] = PartitionState()
+            part.last[cls] = last
+    if decision.app_id is not None and decision.batch_id is not None:
+        state.batches[decision.app_id] = (decision.batch_id, version)
+    return state
+
+
+def _remember(state: TableState, decision: CommitDecision) -> None:
+    txns = state.txns
+    txns[decision.txn_id] = TxnRecord(
+        decision.intent_offset,
+        decision.outcome,
+        decision.id_version,
+        decision.time_version,
+        decision.reason,
+        decision.message,
+        decision.conflicting_txn_id,
+        decision.conflicting_version,
+    )
+    if len(txns) > DEDUPE_WINDOW:
+        txns.popitem(last=False)
+
+
+def _record_lineage(state: TableState, decision: CommitDecision, version: int) -> None:
+    entry = Lineage(version, decision.txn_id, frozenset(decision.removed_files), tuple(f.path for f in decision.added_files))
+    for path in decision.removed_files:
+        state.lineage[path] = entry
+    order = state.lineage_order
+    order.append(entry)
+    horizon = version - LINEAGE_WINDOW
+    while order and order[0].version < horizon:
+        old = order.popleft()
+        for path in old.inputs:
+            if state.lineage.get(path) is old:
+                del state.lineage[path]
+
+
+def decide(state: TableState, intent: CommitIntent, record_timestamp: int, offset: int) -> tuple[CommitDecision, TableState]:
+    """``evaluate`` then ``apply``: the decision for ``intent`` and the state after it."""
+    decision = evaluate(state, intent, record_timestamp, offset)
+    return decision, apply(state, decision)
+
+
+def rebuild(table: str, decisions: Iterable[bytes]) -> TableState:
+    """Fold a table's decision records (bytes, in log order) into a fresh state."""
+    state = new_state(table)
+    for data in decisions:
+        decision = decode(data)
+        assert isinstance(decision, CommitDecision)
+        apply(state, decision, data)
+    return state
+
+
+__all__ = [
+    "DEDUPE_WINDOW",
+    "GENESIS_HASH",
+    "LINEAGE_WINDOW",
+    "DataFile",
+    "Reason",
+    "TableState",
+    "apply",
+    "decide",
+    "evaluate",
+    "evaluate_record",
+    "invalid_path_reason",
+    "millis_to_datetime",
+    "datetime_to_millis",
+    "new_state",
+    "partition_key",
+    "rebuild",
+    "reject_malformed",
+]

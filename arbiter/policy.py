@@ -1,0 +1,102 @@
+"""Conflict policies: the matrix as data.
+
+A policy is a CSV table ``earlier,later,outcome`` over the six operation classes,
+in the format of ``shared/reference/conflict_matrix.csv``. ``maxcompute`` (the
+default) is the reference's 25 cells plus the CLUSTER rules of DESIGN section 3;
+``serializable`` rejects every concurrent pair. A table selects one with the
+property ``ordo.conflict_policy``.
+"""
+
+from __future__ import annotations
+
+import csv
+import enum
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from schemas import Operation
+
+POLICY_DIR = Path(__file__).parent / "policies"
+POLICY_PROPERTY = "ordo.conflict_policy"
+DEFAULT_POLICY = "maxcompute"
+
+
+class OpClass(enum.IntEnum):
+    """The matrix's operation classes. Values index the per-partition bookkeeping arrays."""
+
+    OVERWRITE = 0
+    INSERT = 1
+    UPDATE = 2
+    MINOR_COMPACT = 3
+    MAJOR_COMPACT = 4
+    CLUSTER = 5
+
+
+OP_CLASS: dict[Operation, OpClass] = {
+    Operation.INSERT_OVERWRITE: OpClass.OVERWRITE,
+    Operation.TRUNCATE: OpClass.OVERWRITE,
+    Operation.INSERT_INTO: OpClass.INSERT,
+    Operation.UPDATE: OpClass.UPDATE,
+    Operation.DELETE: OpClass.UPDATE,
+    Operation.MINOR_COMPACT: OpClass.MINOR_COMPACT,
+    Operation.MAJOR_COMPACT: OpClass.MAJOR_COMPACT,
+    Operation.CLUSTER: OpClass.CLUSTER,
+}
+
+
+class Resolution(str, enum.Enum):
+    """A matrix cell: how a later concurrent transaction ends (DESIGN section 3)."""
+
+    LATER_FAILS = "later_fails"
+    LATER_OVERWRITES = "later_overwrites"
+    COMPACTION_COMPLETES = "compaction_completes"
+    NEW_DATA_WRITTEN = "new_data_written"
+
+
+class PolicyError(ValueError):
+    """Raised when a policy file is missing, incomplete or names unknown classes."""
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """A complete matrix: ``cells[earlier][later]`` for every pair of classes."""
+
+    name: str
+    cells: tuple[tuple[Resolution, ...], ...]
+
+    def resolve(self, earlier: OpClass, later: OpClass) -> Resolution:
+        """The outcome for ``later`` when a concurrent ``earlier`` committed first."""
+        return self.cells[earlier][later]
+
+    @classmethod
+    def from_csv(cls, name: str, path: Path) -> Policy:
+        """Load and check a policy file: all 36 cells present, none twice."""
+        grid: list[list[Resolution | None]] = [[None] * len(OpClass) for _ in OpClass]
+        with path.open(newline="") as handle:
+            for line, row in enumerate(csv.DictReader(handle), start=2):
+                try:
+                    earlier, later = OpClass[row["earlier"].strip()], OpClass[row["later"].strip()]
+                    outcome = Resolution(row["outcome"].strip())
+                except (KeyError, ValueError, AttributeError) as exc:
+                    raise PolicyError(f"{path}:{line}: bad row {row}") from exc
+                if grid[earlier][later] is not None:
+                    raise PolicyError(f"{path}:{line}: cell {earlier.name},{later.name} given twice")
+                grid[earlier][later] = outcome
+        missing = [f"{e.name},{la.name}" for e in OpClass for la in OpClass if grid[e][la] is None]
+        if missing:
+            raise PolicyError(f"{path}: missing cells {', '.join(missing)}")
+        return cls(name, tuple(tuple(r for r in row if r is not None) for row in grid))
+
+
+def available_policies() -> list[str]:
+    """Names of the policy files shipped with ordo."""
+    return sorted(p.stem for p in POLICY_DIR.glob("*.csv"))
+
+
+@cache
+def load_policy(name: str = DEFAULT_POLICY) -> Policy:
+    """The named policy; raises ``PolicyError`` for an unknown name."""
+    if name not in available_policies():
+        raise PolicyError(f"unknown conflict policy {name!r}; available: {', '.join(available_policies())}")
+    return Policy.from_csv(name, POLICY_DIR / f"{name}.csv")

@@ -1,0 +1,3 @@
+"""ordo: composition root — settings, CLI, embedded stack."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,3 @@
+from ordo.cli import main
+
+main()

@@ -1,0 +1,93 @@
+"""Settings: defaults < environment (``ORDO_*``) < explicit arguments.
+
+Read once at the process edge and passed down as a frozen object. Kafka client
+settings pass through: ``ORDO_KAFKA__SASL_MECHANISM=PLAIN`` becomes
+``sasl.mechanism=PLAIN`` (double underscore after ``KAFKA``, then ``_`` -> ``.``),
+and ``ORDO_KAFKA_CONFIG`` may name a properties file (``key=value`` lines) read first.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from schemas.topics import validate_prefix
+
+DEFAULT_PREFIX = "ordo"
+DEFAULT_CATALOG = "ordo-catalog.db"
+DEFAULT_WAREHOUSE = "warehouse"
+DEFAULT_HTTP_HOST = "127.0.0.1"
+DEFAULT_HTTP_PORT = 8765
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a process needs to reach the stack."""
+
+    bootstrap_servers: str | None = None
+    topic_prefix: str = DEFAULT_PREFIX
+    warehouse: str = DEFAULT_WAREHOUSE
+    catalog: str = DEFAULT_CATALOG
+    http_host: str = DEFAULT_HTTP_HOST
+    http_port: int = DEFAULT_HTTP_PORT
+    kafka: Mapping[str, str] = field(default_factory=dict)
+
+    def kafka_config(self, **overrides: Any) -> dict[str, Any]:
+        """librdkafka configuration: bootstrap servers, pass-through settings, then ``overrides``."""
+        if not self.bootstrap_servers:
+            raise ValueError("no Kafka bootstrap servers: set ORDO_BOOTSTRAP_SERVERS or pass bootstrap_servers=")
+        config: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers}
+        config.update(self.kafka)
+        config.update(overrides)
+        return config
+
+    def with_overrides(self, **values: Any) -> Settings:
+        """A copy with every non-None keyword applied."""
+        return replace(self, **{k: v for k, v in values.items() if v is not None})
+
+
+def _read_properties(path: str) -> dict[str, str]:
+    result: dict[str, str] = {}
+    for line in Path(path).read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise ValueError(f"{path}: expected key=value, got {line!r}")
+        result[key.strip()] = value.strip()
+    return result
+
+
+def kafka_passthrough(environ: Mapping[str, str]) -> dict[str, str]:
+    """Kafka client settings from ``ORDO_KAFKA_CONFIG`` (a file) and ``ORDO_KAFKA__*`` variables."""
+    result: dict[str, str] = {}
+    if environ.get("ORDO_KAFKA_CONFIG"):
+        result.update(_read_properties(environ["ORDO_KAFKA_CONFIG"]))
+    for key, value in environ.items():
+        if key.startswith("ORDO_KAFKA__"):
+            result[key[len("ORDO_KAFKA__") :].lower().replace("_", ".")] = value
+    return result
+
+
+def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+    """Build settings from defaults, then ``environ`` (default ``os.environ``), then ``overrides``."""
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for name, key, cast in (
+        ("bootstrap_servers", "ORDO_BOOTSTRAP_SERVERS", str),
+        ("topic_prefix", "ORDO_TOPIC_PREFIX", str),
+        ("warehouse", "ORDO_WAREHOUSE", str),
+        ("catalog", "ORDO_CATALOG", str),
+        ("http_host", "ORDO_HTTP_HOST", str),
+        ("http_port", "ORDO_HTTP_PORT", int),
+    ):
+        if env.get(key):
+            values[name] = cast(env[key])
+    values["kafka"] = kafka_passthrough(env)
+    settings = Settings(**values).with_overrides(**overrides)
+    validate_prefix(settings.topic_prefix)
+    return settings

@@ -1,0 +1,48 @@
+"""The contract: Avro schemas, pydantic models, the codec and topic names.
+
+Imports no other package of ours; every other package may import it.
+"""
+
+from schemas.codec import Codec, chain_hash, decode, encode
+from schemas.errors import CodecError, InvalidNameError, OrdoError, UnknownSchemaError
+from schemas.models import (
+    CommitDecision,
+    CommitIntent,
+    DataFile,
+    Operation,
+    Outcome,
+    Rebase,
+    TableMetadata,
+)
+from schemas.topics import (
+    decisions_pattern,
+    decisions_topic,
+    intents_pattern,
+    intents_topic,
+    parse_topic,
+    validate_table_name,
+)
+
+__all__ = [
+    "Codec",
+    "CodecError",
+    "CommitDecision",
+    "CommitIntent",
+    "DataFile",
+    "InvalidNameError",
+    "Operation",
+    "OrdoError",
+    "Outcome",
+    "Rebase",
+    "TableMetadata",
+    "UnknownSchemaError",
+    "chain_hash",
+    "decisions_pattern",
+    "decisions_topic",
+    "decode",
+    "encode",
+    "intents_pattern",
+    "intents_topic",
+    "parse_topic",
+    "validate_table_name",
+]

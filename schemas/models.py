@@ -1,0 +1,170 @@
+"""Pydantic mirrors of the Avro schemas in ``schemas/avro``.
+
+Models are frozen and collections are tuples, so an event cannot change after
+it is built. Field constraints here are what the arbiter enforces on intents:
+anything an intent can say that violates them is rejected as
+``MALFORMED_INTENT`` (see ``arbiter.core``), never raised out of the loop.
+"""
+
+from __future__ import annotations
+
+import enum
+import warnings
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from schemas.topics import validate_table_name
+
+# Limits on what one intent may carry. They bound the arbiter's work per record;
+# larger commits belong in a manifest file (see docs/architecture.md).
+MAX_ID_LENGTH = 256
+MAX_PATH_LENGTH = 4096
+MAX_FILES_PER_INTENT = 10_000
+MAX_PARTITIONS_PER_INTENT = 10_000
+MAX_VERSION = 2**62
+
+Id = Annotated[str, Field(min_length=1, max_length=MAX_ID_LENGTH)]
+Version = Annotated[int, Field(ge=0, le=MAX_VERSION)]
+PartitionSpec = Mapping[
+    Annotated[str, Field(min_length=1, max_length=MAX_ID_LENGTH)],
+    Annotated[str, Field(max_length=MAX_PATH_LENGTH)],
+]
+
+
+class Operation(str, enum.Enum):
+    """What a transaction does; the conflict matrix is keyed by its class."""
+
+    CREATE_TABLE = "CREATE_TABLE"
+    INSERT_INTO = "INSERT_INTO"
+    INSERT_OVERWRITE = "INSERT_OVERWRITE"
+    TRUNCATE = "TRUNCATE"
+    UPDATE = "UPDATE"
+    DELETE = "DELETE"
+    MINOR_COMPACT = "MINOR_COMPACT"
+    MAJOR_COMPACT = "MAJOR_COMPACT"
+    CLUSTER = "CLUSTER"
+
+    @property
+    def data_change(self) -> bool:
+        """True when a commit of this operation changes logical data (gets a time version)."""
+        return self not in _NO_DATA_CHANGE
+
+    @property
+    def rewrites(self) -> bool:
+        """True for compaction and clustering: files rewritten, data unchanged."""
+        return self in _NO_DATA_CHANGE
+
+
+_NO_DATA_CHANGE = frozenset({Operation.MINOR_COMPACT, Operation.MAJOR_COMPACT, Operation.CLUSTER})
+
+
+class Outcome(str, enum.Enum):
+    """Whether the arbiter accepted or rejected an intent."""
+
+    ACCEPTED = "ACCEPTED"
+    REJECTED = "REJECTED"
+
+
+class Rebase(str, enum.Enum):
+    """How an accepted commit was rebased on the head (DESIGN section 3)."""
+
+    NONE = "NONE"
+    LATER_OVERWRITES = "LATER_OVERWRITES"
+    COMPACTION_COMPLETES = "COMPACTION_COMPLETES"
+    NEW_DATA_WRITTEN = "NEW_DATA_WRITTEN"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
+
+
+class DataFile(_Frozen):
+    """A data file added by a commit. ``path`` is relative to the table location."""
+
+    path: Annotated[str, Field(min_length=1, max_length=MAX_PATH_LENGTH)]
+    partition: PartitionSpec = Field(default_factory=dict)
+    record_count: Version
+    size_bytes: Version
+    min_key: Annotated[str, Field(max_length=MAX_PATH_LENGTH)] | None = None
+    max_key: Annotated[str, Field(max_length=MAX_PATH_LENGTH)] | None = None
+
+
+with warnings.catch_warnings():
+    # ``schema`` is the contract's field name (DESIGN section 8); it shadows the
+    # deprecated ``BaseModel.schema()`` classmethod, which nobody here calls.
+    warnings.filterwarnings("ignore", message=".*shadows an attribute.*")
+
+    class TableMetadata(_Frozen):
+        """What CREATE_TABLE declares: location, Spark DDL schema, keys, properties."""
+
+        location: Annotated[str, Field(min_length=1, max_length=MAX_PATH_LENGTH)]
+        schema: Annotated[str, Field(min_length=1, max_length=1_000_000)]  # type: ignore[assignment]
+        primary_key: Annotated[tuple[Id, ...], Field(min_length=1, max_length=64)]
+        partition_columns: Annotated[tuple[Id, ...], Field(max_length=64)] = ()
+        properties: Mapping[Id, Annotated[str, Field(max_length=MAX_PATH_LENGTH)]] = Field(
+            default_factory=dict
+        )
+
+
+class CommitIntent(_Frozen):
+    """A transaction asking to commit. See DESIGN section 5."""
+
+    txn_id: Id
+    table: str
+    operation: Operation
+    read_version: Version
+    partitions: Annotated[tuple[PartitionSpec, ...], Field(max_length=MAX_PARTITIONS_PER_INTENT)] | None = None
+    added_files: Annotated[tuple[DataFile, ...], Field(max_length=MAX_FILES_PER_INTENT)] = ()
+    removed_files: Annotated[
+        tuple[Annotated[str, Field(min_length=1, max_length=MAX_PATH_LENGTH)], ...],
+        Field(max_length=MAX_FILES_PER_INTENT),
+    ] = ()
+    metadata: TableMetadata | None = None
+    app_id: Id | None = None
+    batch_id: Version | None = None
+    writer: Annotated[str, Field(max_length=MAX_ID_LENGTH)] | None = None
+
+    @field_validator("table")
+    @classmethod
+    def _table_name(cls, value: str) -> str:
+        return validate_table_name(value)
+
+
+class CommitDecision(_Frozen):
+    """The arbiter's answer to one intent record. See DESIGN section 5."""
+
+    txn_id: str
+    table: str
+    intent_offset: int
+    outcome: Outcome
+    id_version: int | None = None
+    time_version: datetime | None = None
+    operation: Operation | None = None
+    read_version: int | None = None
+    partitions: tuple[Mapping[str, str], ...] | None = None
+    added_files: tuple[DataFile, ...] = ()
+    removed_files: tuple[str, ...] = ()
+    metadata: TableMetadata | None = None
+    rebase: Rebase = Rebase.NONE
+    reason: str | None = None
+    message: str | None = None
+    conflicting_txn_id: str | None = None
+    conflicting_version: int | None = None
+    writer: str | None = None
+    app_id: str | None = None
+    batch_id: int | None = None
+    duplicate_of: int | None = None
+    prev_hash: bytes | None = None
+
+    @property
+    def accepted(self) -> bool:
+        """True when the intent committed (a repeat of an accepted txn included)."""
+        return self.outcome is Outcome.ACCEPTED
+
+    @property
+    def data_change(self) -> bool:
+        """True when this decision committed a logical change (it has a time version)."""
+        return self.accepted and self.operation is not None and self.operation.data_change
