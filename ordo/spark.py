@@ -1,0 +1,40 @@
+"""A local SparkSession configured for ordo (tests, demo, examples).
+
+Spark is imported lazily: importing this module costs nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def local_spark_session(app_name: str = "ordo", cores: int = 2, warehouse: str | None = None) -> SparkSession:
+    """Get or create a small local-mode SparkSession (UI off, few shuffle partitions, quiet logs)."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only, never the machine's address
+    builder = (
+        SparkSession.builder.master(f"local[{cores}]")
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", str(max(2, cores * 2)))
+        .config("spark.default.parallelism", str(max(2, cores * 2)))
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", "2g")
+        .config("spark.sql.parquet.compression.codec", "zstd")
+        .config("spark.sql.sources.partitionOverwriteMode", "static")
+        .config("spark.driver.extraJavaOptions", "-Dderby.system.home=/tmp/ordo-derby")
+    )
+    if warehouse:
+        builder = builder.config("spark.sql.warehouse.dir", warehouse)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark

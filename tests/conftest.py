@@ -1,0 +1,1 @@
+"""Shared fixtures. Owned by the Kafka-foundation engineer; see module docstrings of the fixtures."""
