@@ -72,7 +72,7 @@ class Codec:
         Returns the schema's fingerprint. Avro schema resolution fills fields the
         writer did not have from the reader schema's defaults.
         """
-        parsed = fastavro.parse_schema(schema, named_schemas=dict(self._named), _write_hint=False)
+        parsed = fastavro.parse_schema(schema, named_schemas=dict(self._named))
         fp = _fingerprint(parsed)
         self._by_fingerprint[fp] = _Schema(model, parsed, self._by_model[model].reader, MAGIC + fp)
         return fp
