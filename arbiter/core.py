@@ -19,7 +19,7 @@ partitions it touches), never a scan of history or of the live file set.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -423,11 +423,15 @@ def _create(state: TableState, intent: CommitIntent, record_timestamp: int, offs
     )
 
 
-def partition_key(columns: tuple[str, ...], spec: object) -> PartitionKey:
+def partition_key(columns: tuple[str, ...], spec: Mapping[str, str]) -> PartitionKey:
     """Canonical key of a partition spec; ``ValueError`` if it does not name exactly ``columns``."""
-    if not hasattr(spec, "keys") or set(spec.keys()) != set(columns):  # type: ignore[union-attr]
-        raise ValueError(f"partition {dict(spec) if hasattr(spec, 'keys') else spec!r} does not match partition columns {list(columns)}")  # type: ignore[call-overload]
-    return tuple(spec[c] for c in columns)  # type: ignore[index]
+    try:
+        if len(spec) == len(columns):
+            return tuple([spec[c] for c in columns])
+    except (KeyError, TypeError):
+        pass
+    shown = dict(spec) if isinstance(spec, Mapping) else spec
+    raise ValueError(f"partition {shown!r} does not match partition columns {list(columns)}")
 
 
 def _scope(state: TableState, intent: CommitIntent) -> tuple[PartitionKey, ...] | None:

@@ -16,6 +16,7 @@ import io
 import json
 import struct
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -88,11 +89,7 @@ class Codec:
             raise CodecError(f"cannot encode {type(event).__name__}: not an ordo event")
         buffer = io.BytesIO()
         buffer.write(entry.header)
-        record = event.model_dump()
-        if record["partitions"] is not None:
-            # fastavro reads a tuple inside a union as an explicit (branch, value) pair
-            record["partitions"] = list(record["partitions"])
-        fastavro.schemaless_writer(buffer, entry.writer, record)
+        fastavro.schemaless_writer(buffer, entry.writer, _to_record(event))
         return buffer.getvalue()
 
     def decode_dict(self, data: bytes) -> tuple[type[CommitIntent] | type[CommitDecision], dict[str, Any]]:
@@ -121,6 +118,34 @@ class Codec:
             return model.model_validate(record)
         except ValidationError as exc:
             raise CodecError(f"invalid {model.__name__}: {_summarize(exc)}") from exc
+
+
+_MILLISECOND = timedelta(milliseconds=1)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _to_record(event: Event) -> dict[str, Any]:
+    """The event as the plain dict fastavro writes, built without ``model_dump``.
+
+    This is the hot path of the arbiter (one decision per intent), so it avoids
+    pydantic serialization and tells fastavro which union branch to take instead
+    of letting it probe every branch: ``("array", ...)`` is fastavro's explicit
+    union notation. The bytes are identical to writing ``model_dump()``.
+    """
+    record = dict(event.__dict__)
+    record["added_files"] = [data_file.__dict__ for data_file in record["added_files"]]
+    partitions = record["partitions"]
+    if partitions is not None:
+        record["partitions"] = ("array", list(partitions))
+    metadata = record.get("metadata")
+    if metadata is not None:
+        record["metadata"] = metadata.__dict__
+    time_version = record.get("time_version")
+    if time_version is not None:
+        if time_version.tzinfo is None:
+            time_version = time_version.replace(tzinfo=UTC)
+        record["time_version"] = (time_version - _EPOCH) // _MILLISECOND
+    return record
 
 
 def _summarize(exc: ValidationError) -> str:
