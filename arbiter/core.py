@@ -23,7 +23,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from arbiter.policy import OP_CLASS, POLICY_PROPERTY, DEFAULT_POLICY, OpClass, Policy, PolicyError, Resolution, load_policy
+from arbiter.policy import (
+    DEFAULT_POLICY,
+    OP_CLASS,
+    POLICY_PROPERTY,
+    OpClass,
+    Policy,
+    PolicyError,
+    Resolution,
+    load_policy,
+)
 from schemas import (
     CodecError,
     CommitDecision,
@@ -326,7 +335,9 @@ def _reject(state: TableState, intent: CommitIntent, offset: int, rejection: _Re
 def _accept(state: TableState, intent: CommitIntent, record_timestamp: int, offset: int) -> CommitDecision:
     """Run the checks in order; return the accepted decision or raise ``_Reject``."""
     if intent.table != state.table:
-        raise _Reject(Reason.TABLE_MISMATCH, f"intent names table {intent.table!r} but was published for {state.table!r}")
+        raise _Reject(
+            Reason.TABLE_MISMATCH, f"intent names table {intent.table!r} but was published for {state.table!r}"
+        )
     operation = intent.operation
     if operation is Operation.CREATE_TABLE:
         return _create(state, intent, record_timestamp, offset)
@@ -385,7 +396,9 @@ def _accept(state: TableState, intent: CommitIntent, record_timestamp: int, offs
 
 def _create(state: TableState, intent: CommitIntent, record_timestamp: int, offset: int) -> CommitDecision:
     if state.metadata is not None:
-        raise _Reject(Reason.TABLE_EXISTS, f"table {state.table!r} already exists (created at intent offset 0 of its log)")
+        raise _Reject(
+            Reason.TABLE_EXISTS, f"table {state.table!r} already exists (created at intent offset 0 of its log)"
+        )
     metadata = intent.metadata
     if metadata is None:
         raise _Reject(Reason.INVALID_METADATA, "CREATE_TABLE needs metadata (location, schema, primary key)")
@@ -682,7 +695,9 @@ def _remember(state: TableState, decision: CommitDecision) -> None:
 
 
 def _record_lineage(state: TableState, decision: CommitDecision, version: int) -> None:
-    entry = Lineage(version, decision.txn_id, frozenset(decision.removed_files), tuple(f.path for f in decision.added_files))
+    entry = Lineage(
+        version, decision.txn_id, frozenset(decision.removed_files), tuple(f.path for f in decision.added_files)
+    )
     for path in decision.removed_files:
         state.lineage[path] = entry
     order = state.lineage_order
@@ -695,7 +710,9 @@ def _record_lineage(state: TableState, decision: CommitDecision, version: int) -
                 del state.lineage[path]
 
 
-def decide(state: TableState, intent: CommitIntent, record_timestamp: int, offset: int) -> tuple[CommitDecision, TableState]:
+def decide(
+    state: TableState, intent: CommitIntent, record_timestamp: int, offset: int
+) -> tuple[CommitDecision, TableState]:
     """``evaluate`` then ``apply``: the decision for ``intent`` and the state after it."""
     decision = evaluate(state, intent, record_timestamp, offset)
     return decision, apply(state, decision)
@@ -719,12 +736,12 @@ __all__ = [
     "Reason",
     "TableState",
     "apply",
+    "datetime_to_millis",
     "decide",
     "evaluate",
     "evaluate_record",
     "invalid_path_reason",
     "millis_to_datetime",
-    "datetime_to_millis",
     "new_state",
     "partition_key",
     "rebuild",

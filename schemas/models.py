@@ -104,9 +104,7 @@ with warnings.catch_warnings():
         schema: Annotated[str, Field(min_length=1, max_length=1_000_000)]  # type: ignore[assignment]
         primary_key: Annotated[tuple[Id, ...], Field(min_length=1, max_length=64)]
         partition_columns: Annotated[tuple[Id, ...], Field(max_length=64)] = ()
-        properties: Mapping[Id, Annotated[str, Field(max_length=MAX_PATH_LENGTH)]] = Field(
-            default_factory=dict
-        )
+        properties: Mapping[Id, Annotated[str, Field(max_length=MAX_PATH_LENGTH)]] = Field(default_factory=dict)
 
 
 class CommitIntent(_Frozen):

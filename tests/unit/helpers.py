@@ -55,7 +55,9 @@ class Table:
 
     def submit(self, intent: CommitIntent, timestamp: int | None = None) -> CommitDecision:
         offset = next(self._offsets)
-        decision, self.state = decide(self.state, intent, 1_000 * (offset + 1) if timestamp is None else timestamp, offset)
+        decision, self.state = decide(
+            self.state, intent, 1_000 * (offset + 1) if timestamp is None else timestamp, offset
+        )
         self.decisions.append(decision)
         return decision
 

@@ -190,7 +190,7 @@ class ConcurrentTransactions(RuleBasedStateMachine):
         firsts = [d for d in decisions if d.accepted and d.duplicate_of is None]
         assert [d.id_version for d in firsts] == list(range(len(firsts)))
         times = [d.time_version for d in firsts if d.time_version is not None]
-        assert all(a < b for a, b in zip(times, times[1:], strict=False))
+        assert all(a < b for a, b in itertools.pairwise(times))
 
     @invariant()
     def replay_equals_live_state(self) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from arbiter.core import Reason, evaluate_record, new_state
@@ -26,7 +28,7 @@ def test_time_versions_come_from_record_timestamps_made_strictly_monotonic() -> 
     table.submit(table.intent(Operation.INSERT_INTO, 1, txn="b"), timestamp=40_000)  # a skewed clock
     table.submit(table.intent(Operation.INSERT_INTO, 2, txn="c"), timestamp=40_000)
     times = [d.time_version for d in table.decisions if d.accepted]
-    assert all(a < b for a, b in zip(times, times[1:], strict=False))
+    assert all(a < b for a, b in itertools.pairwise(times))
     assert [t.timestamp() for t in times[1:]] == [50.0, 50.001, 50.002]
 
 
@@ -137,7 +139,9 @@ def test_compaction_without_inputs_and_insert_with_removals_are_invalid() -> Non
 def test_adding_a_live_path_again_is_invalid() -> None:
     table = Table()
     table.commit(Operation.INSERT_INTO, txn="same")
-    again = table.intent(Operation.INSERT_INTO, 1, txn="other").model_copy(update={"added_files": table.files("same", "a")})
+    again = table.intent(Operation.INSERT_INTO, 1, txn="other").model_copy(
+        update={"added_files": table.files("same", "a")}
+    )
     reject(table, again, Reason.INVALID_PATH)
 
 

@@ -182,7 +182,10 @@ def test_major_over_minor_replaces_the_minor_output_via_lineage() -> None:
     read = table.state.head_version
     major = table.intent(CLASS_OPERATION[OpClass.MAJOR_COMPACT], read, txn="major")  # reads all 3 files
     minor = table.intent(
-        CLASS_OPERATION[OpClass.MINOR_COMPACT], read, txn="minor", removed=("dt=a/base-0.parquet", "dt=a/base-1.parquet")
+        CLASS_OPERATION[OpClass.MINOR_COMPACT],
+        read,
+        txn="minor",
+        removed=("dt=a/base-0.parquet", "dt=a/base-1.parquet"),
     )
     assert table.submit(minor).accepted
     done = table.submit(major)
@@ -198,7 +201,10 @@ def test_compaction_over_compaction_with_foreign_inputs_is_rejected() -> None:
     read = table.state.head_version
     major = table.intent(CLASS_OPERATION[OpClass.MAJOR_COMPACT], read, txn="major", removed=("dt=a/base-0.parquet",))
     minor = table.intent(
-        CLASS_OPERATION[OpClass.MINOR_COMPACT], read, txn="minor", removed=("dt=a/base-0.parquet", "dt=a/base-1.parquet")
+        CLASS_OPERATION[OpClass.MINOR_COMPACT],
+        read,
+        txn="minor",
+        removed=("dt=a/base-0.parquet", "dt=a/base-1.parquet"),
     )
     assert table.submit(minor).accepted
     rejected = table.submit(major)

@@ -1,0 +1,183 @@
+"""Audit replay: re-derive every decision from the intents log and compare with the decisions log.
+
+Pure (no Kafka): callers feed the records. Because a decision is a function of
+the state and the intent record, replaying the intents log through the same
+fold must reproduce the decisions log byte for byte. Anything else is a
+divergence: a decision edited, dropped, reordered, or injected by a producer
+that is not the arbiter. The hash chain (``prev_hash``) is checked on the log as
+it stands, so a break is found even where the intents log is gone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from arbiter.core import GENESIS_HASH, apply, evaluate_record, new_state
+from schemas import CodecError, CommitDecision, chain_hash, decode
+
+
+@dataclass(frozen=True, slots=True)
+class IntentRecord:
+    """One record of an intents topic as the arbiter saw it."""
+
+    offset: int
+    timestamp: int
+    value: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionRecord:
+    """One record of a decisions topic."""
+
+    offset: int
+    value: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class Divergence:
+    """The first place where the log differs from what the arbiter must have written."""
+
+    kind: str  # "edited" | "dropped" | "injected" | "reordered" | "undecodable" | "chain"
+    decision_offset: int | None
+    intent_offset: int | None
+    message: str
+
+
+@dataclass
+class ReplayReport:
+    """What an audit replay found."""
+
+    table: str
+    intents: int = 0
+    decisions: int = 0
+    matched: int = 0
+    pending: int = 0  # intents at the tail of the log with no decision yet (the arbiter is behind)
+    divergences: list[Divergence] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when every decision matched and the chain is unbroken."""
+        return not self.divergences
+
+
+def verify_chain(decisions: Iterable[DecisionRecord]) -> Iterator[Divergence]:
+    """Check ``prev_hash`` links of a decisions log; yield every break."""
+    previous = GENESIS_HASH
+    for record in decisions:
+        if record.value is None:
+            yield Divergence("undecodable", record.offset, None, "empty record in the decisions log")
+            continue
+        try:
+            decision = decode(record.value)
+        except CodecError as exc:
+            yield Divergence("undecodable", record.offset, None, f"not a decision: {exc}")
+            continue
+        if not isinstance(decision, CommitDecision):
+            yield Divergence("injected", record.offset, None, "a non-decision event in the decisions log")
+            continue
+        if decision.prev_hash != previous:
+            yield Divergence(
+                "chain",
+                record.offset,
+                decision.intent_offset,
+                f"prev_hash of the decision at offset {record.offset} does not match the record before it",
+            )
+        previous = chain_hash(record.value)
+
+
+def replay(table: str, intents: Iterable[IntentRecord], decisions: Iterable[DecisionRecord]) -> ReplayReport:
+    """Re-derive ``table``'s decisions from its intents and compare them with the log, record by record."""
+    report = ReplayReport(table)
+    log = list(decisions)
+    report.decisions = len(log)
+    report.divergences.extend(verify_chain(log))
+    by_intent: dict[int, int] = {}
+    seen: dict[int, int] = {}
+    for position, record in enumerate(log):
+        try:
+            decision = decode(record.value) if record.value is not None else None
+        except CodecError:
+            decision = None
+        if isinstance(decision, CommitDecision):
+            by_intent.setdefault(decision.intent_offset, position)
+            seen[decision.intent_offset] = seen.get(decision.intent_offset, 0) + 1
+    state = new_state(table)
+    position = 0
+    for intent in intents:
+        report.intents += 1
+        expected = evaluate_record(state, intent.value, intent.timestamp, intent.offset)
+        expected_bytes = _encode(expected)
+        apply(state, expected, expected_bytes)
+        if position >= len(log):
+            report.pending += 1
+            continue
+        actual = log[position]
+        if actual.value == expected_bytes:
+            report.matched += 1
+            position += 1
+            continue
+        report.divergences.append(_classify(intent.offset, actual, expected_bytes, by_intent, seen, position))
+        return report
+    for leftover in log[position:]:
+        report.divergences.append(
+            Divergence("injected", leftover.offset, None, "a decision with no intent left to answer")
+        )
+        break
+    return report
+
+
+def _encode(decision: CommitDecision) -> bytes:
+    from schemas import encode
+
+    return encode(decision)
+
+
+def _classify(
+    intent_offset: int,
+    actual: DecisionRecord,
+    expected: bytes,
+    by_intent: dict[int, int],
+    seen: dict[int, int],
+    position: int,
+) -> Divergence:
+    try:
+        found = decode(actual.value) if actual.value is not None else None
+    except CodecError:
+        found = None
+    if not isinstance(found, CommitDecision):
+        return Divergence(
+            "undecodable", actual.offset, intent_offset, "the decisions log holds a record that is not a decision"
+        )
+    if found.intent_offset == intent_offset:
+        want = decode(expected)
+        fields = [name for name in type(found).model_fields if getattr(found, name) != getattr(want, name)]
+        return Divergence(
+            "edited",
+            actual.offset,
+            intent_offset,
+            f"decision for intent offset {intent_offset} differs from the re-derived one in: {', '.join(fields)}",
+        )
+    if seen.get(found.intent_offset, 0) > 1:
+        return Divergence(
+            "injected",
+            actual.offset,
+            intent_offset,
+            f"a second decision for intent offset {found.intent_offset} appears where {intent_offset} was due",
+        )
+    later = by_intent.get(intent_offset)
+    if later is not None and later > position:
+        return Divergence(
+            "reordered" if found.intent_offset > intent_offset else "injected",
+            actual.offset,
+            intent_offset,
+            f"expected the decision for intent offset {intent_offset}, found one for {found.intent_offset}",
+        )
+    if found.intent_offset > intent_offset:
+        return Divergence("dropped", actual.offset, intent_offset, f"no decision for intent offset {intent_offset}")
+    return Divergence(
+        "injected",
+        actual.offset,
+        intent_offset,
+        f"decision for intent offset {found.intent_offset} appears where {intent_offset} was due",
+    )
