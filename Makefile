@@ -35,4 +35,11 @@ lint: setup ## ruff and mypy
 demo: setup ## Start the embedded stack and run the demo
 	$(BIN)/ordo demo
 
-.PHONY: help check-java setup test lint demo
+bench: setup ## Benchmarks (quick profile; BENCH_PROFILE=full for the large ones) -> bench/results.json
+	$(BIN)/pip install -q -e '.[dev,bench]'
+	$(BIN)/python -m bench
+
+chaos: setup ## Fault-injection suite, full run (a quick version runs inside make test)
+	CHAOS_PROFILE=full $(BIN)/pytest -q -s tests/chaos
+
+.PHONY: help check-java setup test lint demo bench chaos
