@@ -38,6 +38,7 @@ from ordo.settings import Settings
 from schemas import CommitDecision, Outcome, decisions_topic, decode, encode, intents_pattern, parse_topic
 
 log = logging.getLogger("ordo.arbiter")
+kafka_log = logging.getLogger("ordo.kafka")  # librdkafka's own log lines
 
 DEFAULT_BATCH_CAP = 5000
 KAFKA_TIMEOUT = 30.0
@@ -121,10 +122,30 @@ class _Rebuild(Exception):
     """Internal: the open transaction must be aborted and state rebuilt."""
 
 
+class _Stopped(Exception):
+    """Internal: ``stop()`` was called while a table's state was being rebuilt."""
+
+
+def _warm_metadata(consumer: Any) -> None:
+    """Fetch metadata of all topics (never one by name: that creates it on Tansu) into ``consumer``'s cache."""
+    from confluent_kafka import KafkaException
+
+    try:
+        consumer.list_topics(timeout=KAFKA_TIMEOUT)
+    except KafkaException as exc:
+        log.warning("metadata request failed: %s", exc)
+
+
 def _is_fenced(error: Any) -> bool:
     from confluent_kafka import KafkaError
 
-    return error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
+    # _FATAL: what produce() raises once the producer hit a fatal error (fencing is the usual one).
+    return error.fatal() or error.code() in (
+        KafkaError._FENCED,
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+        KafkaError._FATAL,
+    )
 
 
 class ArbiterService:
@@ -142,9 +163,10 @@ class ArbiterService:
         shard: tuple[int, int] = (0, 1),
         *,
         batch_cap: int = DEFAULT_BATCH_CAP,
-        discovery_interval: float = 1.0,
+        discovery_interval: float = 0.5,
         metrics_interval: float = 10.0,
         poll_timeout: float = 0.05,
+        commit_timeout: float = KAFKA_TIMEOUT,
     ) -> None:
         if not 0 <= shard[0] < shard[1]:
             raise ValueError(f"invalid shard {shard}: need 0 <= index < count")
@@ -155,6 +177,7 @@ class ArbiterService:
         self.discovery_interval = discovery_interval
         self.metrics_interval = metrics_interval
         self.poll_timeout = poll_timeout
+        self.commit_timeout = commit_timeout
         self.metrics = ArbiterMetrics()
         self._pattern = re.compile(intents_pattern(self.prefix))
         self._stop = threading.Event()
@@ -191,6 +214,8 @@ class ArbiterService:
             self.start()
             self._loop()
             self._guard(self._commit)
+        except _Stopped:
+            log.info("stopped while rebuilding state; nothing more decided")
         finally:
             self.close()
 
@@ -200,7 +225,7 @@ class ArbiterService:
         from confluent_kafka.admin import AdminClient
 
         config = self.settings.kafka_config
-        self._admin = AdminClient(config())
+        self._admin = AdminClient(config(logger=kafka_log))
         # 1. The transactional producer first: init_transactions() fences any older
         #    arbiter with this id and ends its open transaction, so what we rebuild
         #    from below is final.
@@ -213,6 +238,7 @@ class ArbiterService:
                     "linger.ms": 2,
                     "allow.auto.create.topics": False,
                     "error_cb": self._on_kafka_error,
+                    "logger": kafka_log,
                 }
             )
         )
@@ -222,7 +248,7 @@ class ArbiterService:
                 break
             except KafkaException as exc:
                 error = exc.args[0]
-                if _is_fenced(error) or error.fatal():
+                if _is_fenced(error):
                     raise ArbiterFencedError(f"arbiter {self.transactional_id} cannot initialise: {error}") from exc
                 if not error.retriable() or self._stop.is_set():
                     raise BrokerUnavailableError(f"cannot initialise transactions: {error}") from exc
@@ -249,14 +275,21 @@ class ArbiterService:
                     client.close()
                 except Exception:  # closing is best effort
                     log.debug("closing consumer failed", exc_info=True)
-        self._consumer = self._reader = None
+        self._consumer = self._reader = self._admin = None
         if self._producer is not None:
-            self._producer.flush(1.0)
+            try:
+                self._producer.flush(1.0)
+            except Exception:  # a fenced producer refuses even that; nothing of ours is lost
+                log.debug("flushing the producer failed", exc_info=True)
             self._producer = None
 
     def _on_kafka_error(self, error: Any) -> None:
+        from confluent_kafka import KafkaError
+
         if error.fatal():
             log.error("fatal Kafka error: %s", error)
+        elif error.code() == KafkaError._ALL_BROKERS_DOWN:
+            log.warning("Kafka: %s (retrying)", error.str())
         else:
             log.debug("Kafka error: %s", error)
 
@@ -284,7 +317,10 @@ class ArbiterService:
         missing = {name: cfg for name, cfg in missing.items() if name not in topics}
         if missing:
             create_topics(self._admin, missing, timeout=KAFKA_TIMEOUT)
-        assigned: list[Any] = []
+        # A consumer assigned a topic it has no metadata for waits ~1 s for
+        # librdkafka's leader query; a full metadata request fills the cache now.
+        for consumer in (self._reader, self._consumer):
+            _warm_metadata(consumer)
         for name, topic in new:
             table = _Table(name, topic, decisions_topic(self.prefix, name), new_state(name))
             try:
@@ -293,8 +329,11 @@ class ArbiterService:
                 log.error("table %s left undecided until restart: %s", name, exc)
                 self._broken.add(name)
                 continue
+            except _Stopped:
+                break
+            # One table at a time: a failure on the next one leaves this one assigned.
             self._tables[topic] = table
-            assigned.append(TopicPartition(topic, 0, table.state.next_offset))
+            self._consumer.incremental_assign([TopicPartition(topic, 0, table.state.next_offset)])
             log.info(
                 "table %s: rebuilt %d decision(s), head version %d, resuming intents at offset %d",
                 name,
@@ -302,8 +341,6 @@ class ArbiterService:
                 table.state.head_version,
                 table.state.next_offset,
             )
-        if assigned:
-            self._consumer.incremental_assign(assigned)
         self.metrics.tables = len(self._tables)
         return [name for name, _ in new]
 
@@ -317,7 +354,8 @@ class ArbiterService:
         deadline = time.monotonic() + KAFKA_TIMEOUT
         try:
             while True:
-                messages = reader.consume(num_messages=10_000, timeout=0.5)
+                first = reader.poll(0.5)
+                messages = [] if first is None else [first, *reader.consume(num_messages=10_000, timeout=0)]
                 for message in messages:
                     if message.topic() != table.decisions:
                         continue
@@ -332,7 +370,7 @@ class ArbiterService:
                     self._fold(state, message.value(), message.offset())
                     deadline = time.monotonic() + KAFKA_TIMEOUT
                 if self._stop.is_set():
-                    return state
+                    raise _Stopped()  # never hand out a partial state
                 if time.monotonic() > deadline:
                     raise BrokerUnavailableError(f"no end of {table.decisions} within {KAFKA_TIMEOUT:.0f} s")
         finally:
@@ -377,17 +415,32 @@ class ArbiterService:
                     log.warning("table discovery failed: %s; retrying", exc)
                 consumer = self._consumer
                 next_discovery = time.monotonic() + self.discovery_interval
+                if self._stop.is_set():
+                    break
             if now >= next_metrics:
                 self._log_metrics()
                 next_metrics = now + self.metrics_interval
-            room = self.batch_cap - self._txn_records
-            messages = consumer.consume(num_messages=room, timeout=0 if self._in_txn else self.poll_timeout)
+            messages = self._next_messages(consumer, self.batch_cap - self._txn_records)
             if messages:
                 self._guard(self._process, messages)
                 consumer = self._consumer
             if self._in_txn and (not messages or self._txn_records >= self.batch_cap):
                 self._guard(self._commit)
                 consumer = self._consumer
+
+    def _next_messages(self, consumer: Any, room: int) -> list[Any]:
+        """What is fetched already, up to ``room``; when idle, wait up to ``poll_timeout`` for the first record.
+
+        ``consume(n, timeout)`` waits until it has ``n`` records or the timeout
+        passed, which would add the whole timeout to every decision at low load;
+        ``poll`` returns with the first record.
+        """
+        if self._in_txn:
+            return consumer.consume(num_messages=room, timeout=0)
+        first = consumer.poll(self.poll_timeout)
+        if first is None:
+            return []
+        return [first, *consumer.consume(num_messages=room - 1, timeout=0)] if room > 1 else [first]
 
     def _guard(self, step: Any, *args: Any) -> None:
         """Run one loop step; on an abortable failure abort, rebuild and re-seek; on fencing raise."""
@@ -397,7 +450,7 @@ class ArbiterService:
             step(*args)
         except KafkaException as exc:
             error = exc.args[0]
-            if _is_fenced(error) or error.fatal():
+            if _is_fenced(error):
                 raise self._fenced(error) from exc
             if not (error.txn_requires_abort() or self._in_txn):
                 raise
@@ -472,7 +525,7 @@ class ArbiterService:
 
     def _decide(self, table: _Table, message: Any, offset: int) -> tuple[CommitDecision, bytes]:
         state = table.state
-        if (table.intents, offset) not in self._poisoned:
+        if not self._poisoned or (table.intents, offset) not in self._poisoned:
             try:
                 decision = evaluate_record(state, message.value(), message.timestamp()[1], offset)
                 return decision, encode(decision)
@@ -487,20 +540,10 @@ class ArbiterService:
 
     def _commit(self) -> None:
         """Commit the open transaction (retrying what librdkafka says is retriable)."""
-        from confluent_kafka import KafkaException
 
         if not self._in_txn:
             return
-        while True:
-            try:
-                self._producer.commit_transaction(KAFKA_TIMEOUT)
-                break
-            except KafkaException as exc:
-                error = exc.args[0]
-                if error.retriable() and not (_is_fenced(error) or error.fatal() or error.txn_requires_abort()):
-                    log.warning("commit_transaction: %s; retrying", error)
-                    continue
-                raise
+        self._end_transaction(commit=True)
         records = self._txn_records
         self.metrics.batches += 1
         self.metrics.batched_records += records
@@ -509,23 +552,48 @@ class ArbiterService:
         self._txn_tables.clear()
         self._txn_records = 0
 
+    def _end_transaction(self, commit: bool) -> None:
+        """Commit or abort, retrying what librdkafka calls retriable for at most ``commit_timeout`` seconds.
+
+        On Kafka a fenced producer's EndTxn fails at once with PRODUCER_FENCED.
+        Tansu instead drops the connection, so the call only ever times out: a
+        transaction that cannot be ended within the budget is taken as fenced
+        (or the broker as gone) and the arbiter exits rather than guess.
+        """
+        from confluent_kafka import KafkaException
+
+        end = self._producer.commit_transaction if commit else self._producer.abort_transaction
+        verb = "commit" if commit else "abort"
+        deadline = time.monotonic() + self.commit_timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                end(max(0.1, min(5.0, remaining)))
+                return
+            except KafkaException as exc:
+                error = exc.args[0]
+                if _is_fenced(error):
+                    raise self._fenced(error) from exc
+                if commit and error.txn_requires_abort():
+                    raise
+                if not error.retriable():
+                    raise
+                if time.monotonic() >= deadline:
+                    raise ArbiterFencedError(
+                        f"arbiter {self.transactional_id} could not {verb} its transaction within "
+                        f"{self.commit_timeout:g} s ({error.str()}): most likely fenced by a newer arbiter with the "
+                        "same id (Tansu drops the connection instead of answering PRODUCER_FENCED), or the broker "
+                        "is unreachable; exiting without deciding anything more"
+                    ) from exc
+                log.warning("%s_transaction: %s; retrying", verb, error)
+
     def _abort_and_rebuild(self) -> None:
         """Abort the open transaction, rebuild the tables it touched and re-seek every table's intents."""
-        from confluent_kafka import Consumer, KafkaException, TopicPartition
+        from confluent_kafka import Consumer, TopicPartition
 
         self.metrics.aborts += 1
         if self._in_txn:
-            while True:
-                try:
-                    self._producer.abort_transaction(KAFKA_TIMEOUT)
-                    break
-                except KafkaException as exc:
-                    error = exc.args[0]
-                    if _is_fenced(error) or error.fatal():
-                        raise self._fenced(error) from exc
-                    if not error.retriable():
-                        raise
-                    log.warning("abort_transaction: %s; retrying", error)
+            self._end_transaction(commit=False)
         touched = set(self._txn_tables)
         self._in_txn = False
         self._txn_tables.clear()
@@ -537,7 +605,10 @@ class ArbiterService:
         # positions; a fresh one assigned at each table's resume offset is simplest.
         old = self._consumer
         self._consumer = Consumer(self._consumer_config())
-        self._consumer.assign([TopicPartition(t.intents, 0, t.state.next_offset) for t in self._tables.values()])
+        _warm_metadata(self._consumer)
+        self._consumer.incremental_assign(
+            [TopicPartition(t.intents, 0, t.state.next_offset) for t in self._tables.values()]
+        )
         old.close()
         log.info("rebuilt %d table(s) after an aborted transaction", len(touched))
 
@@ -551,6 +622,7 @@ class ArbiterService:
                 "auto.offset.reset": "earliest",
                 "fetch.wait.max.ms": 20,
                 "error_cb": self._on_kafka_error,
+                "logger": kafka_log,
             }
         )
 
@@ -571,11 +643,11 @@ class ArbiterService:
         log.info(json.dumps({"event": "metrics", **self.metrics.snapshot()}))
 
 
-def run_arbiter(settings: Settings, shard: tuple[int, int] = (0, 1)) -> int:
+def run_arbiter(settings: Settings, shard: tuple[int, int] = (0, 1), commit_timeout: float = KAFKA_TIMEOUT) -> int:
     """Run an arbiter in the foreground until SIGINT/SIGTERM (``ordo arbiter``); returns the exit code."""
     import signal
 
-    service = ArbiterService(settings, shard)
+    service = ArbiterService(settings, shard, commit_timeout=commit_timeout)
 
     def _on_signal(signum: int, frame: object) -> None:
         service.stop()

@@ -63,7 +63,8 @@ class Codec:
         self._by_fingerprint: dict[bytes, _Schema] = {}
         for model in (CommitIntent, CommitDecision):
             parsed = _load(model.__name__, named)
-            entry = _Schema(model, parsed, parsed, MAGIC + _fingerprint(parsed))
+            # reader None: the writer schema is the current one, so fastavro skips resolution
+            entry = _Schema(model, parsed, None, MAGIC + _fingerprint(parsed))
             self._by_model[model] = entry
             self._by_fingerprint[entry.header[2:]] = entry
 
@@ -75,7 +76,7 @@ class Codec:
         """
         parsed = fastavro.parse_schema(schema, named_schemas=dict(self._named))
         fp = _fingerprint(parsed)
-        self._by_fingerprint[fp] = _Schema(model, parsed, self._by_model[model].reader, MAGIC + fp)
+        self._by_fingerprint[fp] = _Schema(model, parsed, self._by_model[model].writer, MAGIC + fp)
         return fp
 
     def schema_of(self, model: type[CommitIntent] | type[CommitDecision]) -> Any:

@@ -1,1 +1,149 @@
-"""Shared fixtures. Owned by the Kafka-foundation engineer; see module docstrings of the fixtures."""
+"""Shared fixtures for every test directory (owned by the Kafka-foundation engineer).
+
+Kafka
+    ``bootstrap_servers`` (session)
+        ``ORDO_TEST_BOOTSTRAP_SERVERS`` when set, else one embedded Tansu broker
+        (``ordo.broker.EmbeddedBroker``) started on a free loopback port for the
+        whole run. Tansu keeps data in memory only; tests never rely on data
+        surviving the run.
+    ``embedded_broker`` (session)
+        The ``EmbeddedBroker`` behind ``bootstrap_servers``, or None when an
+        external broker is used (chaos tests that pause the broker need it).
+    ``topic_prefix`` (function)
+        A prefix unique to the test (``t`` + 8 hex chars), so tests never share topics.
+    ``settings`` (function)
+        ``ordo.settings.Settings`` for ``bootstrap_servers`` and ``topic_prefix``
+        (the developer's ``ORDO_*`` environment is ignored).
+    ``make_settings`` (session)
+        ``make_settings(prefix=None, **overrides) -> Settings`` with a fresh unique
+        prefix: for module- or class-scoped fixtures, which cannot use ``settings``.
+
+Processes
+    ``processes`` (function)
+        An ``ordo.stack.ProcessGroup``: ``processes.start(args, env)``,
+        ``processes.start_ordo(settings, *args)``, ``processes.start_arbiter(...)``.
+        Everything started through it is killed at teardown, pass or fail.
+    ``arbiter`` (function, factory)
+        ``arbiter(shard=None, *, settings=None, wait_ready=True, args=()) -> ManagedProcess``
+        starts ``ordo arbiter [args]`` for the test's settings (or the given ones) and,
+        by default, returns once it logged ``arbiter ready`` (it has fenced older
+        arbiters and rebuilt its tables). Killed at teardown.
+    ``wait_arbiter_ready(process, timeout=30)``
+        From ``ordo.stack``: wait for the ready line of an arbiter started with
+        ``wait_ready=False``.
+
+Clients
+    ``commit_client`` (function)
+        A ``producer.CommitClient`` for ``settings``, closed at teardown.
+
+A process still running when the interpreter exits is killed by ``ordo.stack``'s
+atexit hook, so an interrupted run leaves nothing behind either.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ordo.settings import Settings
+from ordo.stack import ManagedProcess, ProcessGroup
+
+
+def new_prefix() -> str:
+    """A topic prefix no other test uses."""
+    return "t" + uuid.uuid4().hex[:8]
+
+
+@pytest.fixture(scope="session")
+def embedded_broker() -> Iterator[Any]:
+    """The embedded Tansu broker of this run, or None when ``ORDO_TEST_BOOTSTRAP_SERVERS`` names another."""
+    if os.environ.get("ORDO_TEST_BOOTSTRAP_SERVERS"):
+        yield None
+        return
+    from ordo.broker import EmbeddedBroker
+
+    with EmbeddedBroker() as broker:
+        yield broker
+
+
+@pytest.fixture(scope="session")
+def bootstrap_servers(embedded_broker: Any) -> str:
+    """Kafka bootstrap servers for the whole run."""
+    external = os.environ.get("ORDO_TEST_BOOTSTRAP_SERVERS")
+    if external:
+        return external
+    return str(embedded_broker.bootstrap_servers)
+
+
+@pytest.fixture(scope="session")
+def make_settings(bootstrap_servers: str, tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Settings]:
+    """Factory of settings with a fresh unique prefix (for fixtures wider than one test)."""
+
+    def make(prefix: str | None = None, **overrides: Any) -> Settings:
+        prefix = prefix or new_prefix()
+        values: dict[str, Any] = {
+            "bootstrap_servers": bootstrap_servers,
+            "topic_prefix": prefix,
+            "warehouse": str(tmp_path_factory.mktemp(f"warehouse-{prefix}")),
+        }
+        values["catalog"] = str(Path(values["warehouse"]) / "catalog.db")
+        values.update(overrides)
+        return Settings(**values)
+
+    return make
+
+
+@pytest.fixture
+def topic_prefix() -> str:
+    """A topic prefix unique to this test."""
+    return new_prefix()
+
+
+@pytest.fixture
+def settings(make_settings: Callable[..., Settings], topic_prefix: str) -> Settings:
+    """Settings for this test's broker and prefix."""
+    return make_settings(topic_prefix)
+
+
+@pytest.fixture
+def processes(tmp_path: Path) -> Iterator[ProcessGroup]:
+    """A group of child processes, all killed when the test ends (logs under the test's tmp_path)."""
+    group = ProcessGroup(log_dir=tmp_path / "logs")
+    try:
+        yield group
+    finally:
+        group.kill()
+
+
+@pytest.fixture
+def arbiter(processes: ProcessGroup, settings: Settings) -> Callable[..., ManagedProcess]:
+    """Factory: start ``ordo arbiter`` for this test's settings; returns the running process."""
+
+    def start(
+        shard: tuple[int, int] | None = None,
+        *,
+        settings: Settings = settings,
+        wait_ready: bool = True,
+        timeout: float = 30.0,
+        args: Sequence[str] = (),
+    ) -> ManagedProcess:
+        return processes.start_arbiter(settings, shard, wait_ready=wait_ready, timeout=timeout, args=args)
+
+    return start
+
+
+@pytest.fixture
+def commit_client(settings: Settings) -> Iterator[Any]:
+    """A ``CommitClient`` for this test's settings."""
+    from producer import CommitClient
+
+    client = CommitClient(settings=settings)
+    try:
+        yield client
+    finally:
+        client.close()

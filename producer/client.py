@@ -1,0 +1,522 @@
+"""The Spark-free commit client: publish a ``CommitIntent``, wait for its ``CommitDecision``.
+
+How the answer is found: before a table's first intent is published, the
+client notes the end of the table's decisions topic; one background reader per
+table then follows the decisions topic (read_committed, ``assign()``, no
+consumer group) from there and hands each decision to the future waiting for
+its ``intent_offset`` (the offset the broker gave the intent). A repeated
+``txn_id`` is answered by a decision with ``duplicate_of`` set: that is still
+the answer. A decision may be read before the broker's delivery report for
+its intent arrives; it is held until then.
+
+Kafka clients are created on first use, never in ``__init__``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeoutError
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+from ordo.broker import DECISIONS_CONFIG, INTENTS_CONFIG, create_table_topics, create_topics, existing_topics
+from ordo.errors import BrokerUnavailableError, CommitTimeoutError, OrdoError, TableNotFoundError
+from ordo.settings import Settings, load_settings
+from schemas import CodecError, CommitDecision, CommitIntent, Operation, decisions_topic, decode, encode, intents_topic
+from schemas.codec import DEFAULT_CODEC
+
+log = logging.getLogger("ordo.producer")
+
+CONNECT_TIMEOUT = 10.0
+ADMIN_TIMEOUT = 30.0
+READER_POLL = 0.05
+
+
+class ClientClosedError(OrdoError):
+    """Raised for a commit still waiting when its ``CommitClient`` was closed."""
+
+
+@dataclass(eq=False)
+class _Pending:
+    """One published intent waiting for its decision."""
+
+    txn_id: str
+    future: Future[CommitDecision]
+    deadline: float
+    timeout: float
+    offset: int | None = None
+    published_at: float = field(default_factory=time.monotonic)
+
+
+class _DecisionReader:
+    """Follows one table's decisions topic and resolves the futures of that table."""
+
+    def __init__(self, client: CommitClient, table: str, start: int) -> None:
+        self.client = client
+        self.table = table
+        self.topic = decisions_topic(client.prefix, table)
+        self.start = start
+        self._lock = threading.Lock()
+        self._undelivered: set[_Pending] = set()
+        self._waiting: dict[int, _Pending] = {}
+        self._early: dict[int, dict[str, Any]] = {}  # decision records read before their delivery report
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"ordo-decisions-{table}", daemon=True)
+        self._consumer: Any = None
+
+    def begin(self) -> None:
+        from confluent_kafka import Consumer, TopicPartition
+
+        self._consumer = Consumer(
+            self.client.settings.kafka_config(
+                **{
+                    "group.id": f"{self.client.prefix}.commit-client",  # never joined: assign() only
+                    "enable.auto.commit": False,
+                    "enable.auto.offset.store": False,
+                    "isolation.level": "read_committed",
+                    "fetch.wait.max.ms": 20,
+                    "allow.auto.create.topics": False,
+                }
+            )
+        )
+        _warm_metadata(self._consumer)
+        self._consumer.assign([TopicPartition(self.topic, 0, self.start)])
+        self._thread.start()
+
+    # ---------------------------------------------------------------- producer side
+
+    def add(self, pending: _Pending) -> None:
+        with self._lock:
+            self._undelivered.add(pending)
+
+    def delivered(self, pending: _Pending, error: Any, offset: int | None) -> None:
+        """Delivery report of ``pending``'s intent (called on the producer's poll thread)."""
+        with self._lock:
+            self._undelivered.discard(pending)
+            record = None
+            if error is None and offset is not None:
+                pending.offset = offset
+                record = self._early.pop(offset, None)
+                if record is None:
+                    self._waiting[offset] = pending
+                    return
+        # Futures are completed outside the lock: their callbacks may submit again.
+        if record is not None:
+            _resolve(pending.future, record)
+        else:
+            _fail(
+                pending.future,
+                BrokerUnavailableError(
+                    f"intent {pending.txn_id} for table {self.table} was not accepted by the broker: {error}"
+                ),
+            )
+
+    # ---------------------------------------------------------------- reader thread
+
+    def _run(self) -> None:
+        consumer = self._consumer
+        next_expiry = 0.0
+        try:
+            while not self._stop.is_set():
+                first = consumer.poll(READER_POLL)  # consume() would wait out its timeout at low load
+                messages = [] if first is None else [first, *consumer.consume(num_messages=1000, timeout=0)]
+                for message in messages:
+                    if message.error() is not None:
+                        continue  # EOF is off; unknown-topic and transport errors retry on their own
+                    # Only the intent offset is needed to match; a decision is
+                    # validated into a model only when it is one of ours.
+                    try:
+                        model, record = DEFAULT_CODEC.decode_dict(message.value() or b"")
+                    except Exception as exc:
+                        log.warning("%s offset %d is not a decision: %s", self.topic, message.offset(), exc)
+                        continue
+                    if model is CommitDecision:
+                        self._match(record)
+                now = time.monotonic()
+                if now >= next_expiry:
+                    self._expire(now)
+                    next_expiry = now + 0.1
+        except Exception:  # a reader must not die silently: fail what it serves
+            log.exception("decision reader for %s failed", self.topic)
+            self._fail_all(OrdoError(f"the decision reader for table {self.table} failed; see the log"))
+        finally:
+            consumer.close()
+
+    def _match(self, record: dict[str, Any]) -> None:
+        offset = record["intent_offset"]
+        with self._lock:
+            pending = self._waiting.pop(offset, None)
+            if pending is None:
+                if self._undelivered:
+                    self._early.setdefault(offset, record)  # the first decision for an offset is the answer
+                else:
+                    self._early.clear()  # every intent of ours is matched or waiting: the rest are others'
+                return
+        _resolve(pending.future, record)
+
+    def _expire(self, now: float) -> None:
+        expired: list[_Pending] = []
+        with self._lock:
+            for offset, pending in list(self._waiting.items()):
+                if pending.deadline <= now or pending.future.done():
+                    del self._waiting[offset]
+                    expired.append(pending)
+            for pending in list(self._undelivered):
+                if pending.deadline <= now or pending.future.done():
+                    self._undelivered.discard(pending)
+                    expired.append(pending)
+        for pending in expired:
+            if not pending.future.done():
+                _fail(pending.future, self.client._timeout_error(self.table, pending))
+
+    def _fail_all(self, error: OrdoError) -> None:
+        with self._lock:
+            pendings = [*self._waiting.values(), *self._undelivered]
+            self._waiting.clear()
+            self._undelivered.clear()
+        for pending in pendings:
+            _fail(pending.future, error)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5.0)
+        self._fail_all(ClientClosedError(f"CommitClient closed while waiting for decisions of table {self.table}"))
+
+
+def _warm_metadata(consumer: Any) -> None:
+    """Load all topics' metadata into ``consumer`` so ``assign()`` starts fetching at once.
+
+    Without it librdkafka's first leader query for a new topic waits about a
+    second. All topics, never one by name: naming one creates it on Tansu.
+    """
+    from confluent_kafka import KafkaException
+
+    try:
+        consumer.list_topics(timeout=CONNECT_TIMEOUT)
+    except KafkaException as exc:
+        log.debug("metadata request failed (assign() will retry): %s", exc)
+
+
+def _resolve(future: Future[CommitDecision], record: dict[str, Any]) -> None:
+    if future.done():
+        return
+    try:
+        decision = CommitDecision.model_validate(record)
+    except ValueError as exc:
+        _fail(future, CodecError(f"the decision for this intent is invalid: {exc}"))
+        return
+    try:
+        future.set_result(decision)
+    except Exception:  # lost a race with expiry
+        pass
+
+
+def _fail(future: Future[CommitDecision], error: BaseException) -> None:
+    if not future.done():
+        try:
+            future.set_exception(error)
+        except Exception:  # lost a race with a result
+            pass
+
+
+class CommitClient:
+    """Publishes commit intents and waits for the arbiter's decisions; a context manager.
+
+    ``bootstrap_servers`` and ``topic_prefix`` override ``settings`` (default:
+    ``load_settings()``, i.e. the ``ORDO_*`` environment). ``connect_timeout``
+    bounds the first contact with the broker. Thread-safe: many threads may
+    ``commit()`` and ``submit()`` at once.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str | None = None,
+        topic_prefix: str | None = None,
+        *,
+        settings: Settings | None = None,
+        connect_timeout: float = CONNECT_TIMEOUT,
+    ) -> None:
+        base = settings if settings is not None else load_settings()
+        self.settings = base.with_overrides(bootstrap_servers=bootstrap_servers, topic_prefix=topic_prefix)
+        if not self.settings.bootstrap_servers:
+            raise BrokerUnavailableError(
+                "no Kafka broker configured: pass bootstrap_servers= or set ORDO_BOOTSTRAP_SERVERS"
+            )
+        self._lock = threading.RLock()
+        self._producer: Any = None
+        self._admin: Any = None
+        self._poller: threading.Thread | None = None
+        self._readers: dict[str, _DecisionReader] = {}
+        self._known_topics: set[str] = set()
+        self._closed = threading.Event()
+        self.connect_timeout = connect_timeout
+
+    @property
+    def prefix(self) -> str:
+        """The topic prefix this client publishes under."""
+        return self.settings.topic_prefix
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """The Kafka bootstrap servers."""
+        return self.settings.bootstrap_servers or ""
+
+    # ------------------------------------------------------------------ public API
+
+    def commit(self, intent: CommitIntent, timeout: float = 30.0) -> CommitDecision:
+        """Publish ``intent`` and wait for its decision (accepted or rejected).
+
+        Raises ``CommitTimeoutError`` when no decision arrives within ``timeout``
+        seconds (typically: no arbiter running for this prefix) and
+        ``BrokerUnavailableError`` when the broker cannot be reached.
+        """
+        future = self.submit(intent, timeout=timeout)
+        try:
+            return future.result(timeout=timeout + 10.0)  # the reader expires it at ``timeout``
+        except FutureTimeoutError:
+            raise CommitTimeoutError(self._timeout_message(intent.table, intent.txn_id, timeout)) from None
+
+    def submit(self, intent: CommitIntent, timeout: float = 30.0) -> Future[CommitDecision]:
+        """Publish ``intent`` and return a future of its decision; many may be in flight.
+
+        The future fails with ``CommitTimeoutError`` after ``timeout`` seconds
+        without a decision. Intents submitted from one thread are published in
+        submission order.
+        """
+        if not isinstance(intent, CommitIntent):
+            raise TypeError(f"submit() needs a CommitIntent, got {type(intent).__name__}")
+        data = encode(intent)
+        with self._lock:
+            self._check_open()
+            self._ensure_table(intent)
+            reader = self._reader_for(intent.table)
+        future: Future[CommitDecision] = Future()
+        future.set_running_or_notify_cancel()
+        pending = _Pending(intent.txn_id, future, time.monotonic() + timeout, timeout)
+        reader.add(pending)
+
+        def on_delivery(error: Any, message: Any) -> None:
+            reader.delivered(pending, error, message.offset() if error is None else None)
+
+        self._produce(intents_topic(self.prefix, intent.table), data, intent.txn_id.encode(), on_delivery)
+        return future
+
+    def publish_raw(self, table: str, value: bytes | None, key: bytes | None = None, timeout: float = 30.0) -> int:
+        """Put arbitrary bytes on ``table``'s intents topic (creating it if missing); return the record's offset.
+
+        For tests, fuzzing and tools: the arbiter must answer anything found there.
+        """
+        with self._lock:
+            self._check_open()
+            self._connect()
+            topic = intents_topic(self.prefix, table)
+            if topic not in self._known_topics and topic not in existing_topics(self._admin, ADMIN_TIMEOUT):
+                create_topics(self._admin, {topic: INTENTS_CONFIG}, ADMIN_TIMEOUT)
+            self._known_topics.add(topic)
+        result: Future[int] = Future()
+
+        def on_delivery(error: Any, message: Any) -> None:
+            if error is not None:
+                result.set_exception(BrokerUnavailableError(f"publishing to {topic} failed: {error}"))
+            else:
+                result.set_result(message.offset())
+
+        self._produce(topic, value, key, on_delivery)
+        self._producer.flush(timeout)
+        try:
+            return result.result(timeout=timeout)
+        except FutureTimeoutError:
+            raise BrokerUnavailableError(f"publishing to {topic} was not acknowledged within {timeout} s") from None
+
+    def decisions(self, table: str, start: int = 0, timeout: float = 30.0) -> list[CommitDecision]:
+        """Every decision of ``table`` from log offset ``start`` to the current end (read_committed).
+
+        The raw log, in order: a tool's and a test's view of the history.
+        """
+        from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+        with self._lock:
+            self._check_open()
+            self._connect()
+        topic = decisions_topic(self.prefix, table)
+        if topic not in existing_topics(self._admin, ADMIN_TIMEOUT):
+            return []
+        consumer = Consumer(
+            self.settings.kafka_config(
+                **{
+                    "group.id": f"{self.prefix}.commit-client",
+                    "enable.auto.commit": False,
+                    "isolation.level": "read_committed",
+                    "enable.partition.eof": True,
+                    "allow.auto.create.topics": False,
+                }
+            )
+        )
+        result: list[CommitDecision] = []
+        deadline = time.monotonic() + timeout
+        try:
+            _warm_metadata(consumer)
+            consumer.assign([TopicPartition(topic, 0, start)])
+            while True:
+                first = consumer.poll(0.2)
+                batch = [] if first is None else [first, *consumer.consume(num_messages=10_000, timeout=0)]
+                for message in batch:
+                    error = message.error()
+                    if error is not None:
+                        if error.code() == KafkaError._PARTITION_EOF:
+                            return result
+                        continue
+                    decision = decode(message.value() or b"")
+                    if not isinstance(decision, CommitDecision):
+                        raise OrdoError(f"{topic} offset {message.offset()} holds a {type(decision).__name__}")
+                    result.append(decision)
+                if time.monotonic() > deadline:
+                    raise CommitTimeoutError(f"reading {topic} did not reach its end within {timeout} s")
+        finally:
+            consumer.close()
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Flush what was published, stop the readers (failing futures still waiting) and close."""
+        if self._closed.is_set():
+            return
+        with self._lock:
+            if self._producer is not None:
+                self._producer.flush(timeout)
+            self._closed.set()
+            readers = list(self._readers.values())
+            self._readers.clear()
+        for reader in readers:
+            reader.close()
+        if self._poller is not None:
+            self._poller.join(timeout=5.0)
+        self._producer = None
+        self._admin = None
+
+    def __enter__(self) -> CommitClient:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ internals
+
+    def _check_open(self) -> None:
+        if self._closed.is_set():
+            raise ClientClosedError("this CommitClient is closed")
+
+    def _connect(self) -> None:
+        """Create the producer and admin client on first use and check that the broker answers."""
+        if self._producer is not None:
+            return
+        from confluent_kafka import KafkaException, Producer
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient(self.settings.kafka_config())
+        try:
+            admin.list_topics(timeout=self.connect_timeout)
+        except KafkaException as exc:
+            raise BrokerUnavailableError(
+                f"cannot reach the Kafka broker at {self.bootstrap_servers} (is it running?): {exc.args[0].str()}"
+            ) from exc
+        self._admin = admin
+        self._producer = Producer(
+            self.settings.kafka_config(
+                **{
+                    "enable.idempotence": True,
+                    "acks": "all",
+                    "linger.ms": 2,
+                    "allow.auto.create.topics": False,
+                }
+            )
+        )
+        self._poller = threading.Thread(target=self._poll_loop, name="ordo-commit-client-poll", daemon=True)
+        self._poller.start()
+
+    def _poll_loop(self) -> None:
+        while not self._closed.is_set():
+            producer = self._producer
+            if producer is None:
+                return
+            producer.poll(0.05)
+
+    def _produce(self, topic: str, value: bytes | None, key: bytes | None, on_delivery: Any) -> None:
+        while True:
+            try:
+                self._producer.produce(topic, value, key, on_delivery=on_delivery)
+                return
+            except BufferError:
+                time.sleep(0.01)  # the local queue is full; the poller drains it
+
+    def _ensure_table(self, intent: CommitIntent) -> None:
+        """Make sure the table's topics exist: created for CREATE_TABLE, else the intents topic must exist."""
+        self._connect()
+        intents = intents_topic(self.prefix, intent.table)
+        decisions = decisions_topic(self.prefix, intent.table)
+        if intents in self._known_topics:
+            return
+        if intent.operation is Operation.CREATE_TABLE:
+            create_table_topics(self._admin, self.prefix, intent.table, ADMIN_TIMEOUT)
+        else:
+            topics = existing_topics(self._admin, ADMIN_TIMEOUT)
+            if intents not in topics:
+                raise TableNotFoundError(
+                    f"table {intent.table!r} has no intents topic {intents} (prefix {self.prefix!r}); "
+                    "create the table first (a CREATE_TABLE intent)"
+                )
+            if decisions not in topics:
+                create_topics(self._admin, {decisions: DECISIONS_CONFIG}, ADMIN_TIMEOUT)
+        self._known_topics.add(intents)
+
+    def _reader_for(self, table: str) -> _DecisionReader:
+        reader = self._readers.get(table)
+        if reader is None:
+            reader = _DecisionReader(self, table, self._end_offset(decisions_topic(self.prefix, table)))
+            reader.begin()
+            self._readers[table] = reader
+        return reader
+
+    def _end_offset(self, topic: str) -> int:
+        """The current end of ``topic`` (read_uncommitted high watermark): decisions to come lie at or after it."""
+        from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        partition = TopicPartition(topic, 0)
+        deadline = time.monotonic() + ADMIN_TIMEOUT
+        while True:
+            futures = self._admin.list_offsets(
+                {partition: OffsetSpec.latest()},
+                isolation_level=IsolationLevel.READ_UNCOMMITTED,
+                request_timeout=ADMIN_TIMEOUT,
+            )
+            try:
+                return int(futures[partition].result().offset)
+            except KafkaException as exc:
+                if time.monotonic() > deadline:
+                    raise BrokerUnavailableError(f"cannot read the end offset of {topic}: {exc.args[0]}") from exc
+                time.sleep(0.2)  # a topic just created may not be known to the partition leader yet
+
+    def _timeout_message(self, table: str, txn_id: str, timeout: float, delivered: bool = True) -> str:
+        if not delivered:
+            return (
+                f"intent {txn_id} for table {table} (prefix {self.prefix!r}) was not acknowledged by the broker "
+                f"at {self.bootstrap_servers} within {timeout:g} s"
+            )
+        return (
+            f"no decision for txn {txn_id} on table {table} (prefix {self.prefix!r}) within {timeout:g} s; "
+            f"is an arbiter running for prefix {self.prefix!r} (ordo arbiter)?"
+        )
+
+    def _timeout_error(self, table: str, pending: _Pending) -> CommitTimeoutError:
+        return CommitTimeoutError(
+            self._timeout_message(table, pending.txn_id, pending.timeout, delivered=pending.offset is not None)
+        )
+
+
+__all__ = ["ClientClosedError", "CommitClient"]

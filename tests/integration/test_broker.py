@@ -1,0 +1,256 @@
+"""The embedded broker, ``ordo broker``, topic administration, and the Tansu behaviours ordo relies on.
+
+The Tansu-specific tests pin what docs/tansu.md says; they are skipped only when
+the run uses an external broker (``ORDO_TEST_BOOTSTRAP_SERVERS``), where they
+would test that broker instead.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import time
+from typing import Any
+
+import pytest
+
+from ordo.broker import (
+    DECISIONS_CONFIG,
+    INTENTS_CONFIG,
+    MEMORY_WARNING,
+    EmbeddedBroker,
+    create_table_topics,
+    existing_topics,
+    metadata_ready,
+)
+from ordo.settings import Settings
+from ordo.stack import ProcessGroup, ordo_args
+from schemas import decisions_topic, intents_topic
+
+pytestmark = pytest.mark.timeout(90)
+
+tansu_only = pytest.mark.usefixtures("require_embedded")
+
+
+@pytest.fixture
+def require_embedded(embedded_broker: Any) -> None:
+    if embedded_broker is None:
+        pytest.skip("pins the embedded Tansu broker's behaviour; this run uses ORDO_TEST_BOOTSTRAP_SERVERS")
+
+
+def _admin(bootstrap_servers: str) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": bootstrap_servers})
+
+
+def _read_all(bootstrap_servers: str, topic: str, isolation: str = "read_committed") -> list[bytes]:
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "group.id": "test-read-all",
+            "isolation.level": isolation,
+            "enable.partition.eof": True,
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    values: list[bytes] = []
+    deadline = time.monotonic() + 15
+    try:
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is None:
+                continue
+            if message.error() is not None:
+                if message.error().code() == KafkaError._PARTITION_EOF:
+                    return values
+                continue
+            values.append(message.value())
+        raise AssertionError(f"no end of {topic} within 15 s")
+    finally:
+        consumer.close()
+
+
+def test_embedded_broker_lifecycle_pause_and_resume() -> None:
+    with EmbeddedBroker() as broker:
+        assert broker.running and broker.pid is not None
+        assert re.fullmatch(r"127\.0\.0\.1:\d+", broker.bootstrap_servers)
+        assert metadata_ready(broker.bootstrap_servers)
+        broker.pause()
+        try:
+            assert not metadata_ready(broker.bootstrap_servers, timeout=1.0)
+        finally:
+            broker.resume()
+        assert metadata_ready(broker.bootstrap_servers, timeout=5.0)
+        servers = broker.bootstrap_servers
+    assert not broker.running and broker.pid is None
+    assert not metadata_ready(servers, timeout=1.0)
+
+
+def test_embedded_broker_reports_a_failed_start() -> None:
+    from ordo.errors import BrokerUnavailableError
+
+    with EmbeddedBroker() as first:
+        clash = EmbeddedBroker(port=first.port, start_timeout=10)
+        with pytest.raises(BrokerUnavailableError, match="port is in use"):
+            clash.start()
+        assert not clash.running
+    broken = EmbeddedBroker(binary="/bin/false", start_timeout=10)
+    with pytest.raises(BrokerUnavailableError, match="exited with code 1"):
+        broken.start()
+
+
+def test_ordo_broker_command_prints_settings_and_stops_on_sigterm() -> None:
+    with ProcessGroup() as group:
+        process = group.start(ordo_args("broker"), name="ordo-broker")
+        match = process.wait_for_line(r"ORDO_BOOTSTRAP_SERVERS=(127\.0\.0\.1:\d+)", timeout=30)
+        servers = match.group(1)
+        process.wait_for_line(re.escape(MEMORY_WARNING), timeout=5)
+        assert metadata_ready(servers, timeout=5)
+        process.popen.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=15) == 0
+        assert not metadata_ready(servers, timeout=1.0)  # the Tansu child went with it
+
+
+def test_table_topics_are_created_once_with_retention_forever(bootstrap_servers: str, settings: Settings) -> None:
+    from confluent_kafka.admin import ConfigResource
+
+    admin = _admin(bootstrap_servers)
+    prefix = settings.topic_prefix
+    created = create_table_topics(admin, prefix, "orders")
+    assert sorted(created) == sorted([intents_topic(prefix, "orders"), decisions_topic(prefix, "orders")])
+    assert create_table_topics(admin, prefix, "orders") == []  # "already exists" is fine
+    metadata = admin.list_topics(timeout=10)
+    for topic, wanted in (
+        (intents_topic(prefix, "orders"), INTENTS_CONFIG),
+        (decisions_topic(prefix, "orders"), DECISIONS_CONFIG),
+    ):
+        assert len(metadata.topics[topic].partitions) == 1
+        resource = ConfigResource("topic", topic)
+        config = admin.describe_configs([resource])[resource].result()
+        for key in ("retention.ms", "retention.bytes"):
+            assert config[key].value == wanted[key]
+
+
+def test_existing_topics_does_not_create_anything(bootstrap_servers: str, settings: Settings) -> None:
+    admin = _admin(bootstrap_servers)
+    name = intents_topic(settings.topic_prefix, "never")
+    assert name not in existing_topics(admin)
+    assert name not in existing_topics(admin)  # the first look created nothing
+
+
+@tansu_only
+def test_tansu_creates_a_topic_named_in_a_metadata_request(bootstrap_servers: str, settings: Settings) -> None:
+    """Why ``existing_topics`` always lists every topic (docs/tansu.md)."""
+    admin = _admin(bootstrap_servers)
+    name = intents_topic(settings.topic_prefix, "named")
+    admin.list_topics(topic=name, timeout=10)
+    assert name in existing_topics(admin)
+
+
+@tansu_only
+def test_tansu_fences_a_zombie_producer_and_hides_open_transactions(bootstrap_servers: str, settings: Settings) -> None:
+    from confluent_kafka import KafkaException, Producer
+
+    topic = f"{settings.topic_prefix}.fence"
+    create = _admin(bootstrap_servers)
+    from ordo.broker import create_topics
+
+    create_topics(create, {topic: {}})
+    config = {"bootstrap.servers": bootstrap_servers, "transactional.id": f"{settings.topic_prefix}.txn"}
+    old = Producer(config)
+    old.init_transactions(10)
+    old.begin_transaction()
+    old.produce(topic, b"committed")
+    old.commit_transaction(10)
+    old.begin_transaction()
+    old.produce(topic, b"open")
+    old.flush(10)
+    assert _read_all(bootstrap_servers, topic) == [b"committed"]  # read_committed stops at the last stable offset
+    assert _read_all(bootstrap_servers, topic, "read_uncommitted") == [b"committed", b"open"]
+    new = Producer(config)
+    new.init_transactions(10)  # fences ``old`` and ends its open transaction
+    old.produce(topic, b"zombie")
+    with pytest.raises(KafkaException) as info:
+        old.commit_transaction(10)
+    assert info.value.args[0].code() in (90, 47, -144)  # PRODUCER_FENCED / INVALID_PRODUCER_EPOCH / _FENCED
+    # Tansu quirk (docs/tansu.md): the fenced transaction's record is visible to read_committed readers.
+    assert _read_all(bootstrap_servers, topic) == [b"committed", b"open"]
+
+
+@tansu_only
+def test_tansu_shows_aborted_records_to_read_committed_readers(bootstrap_servers: str, settings: Settings) -> None:
+    """Pins the quirk the arbiter is built to tolerate; if this fails, Tansu changed: update docs/tansu.md."""
+    from confluent_kafka import Producer
+
+    from ordo.broker import create_topics
+
+    topic = f"{settings.topic_prefix}.abort"
+    create_topics(_admin(bootstrap_servers), {topic: {}})
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "transactional.id": f"{settings.topic_prefix}.abort"})
+    producer.init_transactions(10)
+    producer.begin_transaction()
+    producer.produce(topic, b"aborted")
+    producer.flush(10)
+    producer.abort_transaction(10)
+    producer.begin_transaction()
+    producer.produce(topic, b"committed")
+    producer.commit_transaction(10)
+    assert _read_all(bootstrap_servers, topic) == [b"aborted", b"committed"]  # Kafka would show [b"committed"]
+
+
+@tansu_only
+def test_tansu_keeps_the_producer_timestamp_despite_log_append_time(bootstrap_servers: str, settings: Settings) -> None:
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    admin = _admin(bootstrap_servers)
+    create_table_topics(admin, settings.topic_prefix, "clock")
+    topic = intents_topic(settings.topic_prefix, "clock")
+    producer = Producer({"bootstrap.servers": bootstrap_servers})
+    producer.produce(topic, b"x", timestamp=1_000)
+    producer.flush(10)
+    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": "ts"})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    deadline = time.monotonic() + 10
+    message = None
+    while message is None or message.error() is not None:
+        assert time.monotonic() < deadline
+        message = consumer.poll(0.2)
+    consumer.close()
+    assert message.timestamp()[1] == 1_000  # Kafka with LogAppendTime would give the broker's clock
+
+
+@tansu_only
+def test_tansu_answers_read_committed_list_offsets_with_0_during_a_transaction(
+    bootstrap_servers: str, settings: Settings
+) -> None:
+    """Why the commit client asks for the end offset with read_uncommitted (docs/tansu.md)."""
+    from confluent_kafka import IsolationLevel, Producer, TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    from ordo.broker import create_topics
+
+    admin = _admin(bootstrap_servers)
+    topic = f"{settings.topic_prefix}.lso"
+    create_topics(admin, {topic: {}})
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "transactional.id": f"{settings.topic_prefix}.lso"})
+    producer.init_transactions(10)
+    for _ in range(2):
+        producer.begin_transaction()
+        producer.produce(topic, b"x")
+        producer.commit_transaction(10)
+    producer.begin_transaction()
+    producer.produce(topic, b"open")
+    producer.flush(10)
+
+    def latest(isolation: IsolationLevel) -> int:
+        partition = TopicPartition(topic, 0)
+        futures = admin.list_offsets({partition: OffsetSpec.latest()}, isolation_level=isolation)
+        return int(futures[partition].result().offset)
+
+    assert latest(IsolationLevel.READ_UNCOMMITTED) == 5  # 2 records + 2 commit markers + the open record
+    assert latest(IsolationLevel.READ_COMMITTED) == 0  # Kafka: 4, the last stable offset
+    producer.commit_transaction(10)

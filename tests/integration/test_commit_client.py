@@ -1,0 +1,162 @@
+"""``CommitClient`` against a real broker and a real arbiter process."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from ordo.broker import existing_topics, free_port
+from ordo.errors import BrokerUnavailableError, CommitTimeoutError, TableNotFoundError
+from ordo.settings import Settings
+from ordo.stack import ManagedProcess
+from producer import ClientClosedError, CommitClient
+from schemas import CommitIntent, DataFile, Operation, Outcome, TableMetadata, decisions_topic, intents_topic
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def create_intent(table: str) -> CommitIntent:
+    return CommitIntent(
+        txn_id=f"create-{table}",
+        table=table,
+        operation=Operation.CREATE_TABLE,
+        read_version=0,
+        metadata=TableMetadata(location=f"/w/{table}", schema="id BIGINT, p STRING", primary_key=("id",)),
+    )
+
+
+def insert_intent(table: str, txn_id: str, read_version: int = 0) -> CommitIntent:
+    return CommitIntent(
+        txn_id=txn_id,
+        table=table,
+        operation=Operation.INSERT_INTO,
+        read_version=read_version,
+        added_files=(DataFile(path=f"{txn_id}.parquet", record_count=1, size_bytes=10),),
+    )
+
+
+def test_commit_without_arbiter_times_out_with_a_helpful_message(
+    commit_client: CommitClient, settings: Settings
+) -> None:
+    start = time.monotonic()
+    with pytest.raises(CommitTimeoutError) as info:
+        commit_client.commit(create_intent("lonely"), timeout=1.5)
+    assert 1.4 < time.monotonic() - start < 10
+    message = str(info.value)
+    assert "create-lonely" in message and "lonely" in message and settings.topic_prefix in message
+    assert "arbiter" in message
+
+
+def test_create_table_creates_both_topics_and_waits_for_version_0(
+    arbiter: Callable[..., ManagedProcess], commit_client: CommitClient, settings: Settings
+) -> None:
+    arbiter()
+    decision = commit_client.commit(create_intent("fresh"), timeout=30)
+    assert decision.outcome is Outcome.ACCEPTED and decision.id_version == 0 and decision.intent_offset == 0
+    assert decision.metadata is not None and decision.metadata.location == "/w/fresh"
+    from confluent_kafka.admin import AdminClient
+
+    topics = existing_topics(AdminClient({"bootstrap.servers": settings.bootstrap_servers}))
+    assert {intents_topic(settings.topic_prefix, "fresh"), decisions_topic(settings.topic_prefix, "fresh")} <= topics
+
+
+def test_duplicate_txn_id_is_answered_idempotently(
+    arbiter: Callable[..., ManagedProcess], commit_client: CommitClient
+) -> None:
+    arbiter()
+    commit_client.commit(create_intent("dupes"), timeout=30)
+    first = commit_client.commit(insert_intent("dupes", "same"), timeout=30)
+    again = commit_client.commit(insert_intent("dupes", "same"), timeout=30)
+    assert first.outcome is Outcome.ACCEPTED and first.id_version == 1 and first.duplicate_of is None
+    assert again.outcome is Outcome.ACCEPTED and again.id_version == 1
+    assert again.duplicate_of == first.intent_offset and again.intent_offset == first.intent_offset + 1
+    nxt = commit_client.commit(insert_intent("dupes", "next", read_version=1), timeout=30)
+    assert nxt.id_version == 2  # the repeat consumed no version
+
+
+def test_many_submits_in_flight_from_many_threads(
+    arbiter: Callable[..., ManagedProcess], commit_client: CommitClient
+) -> None:
+    arbiter()
+    commit_client.commit(create_intent("busy"), timeout=30)
+    futures: dict[str, object] = {}
+    lock = threading.Lock()
+
+    def submit_many(worker: int) -> None:
+        for n in range(250):
+            txn = f"t{worker}-{n}"
+            future = commit_client.submit(insert_intent("busy", txn), timeout=60)
+            with lock:
+                futures[txn] = future
+
+    threads = [threading.Thread(target=submit_many, args=(w,)) for w in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    answers = {txn: f.result(timeout=60) for txn, f in futures.items()}  # type: ignore[attr-defined]
+    assert len(answers) == 1000
+    assert all(d.txn_id == txn for txn, d in answers.items())
+    # Unpartitioned INSERT vs INSERT at read version 0 conflicts (later_fails): one wins, the rest are rejected.
+    accepted = [d for d in answers.values() if d.outcome is Outcome.ACCEPTED]
+    assert len(accepted) == 1 and accepted[0].id_version == 1
+    assert {d.reason for d in answers.values() if d.outcome is Outcome.REJECTED} == {"CONFLICT_LATER_FAILS"}
+    log = commit_client.decisions("busy")
+    assert [d.intent_offset for d in log] == list(range(1001))
+    by_offset = {d.intent_offset: d for d in log}
+    assert all(by_offset[d.intent_offset] == d for d in answers.values())
+
+
+def test_intent_for_a_missing_table_raises_table_not_found(commit_client: CommitClient, settings: Settings) -> None:
+    with pytest.raises(TableNotFoundError, match="CREATE_TABLE"):
+        commit_client.submit(insert_intent("nowhere", "x"))
+    from confluent_kafka.admin import AdminClient
+
+    topics = existing_topics(AdminClient({"bootstrap.servers": settings.bootstrap_servers}))
+    assert intents_topic(settings.topic_prefix, "nowhere") not in topics  # nothing auto-created
+
+
+def test_unreachable_broker_raises_broker_unavailable() -> None:
+    port = free_port()  # nothing listens there
+    client = CommitClient(f"127.0.0.1:{port}", "nobroker", settings=Settings(), connect_timeout=2.0)
+    start = time.monotonic()
+    with pytest.raises(BrokerUnavailableError, match="cannot reach the Kafka broker"):
+        client.commit(create_intent("x"), timeout=5)
+    assert time.monotonic() - start < 10
+    client.close()
+
+
+def test_no_kafka_client_is_created_before_first_use(settings: Settings) -> None:
+    client = CommitClient(settings=settings)
+    assert client._producer is None and client._admin is None and not client._readers
+    client.close()
+    with pytest.raises(ClientClosedError):
+        client.submit(create_intent("closed"))
+
+
+def test_close_fails_futures_still_waiting(settings: Settings) -> None:
+    client = CommitClient(settings=settings)
+    future = client.submit(create_intent("abandoned"), timeout=60)
+    client.close()
+    with pytest.raises(ClientClosedError):
+        future.result(timeout=10)
+
+
+def test_publish_raw_and_decisions_read_the_raw_log(
+    arbiter: Callable[..., ManagedProcess], commit_client: CommitClient
+) -> None:
+    arbiter()
+    commit_client.commit(create_intent("rawlog"), timeout=30)
+    offset = commit_client.publish_raw("rawlog", b"not avro")
+    assert offset == 1
+    deadline = time.monotonic() + 30
+    while len(commit_client.decisions("rawlog")) < 2:
+        assert time.monotonic() < deadline, "no decision for the raw record"
+        time.sleep(0.05)
+    log = commit_client.decisions("rawlog")
+    assert [(d.intent_offset, d.reason) for d in log] == [(0, None), (1, "MALFORMED_INTENT")]
+    assert commit_client.decisions("rawlog", start=1) == log[1:]
+    assert commit_client.decisions("never_created") == []
