@@ -1,0 +1,533 @@
+"""``Catalog``: the one read interface over the consumer's catalog, local or over HTTP.
+
+``Catalog(location)`` opens the SQLite file directly, or talks to the
+consumer's HTTP service when ``location`` starts with ``http://`` or
+``https://``; the default is ``ORDO_CATALOG``. Both return the same models
+(``consumer.models``) and raise the same errors:
+
+* ``ordo.errors.TableNotFoundError`` for a table the catalog does not know;
+* ``ordo.errors.VersionNotFoundError`` for an ID version not materialized (yet)
+  or a timestamp before the table was created;
+* ``consumer.errors.CatalogUnavailableError`` when the file or service is missing.
+
+Semantics (see docs/consumer.md):
+
+* ``snapshot(t, version=v)`` is the live files at ID version v;
+  ``snapshot(t, timestamp=T)`` is the snapshot at the highest ID version whose
+  time version (own, or inherited by a compaction/clustering) is <= T.
+* ``commits(t, start, end, by=...)`` is INCLUSIVE on both ends, like Delta's
+  change data feed; logical commits only unless ``include_rewrites=True``.
+* ``subscribe(t, from_version)`` yields commits with ``id_version >= from_version``
+  in order, blocking for new ones: resume with ``last.id_version + 1``.
+
+Thread- and process-safe: each thread gets its own SQLite connection; the
+consumer writes concurrently in WAL mode.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from consumer import store
+from consumer.errors import CatalogError, CatalogTimeoutError, CatalogUnavailableError, TableBrokenError
+from consumer.models import (
+    Commit,
+    DecisionRecord,
+    FileEntry,
+    Snapshot,
+    TableInfo,
+    datetime_to_ms,
+    ms_to_datetime,
+)
+from ordo.errors import TableNotFoundError, VersionNotFoundError
+from schemas import Operation, Outcome, Rebase, TableMetadata
+
+Timestamp = datetime | str | int
+BY_VALUES = ("id", "time")
+
+
+def to_millis(value: Timestamp, *, ceil: bool = False) -> int:
+    """Epoch milliseconds of a timestamp: a datetime (naive = UTC), an ISO-8601 string, or epoch milliseconds.
+
+    ``ceil`` rounds a sub-millisecond datetime up (for the lower bound of a range).
+    """
+    if isinstance(value, bool):
+        raise TypeError("a timestamp must be a datetime, an ISO-8601 string or epoch milliseconds, not a bool")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.strip())
+        except ValueError as exc:
+            raise ValueError(f"invalid timestamp {value!r}: use ISO 8601, e.g. 2024-01-01T00:00:00Z") from exc
+    if isinstance(value, datetime):
+        millis = datetime_to_ms(value)
+        if ceil and value.microsecond % 1000:
+            millis += 1
+        return millis
+    raise TypeError(
+        f"a timestamp must be a datetime, an ISO-8601 string or epoch milliseconds, not {type(value).__name__}"
+    )
+
+
+def _iso_ms(millis: int) -> str:
+    value = ms_to_datetime(millis)
+    assert value is not None
+    return value.isoformat()
+
+
+def _check_by(by: str) -> str:
+    if by not in BY_VALUES:
+        raise ValueError(f"by must be 'id' or 'time', not {by!r}")
+    return by
+
+
+class Catalog:
+    """Snapshots, time travel, history and change feeds of the tables the consumer materialized.
+
+    ``location``: a SQLite catalog path or the consumer's ``http://host:port``
+    URL; default ``ORDO_CATALOG`` (settings ``catalog``).
+    """
+
+    def __init__(self, location: str | os.PathLike[str] | None = None, *, timeout: float = 30.0) -> None:
+        if location is None:
+            from ordo.settings import load_settings
+
+            location = load_settings().catalog
+        self.location = str(location)
+        if self.location.startswith(("http://", "https://")):
+            from consumer.httpclient import HttpBackend
+
+            self._backend: Any = HttpBackend(self.location, timeout=timeout)
+        else:
+            self._backend = LocalBackend(self.location)
+
+    @property
+    def is_remote(self) -> bool:
+        """True when this catalog talks to the HTTP service."""
+        return not isinstance(self._backend, LocalBackend)
+
+    def tables(self) -> list[TableInfo]:
+        """Every table with an accepted CREATE_TABLE, by name."""
+        return self._backend.tables()  # type: ignore[no-any-return]
+
+    def table(self, name: str) -> TableInfo:
+        """Metadata, head and materialization state of ``name``; ``TableNotFoundError`` if unknown."""
+        return self._backend.table(name)  # type: ignore[no-any-return]
+
+    def head(self, name: str) -> int:
+        """The latest materialized ID version of ``name``."""
+        return self.table(name).head_version
+
+    def snapshot(self, name: str, version: int | None = None, timestamp: Timestamp | None = None) -> Snapshot:
+        """The live files of ``name`` at ID ``version``, or as of ``timestamp``, or at the head.
+
+        ``VersionNotFoundError`` when the version is not materialized (yet) or
+        the timestamp lies before the table's creation.
+        """
+        if version is not None and timestamp is not None:
+            raise ValueError("give version or timestamp, not both")
+        if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
+            raise TypeError(f"version must be an int, not {type(version).__name__}")
+        return self._backend.snapshot(name, version, timestamp)  # type: ignore[no-any-return]
+
+    def history(self, name: str, limit: int | None = None) -> list[DecisionRecord]:
+        """Every decision of ``name``'s log (accepted and rejected), newest first, like DESCRIBE HISTORY."""
+        return self._backend.history(name, limit)  # type: ignore[no-any-return]
+
+    def commits(
+        self,
+        name: str,
+        start: int | Timestamp = 0,
+        end: int | Timestamp | None = None,
+        by: str = "id",
+        *,
+        include_rewrites: bool = False,
+    ) -> list[Commit]:
+        """Accepted commits with ID version (``by="id"``) or time version (``by="time"``) in ``[start, end]``.
+
+        Both bounds are INCLUSIVE (like Delta's change data feed); ``end=None``
+        means the head. By id, ``start`` beyond the head raises
+        ``VersionNotFoundError`` and ``end`` beyond it is clamped to it. By time,
+        the bounds are timestamps and a range without commits is empty.
+        Compaction and clustering (no logical change) are left out unless
+        ``include_rewrites``; by time they count at the time they inherit.
+        """
+        _check_by(by)
+        return self._backend.commits(name, start, end, by, include_rewrites)  # type: ignore[no-any-return]
+
+    def subscribe(
+        self,
+        name: str,
+        from_version: int = 0,
+        *,
+        poll_interval: float = 0.5,
+        include_rewrites: bool = False,
+        idle_timeout: float | None = None,
+    ) -> Iterator[Commit]:
+        """Yield accepted commits with ``id_version >= from_version`` in order, blocking for new ones.
+
+        The cursor is the ID version: after a commit with ``id_version = v`` was
+        handled, resume with ``subscribe(name, v + 1)`` for no gap and no
+        duplicate. Commits skipped by the filter (compactions unless
+        ``include_rewrites``) move the cursor silently. Stops after
+        ``idle_timeout`` seconds without a new commit (None: never); raises
+        ``TableBrokenError`` if the consumer stopped applying the table.
+        """
+        if from_version < 0:
+            raise ValueError("from_version must be >= 0")
+        return self._backend.subscribe(name, from_version, poll_interval, include_rewrites, idle_timeout)  # type: ignore[no-any-return]
+
+    def wait_for_version(
+        self, name: str, version: int, timeout: float = 30.0, poll_interval: float = 0.02
+    ) -> TableInfo:
+        """Block until ``name`` is materialized at ``version`` or later (read-your-writes); return its info.
+
+        Waits for the table to appear too. ``CatalogTimeoutError`` after
+        ``timeout`` seconds; ``TableBrokenError`` if the table can never get there.
+        """
+        deadline = time.monotonic() + timeout
+        last: TableInfo | None = None
+        while True:
+            try:
+                last = self.table(name)
+            except (TableNotFoundError, CatalogUnavailableError):
+                last = None
+            if last is not None:
+                if last.head_version >= version:
+                    return last
+                if last.error is not None:
+                    raise TableBrokenError(
+                        f"table {name!r} is stuck at version {last.head_version} "
+                        f"(decision log offset {last.error_offset}): {last.error}"
+                    )
+            if time.monotonic() >= deadline:
+                at = "does not exist yet" if last is None else f"is at version {last.head_version}"
+                raise CatalogTimeoutError(
+                    f"table {name!r} {at}, not {version}, after {timeout:g} s (is the consumer running and caught up?)"
+                )
+            time.sleep(poll_interval)
+
+    def health(self) -> dict[str, Any]:
+        """Materialization state of every followed log: ``{"tables": {...}, "broken": {table: error}}``."""
+        return self._backend.health()  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        """Release connections (also done at garbage collection)."""
+        self._backend.close()
+
+    def __enter__(self) -> Catalog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Catalog({self.location!r})"
+
+
+# ---------------------------------------------------------------------- local (SQLite) backend
+
+
+class LocalBackend:
+    """Reads the SQLite catalog file directly; one connection per thread (and per process)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._local = threading.local()
+        self._all: list[Any] = []
+        self._lock = threading.Lock()
+
+    def _conn(self) -> Any:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None and self._local.pid == os.getpid():
+            return conn
+        if not Path(self.path).exists():
+            raise CatalogUnavailableError(
+                f"catalog file {self.path} does not exist (start the consumer: ordo consumer, or set ORDO_CATALOG)"
+            )
+        conn = store.connect(self.path, readonly=True)
+        self._local.conn = conn
+        self._local.pid = os.getpid()
+        with self._lock:
+            self._all.append(conn)
+        return conn
+
+    def close(self) -> None:
+        with self._lock:
+            for conn in self._all:
+                try:
+                    conn.close()
+                except Exception:  # closing from another thread may fail; the connection dies with it
+                    pass
+            self._all.clear()
+        self._local = threading.local()
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _read(self) -> _ReadTxn:
+        return _ReadTxn(self._conn())
+
+    def _row(self, conn: Any, name: str, *, created: bool = True) -> tuple[Any, ...]:
+        row = store.query_table(conn, name)
+        if row is None or (created and row[5] is None):
+            names = [r[1] for r in store.query_tables(conn)]
+            known = ", ".join(names[:20]) + (", ..." if len(names) > 20 else "") if names else "none"
+            if row is None:
+                raise TableNotFoundError(f"table {name!r} is not in the catalog {self.path} (tables: {known})")
+            raise TableNotFoundError(f"table {name!r} has a decisions log but no accepted CREATE_TABLE yet")
+        return row
+
+    @staticmethod
+    def _info(row: tuple[Any, ...]) -> TableInfo:
+        return TableInfo(
+            name=row[1],
+            metadata=TableMetadata.model_validate_json(row[5]),
+            head_version=row[7],
+            head_time_version=ms_to_datetime(row[8]),  # type: ignore[arg-type]
+            created_time=ms_to_datetime(row[6]),  # type: ignore[arg-type]
+            decisions=row[4],
+            log_offset=row[3],
+            error=row[9],
+            error_offset=row[10],
+        )
+
+    @staticmethod
+    def _files(rows: list[tuple[Any, ...]], location: str) -> tuple[FileEntry, ...]:
+        prefix = location if location.endswith("/") else location + "/"
+        parts: dict[str, dict[str, str]] = {}
+        result = []
+        for path, part, records, size, min_key, max_key, added, data_change, operation in rows:
+            partition = parts.get(part)
+            if partition is None:
+                partition = parts[part] = json.loads(part)
+            result.append(
+                FileEntry(
+                    path, prefix + path, partition, records, size, min_key, max_key, added, bool(data_change), operation
+                )
+            )
+        return tuple(result)
+
+    # -- API -------------------------------------------------------------------------------
+
+    def tables(self) -> list[TableInfo]:
+        with self._read() as conn:
+            return [self._info(row) for row in store.query_tables(conn)]
+
+    def table(self, name: str) -> TableInfo:
+        with self._read() as conn:
+            return self._info(self._row(conn, name))
+
+    def resolve(
+        self, conn: Any, row: tuple[Any, ...], version: int | None, timestamp: Timestamp | None
+    ) -> tuple[int, int]:
+        """``(id_version, effective_time_ms)`` for a version, a timestamp, or the head."""
+        name, table_id, head = row[1], row[0], row[7]
+        if timestamp is not None:
+            millis = to_millis(timestamp)
+            found = store.query_version_at(conn, table_id, millis)
+            if found is None:
+                raise VersionNotFoundError(
+                    f"timestamp {_iso_ms(millis)} is before table {name!r} was created "
+                    f"(valid from {_iso_ms(row[6])} on)"
+                )
+            return int(found[0]), int(found[1])
+        if version is None:
+            version = head
+        if version < 0 or version > head:
+            raise VersionNotFoundError(
+                f"table {name!r} has ID versions 0..{head}; version {version} does not exist"
+                + (" (yet)" if version > head else "")
+            )
+        found = store.query_commit(conn, table_id, version)
+        assert found is not None, f"commit row missing for {name} v{version}"
+        return int(found[0]), int(found[1])
+
+    def snapshot(self, name: str, version: int | None, timestamp: Timestamp | None) -> Snapshot:
+        with self._read() as conn:
+            row = self._row(conn, name)
+            id_version, millis = self.resolve(conn, row, version, timestamp)
+            metadata = TableMetadata.model_validate_json(row[5])
+            files = self._files(store.query_snapshot_files(conn, row[0], id_version), metadata.location)
+        return Snapshot(name, id_version, ms_to_datetime(millis), metadata, files)  # type: ignore[arg-type]
+
+    def history(self, name: str, limit: int | None) -> list[DecisionRecord]:
+        with self._read() as conn:
+            row = self._row(conn, name, created=False)
+            rows = store.query_decisions(conn, row[0], limit)
+        return [_decision(name, r) for r in rows]
+
+    def commits(
+        self, name: str, start: int | Timestamp, end: int | Timestamp | None, by: str, include_rewrites: bool
+    ) -> list[Commit]:
+        with self._read() as conn:
+            row = self._row(conn, name)
+            table_id, head = row[0], row[7]
+            if by == "id":
+                if not isinstance(start, int) or isinstance(start, bool):
+                    raise TypeError("by='id' needs integer ID versions")
+                if end is not None and (not isinstance(end, int) or isinstance(end, bool)):
+                    raise TypeError("by='id' needs integer ID versions")
+                high = head if end is None else min(end, head)
+                if start < 0 or start > head:
+                    raise VersionNotFoundError(
+                        f"table {name!r} has ID versions 0..{head}; start version {start} does not exist"
+                        + (" (yet)" if start > head else "")
+                    )
+                if end is not None and end < start:
+                    raise ValueError(f"end version {end} is before start version {start}")
+                rows = store.query_commits(conn, table_id, "id_version", start, high, include_rewrites)
+            else:
+                low = to_millis(start, ceil=True)  # type: ignore[arg-type]
+                high_ms = 2**62 if end is None else to_millis(end)  # type: ignore[arg-type]
+                if high_ms < low:
+                    raise ValueError("end timestamp is before start timestamp")
+                rows = store.query_commits(conn, table_id, "effective_time_ms", low, high_ms, include_rewrites)
+            return self._commits(conn, name, row, rows)
+
+    def _commits(self, conn: Any, name: str, row: tuple[Any, ...], rows: list[tuple[Any, ...]]) -> list[Commit]:
+        if not rows:
+            return []
+        table_id = row[0]
+        location = TableMetadata.model_validate_json(row[5]).location
+        low, high = rows[0][0], rows[-1][0]
+        wanted = {r[0] for r in rows}
+        added: dict[int, list[FileEntry]] = {}
+        for entry in self._files(
+            [f for f in store.query_added_files(conn, table_id, low, high) if f[6] in wanted], location
+        ):
+            added.setdefault(entry.added_version, []).append(entry)
+        removed: dict[int, list[str]] = {}
+        for version, path in store.query_removed_paths(conn, table_id, low, high):
+            if version in wanted:
+                removed.setdefault(version, []).append(path)
+        result = []
+        for r in rows:
+            version = r[0]
+            result.append(
+                Commit(
+                    table=name,
+                    id_version=version,
+                    time_version=ms_to_datetime(r[1]),
+                    timestamp=ms_to_datetime(r[2]),  # type: ignore[arg-type]
+                    operation=Operation(r[3]),
+                    data_change=bool(r[4]),
+                    txn_id=r[5],
+                    read_version=r[6],
+                    rebase=Rebase(r[7]),
+                    partitions=None if r[8] is None else tuple(json.loads(r[8])),
+                    writer=r[9],
+                    app_id=r[10],
+                    batch_id=r[11],
+                    intent_offset=r[12],
+                    log_offset=r[13],
+                    added_files=tuple(added.get(version, ())),
+                    removed_files=tuple(removed.get(version, ())),
+                )
+            )
+        return result
+
+    def subscribe(
+        self, name: str, from_version: int, poll_interval: float, include_rewrites: bool, idle_timeout: float | None
+    ) -> Iterator[Commit]:
+        return _poll_subscription(self, name, from_version, poll_interval, include_rewrites, idle_timeout)
+
+    def health(self) -> dict[str, Any]:
+        with self._read() as conn:
+            rows = store.query_streams(conn)
+        tables = {
+            r[1]: {
+                "created": r[5] is not None,
+                "head_version": r[7],
+                "log_offset": r[3],
+                "decisions": r[4],
+                "error": r[9],
+                "error_offset": r[10],
+            }
+            for r in rows
+        }
+        return {"tables": tables, "broken": {n: t["error"] for n, t in tables.items() if t["error"]}}
+
+
+def _poll_subscription(
+    backend: Any, name: str, cursor: int, poll_interval: float, include_rewrites: bool, idle_timeout: float | None
+) -> Iterator[Commit]:
+    """The subscription loop shared by both backends: page through ``commits`` by ID version."""
+    page = 500
+    last_progress = time.monotonic()
+    while True:
+        info = backend.table(name)
+        head = info.head_version
+        if head >= cursor:
+            high = min(head, cursor + page - 1)
+            yield from backend.commits(name, cursor, high, "id", include_rewrites)
+            cursor = high + 1
+            last_progress = time.monotonic()
+            continue
+        if info.error is not None:
+            raise TableBrokenError(
+                f"table {name!r} is stuck at version {head} (decision log offset {info.error_offset}): {info.error}"
+            )
+        if idle_timeout is not None and time.monotonic() - last_progress >= idle_timeout:
+            return
+        time.sleep(poll_interval)
+
+
+def _decision(name: str, r: tuple[Any, ...]) -> DecisionRecord:
+    return DecisionRecord(
+        table=name,
+        log_offset=r[0],
+        log_timestamp=ms_to_datetime(r[1]),
+        txn_id=r[2],
+        outcome=Outcome(r[3]),
+        operation=None if r[4] is None else Operation(r[4]),
+        read_version=r[5],
+        intent_offset=r[6],
+        id_version=r[7],
+        time_version=ms_to_datetime(r[8]),
+        timestamp=ms_to_datetime(r[9]),
+        rebase=Rebase(r[10]),
+        reason=r[11],
+        message=r[12],
+        conflicting_txn_id=r[13],
+        conflicting_version=r[14],
+        writer=r[15],
+        app_id=r[16],
+        batch_id=r[17],
+        duplicate_of=r[18],
+        partitions=None if r[19] is None else tuple(json.loads(r[19])),
+        files_added=r[20],
+        files_removed=r[21],
+        records_added=r[22],
+        bytes_added=r[23],
+        prev_hash=None if r[24] is None else bytes(r[24]).hex(),
+        hash=bytes(r[25]).hex(),
+    )
+
+
+class _ReadTxn:
+    """``with`` block running its queries in one SQLite read transaction (a consistent view)."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def __enter__(self) -> Any:
+        self.conn.execute("BEGIN")
+        return self.conn
+
+    def __exit__(self, kind: object, exc: object, tb: object) -> None:
+        self.conn.execute("COMMIT")
+        if isinstance(exc, sqlite3.OperationalError) and "no such table" in str(exc):
+            # the consumer created the file but not yet its schema (start-up)
+            raise CatalogUnavailableError(f"the catalog is not initialized yet ({exc})") from exc
+
+
+__all__ = ["BY_VALUES", "Catalog", "CatalogError", "LocalBackend", "Timestamp", "to_millis"]

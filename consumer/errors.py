@@ -1,0 +1,35 @@
+"""Errors of the catalog readers beyond the shared ``TableNotFoundError``/``VersionNotFoundError``.
+
+They subclass ``ordo.errors.OrdoError`` so callers can catch every ordo error
+with one clause. (Candidates to move into ``ordo.errors`` once stable.)
+"""
+
+from __future__ import annotations
+
+from ordo.errors import OrdoError, TableNotFoundError, VersionNotFoundError
+
+
+class CatalogError(OrdoError):
+    """Raised when the catalog cannot answer (missing file, unreachable service, bad request)."""
+
+
+class CatalogUnavailableError(CatalogError, ConnectionError):
+    """Raised when the catalog file does not exist or the catalog's HTTP service cannot be reached."""
+
+
+class CatalogTimeoutError(CatalogError, TimeoutError):
+    """Raised by ``wait_for_version`` when the version was not materialized in time."""
+
+
+class TableBrokenError(CatalogError):
+    """Raised when waiting on a table whose decision log the consumer stopped applying (hash-chain break)."""
+
+
+__all__ = [
+    "CatalogError",
+    "CatalogTimeoutError",
+    "CatalogUnavailableError",
+    "TableBrokenError",
+    "TableNotFoundError",
+    "VersionNotFoundError",
+]

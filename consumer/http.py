@@ -1,0 +1,313 @@
+"""The consumer's read-only HTTP service (FastAPI), run in the consumer process next to the materializer.
+
+Endpoints (JSON unless noted; OpenAPI docs at ``/docs``):
+
+* ``GET /tables``, ``GET /tables/{t}``                      tables, one table (metadata, head, error)
+* ``GET /tables/{t}/snapshot?version=&timestamp=``          live files at a version / as of a time / head
+* ``GET /tables/{t}/history?limit=``                        every decision, newest first
+* ``GET /tables/{t}/commits?start=&end=&by=id|time``         accepted commits, bounds inclusive
+* ``GET /tables/{t}/changes/stream?from_version=``          Server-Sent Events of commits; ``id:`` is the
+  ID version, so a client resumes with ``Last-Event-ID`` (= next is id + 1)
+* ``GET /healthz`` liveness (with the tables the consumer stopped applying),
+  ``GET /readyz`` 200 once caught up with the log end seen at start-up, else 503
+* ``GET /metrics`` Prometheus text: lag per table, decisions applied total and rate
+
+Unknown tables and versions answer 404 with ``{"error": <exception class>, "message": ...}``.
+Binds 127.0.0.1 by default (``ORDO_HTTP_HOST``/``ORDO_HTTP_PORT``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI, Header, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+
+from consumer.catalog import Catalog
+from consumer.errors import CatalogError, CatalogUnavailableError
+from consumer.materializer import ConsumerStatus
+from ordo.errors import TableNotFoundError, VersionNotFoundError
+
+log = logging.getLogger("ordo.consumer.http")
+
+SSE_PAGE = 200
+
+
+def parse_bound(value: str | None, by: str) -> int | str | None:
+    """A ``start``/``end`` query value: an ID version for ``by=id``; ISO-8601 or epoch ms for ``by=time``."""
+    if value is None or value == "":
+        return None
+    if by == "id":
+        try:
+            return int(value)
+        except ValueError:
+            raise ValueError(f"by=id needs integer versions, got {value!r}") from None
+    stripped = value.strip()
+    if stripped.lstrip("-").isdigit():
+        return int(stripped)
+    return stripped
+
+
+def create_app(
+    catalog: Catalog,
+    status: ConsumerStatus | None = None,
+    *,
+    sse_poll_interval: float = 0.2,
+    sse_heartbeat: float = 15.0,
+) -> FastAPI:
+    """The FastAPI application serving ``catalog`` (a local one) and, when given, the materializer ``status``."""
+    app = FastAPI(
+        title="ordo catalog",
+        description="Read-only access to the tables, snapshots, history and change feeds materialized by the "
+        "ordo consumer from the Kafka decisions log.",
+        version="1",
+    )
+
+    def error(status_code: int, exc: Exception) -> JSONResponse:
+        return JSONResponse({"error": type(exc).__name__, "message": str(exc)}, status_code=status_code)
+
+    @app.exception_handler(TableNotFoundError)
+    async def _table_not_found(request: Request, exc: TableNotFoundError) -> JSONResponse:
+        return error(404, exc)
+
+    @app.exception_handler(VersionNotFoundError)
+    async def _version_not_found(request: Request, exc: VersionNotFoundError) -> JSONResponse:
+        return error(404, exc)
+
+    @app.exception_handler(CatalogUnavailableError)
+    async def _unavailable(request: Request, exc: CatalogUnavailableError) -> JSONResponse:
+        return error(503, exc)
+
+    @app.exception_handler(CatalogError)
+    async def _catalog_error(request: Request, exc: CatalogError) -> JSONResponse:
+        return error(500, exc)
+
+    @app.exception_handler(ValueError)
+    async def _bad_value(request: Request, exc: ValueError) -> JSONResponse:
+        return error(400, exc)
+
+    @app.exception_handler(TypeError)
+    async def _bad_type(request: Request, exc: TypeError) -> JSONResponse:
+        return error(400, exc)
+
+    @app.get("/tables", summary="Every created table")
+    def tables() -> JSONResponse:
+        return JSONResponse({"tables": [t.to_dict() for t in catalog.tables()]})
+
+    @app.get("/tables/{table}", summary="One table: metadata, head versions, materialization error")
+    def table(table: str) -> JSONResponse:
+        return JSONResponse(catalog.table(table).to_dict())
+
+    @app.get("/tables/{table}/snapshot", summary="Live files at an ID version, as of a timestamp, or at the head")
+    def snapshot(
+        table: str,
+        version: int | None = Query(None, ge=0, description="ID version"),
+        timestamp: str | None = Query(None, description="ISO-8601 time or epoch milliseconds"),
+    ) -> JSONResponse:
+        ts = parse_bound(timestamp, "time")
+        return JSONResponse(catalog.snapshot(table, version=version, timestamp=ts).to_dict())
+
+    @app.get("/tables/{table}/history", summary="Every decision (accepted and rejected), newest first")
+    def history(table: str, limit: int | None = Query(None, ge=1)) -> JSONResponse:
+        return JSONResponse({"decisions": [d.to_dict() for d in catalog.history(table, limit)]})
+
+    @app.get("/tables/{table}/commits", summary="Accepted commits in [start, end] (both inclusive)")
+    def commits(
+        table: str,
+        start: str | None = Query(None, description="by=id: ID version (default 0); by=time: timestamp"),
+        end: str | None = Query(None, description="inclusive; default: the head"),
+        by: str = Query("id", pattern="^(id|time)$"),
+        include_rewrites: bool = Query(False, description="also compaction and clustering commits"),
+    ) -> JSONResponse:
+        low = parse_bound(start, by)
+        if low is None:
+            low = 0
+        found = catalog.commits(table, low, parse_bound(end, by), by, include_rewrites=include_rewrites)
+        return JSONResponse({"commits": [c.to_dict() for c in found]})
+
+    @app.get(
+        "/tables/{table}/changes/stream",
+        summary="Server-Sent Events of accepted commits from a cursor (event id = ID version)",
+        response_class=StreamingResponse,
+    )
+    async def stream(
+        request: Request,
+        table: str,
+        from_version: int = Query(0, ge=0, description="first ID version to send"),
+        include_rewrites: bool = Query(False),
+        last_event_id: str | None = Header(None, alias="Last-Event-ID"),
+    ) -> StreamingResponse:
+        cursor = from_version
+        if last_event_id is not None and last_event_id.strip():
+            try:
+                cursor = int(last_event_id) + 1
+            except ValueError:
+                raise ValueError(f"Last-Event-ID must be an ID version, got {last_event_id!r}") from None
+        await run_in_threadpool(catalog.table, table)  # 404 before the stream starts
+
+        async def events() -> AsyncIterator[str]:
+            position = cursor
+            last_sent = time.monotonic()
+            yield "retry: 1000\n\n"
+            while True:
+                if await request.is_disconnected():
+                    return
+                try:
+                    info = await run_in_threadpool(catalog.table, table)
+                except CatalogError as exc:
+                    yield _event("error", {"error": type(exc).__name__, "message": str(exc)})
+                    return
+                if info.head_version >= position:
+                    high = min(info.head_version, position + SSE_PAGE - 1)
+                    found = await run_in_threadpool(
+                        catalog.commits, table, position, high, "id", include_rewrites=include_rewrites
+                    )
+                    for commit in found:
+                        yield _event("commit", commit.to_dict(), commit.id_version)
+                    position = high + 1
+                    last_sent = time.monotonic()
+                    continue
+                if info.error is not None:
+                    yield _event("error", {"error": "TableBrokenError", "message": info.error})
+                    return
+                if time.monotonic() - last_sent >= sse_heartbeat:
+                    yield ": keepalive\n\n"
+                    last_sent = time.monotonic()
+                await asyncio.sleep(sse_poll_interval)
+
+        return StreamingResponse(
+            events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        )
+
+    @app.get("/healthz", summary="Liveness; lists tables the consumer stopped applying")
+    def healthz() -> JSONResponse:
+        try:
+            health = catalog.health()
+        except CatalogUnavailableError:
+            health = {"tables": {}, "broken": {}}
+        broken = health["broken"]
+        body: dict[str, Any] = {"status": "degraded" if broken else "ok", "broken": broken, "tables": health["tables"]}
+        if status is not None:
+            body["kafka_ok"] = status.kafka_ok
+        return JSONResponse(body)
+
+    @app.get("/readyz", summary="200 once caught up with the log end seen at start-up, else 503")
+    def readyz() -> JSONResponse:
+        ready = status.ready if status is not None else True
+        return JSONResponse({"ready": ready}, status_code=200 if ready else 503)
+
+    @app.get("/metrics", summary="Prometheus metrics", response_class=PlainTextResponse)
+    def metrics() -> PlainTextResponse:
+        from prometheus_client import CONTENT_TYPE_LATEST
+
+        return PlainTextResponse(render_metrics(catalog, status), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+def _event(kind: str, data: dict[str, Any], event_id: int | None = None) -> str:
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}event: {kind}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
+
+
+def render_metrics(catalog: Catalog, status: ConsumerStatus | None) -> bytes:
+    """Prometheus exposition of the consumer's state (computed at scrape time)."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    try:
+        health = catalog.health()["tables"]
+    except CatalogUnavailableError:
+        health = {}
+    snap = status.snapshot() if status is not None else None
+
+    class _Collector:
+        def collect(self) -> Any:
+            head = GaugeMetricFamily("ordo_consumer_head_version", "Materialized head ID version", labels=["table"])
+            broken = GaugeMetricFamily(
+                "ordo_consumer_table_broken", "1 when the consumer stopped applying the table's log", labels=["table"]
+            )
+            for name, info in health.items():
+                head.add_metric([name], info["head_version"])
+                broken.add_metric([name], 1 if info["error"] else 0)
+            yield head
+            yield broken
+            yield GaugeMetricFamily("ordo_consumer_tables", "Decisions topics followed", value=len(health))
+            if snap is not None:
+                lag = GaugeMetricFamily(
+                    "ordo_consumer_lag_records",
+                    "Records between the applied offset and the decisions log end (incl. transaction markers)",
+                    labels=["table"],
+                )
+                for name, value in snap["lag"].items():
+                    lag.add_metric([name], value)
+                yield lag
+                yield CounterMetricFamily(
+                    "ordo_consumer_decisions_applied", "Decision records applied", value=snap["applied_total"]
+                )
+                yield CounterMetricFamily(
+                    "ordo_consumer_commits_applied", "Accepted commits applied", value=snap["commits_total"]
+                )
+                yield GaugeMetricFamily(
+                    "ordo_consumer_apply_rate", "Decisions applied per second (last 10 s)", value=snap["rate"]
+                )
+                yield GaugeMetricFamily("ordo_consumer_ready", "1 once caught up at start-up", value=int(snap["ready"]))
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Collector())  # type: ignore[arg-type]
+    return generate_latest(registry)
+
+
+class HttpServer:
+    """uvicorn serving an app on a background thread; binds at construction so the port is known at once."""
+
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
+        import uvicorn
+
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY only on such sockets (else ~40 ms per request)
+        self._socket = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self._socket.bind((host, port))
+        except OSError as exc:
+            self._socket.close()
+            raise OSError(f"cannot bind the consumer HTTP service to {host}:{port}: {exc.strerror}") from exc
+        self._socket.listen(128)
+        self.host = host
+        self.port = int(self._socket.getsockname()[1])
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=2)
+        self._server = uvicorn.Server(config)
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """``http://host:port`` of the service."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def start(self) -> HttpServer:
+        """Serve on a daemon thread."""
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._socket]}, name="ordo-http", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Ask uvicorn to exit and wait for it."""
+        self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self._socket.close()
+
+
+__all__ = ["HttpServer", "create_app", "parse_bound", "render_metrics"]

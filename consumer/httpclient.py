@@ -1,0 +1,173 @@
+"""The ``Catalog`` backend that talks to the consumer's HTTP service (httpx).
+
+Returns the same models and raises the same errors as the SQLite backend: a
+404 body names the exception class (``TableNotFoundError`` or
+``VersionNotFoundError``), which is raised again here.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from consumer.errors import CatalogError, CatalogUnavailableError, TableBrokenError
+from consumer.models import Commit, DecisionRecord, Snapshot, TableInfo
+from ordo.errors import TableNotFoundError, VersionNotFoundError
+
+_ERRORS: dict[str, type[Exception]] = {
+    "TableNotFoundError": TableNotFoundError,
+    "VersionNotFoundError": VersionNotFoundError,
+    "CatalogUnavailableError": CatalogUnavailableError,
+    "ValueError": ValueError,
+    "TypeError": TypeError,
+}
+
+
+def _bound(value: Any) -> str | None:
+    if value is None:
+        return None
+    if hasattr(value, "isoformat"):
+        return str(value.isoformat())
+    return str(value)
+
+
+class HttpBackend:
+    """Catalog reads over HTTP (``http://host:port`` of ``ordo consumer``)."""
+
+    def __init__(self, url: str, timeout: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self._local = threading.local()
+
+    def _client(self) -> Any:
+        import httpx
+
+        client = getattr(self._local, "client", None)
+        if client is None:
+            client = self._local.client = httpx.Client(base_url=self.url, timeout=self.timeout)
+        return client
+
+    def close(self) -> None:
+        client = getattr(self._local, "client", None)
+        if client is not None:
+            client.close()
+            self._local.client = None
+
+    def _get(self, path: str, **params: Any) -> Any:
+        import httpx
+
+        query = {k: v for k, v in params.items() if v is not None}
+        try:
+            response = self._client().get(path, params=query)
+        except httpx.TransportError as exc:
+            raise CatalogUnavailableError(f"catalog service {self.url} unreachable: {exc}") from exc
+        if response.status_code == 200:
+            return response.json()
+        raise _error(response)
+
+    # -- API -------------------------------------------------------------------------------
+
+    def tables(self) -> list[TableInfo]:
+        return [TableInfo.from_dict(t) for t in self._get("/tables")["tables"]]
+
+    def table(self, name: str) -> TableInfo:
+        return TableInfo.from_dict(self._get(f"/tables/{name}"))
+
+    def snapshot(self, name: str, version: int | None, timestamp: Any) -> Snapshot:
+        return Snapshot.from_dict(self._get(f"/tables/{name}/snapshot", version=version, timestamp=_bound(timestamp)))
+
+    def history(self, name: str, limit: int | None) -> list[DecisionRecord]:
+        return [DecisionRecord.from_dict(d) for d in self._get(f"/tables/{name}/history", limit=limit)["decisions"]]
+
+    def commits(self, name: str, start: Any, end: Any, by: str, include_rewrites: bool) -> list[Commit]:
+        data = self._get(
+            f"/tables/{name}/commits",
+            start=_bound(start),
+            end=_bound(end),
+            by=by,
+            include_rewrites=str(include_rewrites).lower(),
+        )
+        return [Commit.from_dict(c) for c in data["commits"]]
+
+    def health(self) -> dict[str, Any]:
+        data = self._get("/healthz")
+        return {"tables": data.get("tables", {}), "broken": data.get("broken", {})}
+
+    def subscribe(
+        self, name: str, from_version: int, poll_interval: float, include_rewrites: bool, idle_timeout: float | None
+    ) -> Iterator[Commit]:
+        return self._sse(name, from_version, include_rewrites, idle_timeout)
+
+    def _sse(self, name: str, cursor: int, include_rewrites: bool, idle_timeout: float | None) -> Iterator[Commit]:
+        """Follow the SSE stream; reconnect with ``Last-Event-ID`` when the connection drops."""
+        import httpx
+
+        last_progress = time.monotonic()
+        read_timeout = idle_timeout if idle_timeout is not None else None
+        while True:
+            headers = {"Accept": "text/event-stream"}
+            params: dict[str, str | int] = {"from_version": cursor, "include_rewrites": str(include_rewrites).lower()}
+            try:
+                with httpx.Client(base_url=self.url, timeout=httpx.Timeout(self.timeout, read=read_timeout)) as client:
+                    with client.stream("GET", f"/tables/{name}/changes/stream", params=params, headers=headers) as resp:
+                        if resp.status_code != 200:
+                            resp.read()
+                            raise _error(resp)
+                        for kind, _event_id, data in _parse_events(resp.iter_lines()):
+                            if kind == "commit":
+                                commit = Commit.from_dict(json.loads(data))
+                                cursor = commit.id_version + 1
+                                last_progress = time.monotonic()
+                                yield commit
+                            elif kind == "error":
+                                body = json.loads(data)
+                                raise TableBrokenError(f"table {name!r}: {body.get('message')}")
+                            if idle_timeout is not None and time.monotonic() - last_progress >= idle_timeout:
+                                return
+            except httpx.ReadTimeout:
+                if idle_timeout is not None and time.monotonic() - last_progress >= idle_timeout:
+                    return
+            except httpx.TransportError as exc:
+                if idle_timeout is not None and time.monotonic() - last_progress >= idle_timeout:
+                    raise CatalogUnavailableError(f"catalog service {self.url} unreachable: {exc}") from exc
+                time.sleep(0.5)
+
+
+def _parse_events(lines: Iterator[str]) -> Iterator[tuple[str, str | None, str]]:
+    """Yield ``(event, id, data)`` per Server-Sent Event; comments (keepalives) yield ``("", None, "")``."""
+    kind, event_id, data = "message", None, list[str]()
+    for line in lines:
+        if line == "":
+            if data:
+                yield kind, event_id, "\n".join(data)
+            kind, event_id, data = "message", None, list[str]()
+            continue
+        if line.startswith(":"):
+            yield "", None, ""
+            continue
+        field, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if field == "event":
+            kind = value
+        elif field == "id":
+            event_id = value
+        elif field == "data":
+            data.append(value)
+
+
+def _error(response: Any) -> Exception:
+    try:
+        body = response.json()
+        kind, message = body.get("error"), body.get("message") or body.get("detail")
+    except ValueError:
+        kind, message = None, response.text[:500]
+    cls = _ERRORS.get(kind or "")
+    if cls is not None:
+        return cls(message)
+    return CatalogError(f"catalog service answered {response.status_code}: {message}")
+
+
+__all__ = ["HttpBackend"]

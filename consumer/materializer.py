@@ -1,0 +1,351 @@
+"""The consumer's Kafka loop: follow every ``<prefix>.*.decisions`` topic and fold it into the catalog.
+
+The adapter around ``consumer.store.CatalogWriter``; the only module of the
+consumer that imports ``confluent_kafka``.
+
+* ``assign()``-based: no consumer group (a group join costs ~3-23 s on Tansu and
+  buys nothing, since the catalog stores its own offsets). Topics are
+  rediscovered with a metadata request every ``discovery_interval`` seconds, so
+  a new table is followed within about a second of its first decision.
+* ``read_committed``: decisions of an aborted arbiter transaction are never
+  applied on Kafka. (Tansu shows them anyway; the arbiter chains on what it
+  sees, so the hash chain stays whole. See docs/tansu.md.)
+* Each batch of records is applied in one SQLite transaction together with
+  each table's next offset: a kill -9 at any moment resumes exactly there.
+* A table whose log cannot be applied (hash-chain break, undecodable record,
+  inconsistent decision, log shorter than the catalog) is unassigned and
+  reported; every other table keeps being served.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import re
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from consumer.store import ApplyResult, CatalogWriter, LogRecord
+from ordo.errors import BrokerUnavailableError
+from ordo.settings import Settings
+from schemas import decisions_pattern, parse_topic
+
+log = logging.getLogger("ordo.consumer")
+
+READY_MESSAGE = "consumer ready"
+KAFKA_TIMEOUT = 10.0
+
+
+@dataclass
+class ConsumerStatus:
+    """Live counters of one materializer, shared with the HTTP service (thread-safe)."""
+
+    started_at: float = field(default_factory=time.time)
+    ready: bool = False
+    kafka_ok: bool = False
+    applied_total: int = 0
+    commits_total: int = 0
+    batches_total: int = 0
+    lag: dict[str, int] = field(default_factory=dict)
+    broken: dict[str, str] = field(default_factory=dict)
+    last_error: str | None = None
+    _rate_window: collections.deque[tuple[float, int]] = field(default_factory=lambda: collections.deque(maxlen=120))
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def record(self, result: ApplyResult) -> None:
+        """Count one applied batch."""
+        with self._lock:
+            self.applied_total += result.applied
+            self.commits_total += result.commits
+            self.batches_total += 1
+            for table, _offset, error in result.broken:
+                self.broken[table] = error
+
+    def tick(self) -> None:
+        """Sample the applied counter (about once a second) for ``rate``."""
+        with self._lock:
+            self._rate_window.append((time.monotonic(), self.applied_total))
+
+    def rate(self, window: float = 10.0) -> float:
+        """Decisions applied per second over the last ``window`` seconds."""
+        with self._lock:
+            samples = list(self._rate_window)
+            total = self.applied_total
+        now = time.monotonic()
+        recent = [s for s in samples if now - s[0] <= window]
+        if not recent:
+            return 0.0
+        elapsed = now - recent[0][0]
+        return (total - recent[0][1]) / elapsed if elapsed > 0 else 0.0
+
+    def snapshot(self) -> dict[str, Any]:
+        """A JSON-ready copy."""
+        with self._lock:
+            data = {
+                "ready": self.ready,
+                "kafka_ok": self.kafka_ok,
+                "uptime_s": round(time.time() - self.started_at, 3),
+                "applied_total": self.applied_total,
+                "commits_total": self.commits_total,
+                "batches_total": self.batches_total,
+                "lag": dict(self.lag),
+                "broken": dict(self.broken),
+                "last_error": self.last_error,
+            }
+        data["rate"] = round(self.rate(), 3)
+        return data
+
+
+class Materializer:
+    """Folds every decisions topic under ``settings.topic_prefix`` into the catalog at ``settings.catalog``.
+
+    ``run()`` blocks until ``stop()`` (callable from a signal handler or another thread).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        writer: CatalogWriter | None = None,
+        status: ConsumerStatus | None = None,
+        *,
+        batch_size: int = 5000,
+        discovery_interval: float = 1.0,
+        poll_timeout: float = 0.1,
+    ) -> None:
+        self.settings = settings
+        self.prefix = settings.topic_prefix
+        self.writer = writer if writer is not None else CatalogWriter(settings.catalog, settings.topic_prefix)
+        self.status = status if status is not None else ConsumerStatus()
+        self.batch_size = batch_size
+        self.discovery_interval = discovery_interval
+        self.poll_timeout = poll_timeout
+        self._pattern = re.compile(decisions_pattern(self.prefix))
+        self._stop = threading.Event()
+        self._consumer: Any = None
+        self._topics: dict[str, str] = {}  # assigned topic -> table
+        self._skipped: set[str] = set()  # topics not followed (broken table)
+        self._awaiting_eof: set[str] | None = None  # topics to reach the end of before ready
+
+    def stop(self) -> None:
+        """Ask ``run()`` to return after the current batch."""
+        self._stop.set()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def run(self) -> None:
+        """Follow the decisions topics until stopped."""
+        from confluent_kafka import Consumer
+
+        self._consumer = Consumer(self._consumer_config())
+        try:
+            self._loop()
+        finally:
+            try:
+                self._consumer.close()
+            except Exception:  # closing is best effort
+                log.debug("closing consumer failed", exc_info=True)
+            self._consumer = None
+
+    def _consumer_config(self) -> dict[str, Any]:
+        return self.settings.kafka_config(
+            **{
+                # Never joins (assign() only) nor commits: the catalog holds the offsets.
+                "group.id": f"{self.prefix}.consumer.{uuid.uuid4().hex[:12]}",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "isolation.level": "read_committed",
+                # A stored offset beyond the log end means the log lost records
+                # (in-memory broker restarted): report it, never silently re-read.
+                "auto.offset.reset": "error",
+                "enable.partition.eof": True,
+                "fetch.wait.max.ms": 50,
+                "allow.auto.create.topics": False,
+                "error_cb": self._on_kafka_error,
+            }
+        )
+
+    def _on_kafka_error(self, error: Any) -> None:
+        self.status.kafka_ok = False
+        self.status.last_error = str(error)
+        log.warning("Kafka: %s", error)
+
+    # ------------------------------------------------------------------ loop
+
+    def _loop(self) -> None:
+        next_discovery = 0.0
+        while not self._stop.is_set():
+            now = time.monotonic()
+            if now >= next_discovery:
+                try:
+                    self._discover()
+                    self._update_lag()
+                except BrokerUnavailableError as exc:
+                    self.status.kafka_ok = False
+                    self.status.last_error = str(exc)
+                    log.warning("topic discovery failed: %s; retrying", exc)
+                self.status.tick()
+                next_discovery = time.monotonic() + self.discovery_interval
+            messages = self._next_messages()
+            if messages:
+                self._process(messages)
+
+    def _next_messages(self) -> list[Any]:
+        first = self._consumer.poll(self.poll_timeout)
+        if first is None:
+            return []
+        return [first, *self._consumer.consume(num_messages=self.batch_size - 1, timeout=0)]
+
+    def _process(self, messages: list[Any]) -> None:
+        from confluent_kafka import KafkaError
+
+        records: list[LogRecord] = []
+        ends: list[str] = []
+        for message in messages:
+            topic = message.topic()
+            error = message.error()
+            if error is not None:
+                code = error.code()
+                if code == KafkaError._PARTITION_EOF:
+                    ends.append(topic)
+                elif code == KafkaError._AUTO_OFFSET_RESET and topic in self._topics:
+                    self._fail(topic, f"the decisions log has no record at the catalog's offset ({error.str()})")
+                elif code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
+                    continue
+                else:
+                    log.warning("reading %s: %s", topic, error)
+                continue
+            table = self._topics.get(topic)
+            if table is None:
+                continue
+            _, timestamp = message.timestamp()
+            records.append(LogRecord(table, message.offset(), timestamp if timestamp >= 0 else None, message.value()))
+        if records:
+            result = self.writer.apply(records)
+            self.status.record(result)
+            for table, offset, error in result.broken:
+                self._unfollow(f"{self.prefix}.{table}.decisions")
+                log.error("table %s: not materialized beyond offset %d: %s", table, offset, error)
+        for topic in ends:
+            self._reached_end(topic)
+        if records or ends:
+            self._update_lag()
+
+    # ------------------------------------------------------------------ topics
+
+    def _discover(self) -> None:
+        """Assign decisions topics that appeared since the last look, each at its stored offset."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        try:
+            metadata = self._consumer.list_topics(timeout=KAFKA_TIMEOUT)
+        except KafkaException as exc:
+            raise BrokerUnavailableError(f"cannot list topics: {exc.args[0]}") from exc
+        self.status.kafka_ok = True
+        found = sorted(
+            name
+            for name, topic in metadata.topics.items()
+            if topic.error is None and self._pattern.match(name) and name not in self._topics
+        )
+        assign: list[Any] = []
+        for topic in found:
+            parsed = parse_topic(self.prefix, topic)
+            if parsed is None or topic in self._skipped:
+                continue
+            table = parsed[0]
+            state = self.writer.ensure_stream(table, topic)
+            if state.error is not None:
+                self._skipped.add(topic)
+                self.status.broken[table] = state.error
+                log.error(
+                    "table %s: not followed, its log stopped applying at offset %s: %s",
+                    table,
+                    state.error_offset,
+                    state.error,
+                )
+                continue
+            try:
+                _, high = self._consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=KAFKA_TIMEOUT)
+            except KafkaException as exc:
+                log.warning("table %s: no watermarks yet (%s); retrying", table, exc.args[0])
+                continue
+            if high < state.next_offset:
+                self._topics[topic] = table
+                self._fail(
+                    topic,
+                    f"the decisions log ends at offset {high} but the catalog applied it up to {state.next_offset}: "
+                    "the broker lost records or the topic was recreated (rebuild the catalog)",
+                )
+                continue
+            self._topics[topic] = table
+            assign.append(TopicPartition(topic, 0, state.next_offset))
+            log.info("table %s: following %s from offset %d", table, topic, state.next_offset)
+        if assign:
+            self._consumer.incremental_assign(assign)
+        if self._awaiting_eof is None:
+            self._awaiting_eof = {tp.topic for tp in assign}
+            self._check_ready()
+
+    def _fail(self, topic: str, error: str) -> None:
+        table = self._topics.get(topic) or topic
+        self.writer.mark_broken(table, error)
+        self.status.broken[table] = error
+        log.error("table %s: %s", table, error)
+        self._unfollow(topic)
+
+    def _unfollow(self, topic: str) -> None:
+        from confluent_kafka import TopicPartition
+
+        if topic in self._topics:
+            del self._topics[topic]
+            self._skipped.add(topic)
+            try:
+                self._consumer.incremental_unassign([TopicPartition(topic, 0)])
+            except Exception:  # not assigned yet
+                log.debug("unassign %s failed", topic, exc_info=True)
+        self._reached_end(topic)
+
+    def _reached_end(self, topic: str) -> None:
+        if self._awaiting_eof is not None and topic in self._awaiting_eof:
+            self._awaiting_eof.discard(topic)
+            self._check_ready()
+
+    def _check_ready(self) -> None:
+        if not self.status.ready and self._awaiting_eof is not None and not self._awaiting_eof:
+            self.status.ready = True
+            log.info(
+                "%s: prefix %r, catalog %s, %d table(s) caught up",
+                READY_MESSAGE,
+                self.prefix,
+                self.writer.path,
+                len(self._topics),
+            )
+
+    def _update_lag(self) -> None:
+        """Records between each table's applied offset and its log end (transaction markers included)."""
+        from confluent_kafka import TopicPartition
+
+        lag: dict[str, int] = {}
+        streams = self.writer.streams()
+        for topic, table in list(self._topics.items()):
+            try:
+                _, high = self._consumer.get_watermark_offsets(TopicPartition(topic, 0), cached=True)
+            except Exception:
+                continue
+            state = streams.get(table)
+            if high is None or high < 0 or state is None:
+                continue
+            position = state.next_offset
+            try:
+                reported = self._consumer.position([TopicPartition(topic, 0)])[0].offset
+                if reported is not None and reported > position:
+                    position = reported  # past transaction markers the catalog never sees
+            except Exception:
+                pass
+            lag[table] = max(0, high - position)
+        self.status.lag = lag
+
+
+__all__ = ["READY_MESSAGE", "ConsumerStatus", "Materializer"]

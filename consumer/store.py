@@ -1,0 +1,728 @@
+"""The catalog's SQLite store: schema, the writer that folds decisions in, and the read queries.
+
+One SQLite file (WAL mode) holds every table of one topic prefix:
+
+* ``tables``    one row per decisions topic followed: the Kafka offset to resume
+                from, the hash of the last applied decision record, the table's
+                metadata and head once CREATE_TABLE was accepted, and the error
+                that stopped it, if any.
+* ``decisions`` every decision record applied, accepted or rejected.
+* ``commits``   one row per ID version (accepted, non-duplicate decisions), with
+                the time version readers see it at (own or inherited).
+* ``files``     one row per file a commit added: ``added_version`` and
+                ``removed_version`` (NULL while live). The snapshot at version v
+                is ``added_version <= v AND (removed_version IS NULL OR removed_version > v)``.
+
+``CatalogWriter.apply`` folds a batch of decision records in ONE SQLite
+transaction that also stores, per table, the next Kafka offset: the catalog
+and its position in the log can never disagree, so a consumer killed at any
+moment resumes exactly where it stopped. See docs/consumer.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import sqlite3
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from consumer.models import datetime_to_ms
+from schemas import CodecError, CommitDecision, Operation, Outcome, TableMetadata, decode
+
+log = logging.getLogger("ordo.consumer.store")
+
+SCHEMA_VERSION = 1
+GENESIS_HASH = bytes(32)  # prev_hash of a table's first decision (arbiter.core.GENESIS_HASH)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS catalog_info (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tables (
+    id              INTEGER PRIMARY KEY,
+    name            TEXT NOT NULL UNIQUE,
+    topic           TEXT NOT NULL,
+    next_offset     INTEGER NOT NULL DEFAULT 0,   -- Kafka offset of the next decision record to apply
+    last_hash       BLOB NOT NULL,                -- SHA-256 of the last applied decision record
+    decisions       INTEGER NOT NULL DEFAULT 0,   -- decision records applied
+    metadata        TEXT,                         -- JSON TableMetadata, NULL until CREATE_TABLE is accepted
+    created_time_ms INTEGER,
+    head_version    INTEGER NOT NULL DEFAULT -1,
+    head_time_ms    INTEGER,                      -- time version of the latest logical commit
+    error           TEXT,                         -- why the consumer stopped applying this table
+    error_offset    INTEGER,
+    updated_ms      INTEGER
+);
+CREATE TABLE IF NOT EXISTS decisions (
+    table_id            INTEGER NOT NULL,
+    log_offset          INTEGER NOT NULL,
+    log_timestamp_ms    INTEGER,
+    txn_id              TEXT NOT NULL,
+    outcome             TEXT NOT NULL,
+    operation           TEXT,
+    read_version        INTEGER,
+    intent_offset       INTEGER NOT NULL,
+    id_version          INTEGER,
+    time_version_ms     INTEGER,
+    effective_time_ms   INTEGER,
+    rebase              TEXT NOT NULL,
+    reason              TEXT,
+    message             TEXT,
+    conflicting_txn_id  TEXT,
+    conflicting_version INTEGER,
+    writer              TEXT,
+    app_id              TEXT,
+    batch_id            INTEGER,
+    duplicate_of        INTEGER,
+    partitions          TEXT,
+    files_added         INTEGER NOT NULL,
+    files_removed       INTEGER NOT NULL,
+    records_added       INTEGER NOT NULL,
+    bytes_added         INTEGER NOT NULL,
+    prev_hash           BLOB,
+    hash                BLOB NOT NULL,
+    PRIMARY KEY (table_id, log_offset)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS commits (
+    table_id          INTEGER NOT NULL,
+    id_version        INTEGER NOT NULL,
+    log_offset        INTEGER NOT NULL,
+    time_version_ms   INTEGER,                    -- own time version, NULL for compaction/clustering
+    effective_time_ms INTEGER NOT NULL,           -- own or inherited time version
+    operation         TEXT NOT NULL,
+    data_change       INTEGER NOT NULL,
+    PRIMARY KEY (table_id, id_version)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS commits_time ON commits (table_id, effective_time_ms, id_version);
+CREATE TABLE IF NOT EXISTS files (
+    id              INTEGER PRIMARY KEY,
+    table_id        INTEGER NOT NULL,
+    path            TEXT NOT NULL,                -- relative to the table location
+    partition       TEXT NOT NULL,                -- JSON object in partition-column order ('{}' if unpartitioned)
+    record_count    INTEGER NOT NULL,
+    size_bytes      INTEGER NOT NULL,
+    min_key         TEXT,
+    max_key         TEXT,
+    added_version   INTEGER NOT NULL,             -- = the sequence number of its records without _ordo_seq
+    removed_version INTEGER,                      -- NULL while live
+    data_change     INTEGER NOT NULL,             -- the adding commit changed logical data
+    operation       TEXT NOT NULL                 -- the adding commit's operation
+);
+CREATE UNIQUE INDEX IF NOT EXISTS files_live_path ON files (table_id, path) WHERE removed_version IS NULL;
+CREATE INDEX IF NOT EXISTS files_removed ON files (table_id, removed_version, added_version);
+CREATE INDEX IF NOT EXISTS files_added ON files (table_id, added_version);
+"""
+
+
+class LogRecord(NamedTuple):
+    """One record of a decisions topic, as the materializer hands it to the writer."""
+
+    table: str
+    offset: int
+    timestamp_ms: int | None
+    value: bytes | None
+
+
+@dataclass(slots=True)
+class StreamState:
+    """The writer's in-memory mirror of one ``tables`` row."""
+
+    table_id: int
+    name: str
+    topic: str
+    next_offset: int = 0
+    last_hash: bytes = GENESIS_HASH
+    decisions: int = 0
+    metadata: TableMetadata | None = None
+    metadata_json: str | None = None
+    created_time_ms: int | None = None
+    head_version: int = -1
+    head_time_ms: int | None = None
+    error: str | None = None
+    error_offset: int | None = None
+
+    @property
+    def created(self) -> bool:
+        """True once CREATE_TABLE was applied."""
+        return self.metadata is not None
+
+
+@dataclass
+class ApplyResult:
+    """What one ``apply`` call did."""
+
+    applied: int = 0
+    skipped: int = 0
+    commits: int = 0
+    broken: list[tuple[str, int, str]] = field(default_factory=list)  # (table, offset, error)
+    touched: set[str] = field(default_factory=set)
+
+
+class _Applied(NamedTuple):
+    """What applying one decision wrote, and the stream-state fields to set once it is all written."""
+
+    files_added: int
+    files_removed: int
+    records_added: int
+    bytes_added: int
+    committed: bool
+    effective_ms: int | None
+    updates: dict[str, Any]
+
+
+_NOTHING = _Applied(0, 0, 0, 0, False, None, {})
+
+
+class _Inconsistent(Exception):
+    """A decision that cannot be applied on top of the catalog (the table stops here)."""
+
+
+def connect(path: str | Path, *, readonly: bool = False) -> sqlite3.Connection:
+    """An autocommit connection to the catalog file (WAL mode); readers never create the file."""
+    if readonly:
+        uri = Path(path).absolute().as_uri() + "?mode=rw"
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=30.0)
+        conn.execute("PRAGMA query_only = ON")
+    else:
+        conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=30.0)
+        conn.execute("PRAGMA journal_mode = WAL")
+        # NORMAL in WAL mode loses nothing on a process crash (kill -9); only an OS crash
+        # or power loss may drop the last transactions, which are then re-read from Kafka.
+        conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("PRAGMA busy_timeout = 30000")
+    conn.execute("PRAGMA cache_size = -65536")
+    return conn
+
+
+def partition_json(columns: tuple[str, ...], spec: Mapping[str, str]) -> str:
+    """Canonical JSON of a partition spec, in partition-column order; ``ValueError`` if it names other columns."""
+    if set(spec) != set(columns):
+        raise ValueError(f"partition {dict(spec)} does not match partition columns {list(columns)}")
+    return json.dumps({c: spec[c] for c in columns}, separators=(",", ":"), ensure_ascii=False)
+
+
+def _metadata_json(metadata: TableMetadata) -> str:
+    return json.dumps(
+        {
+            "location": metadata.location,
+            "schema": metadata.schema,
+            "primary_key": list(metadata.primary_key),
+            "partition_columns": list(metadata.partition_columns),
+            "properties": dict(metadata.properties),
+        },
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+
+
+def _ms(value: datetime | None) -> int | None:
+    return None if value is None else datetime_to_ms(value)
+
+
+class CatalogWriter:
+    """Folds decision records into the SQLite catalog. Single writer per catalog file.
+
+    Not thread-safe; the materializer owns one. Readers use ``consumer.Catalog``
+    on their own connections concurrently (WAL).
+    """
+
+    def __init__(self, path: str | Path, topic_prefix: str) -> None:
+        self.path = str(path)
+        self.topic_prefix = topic_prefix
+        Path(self.path).absolute().parent.mkdir(parents=True, exist_ok=True)
+        self._conn = connect(self.path)
+        self._init_schema()
+        self._streams: dict[str, StreamState] = {}
+        self._batches = 0
+        self._load_streams()
+
+    # ------------------------------------------------------------------ setup
+
+    def _init_schema(self) -> None:
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version not in (0, SCHEMA_VERSION):
+                raise RuntimeError(
+                    f"catalog {self.path} has schema version {version}; this build reads {SCHEMA_VERSION}"
+                )
+            for statement in SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            row = conn.execute("SELECT value FROM catalog_info WHERE key = 'topic_prefix'").fetchone()
+            if row is None:
+                conn.execute("INSERT INTO catalog_info (key, value) VALUES ('topic_prefix', ?)", (self.topic_prefix,))
+            elif row[0] != self.topic_prefix:
+                raise RuntimeError(
+                    f"catalog {self.path} belongs to topic prefix {row[0]!r}, not {self.topic_prefix!r}: "
+                    "use one catalog file per prefix"
+                )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def _load_streams(self) -> None:
+        rows = self._conn.execute(
+            "SELECT id, name, topic, next_offset, last_hash, decisions, metadata, created_time_ms, head_version,"
+            " head_time_ms, error, error_offset FROM tables"
+        ).fetchall()
+        for row in rows:
+            metadata = TableMetadata.model_validate_json(row[6]) if row[6] else None
+            self._streams[row[1]] = StreamState(
+                table_id=row[0],
+                name=row[1],
+                topic=row[2],
+                next_offset=row[3],
+                last_hash=bytes(row[4]),
+                decisions=row[5],
+                metadata=metadata,
+                metadata_json=row[6],
+                created_time_ms=row[7],
+                head_version=row[8],
+                head_time_ms=row[9],
+                error=row[10],
+                error_offset=row[11],
+            )
+
+    def close(self) -> None:
+        """Refresh the query planner's statistics and close the connection."""
+        try:
+            self._conn.execute("PRAGMA optimize")
+        finally:
+            self._conn.close()
+
+    # ------------------------------------------------------------------ state
+
+    def stream(self, table: str) -> StreamState | None:
+        """The state of ``table``'s log (a copy), or None if never seen."""
+        state = self._streams.get(table)
+        return None if state is None else replace(state)
+
+    def streams(self) -> dict[str, StreamState]:
+        """Copies of every followed table's state."""
+        return {name: replace(state) for name, state in self._streams.items()}
+
+    def ensure_stream(self, table: str, topic: str) -> StreamState:
+        """Register a decisions topic (offset 0) if new; return its state (a copy)."""
+        state = self._streams.get(table)
+        if state is None:
+            conn = self._conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                state = self._insert_stream(table, topic)
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            self._streams[table] = state
+        return replace(state)
+
+    def mark_broken(self, table: str, error: str) -> None:
+        """Stop applying ``table`` at its current offset for ``error`` (found outside a record, e.g. a lost log)."""
+        state = self._streams[table]
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute(
+                "UPDATE tables SET error = ?, error_offset = ?, updated_ms = ? WHERE id = ?",
+                (error, state.next_offset, int(time.time() * 1000), state.table_id),
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        state.error = error
+        state.error_offset = state.next_offset
+
+    def _insert_stream(self, table: str, topic: str) -> StreamState:
+        cursor = self._conn.execute(
+            "INSERT INTO tables (name, topic, last_hash, updated_ms) VALUES (?, ?, ?, ?)",
+            (table, topic, GENESIS_HASH, int(time.time() * 1000)),
+        )
+        assert cursor.lastrowid is not None
+        return StreamState(table_id=cursor.lastrowid, name=table, topic=topic)
+
+    # ------------------------------------------------------------------ apply
+
+    def apply(self, records: Iterable[LogRecord]) -> ApplyResult:
+        """Fold ``records`` (in log order per table) into the catalog in one SQLite transaction.
+
+        1. Records below a table's stored offset are skipped (already applied).
+        2. Each record must decode as a decision of that table whose ``prev_hash``
+           is the hash of the previous record; otherwise the table is marked
+           broken at that offset and nothing more of it is applied.
+        3. Rows of every applied decision and each table's new offset and hash
+           are committed together, so a crash loses nothing and repeats nothing.
+        """
+        result = ApplyResult()
+        conn = self._conn
+        work: dict[str, StreamState] = {}
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for record in records:
+                state = work.get(record.table)
+                if state is None:
+                    known = self._streams.get(record.table)
+                    if known is None:
+                        known = self._insert_stream(record.table, f"{self.topic_prefix}.{record.table}.decisions")
+                    state = work[record.table] = replace(known)
+                if state.error is not None or record.offset < state.next_offset:
+                    result.skipped += 1
+                    continue
+                self._apply_record(state, record, result)
+            now = int(time.time() * 1000)
+            for state in work.values():
+                conn.execute(
+                    "UPDATE tables SET next_offset = ?, last_hash = ?, decisions = ?, metadata = ?, created_time_ms = ?,"
+                    " head_version = ?, head_time_ms = ?, error = ?, error_offset = ?, updated_ms = ? WHERE id = ?",
+                    (
+                        state.next_offset,
+                        state.last_hash,
+                        state.decisions,
+                        state.metadata_json,
+                        state.created_time_ms,
+                        state.head_version,
+                        state.head_time_ms,
+                        state.error,
+                        state.error_offset,
+                        now,
+                        state.table_id,
+                    ),
+                )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            self._streams.clear()
+            self._load_streams()
+            raise
+        self._streams.update(work)
+        result.touched.update(work)
+        self._batches += 1
+        if self._batches % 2000 == 0:
+            conn.execute("PRAGMA optimize")  # keeps index statistics current as tables grow
+        return result
+
+    def _break(self, state: StreamState, record: LogRecord, error: str, result: ApplyResult) -> None:
+        state.error = error
+        state.error_offset = record.offset
+        result.broken.append((state.name, record.offset, error))
+        log.error("table %r: stopped applying its decision log at offset %d: %s", state.name, record.offset, error)
+
+    def _apply_record(self, state: StreamState, record: LogRecord, result: ApplyResult) -> None:
+        if record.value is None:
+            self._break(state, record, "empty record (no value) in the decisions log", result)
+            return
+        try:
+            decision = decode(record.value)
+        except CodecError as exc:
+            self._break(state, record, f"undecodable decision record: {exc}", result)
+            return
+        if not isinstance(decision, CommitDecision):
+            self._break(state, record, f"expected a CommitDecision, found a {type(decision).__name__}", result)
+            return
+        if decision.table != state.name:
+            self._break(state, record, f"decision names table {decision.table!r}, not {state.name!r}", result)
+            return
+        if decision.prev_hash != state.last_hash:
+            got = "none" if decision.prev_hash is None else decision.prev_hash.hex()
+            self._break(
+                state,
+                record,
+                f"hash chain broken: prev_hash {got} does not match the hash {state.last_hash.hex()} "
+                f"of the previous decision record",
+                result,
+            )
+            return
+        record_hash = hashlib.sha256(record.value).digest()
+        conn = self._conn
+        changes_files = decision.outcome is Outcome.ACCEPTED and decision.duplicate_of is None
+        if changes_files:
+            conn.execute("SAVEPOINT d")  # a commit writes several rows: all or none of them
+        try:
+            applied = self._apply_decision(state, decision, record)
+            self._insert_decision(state, decision, record, record_hash, applied)
+            if changes_files:
+                conn.execute("RELEASE d")
+        except (_Inconsistent, sqlite3.IntegrityError) as exc:
+            if changes_files:
+                conn.execute("ROLLBACK TO d")
+                conn.execute("RELEASE d")
+            self._break(state, record, f"inconsistent decision: {exc}", result)
+            return
+        for name, value in applied.updates.items():
+            setattr(state, name, value)
+        state.last_hash = record_hash
+        state.next_offset = record.offset + 1
+        state.decisions += 1
+        result.applied += 1
+        if applied.committed:
+            result.commits += 1
+
+    def _insert_decision(
+        self,
+        state: StreamState,
+        decision: CommitDecision,
+        record: LogRecord,
+        record_hash: bytes,
+        applied: _Applied,
+    ) -> None:
+        partitions = decision.partitions
+        self._conn.execute(
+            "INSERT INTO decisions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                state.table_id,
+                record.offset,
+                record.timestamp_ms,
+                decision.txn_id,
+                decision.outcome.value,
+                None if decision.operation is None else decision.operation.value,
+                decision.read_version,
+                decision.intent_offset,
+                decision.id_version,
+                _ms(decision.time_version),
+                applied.effective_ms,
+                decision.rebase.value,
+                decision.reason,
+                decision.message,
+                decision.conflicting_txn_id,
+                decision.conflicting_version,
+                decision.writer,
+                decision.app_id,
+                decision.batch_id,
+                decision.duplicate_of,
+                None if partitions is None else json.dumps([dict(p) for p in partitions], ensure_ascii=False),
+                applied.files_added,
+                applied.files_removed,
+                applied.records_added,
+                applied.bytes_added,
+                decision.prev_hash,
+                record_hash,
+            ),
+        )
+
+    def _apply_decision(self, state: StreamState, decision: CommitDecision, record: LogRecord) -> _Applied:
+        """Write an accepted, non-duplicate decision's commit and file rows; return its counts and state changes.
+
+        ``state`` is only read: the caller applies ``updates`` once every row is written.
+        """
+        if decision.outcome is not Outcome.ACCEPTED or decision.duplicate_of is not None:
+            return _NOTHING
+        operation = decision.operation
+        version = decision.id_version
+        if operation is None or version is None:
+            raise _Inconsistent("accepted decision without operation or ID version")
+        conn = self._conn
+        table_id = state.table_id
+        if operation is Operation.CREATE_TABLE:
+            if state.created:
+                raise _Inconsistent("a second CREATE_TABLE was accepted")
+            if version != 0 or decision.metadata is None or decision.time_version is None:
+                raise _Inconsistent("CREATE_TABLE must have ID version 0, a time version and metadata")
+            millis = datetime_to_ms(decision.time_version)
+            conn.execute(
+                "INSERT INTO commits VALUES (?,?,?,?,?,?,?)",
+                (table_id, 0, record.offset, millis, millis, operation.value, 1),
+            )
+            created: dict[str, Any] = {
+                "metadata": decision.metadata,
+                "metadata_json": _metadata_json(decision.metadata),
+                "created_time_ms": millis,
+                "head_version": 0,
+                "head_time_ms": millis,
+            }
+            return _Applied(0, 0, 0, 0, True, millis, created)
+        if state.metadata is None:
+            raise _Inconsistent(f"{operation.value} accepted before CREATE_TABLE")
+        if version != state.head_version + 1:
+            raise _Inconsistent(f"ID version {version} does not follow the head version {state.head_version}")
+        assert state.head_time_ms is not None
+        if operation.data_change:
+            if decision.time_version is None:
+                raise _Inconsistent(f"{operation.value} at version {version} has no time version")
+            own_ms: int | None = datetime_to_ms(decision.time_version)
+            assert own_ms is not None
+            if own_ms <= state.head_time_ms:
+                raise _Inconsistent(
+                    f"time version {decision.time_version.isoformat()} does not increase over the previous one"
+                )
+            effective_ms = own_ms
+        else:
+            if decision.time_version is not None:
+                raise _Inconsistent(f"{operation.value} at version {version} carries a time version")
+            own_ms = None
+            effective_ms = state.head_time_ms
+        removed = decision.removed_files
+        if removed:
+            cursor = conn.executemany(
+                "UPDATE files SET removed_version = ? WHERE table_id = ? AND path = ? AND removed_version IS NULL",
+                [(version, table_id, path) for path in removed],
+            )
+            if cursor.rowcount != len(removed):
+                raise _Inconsistent(
+                    f"version {version} removes {len(removed)} files but only {cursor.rowcount} of them are live"
+                )
+        columns = state.metadata.partition_columns
+        added = decision.added_files
+        data_change = 1 if operation.data_change else 0
+        if added:
+            rows = []
+            cache: dict[tuple[tuple[str, str], ...], str] = {}
+            for f in added:
+                spec_key = tuple(f.partition.items())
+                part = cache.get(spec_key)
+                if part is None:
+                    try:
+                        part = cache[spec_key] = partition_json(columns, f.partition)
+                    except ValueError as exc:
+                        raise _Inconsistent(f"added file {f.path!r}: {exc}") from None
+                rows.append(
+                    (
+                        table_id,
+                        f.path,
+                        part,
+                        f.record_count,
+                        f.size_bytes,
+                        f.min_key,
+                        f.max_key,
+                        version,
+                        data_change,
+                        operation.value,
+                    )
+                )
+            conn.executemany(
+                "INSERT INTO files (table_id, path, partition, record_count, size_bytes, min_key, max_key,"
+                " added_version, data_change, operation) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                rows,
+            )
+        conn.execute(
+            "INSERT INTO commits VALUES (?,?,?,?,?,?,?)",
+            (table_id, version, record.offset, own_ms, effective_ms, operation.value, data_change),
+        )
+        updates: dict[str, Any] = {"head_version": version}
+        if own_ms is not None:
+            updates["head_time_ms"] = own_ms
+        return _Applied(
+            len(added),
+            len(removed),
+            sum(f.record_count for f in added),
+            sum(f.size_bytes for f in added),
+            True,
+            effective_ms,
+            updates,
+        )
+
+
+# ---------------------------------------------------------------------- read queries
+
+
+TABLE_COLUMNS = "id, name, topic, next_offset, decisions, metadata, created_time_ms, head_version, head_time_ms, error, error_offset"
+FILE_COLUMNS = "path, partition, record_count, size_bytes, min_key, max_key, added_version, data_change, operation"
+DECISION_COLUMNS = (
+    "log_offset, log_timestamp_ms, txn_id, outcome, operation, read_version, intent_offset, id_version,"
+    " time_version_ms, effective_time_ms, rebase, reason, message, conflicting_txn_id, conflicting_version, writer,"
+    " app_id, batch_id, duplicate_of, partitions, files_added, files_removed, records_added, bytes_added,"
+    " prev_hash, hash"
+)
+
+
+def query_table(conn: sqlite3.Connection, name: str) -> tuple[Any, ...] | None:
+    """The ``tables`` row of ``name`` (created or not), or None."""
+    return conn.execute(f"SELECT {TABLE_COLUMNS} FROM tables WHERE name = ?", (name,)).fetchone()  # type: ignore[no-any-return]
+
+
+def query_tables(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+    """Every created table's row, by name."""
+    return conn.execute(f"SELECT {TABLE_COLUMNS} FROM tables WHERE metadata IS NOT NULL ORDER BY name").fetchall()
+
+
+def query_streams(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+    """Every followed topic's row, created or not (for health and metrics)."""
+    return conn.execute(f"SELECT {TABLE_COLUMNS} FROM tables ORDER BY name").fetchall()
+
+
+def query_commit(conn: sqlite3.Connection, table_id: int, version: int) -> tuple[Any, ...] | None:
+    """``(id_version, effective_time_ms)`` of one ID version, or None."""
+    return conn.execute(  # type: ignore[no-any-return]
+        "SELECT id_version, effective_time_ms FROM commits WHERE table_id = ? AND id_version = ?", (table_id, version)
+    ).fetchone()
+
+
+def query_version_at(conn: sqlite3.Connection, table_id: int, millis: int) -> tuple[Any, ...] | None:
+    """``(id_version, effective_time_ms)`` of the highest ID version whose (inherited) time version <= ``millis``."""
+    return conn.execute(  # type: ignore[no-any-return]
+        "SELECT id_version, effective_time_ms FROM commits WHERE table_id = ? AND effective_time_ms <= ?"
+        " ORDER BY effective_time_ms DESC, id_version DESC LIMIT 1",
+        (table_id, millis),
+    ).fetchone()
+
+
+def query_snapshot_files(conn: sqlite3.Connection, table_id: int, version: int) -> list[tuple[Any, ...]]:
+    """Rows of the files live at ``version`` (one indexed query; see ``files_removed``)."""
+    return conn.execute(
+        f"SELECT {FILE_COLUMNS} FROM files WHERE table_id = ?1 AND removed_version IS NULL AND added_version <= ?2"
+        f" UNION ALL SELECT {FILE_COLUMNS} FROM files WHERE table_id = ?1 AND removed_version > ?2"
+        " AND added_version <= ?2",
+        (table_id, version),
+    ).fetchall()
+
+
+def query_commits(
+    conn: sqlite3.Connection, table_id: int, column: str, low: int, high: int, include_rewrites: bool
+) -> list[tuple[Any, ...]]:
+    """Commit rows (joined with their decision) with ``column`` in ``[low, high]``, by ID version."""
+    assert column in ("id_version", "effective_time_ms")
+    where = "" if include_rewrites else " AND c.data_change = 1"
+    return conn.execute(
+        "SELECT c.id_version, c.time_version_ms, c.effective_time_ms, c.operation, c.data_change, d.txn_id,"
+        " d.read_version, d.rebase, d.partitions, d.writer, d.app_id, d.batch_id, d.intent_offset, c.log_offset"
+        " FROM commits c JOIN decisions d ON d.table_id = c.table_id AND d.log_offset = c.log_offset"
+        f" WHERE c.table_id = ? AND c.{column} BETWEEN ? AND ?{where} ORDER BY c.id_version",
+        (table_id, low, high),
+    ).fetchall()
+
+
+def query_added_files(conn: sqlite3.Connection, table_id: int, low: int, high: int) -> list[tuple[Any, ...]]:
+    """Rows of files added by ID versions ``low..high``."""
+    return conn.execute(
+        f"SELECT {FILE_COLUMNS} FROM files WHERE table_id = ? AND added_version BETWEEN ? AND ? ORDER BY id",
+        (table_id, low, high),
+    ).fetchall()
+
+
+def query_removed_paths(conn: sqlite3.Connection, table_id: int, low: int, high: int) -> list[tuple[Any, ...]]:
+    """``(removed_version, path)`` of files removed by ID versions ``low..high``."""
+    return conn.execute(
+        "SELECT removed_version, path FROM files WHERE table_id = ? AND removed_version BETWEEN ? AND ?"
+        " ORDER BY removed_version, path",
+        (table_id, low, high),
+    ).fetchall()
+
+
+def query_decisions(conn: sqlite3.Connection, table_id: int, limit: int | None) -> list[tuple[Any, ...]]:
+    """Decision rows of a table, newest first."""
+    sql = f"SELECT {DECISION_COLUMNS} FROM decisions WHERE table_id = ? ORDER BY log_offset DESC"
+    if limit is not None:
+        return conn.execute(sql + " LIMIT ?", (table_id, limit)).fetchall()
+    return conn.execute(sql, (table_id,)).fetchall()
+
+
+__all__ = [
+    "GENESIS_HASH",
+    "SCHEMA_VERSION",
+    "ApplyResult",
+    "CatalogWriter",
+    "LogRecord",
+    "StreamState",
+    "connect",
+    "partition_json",
+]
