@@ -23,6 +23,7 @@ def local_spark_session(app_name: str = "ordo", cores: int = 2, warehouse: str |
         SparkSession.builder.master(f"local[{cores}]")
         .appName(app_name)
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.shuffle.partitions", str(max(2, cores * 2)))

@@ -1,8 +1,44 @@
-"""The writer side: the Spark-free ``CommitClient`` (Kafka only) and, later, the Spark writer API.
+"""The writer side: the Spark-free ``CommitClient`` (Kafka only) and the Spark writer API.
 
-Importing this package does not import Kafka or Spark; clients connect on first use.
+Importing this package imports neither Kafka nor Spark; clients connect and
+Spark is imported on first use.
 """
 
 from producer.client import ClientClosedError, CommitClient
+from producer.data import (
+    InvalidOperationError,
+    InvalidTableError,
+    PartitionValueError,
+    PrimaryKeyError,
+    SchemaMismatchError,
+    WriteRefusedError,
+)
+from producer.streaming import BatchCommitter, foreach_batch_committer
+from producer.table import (
+    CatalogLagError,
+    CommitResult,
+    DeltaTable,
+    TableExistsError,
+    Transaction,
+    TransactionStateError,
+    close_connections,
+)
 
-__all__ = ["ClientClosedError", "CommitClient"]
+__all__ = [
+    "BatchCommitter",
+    "CatalogLagError",
+    "ClientClosedError",
+    "CommitClient",
+    "CommitResult",
+    "DeltaTable",
+    "InvalidOperationError",
+    "InvalidTableError",
+    "PartitionValueError",
+    "PrimaryKeyError",
+    "SchemaMismatchError",
+    "TableExistsError",
+    "Transaction",
+    "TransactionStateError",
+    "WriteRefusedError",
+    "close_connections",
+]

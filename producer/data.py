@@ -1,0 +1,759 @@
+"""Spark data-file writing for the writer API: schema enforcement, records, staging, file stats.
+
+This is the Spark adapter of ``producer``: ``producer.table`` imports it lazily,
+so importing ``producer`` never imports Spark.
+
+Data file format (the contract with ``consumer``): Parquet at
+``<partition path>/<txn id>-<n>.parquet`` under the table location, where the
+partition path is Hive style (``dt=2024-01-01/region=eu``, escaped like Hive)
+and empty for an unpartitioned table. Each file holds every table column, the
+partition columns included as ordinary columns, plus
+
+* ``_ordo_op`` STRING: ``upsert`` or ``delete`` (a delete record carries the
+  key and partition columns, the other columns are null);
+* ``_ordo_seq`` BIGINT: null in files written by user commits (their records'
+  sequence number is the ID version the commit gets, known only after the
+  decision), and each record's original sequence number in compaction and
+  cluster output. Effective sequence = ``coalesce(_ordo_seq, added version)``.
+
+Readers keep, per partition and primary key, the record with the highest
+effective sequence number; a winning delete hides the key.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+from ordo.errors import OrdoError
+from schemas import DataFile, TableMetadata
+
+if TYPE_CHECKING:
+    from pyarrow.fs import FileSystem
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import DataType, StructType
+
+OP_COLUMN = "_ordo_op"
+SEQ_COLUMN = "_ordo_seq"
+OP_UPSERT = "upsert"
+OP_DELETE = "delete"
+STAGING_DIR = "_staging"
+# Column names a table may not use: ours in files, and the change feed's.
+RESERVED_PREFIX = "_ordo_"
+RESERVED_COLUMNS = frozenset({"_change_type", "_commit_version", "_commit_timestamp"})
+EXAMPLES = 5  # offending keys quoted in an error message
+MAX_STAT_LENGTH = 4096  # DataFile.min_key/max_key limit (schemas.models.MAX_PATH_LENGTH)
+MAX_RECORDS_PER_FILE_PROPERTY = "ordo.max_records_per_file"
+DEFAULT_MAX_RECORDS_PER_FILE = 5_000_000
+TARGET_FILE_BYTES_PROPERTY = "ordo.target_file_bytes"
+DEFAULT_TARGET_FILE_BYTES = 128 * 1024 * 1024
+
+# Hive's escapePathName set (Spark ExternalCatalogUtils), plus NUL.
+_ESCAPE = frozenset([chr(c) for c in range(0x00, 0x20)] + list("\"#%'*/:=?\\\x7f{[]^"))
+
+
+# --------------------------------------------------------------------------- errors
+# Defined here (this module imports no Spark at import time) and re-exported by producer.table.
+
+
+class WriteRefusedError(OrdoError, ValueError):
+    """Raised when a write is refused before any data file is written."""
+
+
+class SchemaMismatchError(WriteRefusedError):
+    """Raised when a DataFrame's columns or types do not match the table schema."""
+
+
+class PrimaryKeyError(WriteRefusedError):
+    """Raised when a write holds null or duplicate primary keys."""
+
+
+class PartitionValueError(WriteRefusedError):
+    """Raised when partition values are null, empty, or outside the static partition written."""
+
+
+class InvalidOperationError(WriteRefusedError):
+    """Raised when an operation's arguments are invalid for this table (unknown columns, key updates, modes)."""
+
+
+class InvalidTableError(OrdoError, ValueError):
+    """Raised by DeltaTable.create for a definition that cannot be a table (keys, reserved names, types)."""
+
+
+# --------------------------------------------------------------------------- layout
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What the writer needs to know about a table, derived from its TableMetadata."""
+
+    name: str
+    location: str
+    schema_ddl: str
+    primary_key: tuple[str, ...]
+    partition_columns: tuple[str, ...]
+    properties: Mapping[str, str]
+
+    @classmethod
+    def of(cls, name: str, metadata: TableMetadata) -> Layout:
+        return cls(
+            name=name,
+            location=metadata.location,
+            schema_ddl=metadata.schema,
+            primary_key=tuple(metadata.primary_key),
+            partition_columns=tuple(metadata.partition_columns),
+            properties=dict(metadata.properties),
+        )
+
+    @property
+    def identity(self) -> tuple[str, ...]:
+        """Columns that identify a record: partition columns, then the primary key (dedup scope)."""
+        return tuple(dict.fromkeys(self.partition_columns + self.primary_key))
+
+    def schema(self) -> StructType:
+        """The table schema as a StructType (parsed once per layout)."""
+        cached = self.__dict__.get("_schema")
+        if cached is None:
+            cached = parse_schema(self.schema_ddl)
+            object.__setattr__(self, "_schema", cached)
+        return cached
+
+    def int_property(self, key: str, default: int) -> int:
+        try:
+            value = int(self.properties.get(key, default))
+        except ValueError:
+            return default
+        return value if value > 0 else default
+
+
+def parse_schema(ddl: str) -> StructType:
+    """Parse a Spark DDL schema string (needs an active SparkContext)."""
+    from pyspark.sql.types import DataType, StructType
+
+    schema = DataType.fromDDL(ddl)
+    if not isinstance(schema, StructType):  # pragma: no cover - fromDDL of a column list is a struct
+        raise InvalidTableError(f"schema {ddl!r} is not a column list")
+    return schema
+
+
+def schema_to_ddl(schema: StructType) -> str:
+    """A Spark DDL string for ``schema`` (``\\`name\\` type [NOT NULL]`` per column)."""
+    parts = []
+    for f in schema.fields:
+        name = "`" + f.name.replace("`", "``") + "`"
+        parts.append(f"{name} {f.dataType.simpleString()}" + ("" if f.nullable else " NOT NULL"))
+    return ", ".join(parts)
+
+
+def _is_atomic(data_type: DataType) -> bool:
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    return not isinstance(data_type, ArrayType | MapType | StructType)
+
+
+def check_definition(schema: StructType, primary_key: Sequence[str], partitioned_by: Sequence[str]) -> None:
+    """Refuse table definitions the writer and readers cannot serve."""
+    names = [f.name for f in schema.fields]
+    if not names:
+        raise InvalidTableError("a table needs at least one column")
+    lowered = [n.lower() for n in names]
+    if len(set(lowered)) != len(lowered):
+        raise InvalidTableError(f"column names repeat (case-insensitively): {names}")
+    reserved = [n for n in names if n.lower().startswith(RESERVED_PREFIX) or n.lower() in RESERVED_COLUMNS]
+    if reserved:
+        raise InvalidTableError(
+            f"reserved column names {reserved}: names starting with {RESERVED_PREFIX!r} and "
+            f"{sorted(RESERVED_COLUMNS)} are used by ordo's files and change feed"
+        )
+    if not primary_key:
+        raise InvalidTableError("a primary key is required (one or more columns)")
+    for what, columns in (("primary key", primary_key), ("partition", partitioned_by)):
+        unknown = [c for c in columns if c not in names]
+        if unknown:
+            raise InvalidTableError(f"{what} columns {unknown} are not in the schema {names}")
+        if len(set(columns)) != len(columns):
+            raise InvalidTableError(f"{what} columns repeat a name: {list(columns)}")
+        for c in columns:
+            if not _is_atomic(schema[c].dataType):
+                raise InvalidTableError(f"{what} column {c!r} has a complex type {schema[c].dataType.simpleString()}")
+    if set(partitioned_by) >= set(names):
+        raise InvalidTableError("every column is a partition column; a table needs data columns")
+
+
+# --------------------------------------------------------------------------- paths and storage
+
+
+def escape_partition_value(value: str) -> str:
+    """Escape a partition value for a path segment the way Hive and Spark do (``%XX``)."""
+    return "".join(f"%{ord(ch):02X}" if ch in _ESCAPE else ch for ch in value)
+
+
+def partition_path(columns: Sequence[str], partition: Mapping[str, str]) -> str:
+    """``dt=2024-01-01/region=eu`` for a partition spec; empty for an unpartitioned table."""
+    return "/".join(f"{escape_partition_value(c)}={escape_partition_value(partition[c])}" for c in columns)
+
+
+def data_file_path(columns: Sequence[str], partition: Mapping[str, str], txn_id: str, n: int) -> str:
+    """The relative path of the ``n``-th file a transaction writes (``<partition path>/<txn id>-<n>.parquet``)."""
+    prefix = partition_path(columns, partition)
+    name = f"{txn_id}-{n}.parquet"
+    return f"{prefix}/{name}" if prefix else name
+
+
+def join_location(location: str, relative: str) -> str:
+    """Absolute path (or URI) of a file given relative to the table location."""
+    return location.rstrip("/") + "/" + relative
+
+
+class Storage:
+    """Moves, deletes and inspects files under a table location (pyarrow.fs: local, S3, GCS, HDFS)."""
+
+    def __init__(self, location: str) -> None:
+        from pyarrow.fs import FileSystem
+
+        self.location = location
+        fs, base = FileSystem.from_uri(location)
+        self.fs: FileSystem = fs
+        self.base = base.rstrip("/")
+
+    def path(self, relative: str) -> str:
+        return f"{self.base}/{relative}"
+
+    def list_files(self, relative_dir: str) -> list[tuple[str, int]]:
+        """Files under ``relative_dir`` (recursive) as (path relative to it, size)."""
+        from pyarrow.fs import FileSelector, FileType
+
+        root = self.path(relative_dir)
+        infos = self.fs.get_file_info(FileSelector(root, recursive=True, allow_not_found=True))
+        found = []
+        for info in infos:
+            if info.type == FileType.File:
+                found.append((info.path[len(root) + 1 :], int(info.size or 0)))
+        return sorted(found)
+
+    def move(self, src_relative: str, dst_relative: str) -> None:
+        dst = self.path(dst_relative)
+        parent = dst.rsplit("/", 1)[0]
+        self.fs.create_dir(parent, recursive=True)
+        self.fs.move(self.path(src_relative), dst)
+
+    def delete_file(self, relative: str) -> bool:
+        """Delete one file; False if it was not there."""
+        try:
+            self.fs.delete_file(self.path(relative))
+        except FileNotFoundError:
+            return False
+        return True
+
+    def delete_dir(self, relative: str) -> None:
+        from pyarrow.fs import FileType
+
+        path = self.path(relative)
+        if self.fs.get_file_info(path).type == FileType.Directory:
+            self.fs.delete_dir(path)
+
+    def exists(self, relative: str) -> bool:
+        from pyarrow.fs import FileType
+
+        return self.fs.get_file_info(self.path(relative)).type != FileType.NotFound
+
+    def footer(self, relative: str) -> Any:
+        import pyarrow.parquet as pq
+
+        with self.fs.open_input_file(self.path(relative)) as handle:
+            return pq.read_metadata(handle)
+
+
+# --------------------------------------------------------------------------- schema enforcement
+
+
+def _type_text(data_type: DataType) -> str:
+    return data_type.simpleString()  # ignores nullability, which is checked for keys only
+
+
+def conform(df: DataFrame, schema: StructType) -> DataFrame:
+    """``df`` with the table's columns in table order; ``SchemaMismatchError`` naming every mismatch.
+
+    Columns are matched by exact name; types must be equal (nullability aside).
+    No implicit casts: a silent cast can lose data, so the caller casts.
+    """
+    have = {f.name: f.dataType for f in df.schema.fields}
+    want = {f.name: f.dataType for f in schema.fields}
+    problems = []
+    missing = [c for c in want if c not in have]
+    extra = [c for c in have if c not in want]
+    if missing:
+        problems.append(f"missing columns {missing}")
+    if extra:
+        hints = []
+        for c in extra:
+            close = [m for m in missing if m.lower() == c.lower()]
+            hints.append(f"{c} (did you mean {close[0]}?)" if close else c)
+        problems.append(f"extra columns [{', '.join(hints)}]")
+    differ = [
+        f"{c}: table has {_type_text(want[c])}, DataFrame has {_type_text(have[c])}"
+        for c in want
+        if c in have and _type_text(want[c]) != _type_text(have[c])
+    ]
+    if differ:
+        problems.append("type differences: " + "; ".join(differ))
+    if problems:
+        raise SchemaMismatchError(
+            "DataFrame does not match the table schema: "
+            + "; ".join(problems)
+            + " (cast or select columns to match; nothing was written)"
+        )
+    from pyspark.sql import functions as F
+
+    return df.select(*[F.col(f"`{c}`") for c in want])
+
+
+def canonical_partition(spark: SparkSession, layout: Layout, partition: Mapping[str, Any]) -> dict[str, str]:
+    """A static partition spec in canonical string form (``CAST(value AS type) AS STRING``, as files are labelled)."""
+    columns = layout.partition_columns
+    if not columns:
+        raise InvalidOperationError(f"table {layout.name!r} is not partitioned; do not pass partition=")
+    if not isinstance(partition, Mapping) or set(partition) != set(columns):
+        raise InvalidOperationError(
+            f"partition {dict(partition) if isinstance(partition, Mapping) else partition!r} must name exactly "
+            f"the partition columns {list(columns)}"
+        )
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType
+
+    schema = layout.schema()
+    result: dict[str, str] = {}
+    pending: list[Column] = []
+    for c in columns:
+        value = partition[c]
+        if value is None or value == "":
+            raise PartitionValueError(f"partition column {c!r} cannot be null or empty")
+        if isinstance(schema[c].dataType, StringType) and isinstance(value, str):
+            result[c] = value
+        else:
+            pending.append(F.lit(value).cast(schema[c].dataType).cast("string").alias(c))
+    if pending:
+        try:
+            row = spark.range(1).select(*pending).first()
+        except Exception as exc:
+            raise PartitionValueError(
+                f"partition {dict(partition)!r} does not cast to the column types: {exc}"
+            ) from exc
+        assert row is not None
+        for c, value in row.asDict().items():
+            if value is None:
+                raise PartitionValueError(f"partition value {partition[c]!r} is not a valid {schema[c].dataType}")
+            result[c] = value
+    return {c: result[c] for c in columns}
+
+
+def _partition_match(layout: Layout, partition: Mapping[str, str]) -> Column:
+    from pyspark.sql import functions as F
+
+    cond = F.lit(True)
+    for c in layout.partition_columns:
+        cond = cond & (F.col(f"`{c}`").cast("string") == F.lit(partition[c]))
+    return cond
+
+
+def validate_records(df: DataFrame, layout: Layout, static_partition: Mapping[str, str] | None = None) -> None:
+    """Refuse null or duplicate keys and bad partition values, in one Spark job, before anything is written.
+
+    Keys are unique per partition (the dedup scope of merge-on-read), so the
+    check groups by partition columns and primary key.
+    """
+    from pyspark.sql import functions as F
+
+    identity = layout.identity
+    bad_partition = F.lit(False)
+    for c in layout.partition_columns:
+        text = F.col(f"`{c}`").cast("string")
+        bad_partition = bad_partition | text.isNull() | (text == F.lit(""))
+        if static_partition is not None:
+            bad_partition = bad_partition | (text != F.lit(static_partition[c]))
+    null_key = F.lit(False)
+    for c in layout.primary_key:
+        null_key = null_key | F.col(f"`{c}`").isNull()
+    grouped = df.groupBy(*[F.col(f"`{c}`") for c in identity]).agg(
+        F.count(F.lit(1)).alias("_ordo_n"), F.max(bad_partition).alias("_ordo_badp")
+    )
+    offending = grouped.where((F.col("_ordo_n") > 1) | F.col("_ordo_badp") | null_key).limit(3 * EXAMPLES).collect()
+    if not offending:
+        return
+    nulls, dups, parts = [], [], []
+    for row in offending:
+        values = row.asDict()
+        key = {c: values[c] for c in identity}
+        if any(values[c] is None for c in layout.primary_key):
+            nulls.append(key)
+        elif values["_ordo_n"] > 1:
+            dups.append(f"{key} x{values['_ordo_n']}")
+        if values["_ordo_badp"]:
+            parts.append({c: values[c] for c in layout.partition_columns})
+    if nulls or dups:
+        problems = []
+        if nulls:
+            problems.append(f"null primary key values (e.g. {nulls[:EXAMPLES]})")
+        if dups:
+            problems.append(f"duplicate primary keys within the write (e.g. {dups[:EXAMPLES]})")
+        raise PrimaryKeyError(
+            f"primary key {list(layout.primary_key)} violated: " + "; ".join(problems) + "; nothing was written"
+        )
+    if static_partition is not None:
+        raise PartitionValueError(
+            f"rows outside the partition {dict(static_partition)} being written (e.g. partitions {parts[:EXAMPLES]}), "
+            "or null/empty partition values; nothing was written"
+        )
+    raise PartitionValueError(
+        f"null or empty partition values (e.g. {parts[:EXAMPLES]}); partition columns "
+        f"{list(layout.partition_columns)} need a value; nothing was written"
+    )
+
+
+# --------------------------------------------------------------------------- records
+
+
+def _typed_null(data_type: DataType) -> Column:
+    from pyspark.sql import functions as F
+
+    return F.lit(None).cast(data_type)
+
+
+def upsert_records(df: DataFrame) -> DataFrame:
+    """Table rows (already conformed) tagged as upserts with no sequence number (the commit's version)."""
+    from pyspark.sql import functions as F
+
+    return df.withColumn(OP_COLUMN, F.lit(OP_UPSERT)).withColumn(SEQ_COLUMN, F.lit(None).cast("bigint"))
+
+
+def with_static_partition(df: DataFrame, layout: Layout, partition: Mapping[str, str]) -> DataFrame:
+    """Add the static partition's columns when the DataFrame leaves them out (``INSERT ... PARTITION (...)``)."""
+    from pyspark.sql import functions as F
+
+    present = set(df.columns)
+    missing = [c for c in layout.partition_columns if c not in present]
+    if not missing:
+        return df
+    if len(missing) != len(layout.partition_columns):
+        raise SchemaMismatchError(
+            f"the DataFrame has some partition columns but not {missing}: give all or none of {list(layout.partition_columns)}"
+        )
+    schema = layout.schema()
+    for c in missing:
+        df = df.withColumn(c, F.lit(partition[c]).cast(schema[c].dataType))
+    return df
+
+
+def filtered(
+    snapshot: DataFrame, layout: Layout, where: str | Column | None, partition: Mapping[str, str] | None
+) -> DataFrame:
+    """Live rows of the pinned snapshot that an UPDATE/DELETE affects."""
+    from pyspark.sql import functions as F
+
+    df = snapshot.select(*[F.col(f"`{f.name}`") for f in layout.schema().fields])
+    if partition is not None:
+        df = df.where(_partition_match(layout, partition))
+    if where is not None:
+        try:
+            df = df.where(where)
+        except Exception as exc:
+            raise InvalidOperationError(f"invalid where condition {where!r}: {exc}") from exc
+    return df
+
+
+def update_records(rows: DataFrame, layout: Layout, assignments: Mapping[str, str | Column]) -> DataFrame:
+    """Upsert records with the new values of the affected keys (merge-on-read: no file is rewritten)."""
+    from pyspark.sql import Column as SparkColumn
+    from pyspark.sql import functions as F
+
+    schema = layout.schema()
+    names = [f.name for f in schema.fields]
+    if not assignments:
+        raise InvalidOperationError("update needs at least one column assignment in set=")
+    unknown = [c for c in assignments if c not in names]
+    if unknown:
+        raise InvalidOperationError(f"update sets unknown columns {unknown}; table columns are {names}")
+    frozen = [c for c in assignments if c in layout.primary_key or c in layout.partition_columns]
+    if frozen:
+        raise InvalidOperationError(
+            f"update cannot change key or partition columns {frozen}: delete and insert the rows instead"
+        )
+    columns = []
+    for f in schema.fields:
+        if f.name in assignments:
+            value = assignments[f.name]
+            expression = value if isinstance(value, SparkColumn) else F.expr(value)
+            columns.append(expression.cast(f.dataType).alias(f.name))
+        else:
+            columns.append(F.col(f"`{f.name}`"))
+    try:
+        result = rows.select(*columns)
+    except Exception as exc:
+        raise InvalidOperationError(f"invalid update expression in {dict(assignments)!r}: {exc}") from exc
+    return upsert_records(result)
+
+
+def delete_records(rows: DataFrame, layout: Layout) -> DataFrame:
+    """Delete records for the affected keys: key and partition columns set, other columns null."""
+    from pyspark.sql import functions as F
+
+    keep = set(layout.identity)
+    columns = [
+        F.col(f"`{f.name}`") if f.name in keep else _typed_null(f.dataType).alias(f.name)
+        for f in layout.schema().fields
+    ]
+    return (
+        rows.select(*columns).withColumn(OP_COLUMN, F.lit(OP_DELETE)).withColumn(SEQ_COLUMN, F.lit(None).cast("bigint"))
+    )
+
+
+def file_schema(layout: Layout) -> StructType:
+    """The schema of a data file: table columns, ``_ordo_op``, ``_ordo_seq``."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    return StructType(
+        [
+            *layout.schema().fields,
+            StructField(OP_COLUMN, StringType(), False),
+            StructField(SEQ_COLUMN, LongType(), True),
+        ]
+    )
+
+
+def read_files(spark: SparkSession, layout: Layout, files: Iterable[tuple[str, int]]) -> DataFrame:
+    """Records of ``files`` ((absolute path, added ID version) pairs) with their effective sequence number."""
+    from pyspark.sql import functions as F
+
+    by_version: dict[int, list[str]] = {}
+    for path, version in files:
+        by_version.setdefault(version, []).append(path)
+    schema = file_schema(layout)
+    frames = [
+        spark.read.schema(schema)
+        .parquet(*paths)
+        .withColumn(SEQ_COLUMN, F.coalesce(F.col(SEQ_COLUMN), F.lit(version).cast("bigint")))
+        for version, paths in sorted(by_version.items())
+    ]
+    result = frames[0]
+    for frame in frames[1:]:
+        result = result.unionByName(frame)
+    return result
+
+
+def rewrite_records(records: DataFrame, layout: Layout, mode: str) -> DataFrame:
+    """Compaction/cluster output: per key the newest record, its effective sequence kept in ``_ordo_seq``.
+
+    ``minor`` keeps delete records (they may still hide a key in files outside
+    this rewrite); ``major`` and ``cluster`` keep live rows only.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    window = Window.partitionBy(*[F.col(f"`{c}`") for c in layout.identity]).orderBy(
+        # a tie (never made by this writer) goes to the upsert, as in consumer.spark.read_snapshot
+        F.col(SEQ_COLUMN).desc(),
+        F.col(OP_COLUMN).desc(),
+    )
+    newest = (
+        records.withColumn("_ordo_rank", F.row_number().over(window)).where(F.col("_ordo_rank") == 1).drop("_ordo_rank")
+    )
+    if mode != "minor":
+        newest = newest.where(F.col(OP_COLUMN) == F.lit(OP_UPSERT))
+    return newest
+
+
+# --------------------------------------------------------------------------- writing
+
+
+@dataclass(frozen=True)
+class WriteStats:
+    """What one staged write produced and how long its phases took."""
+
+    files: tuple[DataFile, ...]
+    spark_seconds: float
+    finish_seconds: float
+
+
+class FileWriter:
+    """Writes records of one transaction into ``<partition path>/<txn id>-<n>.parquet`` files.
+
+    1. Spark writes the records into ``_staging/<txn id>-<k>/`` under the table
+       location, partitioned by hidden string copies of the partition columns
+       (so the files keep the real partition columns as ordinary columns).
+    2. Each staged file is moved to its final path, numbered across the
+       transaction, and described by a ``DataFile`` from its Parquet footer.
+    3. The staging directory is removed.
+    """
+
+    def __init__(self, spark: SparkSession, layout: Layout, txn_id: str) -> None:
+        self.spark = spark
+        self.layout = layout
+        self.txn_id = txn_id
+        self.storage = Storage(layout.location)
+        self._numbers = itertools.count()
+        self._writes = itertools.count()
+        self.written: list[str] = []  # relative paths at their final place, for cleanup
+
+    def write(
+        self,
+        records: DataFrame,
+        *,
+        sort_by: Sequence[str] = (),
+        target_files: int | None = None,
+    ) -> WriteStats:
+        """Write ``records`` (table columns + ``_ordo_op`` + ``_ordo_seq``) and return the files made."""
+        import time
+
+        from pyspark.sql import functions as F
+
+        layout = self.layout
+        hidden = [f"_ordo_p{i}" for i in range(len(layout.partition_columns))]
+        df = records
+        for name, column in zip(hidden, layout.partition_columns, strict=True):
+            df = df.withColumn(name, F.col(f"`{column}`").cast("string"))
+        if hidden:
+            df = df.repartition(*[F.col(h) for h in hidden])
+            if sort_by:
+                df = df.sortWithinPartitions(*[F.col(h) for h in hidden], *[F.col(f"`{c}`") for c in sort_by])
+        elif sort_by:
+            df = df.orderBy(*[F.col(f"`{c}`") for c in sort_by])
+            if target_files:
+                df = df.coalesce(target_files)
+        elif target_files:
+            df = df.coalesce(target_files)
+        staging = f"{STAGING_DIR}/{self.txn_id}-{next(self._writes)}"
+        max_records = layout.int_property(MAX_RECORDS_PER_FILE_PROPERTY, DEFAULT_MAX_RECORDS_PER_FILE)
+        started = time.perf_counter()
+        writer = df.write.mode("errorifexists").option("maxRecordsPerFile", max_records)
+        if hidden:
+            writer = writer.partitionBy(*hidden)
+        try:
+            writer.parquet(join_location(layout.location, staging))
+        except BaseException:
+            self.storage.delete_dir(staging)
+            raise
+        spark_seconds = time.perf_counter() - started
+        started = time.perf_counter()
+        try:
+            files = self._finish(staging, hidden)
+        finally:
+            self.storage.delete_dir(staging)
+        return WriteStats(tuple(files), spark_seconds, time.perf_counter() - started)
+
+    def _finish(self, staging: str, hidden: Sequence[str]) -> list[DataFile]:
+        layout = self.layout
+        files = []
+        for relative, size in self.storage.list_files(staging):
+            parts = relative.split("/")
+            name = parts[-1]
+            if name.startswith(("_", ".")) or not name.endswith(".parquet"):
+                continue
+            partition = _parse_partition(parts[:-1], hidden, layout.partition_columns)
+            if partition is None:
+                continue  # a schema-only file Spark writes for an empty partitioned output
+            source = f"{staging}/{relative}"
+            footer = self.storage.footer(source)
+            if footer.num_rows == 0:
+                continue
+            target = data_file_path(layout.partition_columns, partition, self.txn_id, next(self._numbers))
+            self.storage.move(source, target)
+            self.written.append(target)
+            min_key, max_key = key_stats(footer, layout.primary_key)
+            files.append(
+                DataFile(
+                    path=target,
+                    partition=partition,
+                    record_count=footer.num_rows,
+                    size_bytes=size,
+                    min_key=min_key,
+                    max_key=max_key,
+                )
+            )
+        return files
+
+    def cleanup(self) -> int:
+        """Delete every file this writer put in place; the number deleted."""
+        deleted = 0
+        for relative in self.written:
+            if self.storage.delete_file(relative):
+                deleted += 1
+        self.written.clear()
+        return deleted
+
+
+_SEGMENT = re.compile(r"(_ordo_p\d+)=(.*)")
+
+
+def _parse_partition(dirs: Sequence[str], hidden: Sequence[str], columns: Sequence[str]) -> dict[str, str] | None:
+    if len(dirs) != len(hidden):
+        return None
+    values = {}
+    for segment in dirs:
+        match = _SEGMENT.fullmatch(segment)
+        if match is None:
+            return None
+        values[match.group(1)] = unquote(match.group(2))
+    if set(values) != set(hidden):
+        return None
+    return {c: values[h] for h, c in zip(hidden, columns, strict=True)}
+
+
+def _stat_text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    return str(value)
+
+
+def encode_key(values: Sequence[Any]) -> str:
+    """The string form of a key in file stats: the value for one column, a JSON array for several."""
+    if len(values) == 1:
+        return _stat_text(values[0])
+    return json.dumps([_stat_text(v) for v in values], separators=(",", ":"), ensure_ascii=False)
+
+
+def key_stats(footer: Any, primary_key: Sequence[str]) -> tuple[str | None, str | None]:
+    """Min/max of the key from a Parquet footer's column statistics (no data read).
+
+    For a composite key these are the per-column minima and maxima: bounds of
+    the file's keys, not necessarily keys present in it. None when a column
+    has no statistics.
+    """
+    schema = footer.schema
+    names = [schema.column(i).path for i in range(len(schema))]
+    lows, highs = [], []
+    for c in primary_key:
+        if c not in names:
+            return None, None
+        index = names.index(c)
+        low = high = None
+        for g in range(footer.num_row_groups):
+            stats = footer.row_group(g).column(index).statistics
+            if stats is None or not stats.has_min_max:
+                if footer.row_group(g).num_rows:
+                    return None, None
+                continue
+            low = stats.min if low is None or stats.min < low else low
+            high = stats.max if high is None or stats.max > high else high
+        if low is None or high is None:
+            return None, None
+        lows.append(low)
+        highs.append(high)
+    low_text, high_text = encode_key(lows), encode_key(highs)
+    if len(low_text) > MAX_STAT_LENGTH or len(high_text) > MAX_STAT_LENGTH:
+        return None, None
+    return low_text, high_text
+
+
+def target_file_count(total_bytes: int, layout: Layout) -> int:
+    """How many files a rewrite of ``total_bytes`` should produce (at least one)."""
+    target = layout.int_property(TARGET_FILE_BYTES_PROPERTY, DEFAULT_TARGET_FILE_BYTES)
+    return max(1, math.ceil(total_bytes / target))

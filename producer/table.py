@@ -1,0 +1,942 @@
+"""The Spark writer API: ``DeltaTable``, ``Transaction``, ``CommitResult``.
+
+A transaction is optimistic (DESIGN sections 2 and 3):
+
+1. ``begin()`` pins the catalog's head version: the snapshot the transaction
+   reads (UPDATE, DELETE and compactions read it) and its read version.
+2. An operation stages data: Spark writes Parquet files at their final paths
+   under the table location (invisible to readers until a commit names them).
+3. ``commit()`` publishes a ``CommitIntent`` and waits for the arbiter's
+   decision. Accepted: it waits until the catalog has the new version, so a
+   ``read()`` right after sees it. Rejected: the staged files are deleted and
+   ``CommitConflictError`` is raised.
+
+Each transaction holds exactly one operation (the intent names one).
+Operations called on the ``DeltaTable`` itself are a transaction each.
+
+Importing this module imports neither Spark nor Kafka: both are loaded on use.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import dataclasses
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from ordo.errors import CommitConflictError, CommitTimeoutError, OrdoError
+from ordo.settings import Settings, load_settings
+from producer.data import (
+    InvalidOperationError,
+    InvalidTableError,
+    Layout,
+    PartitionValueError,
+    PrimaryKeyError,
+    SchemaMismatchError,
+    WriteRefusedError,
+)
+from schemas import CommitDecision, CommitIntent, DataFile, Operation, Rebase, TableMetadata, validate_table_name
+from schemas.models import MAX_FILES_PER_INTENT
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+    from producer.client import CommitClient
+    from producer.data import FileWriter
+
+log = logging.getLogger("ordo.producer")
+
+DEFAULT_COMMIT_TIMEOUT = 60.0
+DEFAULT_CATALOG_TIMEOUT = 60.0
+CONFLICT_LATER_FAILS = "CONFLICT_LATER_FAILS"
+TABLE_EXISTS = "TABLE_EXISTS"
+BATCH_ALREADY_COMMITTED = "BATCH_ALREADY_COMMITTED"
+RETRY_BACKOFF = 0.05
+# Inputs of one compaction/cluster commit (an intent lists at most MAX_FILES_PER_INTENT files each way).
+MAX_REWRITE_INPUTS = 5_000
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class TableExistsError(CommitConflictError):
+    """Raised by ``DeltaTable.create`` when the table already exists (the arbiter rejected with TABLE_EXISTS)."""
+
+
+class TransactionStateError(OrdoError, RuntimeError):
+    """Raised when a transaction is used out of order (a second operation, or after commit/abort)."""
+
+
+class CatalogLagError(OrdoError, TimeoutError):
+    """Raised when a commit was accepted but the catalog did not show its version in time (is a consumer running?).
+
+    ``result`` is the accepted commit: the data is committed, only reading it back would not see it yet.
+    """
+
+    def __init__(self, message: str, result: CommitResult | None = None) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """An accepted commit: its transaction id and the versions the arbiter gave it.
+
+    ``time_version`` is None for compaction and clustering (no logical change).
+    The other fields say what was committed and how long it took; ``attempts``
+    counts publications (more than one after metadata-level retries).
+    """
+
+    txn_id: str
+    id_version: int
+    time_version: datetime | None
+    operation: Operation | None = None
+    added_files: tuple[DataFile, ...] = field(default=(), repr=False)
+    removed_files: tuple[str, ...] = field(default=(), repr=False)
+    rebase: Rebase = Rebase.NONE
+    write_seconds: float = 0.0
+    commit_seconds: float = 0.0
+    attempts: int = 1
+    decision: CommitDecision | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def record_count(self) -> int:
+        """Records in the files this commit added."""
+        return sum(f.record_count for f in self.added_files)
+
+
+# --------------------------------------------------------------------------- shared clients
+
+
+class _Connection:
+    """The commit client and catalog for one set of settings, shared by every table handle using them."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._lock = threading.Lock()
+        self._client: CommitClient | None = None
+        self._catalog: Any = None
+
+    @property
+    def client(self) -> CommitClient:
+        with self._lock:
+            if self._client is None:
+                from producer.client import CommitClient
+
+                self._client = CommitClient(settings=self.settings)
+            return self._client
+
+    @property
+    def catalog(self) -> Any:
+        with self._lock:
+            if self._catalog is None:
+                from consumer import Catalog
+
+                self._catalog = Catalog(self.settings.catalog)
+            return self._catalog
+
+    def close(self) -> None:
+        with self._lock:
+            client, self._client = self._client, None
+            catalog, self._catalog = self._catalog, None
+        if client is not None:
+            client.close()
+        if catalog is not None and hasattr(catalog, "close"):
+            catalog.close()
+
+
+_CONNECTIONS: dict[tuple[Any, ...], _Connection] = {}
+_CONNECTIONS_LOCK = threading.Lock()
+
+
+def _connection(settings: Settings) -> _Connection:
+    key = (
+        settings.bootstrap_servers,
+        settings.topic_prefix,
+        settings.catalog,
+        tuple(sorted(settings.kafka.items())),
+    )
+    with _CONNECTIONS_LOCK:
+        conn = _CONNECTIONS.get(key)
+        if conn is None:
+            conn = _CONNECTIONS[key] = _Connection(settings)
+        return conn
+
+
+def close_connections() -> None:
+    """Close every commit client and catalog the writer API opened (also done at interpreter exit)."""
+    with _CONNECTIONS_LOCK:
+        conns = list(_CONNECTIONS.values())
+        _CONNECTIONS.clear()
+    for conn in conns:
+        try:
+            conn.close()
+        except Exception:  # closing at exit must not raise
+            log.debug("closing a writer connection failed", exc_info=True)
+
+
+atexit.register(close_connections)
+
+
+def _resolve_settings(settings: Settings | None, overrides: Mapping[str, Any]) -> Settings:
+    if settings is None:
+        return load_settings(**overrides)
+    return settings.with_overrides(**overrides)
+
+
+def _writer_identity(spark: SparkSession) -> str:
+    try:
+        app = spark.sparkContext.applicationId
+    except Exception:  # pragma: no cover - a session without a context (Spark Connect)
+        app = "spark"
+    return f"ordo-spark/{app}@{socket.gethostname()}:{os.getpid()}"[:256]
+
+
+def _has_scheme(location: str) -> bool:
+    head = location.split("/", 1)[0]
+    return head.endswith(":") and len(head) > 2
+
+
+def _conflict_error(decision: CommitDecision, what: str) -> CommitConflictError:
+    cls = TableExistsError if decision.reason == TABLE_EXISTS else CommitConflictError
+    detail = f": {decision.message}" if decision.message else ""
+    return cls(
+        f"{what} was rejected ({decision.reason}){detail}",
+        reason=decision.reason,
+        conflicting_txn_id=decision.conflicting_txn_id,
+        conflicting_version=decision.conflicting_version,
+        decision=decision,
+    )
+
+
+# --------------------------------------------------------------------------- DeltaTable
+
+
+class DeltaTable:
+    """A handle on one table: its metadata, writes (each a transaction), ``begin()``, and reads.
+
+    Get one with ``DeltaTable.create`` or ``DeltaTable.open``. Settings come
+    from keyword arguments, else ``ORDO_*`` environment variables
+    (``load_settings()``); handles with equal settings share one Kafka client
+    and one catalog connection.
+    """
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        name: str,
+        metadata: TableMetadata,
+        *,
+        settings: Settings,
+        commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
+        catalog_timeout: float = DEFAULT_CATALOG_TIMEOUT,
+    ) -> None:
+        self.spark = spark
+        self.name = validate_table_name(name)
+        self.metadata = metadata
+        self.settings = settings
+        self.commit_timeout = commit_timeout
+        self.catalog_timeout = catalog_timeout
+        self.layout = Layout.of(name, metadata)
+        self._conn = _connection(settings)
+        self._writer = _writer_identity(spark)
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def create(
+        cls,
+        spark: SparkSession,
+        name: str,
+        *,
+        schema: str | StructType,
+        primary_key: str | Sequence[str],
+        partitioned_by: str | Sequence[str] = (),
+        location: str | None = None,
+        properties: Mapping[str, Any] | None = None,
+        settings: Settings | None = None,
+        bootstrap_servers: str | None = None,
+        topic_prefix: str | None = None,
+        warehouse: str | None = None,
+        catalog: str | None = None,
+        commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
+        catalog_timeout: float = DEFAULT_CATALOG_TIMEOUT,
+    ) -> DeltaTable:
+        """Create a table: publish CREATE_TABLE, wait for the decision, then for the catalog to have it.
+
+        ``schema`` is a Spark DDL string (``"id BIGINT, v STRING"``) or a
+        StructType. ``location`` defaults to ``<warehouse>/<name>`` as an
+        absolute path. Raises ``TableExistsError`` if the table exists and
+        ``InvalidTableError`` for a definition that cannot be a table.
+        """
+        from producer.data import check_definition, parse_schema, schema_to_ddl
+
+        validate_table_name(name)
+        resolved = _resolve_settings(
+            settings,
+            {
+                "bootstrap_servers": bootstrap_servers,
+                "topic_prefix": topic_prefix,
+                "warehouse": warehouse,
+                "catalog": catalog,
+            },
+        )
+        spark_schema = parse_schema(schema) if isinstance(schema, str) else schema
+        key = (primary_key,) if isinstance(primary_key, str) else tuple(primary_key)
+        parts = (partitioned_by,) if isinstance(partitioned_by, str) else tuple(partitioned_by)
+        check_definition(spark_schema, key, parts)
+        if location is None:
+            location = resolved.warehouse.rstrip("/") + "/" + name
+        if not _has_scheme(location):
+            location = os.path.abspath(location)
+        metadata = TableMetadata(
+            location=location,
+            schema=schema_to_ddl(spark_schema),
+            primary_key=key,
+            partition_columns=parts,
+            properties={str(k): str(v) for k, v in (properties or {}).items()},
+        )
+        table = cls(
+            spark,
+            name,
+            metadata,
+            settings=resolved,
+            commit_timeout=commit_timeout,
+            catalog_timeout=catalog_timeout,
+        )
+        intent = CommitIntent(
+            txn_id=uuid.uuid4().hex,
+            table=name,
+            operation=Operation.CREATE_TABLE,
+            read_version=0,
+            metadata=metadata,
+            writer=table._writer,
+        )
+        decision = table._conn.client.commit(intent, timeout=commit_timeout)
+        if not decision.accepted:
+            raise _conflict_error(decision, f"CREATE TABLE {name}")
+        table._wait_for_catalog(0, None)
+        return table
+
+    @classmethod
+    def open(
+        cls,
+        spark: SparkSession,
+        name: str,
+        *,
+        settings: Settings | None = None,
+        bootstrap_servers: str | None = None,
+        topic_prefix: str | None = None,
+        catalog: str | None = None,
+        commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
+        catalog_timeout: float = DEFAULT_CATALOG_TIMEOUT,
+    ) -> DeltaTable:
+        """Open an existing table from the catalog; ``TableNotFoundError`` if the catalog does not know it."""
+        resolved = _resolve_settings(
+            settings, {"bootstrap_servers": bootstrap_servers, "topic_prefix": topic_prefix, "catalog": catalog}
+        )
+        info = _connection(resolved).catalog.table(validate_table_name(name))
+        return cls(
+            spark,
+            name,
+            info.metadata,
+            settings=resolved,
+            commit_timeout=commit_timeout,
+            catalog_timeout=catalog_timeout,
+        )
+
+    # ------------------------------------------------------------------ description
+
+    @property
+    def location(self) -> str:
+        """Where the table's data files live."""
+        return self.metadata.location
+
+    @property
+    def schema(self) -> StructType:
+        """The table schema as a Spark StructType."""
+        return self.layout.schema()
+
+    @property
+    def primary_key(self) -> tuple[str, ...]:
+        """The primary key columns."""
+        return self.layout.primary_key
+
+    @property
+    def partition_columns(self) -> tuple[str, ...]:
+        """The partition columns (empty for an unpartitioned table)."""
+        return self.layout.partition_columns
+
+    @property
+    def version(self) -> int:
+        """The catalog's head ID version of this table (what ``begin()`` would pin)."""
+        return int(self._conn.catalog.table(self.name).head_version)
+
+    @property
+    def catalog(self) -> Any:
+        """The consumer's catalog this handle reads from."""
+        return self._conn.catalog
+
+    @property
+    def client(self) -> CommitClient:
+        """The commit client this handle publishes with."""
+        return self._conn.client
+
+    def __repr__(self) -> str:
+        return f"DeltaTable({self.name!r}, location={self.location!r})"
+
+    # ------------------------------------------------------------------ transactions
+
+    def begin(self, *, app_id: str | None = None, batch_id: int | None = None) -> Transaction:
+        """A transaction pinned to the catalog's current head version.
+
+        ``app_id``/``batch_id`` make the commit idempotent for streaming
+        writers: the arbiter refuses a batch at or below one already committed
+        for that application (``BATCH_ALREADY_COMMITTED``).
+        """
+        return Transaction(self, self.version, app_id=app_id, batch_id=batch_id)
+
+    def _run(self, stage: Any, retries: int = 0) -> CommitResult | None:
+        with self.begin() as txn:
+            stage(txn)
+            return txn.commit(retries=retries)
+
+    def insert_into(self, df: DataFrame, *, retries: int = 0) -> CommitResult | None:
+        """INSERT INTO: add the rows as upserts (a row whose key exists replaces it). None if ``df`` is empty.
+
+        ``retries`` > 0 retries a CONFLICT_LATER_FAILS rejection at the
+        metadata level: the same files are republished, re-pinned to the new
+        head, under a new txn id (INSERT reads nothing, so this is safe).
+        """
+        return self._run(lambda t: t.insert_into(df), retries)
+
+    def insert_overwrite(self, df: DataFrame, partition: Mapping[str, Any] | None = None) -> CommitResult | None:
+        """INSERT OVERWRITE: replace the table, the given static ``partition``, or the partitions present in ``df``."""
+        return self._run(lambda t: t.insert_overwrite(df, partition))
+
+    def truncate(self, partition: Mapping[str, Any] | None = None) -> CommitResult | None:
+        """TRUNCATE the table or one partition."""
+        return self._run(lambda t: t.truncate(partition))
+
+    def update(
+        self,
+        set: Mapping[str, str | Column],
+        where: str | Column | None = None,
+        *,
+        partition: Mapping[str, Any] | None = None,
+    ) -> CommitResult | None:
+        """UPDATE: ``set`` maps columns to SQL expressions, for rows matching ``where`` (and ``partition``)."""
+        return self._run(lambda t: t.update(set, where, partition=partition))
+
+    def delete(
+        self, where: str | Column | None = None, *, partition: Mapping[str, Any] | None = None
+    ) -> CommitResult | None:
+        """DELETE the rows matching ``where`` (all rows when None), within ``partition`` if given."""
+        return self._run(lambda t: t.delete(where, partition=partition))
+
+    def compact(self, mode: str = "minor", partition: Mapping[str, Any] | None = None) -> CommitResult | None:
+        """MINOR or MAJOR COMPACT of one partition or the whole table; None when there was nothing to compact."""
+        return self._run(lambda t: t.compact(mode, partition))
+
+    def cluster(self, by: str | Sequence[str], partition: Mapping[str, Any] | None = None) -> CommitResult | None:
+        """CLUSTER BY ``by``: rewrite live rows sorted by those columns; None when there are no files."""
+        return self._run(lambda t: t.cluster(by, partition))
+
+    # ------------------------------------------------------------------ reads (delegated to the consumer)
+
+    def read(self, version: int | None = None, timestamp: datetime | str | None = None) -> DataFrame:
+        """The table as a DataFrame at the head, an ID ``version`` or a ``timestamp`` (time travel)."""
+        from consumer.spark import read
+
+        return read(self.spark, self.name, version=version, timestamp=timestamp, catalog=self._conn.catalog)
+
+    def changes(self, start: Any, end: Any = None, by: str = "id") -> DataFrame:
+        """The change feed between two ID versions (``by="id"``) or time versions (``by="time"``), both inclusive.
+
+        ``end=None`` is the head. Columns: the table's, ``_change_type``
+        (``upsert``/``delete``/``truncate``), ``_commit_version``, ``_commit_timestamp``.
+        """
+        from consumer.spark import changes
+
+        return changes(self.spark, self.name, start, end, by=by, catalog=self._conn.catalog)
+
+    def history(self) -> list[Any]:
+        """The table's commit records, from the catalog."""
+        return list(self._conn.catalog.history(self.name))
+
+    def snapshot(self, version: int | None = None) -> Any:
+        """The catalog's snapshot (live files) at ``version`` (default: head)."""
+        return self._conn.catalog.snapshot(self.name, version=version)
+
+    # ------------------------------------------------------------------ internals
+
+    def _wait_for_catalog(self, version: int, result: CommitResult | None) -> None:
+        try:
+            self._conn.catalog.wait_for_version(self.name, version, timeout=self.catalog_timeout)
+        except TimeoutError as exc:
+            raise CatalogLagError(
+                f"table {self.name} committed version {version}, but the catalog {self.settings.catalog!r} did not "
+                f"show it within {self.catalog_timeout:g} s (is `ordo consumer` running for prefix "
+                f"{self.settings.topic_prefix!r}?)",
+                result,
+            ) from exc
+
+
+# --------------------------------------------------------------------------- Transaction
+
+_OPEN, _STAGED, _COMMITTED, _ABORTED, _FAILED, _UNKNOWN = "open", "staged", "committed", "aborted", "failed", "unknown"
+
+
+class Transaction:
+    """One optimistic transaction on a table, pinned to ``read_version``; exactly one operation.
+
+    The operation methods only stage data (Spark writes the files); ``commit()``
+    publishes the intent and waits. Leaving a ``with`` block without commit, or
+    ``abort()``, deletes the staged files. When ``commit()`` times out the
+    outcome is unknown: the files are kept and ``commit()`` may be called again
+    (the same txn id always gets the same decision).
+    """
+
+    def __init__(
+        self, table: DeltaTable, read_version: int, *, app_id: str | None = None, batch_id: int | None = None
+    ) -> None:
+        if (app_id is None) != (batch_id is None):
+            raise ValueError("app_id and batch_id go together")
+        self.table = table
+        self.read_version = read_version
+        self.app_id = app_id
+        self.batch_id = batch_id
+        self.txn_id = uuid.uuid4().hex
+        self.operation: Operation | None = None
+        self.partitions: tuple[dict[str, str], ...] | None = None
+        self.added_files: tuple[DataFile, ...] = ()
+        self.removed_files: tuple[str, ...] = ()
+        self.write_seconds = 0.0
+        self.timings: dict[str, float] = {}
+        self.result: CommitResult | None = None
+        self._state = _OPEN
+        self._noop = False
+        self._writer: FileWriter | None = None
+        self._snapshot: Any = None
+        self._lock = threading.RLock()
+
+    def __repr__(self) -> str:
+        op = self.operation.value if self.operation else None
+        return f"Transaction({self.table.name!r}, txn_id={self.txn_id!r}, read_version={self.read_version}, {op}, {self._state})"
+
+    @property
+    def state(self) -> str:
+        """open, staged, committed, aborted, failed (rejected), or unknown (commit timed out)."""
+        return self._state
+
+    # ------------------------------------------------------------------ context manager
+
+    def __enter__(self) -> Transaction:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._state in (_OPEN, _STAGED):
+            self.abort()
+
+    # ------------------------------------------------------------------ staging helpers
+
+    def _start(self, operation: Operation) -> None:
+        if self._state != _OPEN:
+            raise TransactionStateError(
+                f"transaction {self.txn_id} is {self._state}: a transaction holds exactly one operation "
+                f"(already {self.operation.value if self.operation else 'done'}); begin() another"
+            )
+        self.operation = operation
+
+    @contextlib.contextmanager
+    def _stage(self, operation: Operation) -> Iterator[None]:
+        """Run one operation's staging; if it fails, delete what it wrote and leave the transaction open."""
+        with self._lock:
+            self._start(operation)
+            try:
+                yield
+            except BaseException:
+                self._discard()
+                self.operation = None
+                raise
+
+    def _file_writer(self) -> FileWriter:
+        from producer.data import FileWriter
+
+        if self._writer is None:
+            self._writer = FileWriter(self.table.spark, self.table.layout, self.txn_id)
+        return self._writer
+
+    def _staged(
+        self,
+        files: Sequence[DataFile],
+        partitions: Sequence[Mapping[str, str]] | None,
+        removed: Sequence[str] = (),
+        noop: bool = False,
+    ) -> Transaction:
+        if len(files) > MAX_FILES_PER_INTENT:
+            raise InvalidOperationError(
+                f"the write produced {len(files)} files, more than the {MAX_FILES_PER_INTENT} one commit may add; "
+                "write fewer partitions per transaction (or raise ordo.max_records_per_file)"
+            )
+        self.added_files = tuple(files)
+        self.removed_files = tuple(removed)
+        self.partitions = None if partitions is None else tuple(dict(p) for p in partitions)
+        self._noop = noop
+        self._state = _STAGED
+        return self
+
+    def _write(self, records: DataFrame, **options: Any) -> list[DataFile]:
+        stats = self._file_writer().write(records, **options)
+        self.write_seconds += stats.spark_seconds + stats.finish_seconds
+        self._time("spark_write", stats.spark_seconds)
+        self._time("finish_files", stats.finish_seconds)
+        return list(stats.files)
+
+    def _time(self, phase: str, seconds: float) -> None:
+        self.timings[phase] = self.timings.get(phase, 0.0) + seconds
+
+    def _validate(self, rows: DataFrame, static: Mapping[str, str] | None = None) -> None:
+        from producer.data import validate_records
+
+        started = time.perf_counter()
+        validate_records(rows, self.table.layout, static)
+        seconds = time.perf_counter() - started
+        self.write_seconds += seconds
+        self._time("validate", seconds)
+
+    def _static(self, partition: Mapping[str, Any] | None) -> dict[str, str] | None:
+        from producer.data import canonical_partition
+
+        if partition is None:
+            return None
+        return canonical_partition(self.table.spark, self.table.layout, partition)
+
+    def _partitions_of(self, files: Sequence[DataFile]) -> list[dict[str, str]] | None:
+        columns = self.table.layout.partition_columns
+        if not columns:
+            return None
+        seen: dict[tuple[str, ...], dict[str, str]] = {}
+        for f in files:
+            seen.setdefault(tuple(f.partition[c] for c in columns), dict(f.partition))
+        return [seen[k] for k in sorted(seen)]
+
+    def pinned_snapshot(self) -> Any:
+        """The catalog snapshot at ``read_version`` (live files with their added versions)."""
+        if self._snapshot is None:
+            self._snapshot = self.table._conn.catalog.snapshot(self.table.name, version=self.read_version)
+        return self._snapshot
+
+    def read(self, partition: Mapping[str, Any] | None = None) -> DataFrame:
+        """The table at the pinned version, as this transaction sees it (only ``partition``'s files when given)."""
+        return self._read_pinned(self._static(partition))
+
+    def _read_pinned(self, static: Mapping[str, str] | None) -> DataFrame:
+        from consumer.spark import read_snapshot
+
+        snapshot = self.pinned_snapshot()
+        if static is not None:
+            files = tuple(f for f in snapshot.files if dict(f.partition) == dict(static))
+            snapshot = dataclasses.replace(snapshot, files=files)
+        return read_snapshot(self.table.spark, snapshot)
+
+    # ------------------------------------------------------------------ operations (stage only)
+
+    def insert_into(self, df: DataFrame) -> Transaction:
+        """Stage INSERT INTO: the rows become upsert records. Scope: the partitions written."""
+        from producer.data import conform, upsert_records
+
+        layout = self.table.layout
+        with self._stage(Operation.INSERT_INTO):
+            rows = conform(df, layout.schema())
+            self._validate(rows)
+            files = self._write(upsert_records(rows))
+            return self._staged(files, self._partitions_of(files), noop=not files)
+
+    def insert_overwrite(self, df: DataFrame, partition: Mapping[str, Any] | None = None) -> Transaction:
+        """Stage INSERT OVERWRITE of the table, of static ``partition``, or of the partitions present in ``df``.
+
+        With a static partition the DataFrame may leave the partition columns
+        out (they are filled in); rows outside the partition are refused.
+        Dynamic overwrite with an empty DataFrame overwrites nothing (a no-op).
+        """
+        from producer.data import conform, upsert_records, with_static_partition
+
+        layout = self.table.layout
+        with self._stage(Operation.INSERT_OVERWRITE):
+            static = self._static(partition)
+            if static is not None:
+                df = with_static_partition(df, layout, static)
+            rows = conform(df, layout.schema())
+            self._validate(rows, static)
+            files = self._write(upsert_records(rows))
+            if not layout.partition_columns:
+                return self._staged(files, None)
+            if static is not None:
+                return self._staged(files, [static])
+            return self._staged(files, self._partitions_of(files), noop=not files)
+
+    def truncate(self, partition: Mapping[str, Any] | None = None) -> Transaction:
+        """Stage TRUNCATE of the table or of one partition (no files; the arbiter removes the live ones)."""
+        with self._stage(Operation.TRUNCATE):
+            static = self._static(partition)
+            return self._staged((), None if static is None else [static])
+
+    def update(
+        self,
+        set: Mapping[str, str | Column],
+        where: str | Column | None = None,
+        *,
+        partition: Mapping[str, Any] | None = None,
+    ) -> Transaction:
+        """Stage UPDATE: upsert records with new values for the keys matching ``where`` in the pinned snapshot.
+
+        Key and partition columns cannot be set. Scope: ``partition`` when
+        given, else the whole table (the condition read every partition).
+        """
+        from producer.data import filtered, update_records
+
+        layout = self.table.layout
+        with self._stage(Operation.UPDATE):
+            static = self._static(partition)
+            records = update_records(filtered(self._read_pinned(static), layout, where, static), layout, set)
+            files = self._write(records)
+            return self._staged(files, None if static is None else [static])
+
+    def delete(self, where: str | Column | None = None, *, partition: Mapping[str, Any] | None = None) -> Transaction:
+        """Stage DELETE: delete records for the keys matching ``where`` in the pinned snapshot."""
+        from producer.data import delete_records, filtered
+
+        layout = self.table.layout
+        with self._stage(Operation.DELETE):
+            static = self._static(partition)
+            files = self._write(delete_records(filtered(self._read_pinned(static), layout, where, static), layout))
+            return self._staged(files, None if static is None else [static])
+
+    def compact(self, mode: str = "minor", partition: Mapping[str, Any] | None = None) -> Transaction:
+        """Stage MINOR or MAJOR COMPACT of each partition in scope holding at least two live files.
+
+        MINOR keeps per key the newest record, delete records included; MAJOR
+        writes base files of live rows only. Output records keep their
+        effective sequence number in ``_ordo_seq``; the inputs are the removed
+        files. With nothing to compact the transaction is a no-op.
+        """
+        operation = {"minor": Operation.MINOR_COMPACT, "major": Operation.MAJOR_COMPACT}.get(str(mode).lower())
+        if operation is None:
+            raise InvalidOperationError(f"compact mode must be 'minor' or 'major', not {mode!r}")
+        with self._stage(operation):
+            return self._rewrite(str(mode).lower(), partition, min_files=2, sort_by=())
+
+    def cluster(self, by: str | Sequence[str], partition: Mapping[str, Any] | None = None) -> Transaction:
+        """Stage CLUSTER BY: rewrite the live rows of each partition in scope sorted by ``by``."""
+        columns = (by,) if isinstance(by, str) else tuple(by)
+        names = [f.name for f in self.table.schema.fields]
+        unknown = [c for c in columns if c not in names]
+        if not columns or unknown:
+            raise InvalidOperationError(f"cluster by needs table columns; unknown {unknown or 'none given'} in {names}")
+        with self._stage(Operation.CLUSTER):
+            return self._rewrite("cluster", partition, min_files=1, sort_by=columns)
+
+    def _rewrite(
+        self, mode: str, partition: Mapping[str, Any] | None, *, min_files: int, sort_by: Sequence[str]
+    ) -> Transaction:
+        from producer.data import read_files, rewrite_records, target_file_count
+
+        layout = self.table.layout
+        static = self._static(partition)
+        groups: dict[tuple[str, ...], list[Any]] = {}
+        for entry in self.pinned_snapshot().files:
+            key = tuple(entry.partition.get(c, "") for c in layout.partition_columns)
+            if static is not None and key != tuple(static[c] for c in layout.partition_columns):
+                continue
+            groups.setdefault(key, []).append(entry)
+        inputs = self._rewrite_inputs(mode, [files for _, files in sorted(groups.items()) if len(files) >= min_files])
+        scope = None if static is None else [static]
+        if not inputs:
+            return self._staged((), scope, noop=True)
+        records = rewrite_records(
+            read_files(self.table.spark, layout, [(e.absolute_path, e.added_version) for e in inputs]), layout, mode
+        )
+        target = None if layout.partition_columns else target_file_count(sum(e.size_bytes for e in inputs), layout)
+        files = self._write(records, sort_by=sort_by, target_files=target)
+        return self._staged(files, scope, removed=sorted(e.path for e in inputs))
+
+    @staticmethod
+    def _rewrite_inputs(mode: str, groups: list[list[Any]]) -> list[Any]:
+        """Whole partitions up to MAX_REWRITE_INPUTS files; MINOR may take the oldest files of a larger one.
+
+        MAJOR and CLUSTER drop delete records and superseded rows, which is
+        only correct when every live file of the partition is an input.
+        """
+        inputs: list[Any] = []
+        for files in groups:
+            if len(inputs) + len(files) <= MAX_REWRITE_INPUTS:
+                inputs.extend(files)
+            elif not inputs and mode == "minor":
+                inputs.extend(sorted(files, key=lambda f: (f.added_version, f.path))[:MAX_REWRITE_INPUTS])
+            elif not inputs:
+                raise InvalidOperationError(
+                    f"a partition has {len(files)} live files, more than one {mode} rewrite may read "
+                    f"({MAX_REWRITE_INPUTS}); run compact('minor') on it first"
+                )
+        return inputs
+
+    # ------------------------------------------------------------------ commit
+
+    def intent(self) -> CommitIntent:
+        """The intent ``commit()`` publishes (the staged operation and files)."""
+        if self.operation is None:
+            raise TransactionStateError(f"transaction {self.txn_id} has no operation staged")
+        return CommitIntent(
+            txn_id=self.txn_id,
+            table=self.table.name,
+            operation=self.operation,
+            read_version=self.read_version,
+            partitions=self.partitions,
+            added_files=self.added_files,
+            removed_files=self.removed_files,
+            app_id=self.app_id,
+            batch_id=self.batch_id,
+            writer=self.table._writer,
+        )
+
+    def commit(self, timeout: float | None = None, *, retries: int = 0) -> CommitResult | None:
+        """Publish the intent, wait for the decision, then for the catalog to show the new version.
+
+        Returns the ``CommitResult``, or None for a no-op (nothing to insert or
+        compact: nothing is published). Raises ``CommitConflictError`` on a
+        rejection (staged files deleted), ``CommitTimeoutError`` when no
+        decision came (files kept; call ``commit()`` again), and
+        ``CatalogLagError`` when the commit was accepted but the catalog lags.
+        ``retries`` (INSERT INTO only) re-pins and republishes the same files
+        after a CONFLICT_LATER_FAILS rejection, at most that many times.
+        """
+        with self._lock:
+            if self._state == _COMMITTED:
+                return self.result
+            if self._state not in (_STAGED, _UNKNOWN):
+                raise TransactionStateError(f"transaction {self.txn_id} is {self._state}; nothing to commit")
+            if retries and self.operation is not Operation.INSERT_INTO:
+                raise InvalidOperationError("metadata-level retries are only safe for INSERT INTO (it reads nothing)")
+            if self._noop:
+                self._state = _COMMITTED
+                self._writer = None
+                return None
+            return self._publish(self.table.commit_timeout if timeout is None else timeout, retries)
+
+    def _publish(self, timeout: float, retries: int) -> CommitResult:
+        table = self.table
+        client = table._conn.client
+        attempts = 0
+        started = time.perf_counter()
+        while True:
+            attempts += 1
+            try:
+                decision = client.commit(self.intent(), timeout=timeout)
+            except CommitTimeoutError:
+                self._state = _UNKNOWN  # maybe accepted: keep the files, let the caller retry commit()
+                raise
+            if decision.accepted:
+                break
+            if retries > 0 and decision.reason == CONFLICT_LATER_FAILS:
+                retries -= 1
+                self._repin(decision)
+                continue
+            self._discard()
+            self._state = _FAILED
+            raise _conflict_error(decision, f"{self.operation.value if self.operation else 'txn'} {self.txn_id}")
+        assert decision.id_version is not None
+        result = CommitResult(
+            txn_id=self.txn_id,
+            id_version=decision.id_version,
+            time_version=decision.time_version,
+            operation=self.operation,
+            added_files=self.added_files,
+            removed_files=tuple(decision.removed_files) or self.removed_files,
+            rebase=decision.rebase,
+            write_seconds=self.write_seconds,
+            commit_seconds=time.perf_counter() - started,
+            attempts=attempts,
+            decision=decision,
+        )
+        self._state = _COMMITTED
+        self.result = result
+        self._writer = None
+        self._time("publish_decision", result.commit_seconds)
+        started = time.perf_counter()
+        table._wait_for_catalog(decision.id_version, result)
+        self._time("catalog_wait", time.perf_counter() - started)
+        return result
+
+    def _repin(self, decision: CommitDecision) -> None:
+        """Metadata-level retry: a new txn id on the newer head, the same files."""
+        catalog = self.table._conn.catalog
+        if decision.conflicting_version is not None:
+            self.table._wait_for_catalog(decision.conflicting_version, None)
+        head = int(catalog.table(self.table.name).head_version)
+        log.info(
+            "txn %s of %s rejected (%s, conflicting %s@%s); retrying on version %d",
+            self.txn_id,
+            self.table.name,
+            decision.reason,
+            decision.conflicting_txn_id,
+            decision.conflicting_version,
+            head,
+        )
+        self.read_version = max(self.read_version, head)
+        self.txn_id = uuid.uuid4().hex
+        self._snapshot = None
+        time.sleep(RETRY_BACKOFF)
+
+    def _discard(self) -> None:
+        if self._writer is not None:
+            self._writer.cleanup()
+            self._writer = None
+
+    def abort(self) -> None:
+        """Give the transaction up and delete its staged files (not after a commit that timed out)."""
+        with self._lock:
+            if self._state == _UNKNOWN:
+                log.warning(
+                    "txn %s: commit outcome unknown (timed out); keeping its files. Call commit() to learn it.",
+                    self.txn_id,
+                )
+                return
+            if self._state in (_COMMITTED, _ABORTED, _FAILED):
+                return
+            self._discard()
+            self._state = _ABORTED
+
+
+__all__ = [
+    "CatalogLagError",
+    "CommitConflictError",
+    "CommitResult",
+    "DeltaTable",
+    "InvalidOperationError",
+    "InvalidTableError",
+    "PartitionValueError",
+    "PrimaryKeyError",
+    "SchemaMismatchError",
+    "TableExistsError",
+    "Transaction",
+    "TransactionStateError",
+    "WriteRefusedError",
+    "close_connections",
+]
