@@ -23,12 +23,12 @@ from arbiter.service import shard_of
 from ordo.settings import Settings
 from ordo.stack import ManagedProcess, ProcessGroup
 from producer import ClientClosedError, CommitClient
+from tests.unit.test_matrix import reference_rows
 from schemas import CommitDecision, CommitIntent, DataFile, Operation, Outcome, Rebase, TableMetadata, encode
 
 pytestmark = pytest.mark.timeout(180)
 
 REPO = Path(__file__).resolve().parents[2]
-REFERENCE_MATRIX = REPO.parent / "shared" / "reference" / "conflict_matrix.csv"
 POLICY_MATRIX = REPO / "arbiter" / "policies" / "maxcompute.csv"
 
 OPERATION_OF_CLASS = {
@@ -83,9 +83,7 @@ def insert_intent(table: str, txn_id: str, partition: str, read_version: int = 0
 
 def matrix_cells() -> list[tuple[str, str, str]]:
     """The 25 reference cells plus the CLUSTER cells of the maxcompute policy."""
-    assert REFERENCE_MATRIX.exists(), f"reference matrix not found at {REFERENCE_MATRIX}"
-    with REFERENCE_MATRIX.open(newline="") as handle:
-        cells = [(r["earlier"].strip(), r["later"].strip(), r["outcome"].strip()) for r in csv.DictReader(handle)]
+    cells = reference_rows()  # shared/reference/conflict_matrix.csv, or its checked copy
     assert len(cells) == 25
     with POLICY_MATRIX.open(newline="") as handle:
         for row in csv.DictReader(handle):
