@@ -23,8 +23,8 @@ from arbiter.service import shard_of
 from ordo.settings import Settings
 from ordo.stack import ManagedProcess, ProcessGroup
 from producer import ClientClosedError, CommitClient
-from tests.unit.test_matrix import reference_rows
 from schemas import CommitDecision, CommitIntent, DataFile, Operation, Outcome, Rebase, TableMetadata, encode
+from tests.unit.test_matrix import reference_rows
 
 pytestmark = pytest.mark.timeout(180)
 
