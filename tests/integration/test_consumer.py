@@ -256,10 +256,15 @@ def test_catalog_after_kill_9_restarts_equals_one_rebuilt_from_scratch(
     for name, (source, model) in tables.items():
         commit_history(commit_client, source, model, 0, f"{settings.warehouse}/{name}")
     errors: list[BaseException] = []
+    done = threading.Event()
 
     def write() -> None:
+        # Commits keep flowing until the three kills are done (bounded: 200 rounds), so
+        # a fast machine cannot finish the history before the consumer is killed.
         try:
-            for _ in range(20):
+            for _ in range(200):
+                if done.is_set():
+                    break
                 for name, (source, model) in tables.items():
                     commit_history(commit_client, source, model, 3, f"{settings.warehouse}/{name}")
         except BaseException as exc:  # surfaced below
@@ -277,6 +282,7 @@ def test_catalog_after_kill_9_restarts_equals_one_rebuilt_from_scratch(
             kills += 1
             current = consumer(http=False)
     finally:
+        done.set()
         writer.join(120)
     assert not errors, errors
     assert kills == 3, "the consumer must be killed while commits are flowing"

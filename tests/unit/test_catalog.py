@@ -304,13 +304,16 @@ def test_a_failure_inside_a_batch_leaves_nothing_of_it(tmp_path: Path) -> None:
     assert dump(tmp_path / "c.db") == dump(tmp_path / "all.db")
 
 
-def _apply_slowly(path: str, records: list[LogRecord], ready: object) -> None:
+def _apply_slowly(path: str, records: list[LogRecord], ready: object, progress: object = None) -> None:
     writer = CatalogWriter(path, "ordo")
     ready.set()  # type: ignore[attr-defined]
     start = writer.stream("t").next_offset if writer.stream("t") else 0  # type: ignore[union-attr]
     pending = [r for r in records if r.offset >= start]
     for i in range(0, len(pending), 5):
         writer.apply(pending[i : i + 5])
+        if progress is not None:
+            with progress.get_lock():  # type: ignore[attr-defined]
+                progress.value += 1  # type: ignore[attr-defined]
         time.sleep(0.005)
     writer.close()
 
@@ -321,12 +324,17 @@ def test_kill_9_at_random_moments_then_resume_equals_apply_all(tmp_path: Path) -
     path = str(tmp_path / "c.db")
     context = multiprocessing.get_context("fork")
     killed = 0
-    for delay in (0.15, 0.05, 0.3, 0.1):
+    # Kill once the child has applied a few more batches: it is mid-way through the
+    # next one, at a moment set by its own progress, not by a wall-clock guess.
+    for batches in (3, 1, 6, 2):
         ready = context.Event()
-        child = context.Process(target=_apply_slowly, args=(path, script.records, ready))
+        progress = context.Value("i", 0)
+        child = context.Process(target=_apply_slowly, args=(path, script.records, ready, progress))
         child.start()
         assert ready.wait(10)
-        time.sleep(delay)
+        deadline = time.monotonic() + 30
+        while progress.value < batches and child.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.001)
         if child.is_alive():
             os.kill(child.pid, signal.SIGKILL)  # type: ignore[arg-type]
         child.join(10)
