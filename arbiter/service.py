@@ -17,12 +17,21 @@ readers. That is safe here: the arbiter rebuilds from exactly what every reader
 sees, so a decision that landed in an aborted transaction is, on Tansu, simply
 part of the history (and on Kafka it is hidden and the intent decided again).
 See docs/tansu.md.
+
+Checkpoints (``arbiter.checkpoint``) make a restart cheap: each table's state
+is written to ``settings.state_dir`` every ``checkpoint_every`` decisions (at
+most every ``checkpoint_interval`` seconds, from a forked child so the loop
+never waits for the disk), after a long rebuild and on a clean stop. A restart
+loads the checkpoint, checks it against the record at its log offset and folds
+only the records after it; a checkpoint that fails any check is discarded for
+a full replay.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import threading
 import time
@@ -31,16 +40,30 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from arbiter import checkpoint as checkpoints
 from arbiter.core import TableState, apply, evaluate_record, new_state, reject_malformed
 from ordo.broker import DECISIONS_CONFIG, create_topics, existing_topics
 from ordo.errors import ArbiterFencedError, BrokerUnavailableError, OrdoError
 from ordo.settings import Settings
-from schemas import CommitDecision, Outcome, decisions_topic, decode, encode, intents_pattern, parse_topic
+from schemas import (
+    CommitDecision,
+    Outcome,
+    chain_hash,
+    decisions_topic,
+    decode,
+    encode,
+    intents_pattern,
+    parse_topic,
+)
 
 log = logging.getLogger("ordo.arbiter")
 kafka_log = logging.getLogger("ordo.kafka")  # librdkafka's own log lines
 
 DEFAULT_BATCH_CAP = 5000
+DEFAULT_CHECKPOINT_EVERY = 10_000
+DEFAULT_CHECKPOINT_INTERVAL = 10.0
+# A checkpoint child may use at most 1/CHECKPOINT_DUTY of the time between two checkpoints.
+CHECKPOINT_DUTY = 5
 KAFKA_TIMEOUT = 30.0
 READY_MESSAGE = "arbiter ready"
 
@@ -85,6 +108,10 @@ class ArbiterMetrics:
     skipped_duplicates: int = 0
     chain_breaks: int = 0
     tables: int = 0
+    checkpoints_written: int = 0
+    checkpoint_failures: int = 0
+    checkpoints_loaded: int = 0
+    checkpoints_rejected: int = 0
     lag: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -106,6 +133,10 @@ class ArbiterMetrics:
             "skipped_duplicates": self.skipped_duplicates,
             "chain_breaks": self.chain_breaks,
             "tables": self.tables,
+            "checkpoints_written": self.checkpoints_written,
+            "checkpoint_failures": self.checkpoint_failures,
+            "checkpoints_loaded": self.checkpoints_loaded,
+            "checkpoints_rejected": self.checkpoints_rejected,
             "lag": dict(self.lag),
         }
 
@@ -116,6 +147,17 @@ class _Table:
     intents: str
     decisions: str
     state: TableState
+    checkpointed: int = 0  # state.decisions covered by the newest checkpoint written or loaded
+    origin: str = ""  # how the state was rebuilt (for the log)
+
+
+@dataclass(slots=True)
+class _Checkpointer:
+    """A forked child writing checkpoints."""
+
+    pid: int
+    started: float
+    tables: list[str]
 
 
 class _Rebuild(Exception):
@@ -134,6 +176,34 @@ def _warm_metadata(consumer: Any) -> None:
         consumer.list_topics(timeout=KAFKA_TIMEOUT)
     except KafkaException as exc:
         log.warning("metadata request failed: %s", exc)
+
+
+def _checkpoint_mismatch(checkpoint: checkpoints.Checkpoint, offset: int, value: bytes | None) -> str | None:
+    """Why the decisions-log record at ``offset`` proves ``checkpoint`` is not a fold of this log, or None."""
+    state = checkpoint.state
+    if offset != checkpoint.log_offset:
+        return f"the log has no record at offset {checkpoint.log_offset} (next record at {offset})"
+    if value is None or chain_hash(value) != state.chain:
+        return f"the record at offset {offset} is not the one the checkpoint folded last (hash differs)"
+    try:
+        decision = decode(value)
+    except Exception as exc:
+        return f"the record at offset {offset} is not a decision: {exc}"
+    if not isinstance(decision, CommitDecision) or decision.intent_offset != state.last_intent_offset:
+        return f"the record at offset {offset} does not answer intent offset {state.last_intent_offset}"
+    return None
+
+
+def _die_with_parent() -> None:
+    """Linux: have the kernel SIGKILL this (forked) process when the thread that forked it ends."""
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
 
 
 def _is_fenced(error: Any) -> bool:
@@ -167,7 +237,14 @@ class ArbiterService:
         metrics_interval: float = 10.0,
         poll_timeout: float = 0.05,
         commit_timeout: float = KAFKA_TIMEOUT,
+        state_dir: str | None = None,
+        checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
+        checkpoint_interval: float = DEFAULT_CHECKPOINT_INTERVAL,
+        checkpoint_fork: bool | None = None,
     ) -> None:
+        """``state_dir`` (default ``settings.state_dir``; ``""`` or ``checkpoint_every=0`` turn checkpoints off)
+        holds ``<prefix>/<table>.ckpt``; ``checkpoint_fork`` (default: where ``os.fork`` exists) writes
+        periodic checkpoints from a child process."""
         if not 0 <= shard[0] < shard[1]:
             raise ValueError(f"invalid shard {shard}: need 0 <= index < count")
         self.settings = settings
@@ -178,6 +255,13 @@ class ArbiterService:
         self.metrics_interval = metrics_interval
         self.poll_timeout = poll_timeout
         self.commit_timeout = commit_timeout
+        self.state_dir = settings.state_dir if state_dir is None else state_dir
+        self.checkpoint_every = checkpoint_every
+        self.checkpoint_interval = checkpoint_interval
+        self.checkpoint_fork = hasattr(os, "fork") if checkpoint_fork is None else checkpoint_fork
+        self.checkpoints = bool(self.state_dir) and checkpoint_every > 0 and checkpoints.supported()
+        if bool(self.state_dir) and checkpoint_every > 0 and not self.checkpoints:
+            log.warning("checkpoints disabled: the arbiter core's state has fields arbiter.checkpoint does not know")
         self.metrics = ArbiterMetrics()
         self._pattern = re.compile(intents_pattern(self.prefix))
         self._stop = threading.Event()
@@ -191,6 +275,13 @@ class ArbiterService:
         self._in_txn = False
         self._txn_tables: set[str] = set()
         self._txn_records = 0
+        # Per decisions topic, the newest record known to be in the log: (offset, bytes). Set by rebuilds
+        # and by delivery reports; a checkpoint is written only for a state whose chain is that record's hash.
+        self._last_record: dict[str, tuple[int, bytes]] = {}
+        self._checkpointer: _Checkpointer | None = None
+        self._next_checkpoint = 0.0
+        self._checkpoint_cost = 0.0
+        self._started_at = time.monotonic()
 
     @property
     def transactional_id(self) -> str:
@@ -214,6 +305,7 @@ class ArbiterService:
             self.start()
             self._loop()
             self._guard(self._commit)
+            self._final_checkpoint()
         except _Stopped:
             log.info("stopped while rebuilding state; nothing more decided")
         finally:
@@ -238,6 +330,7 @@ class ArbiterService:
                     "linger.ms": 2,
                     "allow.auto.create.topics": False,
                     "error_cb": self._on_kafka_error,
+                    "on_delivery": self._on_delivery,
                     "logger": kafka_log,
                 }
             )
@@ -255,20 +348,24 @@ class ArbiterService:
                 log.warning("init_transactions failed (%s); retrying", error)
         self._consumer = Consumer(self._consumer_config())
         self._reader = Consumer({**self._consumer_config(), "enable.partition.eof": True})
-        # 2.-4. Tables: discover, rebuild, assign.
+        if self.checkpoints:
+            checkpoints.remove_stale_temporaries(os.path.join(self.state_dir, self.prefix))
+        # 2.-4. Tables: discover, rebuild (from a checkpoint and the log's tail), assign.
         self._discover()
         log.info(
-            "%s: shard %d/%d, transactional id %s, prefix %r, %d table(s)",
+            "%s: shard %d/%d, transactional id %s, prefix %r, %d table(s), %.3f s after start",
             READY_MESSAGE,
             self.shard[0],
             self.shard[1],
             self.transactional_id,
             self.prefix,
             len(self._tables),
+            time.monotonic() - self._started_at,
         )
 
     def close(self) -> None:
         """Close the Kafka clients (an open transaction is left for the broker to abort)."""
+        self._wait_checkpointer(10.0)
         for client in (self._consumer, self._reader):
             if client is not None:
                 try:
@@ -282,6 +379,11 @@ class ArbiterService:
             except Exception:  # a fenced producer refuses even that; nothing of ours is lost
                 log.debug("flushing the producer failed", exc_info=True)
             self._producer = None
+
+    def _on_delivery(self, error: Any, message: Any) -> None:
+        """Delivery report of a decision: remember the newest record of each decisions topic."""
+        if error is None:
+            self._last_record[message.topic()] = (message.offset(), message.value())
 
     def _on_kafka_error(self, error: Any) -> None:
         from confluent_kafka import KafkaError
@@ -335,23 +437,65 @@ class ArbiterService:
             self._tables[topic] = table
             self._consumer.incremental_assign([TopicPartition(topic, 0, table.state.next_offset)])
             log.info(
-                "table %s: rebuilt %d decision(s), head version %d, resuming intents at offset %d",
+                "table %s: rebuilt %d decision(s), head version %d, resuming intents at offset %d (%s)",
                 name,
                 table.state.decisions,
                 table.state.head_version,
                 table.state.next_offset,
+                table.origin,
             )
         self.metrics.tables = len(self._tables)
+        self._maybe_checkpoint(after_rebuild=True)
         return [name for name, _ in new]
 
     def _load_state(self, table: _Table) -> TableState:
-        """Fold the table's decisions log (read_committed, up to its end) into a fresh state."""
+        """Fold the table's decisions log (read_committed, up to its end) into state.
+
+        Starts from the table's checkpoint when one is usable: the record at the
+        checkpoint's log offset must be there and hash to the checkpoint's chain
+        (see ``arbiter.checkpoint``); otherwise from the beginning of the log.
+        """
         from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
+        began = time.monotonic()
+        pending = self._read_checkpoint(table)
         state = new_state(table.name)
+        table.checkpointed = 0
+        last: tuple[int, bytes] | None = None
+        folded = 0
+        from_checkpoint = -1
         reader = self._reader
-        reader.assign([TopicPartition(table.decisions, 0, OFFSET_BEGINNING)])
+        if pending is not None:
+            # Tansu answers a fetch beyond the log end with nothing (no OFFSET_OUT_OF_RANGE), so look first.
+            problem = self._offset_problem(table, pending.log_offset)
+            if problem is not None:
+                log.warning(
+                    "table %s: checkpoint at log offset %d not used (%s); full replay",
+                    table.name,
+                    pending.log_offset,
+                    problem,
+                )
+                self.metrics.checkpoints_rejected += 1
+                pending = None
+        reader.assign([TopicPartition(table.decisions, 0, pending.log_offset if pending else OFFSET_BEGINNING)])
         deadline = time.monotonic() + KAFKA_TIMEOUT
+
+        def replay_all(reason: str) -> None:
+            nonlocal pending, state, last, folded, from_checkpoint
+            assert pending is not None
+            log.warning(
+                "table %s: checkpoint at log offset %d not used (%s); full replay",
+                table.name,
+                pending.log_offset,
+                reason,
+            )
+            self.metrics.checkpoints_rejected += 1
+            pending, state, last, folded = None, new_state(table.name), None, 0
+            table.checkpointed = 0
+            from_checkpoint = -1
+            reader.unassign()  # drops what was fetched for the old position
+            reader.assign([TopicPartition(table.decisions, 0, OFFSET_BEGINNING)])
+
         try:
             while True:
                 first = reader.poll(0.5)
@@ -362,13 +506,30 @@ class ArbiterService:
                     error = message.error()
                     if error is not None:
                         if error.code() == KafkaError._PARTITION_EOF:
-                            return state
+                            if pending is not None:
+                                replay_all(f"the log ends at offset {message.offset()}")
+                                break
+                            return self._loaded(table, state, last, folded, began, from_checkpoint)
                         if error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
                             continue  # just created; metadata still propagating
                         log.warning("reading %s: %s", table.decisions, error)
                         continue
-                    self._fold(state, message.value(), message.offset())
+                    value, offset = message.value(), message.offset()
                     deadline = time.monotonic() + KAFKA_TIMEOUT
+                    if pending is not None:
+                        problem = _checkpoint_mismatch(pending, offset, value)
+                        if problem is not None:
+                            replay_all(problem)
+                            break
+                        state, last = pending.state, (offset, value)
+                        table.checkpointed = state.decisions
+                        from_checkpoint = offset
+                        self.metrics.checkpoints_loaded += 1
+                        pending = None
+                        continue
+                    if self._fold(state, value, offset):
+                        last = (offset, value)
+                    folded += 1
                 if self._stop.is_set():
                     raise _Stopped()  # never hand out a partial state
                 if time.monotonic() > deadline:
@@ -376,7 +537,60 @@ class ArbiterService:
         finally:
             reader.unassign()
 
-    def _fold(self, state: TableState, data: bytes | None, offset: int) -> None:
+    def _loaded(
+        self,
+        table: _Table,
+        state: TableState,
+        last: tuple[int, bytes] | None,
+        folded: int,
+        began: float,
+        from_checkpoint: int,
+    ) -> TableState:
+        if last is not None:
+            self._last_record[table.decisions] = last
+        else:
+            self._last_record.pop(table.decisions, None)
+        elapsed = time.monotonic() - began
+        if table.checkpointed:
+            table.origin = (
+                f"checkpoint of {table.checkpointed} decision(s) at log offset {from_checkpoint} "
+                f"+ {folded} record(s) of the log, {elapsed:.3f} s"
+            )
+        else:
+            table.origin = f"{folded} record(s) of the log, no checkpoint, {elapsed:.3f} s"
+        return state
+
+    def _offset_problem(self, table: _Table, offset: int) -> str | None:
+        """Why the decisions log cannot hold a record at ``offset`` (outside its watermarks), or None."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        try:
+            low, high = self._reader.get_watermark_offsets(TopicPartition(table.decisions, 0), timeout=KAFKA_TIMEOUT)
+        except KafkaException as exc:
+            return f"cannot read the log's watermarks: {exc.args[0]}"
+        if not low <= offset < high:
+            return f"the log holds offsets {low} to {high - 1} only"
+        return None
+
+    def _read_checkpoint(self, table: _Table) -> checkpoints.Checkpoint | None:
+        """The table's checkpoint if the file is intact and fits this code, else None (the reason is logged)."""
+        if not self.checkpoints:
+            return None
+        path = self._checkpoint_path(table.name)
+        if not path.exists():
+            return None
+        try:
+            return checkpoints.read_checkpoint(path, table.name)
+        except checkpoints.CheckpointError as exc:
+            log.warning("table %s: checkpoint %s not used (%s); full replay", table.name, path, exc)
+            self.metrics.checkpoints_rejected += 1
+            return None
+
+    def _checkpoint_path(self, table: str) -> Any:
+        return checkpoints.checkpoint_path(self.state_dir, self.prefix, table)
+
+    def _fold(self, state: TableState, data: bytes | None, offset: int) -> bool:
+        """Fold one decision record into ``state``; False when it is skipped (a later decision for an intent)."""
         try:
             decision = decode(data)  # type: ignore[arg-type]
         except Exception as exc:
@@ -393,11 +607,17 @@ class ArbiterService:
                 offset,
                 decision.intent_offset,
             )
-            return
+            return False
         if decision.prev_hash is not None and decision.prev_hash != state.chain:
             self.metrics.chain_breaks += 1
             log.error("table %s: decision at offset %d does not chain to the previous one", state.table, offset)
-        apply(state, decision, data)
+        try:
+            apply(state, decision, data)
+        except Exception as exc:  # a record no arbiter wrote (forged or corrupt): refuse the table, not the shard
+            raise ArbiterStateError(
+                f"decision at offset {offset} of the decisions log cannot be folded: {type(exc).__name__}: {exc}"
+            ) from exc
+        return True
 
     # ------------------------------------------------------------------ loop
 
@@ -414,6 +634,7 @@ class ArbiterService:
                 except BrokerUnavailableError as exc:
                     log.warning("table discovery failed: %s; retrying", exc)
                 consumer = self._consumer
+                self._maybe_checkpoint()  # also reaps a finished checkpoint writer
                 next_discovery = time.monotonic() + self.discovery_interval
                 if self._stop.is_set():
                     break
@@ -551,6 +772,7 @@ class ArbiterService:
         self._in_txn = False
         self._txn_tables.clear()
         self._txn_records = 0
+        self._maybe_checkpoint()
 
     def _end_transaction(self, commit: bool) -> None:
         """Commit or abort, retrying what librdkafka calls retriable for at most ``commit_timeout`` seconds.
@@ -612,6 +834,122 @@ class ArbiterService:
         old.close()
         log.info("rebuilt %d table(s) after an aborted transaction", len(touched))
 
+    # ------------------------------------------------------------------ checkpoints
+
+    def _maybe_checkpoint(self, *, after_rebuild: bool = False, final: bool = False) -> None:
+        """Write checkpoints of the tables that are due; never raises (a checkpoint is only a cache).
+
+        Due: at least ``checkpoint_every`` decisions since the table's last
+        checkpoint (``min(checkpoint_every, 1000)`` on a clean stop), and the
+        newest record known to be in its decisions log is the one the state
+        folded last, so the checkpoint's log offset is exact. Periodic writes
+        happen from a forked child at most every ``checkpoint_interval``
+        seconds (and at most 1/``CHECKPOINT_DUTY`` of the time); a clean stop
+        writes synchronously.
+        """
+        if not self.checkpoints or self._in_txn:
+            return
+        try:
+            self._reap_checkpointer()
+            if self._checkpointer is not None:
+                return
+            now = time.monotonic()
+            if not (after_rebuild or final) and now < self._next_checkpoint:
+                return
+            threshold = min(self.checkpoint_every, 1000) if final else self.checkpoint_every
+            if self._producer is not None:
+                self._producer.poll(0)  # serve pending delivery reports
+            jobs: list[tuple[Any, int, TableState]] = []
+            for table in self._tables.values():
+                state = table.state
+                if state.decisions - table.checkpointed < threshold:
+                    continue
+                last = self._last_record.get(table.decisions)
+                if last is None or chain_hash(last[1]) != state.chain:
+                    continue
+                jobs.append((self._checkpoint_path(table.name), last[0], state))
+                table.checkpointed = state.decisions
+            if not jobs:
+                return
+            if self.checkpoint_fork and not final:
+                self._fork_checkpointer(jobs)
+            else:
+                self._write_checkpoints(jobs)
+        except Exception:
+            self.metrics.checkpoint_failures += 1
+            log.exception("writing checkpoints failed (the decisions log is unaffected)")
+
+    def _write_checkpoints(self, jobs: list[tuple[Any, int, TableState]]) -> None:
+        began = time.monotonic()
+        size = 0
+        for path, offset, state in jobs:
+            size += checkpoints.write_checkpoint(path, offset, state)
+        elapsed = time.monotonic() - began
+        self.metrics.checkpoints_written += len(jobs)
+        self._schedule_next(elapsed)
+        log.info("checkpoint: %d table(s), %d bytes, %.3f s", len(jobs), size, elapsed)
+
+    def _fork_checkpointer(self, jobs: list[tuple[Any, int, TableState]]) -> None:
+        """Write ``jobs`` from a forked child: it sees a copy-on-write snapshot of the states, the loop goes on."""
+        pid = os.fork()
+        if pid == 0:  # the child: write, report failures on stderr, exit without running any cleanup
+            code = 0
+            try:
+                _die_with_parent()
+                os.closerange(3, 65536)  # let go of the parent's Kafka sockets: only files are written here
+                for path, offset, state in jobs:
+                    checkpoints.write_checkpoint(path, offset, state)
+            except BaseException as exc:
+                code = 1
+                try:
+                    os.write(2, f"checkpoint writer failed: {type(exc).__name__}: {exc}\n".encode())
+                except Exception:
+                    pass
+            os._exit(code)
+        self._checkpointer = _Checkpointer(pid, time.monotonic(), [str(path) for path, _, _ in jobs])
+
+    def _reap_checkpointer(self, block: bool = False) -> None:
+        child = self._checkpointer
+        if child is None:
+            return
+        try:
+            pid, status = os.waitpid(child.pid, 0 if block else os.WNOHANG)
+        except ChildProcessError:
+            pid, status = child.pid, 1 << 8
+        if pid == 0:
+            return
+        self._checkpointer = None
+        elapsed = time.monotonic() - child.started
+        code = os.waitstatus_to_exitcode(status)
+        if code == 0:
+            self.metrics.checkpoints_written += len(child.tables)
+            log.info("checkpoint: %d table(s) written in %.3f s by pid %d", len(child.tables), elapsed, child.pid)
+        else:
+            self.metrics.checkpoint_failures += 1
+            log.warning(
+                "checkpoint writer pid %d failed (exit %s); the next one is due after more decisions", child.pid, code
+            )
+        self._schedule_next(elapsed)
+
+    def _schedule_next(self, cost: float) -> None:
+        self._checkpoint_cost = cost
+        self._next_checkpoint = time.monotonic() + max(self.checkpoint_interval, CHECKPOINT_DUTY * cost)
+
+    def _wait_checkpointer(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for a running checkpoint child."""
+        deadline = time.monotonic() + timeout
+        while self._checkpointer is not None and time.monotonic() < deadline:
+            self._reap_checkpointer()
+            if self._checkpointer is not None:
+                time.sleep(0.02)
+
+    def _final_checkpoint(self) -> None:
+        """On a clean stop: let a running child finish, then write what changed since (synchronously)."""
+        if not self.checkpoints:
+            return
+        self._wait_checkpointer(60.0)
+        self._maybe_checkpoint(final=True)
+
     def _consumer_config(self) -> dict[str, Any]:
         return self.settings.kafka_config(
             **{
@@ -643,11 +981,24 @@ class ArbiterService:
         log.info(json.dumps({"event": "metrics", **self.metrics.snapshot()}))
 
 
-def run_arbiter(settings: Settings, shard: tuple[int, int] = (0, 1), commit_timeout: float = KAFKA_TIMEOUT) -> int:
+def run_arbiter(
+    settings: Settings,
+    shard: tuple[int, int] = (0, 1),
+    commit_timeout: float = KAFKA_TIMEOUT,
+    *,
+    checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
+    checkpoint_interval: float = DEFAULT_CHECKPOINT_INTERVAL,
+) -> int:
     """Run an arbiter in the foreground until SIGINT/SIGTERM (``ordo arbiter``); returns the exit code."""
     import signal
 
-    service = ArbiterService(settings, shard, commit_timeout=commit_timeout)
+    service = ArbiterService(
+        settings,
+        shard,
+        commit_timeout=commit_timeout,
+        checkpoint_every=checkpoint_every,
+        checkpoint_interval=checkpoint_interval,
+    )
 
     def _on_signal(signum: int, frame: object) -> None:
         service.stop()

@@ -31,7 +31,7 @@ from typing import Any
 from consumer.store import ApplyResult, CatalogWriter, LogRecord
 from ordo.errors import BrokerUnavailableError
 from ordo.settings import Settings
-from schemas import decisions_pattern, parse_topic
+from schemas import chain_hash, decisions_pattern, parse_topic
 
 log = logging.getLogger("ordo.consumer")
 
@@ -271,7 +271,7 @@ class Materializer:
             except KafkaException as exc:
                 log.warning("table %s: no watermarks yet (%s); retrying", table, exc.args[0])
                 continue
-            if high < state.next_offset:
+            if high < state.next_offset and not self._log_still_holds(topic, state.next_offset, state.last_hash):
                 self._topics[topic] = table
                 self._fail(
                     topic,
@@ -287,6 +287,45 @@ class Materializer:
         if self._awaiting_eof is None:
             self._awaiting_eof = {tp.topic for tp in assign}
             self._check_ready()
+
+    def _log_still_holds(self, topic: str, next_offset: int, last_hash: bytes) -> bool:
+        """True when the record the catalog applied last is still in the log, unchanged.
+
+        A low watermark alone is not proof of lost records: on Tansu, ListOffsets
+        under read_committed answers 0 while a transaction is open, and the latest
+        offset can be a batch's base offset + 1 (docs/tansu.md). So before calling
+        a log short, fetch the last applied record itself and compare its hash.
+        """
+        from confluent_kafka import Consumer, TopicPartition
+
+        if next_offset == 0:
+            return True
+        probe = Consumer(
+            self.settings.kafka_config(
+                **{
+                    "group.id": f"{self.prefix}.consumer-probe.{uuid.uuid4().hex[:12]}",
+                    "enable.auto.commit": False,
+                    "isolation.level": "read_uncommitted",
+                    "auto.offset.reset": "error",
+                    "allow.auto.create.topics": False,
+                }
+            )
+        )
+        try:
+            probe.assign([TopicPartition(topic, 0, next_offset - 1)])
+            deadline = time.monotonic() + 5.0
+            while time.monotonic() < deadline:
+                message = probe.poll(0.2)
+                if message is None:
+                    continue
+                if message.error() is not None:
+                    return False
+                if message.offset() != next_offset - 1:
+                    return False
+                return chain_hash(message.value() or b"") == last_hash
+            return False
+        finally:
+            probe.close()
 
     def _fail(self, topic: str, error: str) -> None:
         table = self._topics.get(topic) or topic

@@ -1,19 +1,81 @@
-"""The ``ordo`` command line. Each command delegates to the module that owns it."""
+"""The ``ordo`` command line: thin registration; each command delegates to the module that owns it.
+
+Errors users can act on (no broker, no catalog, unknown table, bad version or
+timestamp, ...) are ``ordo.errors.OrdoError``s: ``OrdoGroup`` prints them as
+one line, ``error: <sentence>``, and exits with status 1, never a traceback
+(set ``ORDO_DEBUG=1`` to see one).
+"""
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 import click
 
-from ordo.settings import load_settings
+from ordo.errors import OrdoError
+from ordo.settings import Settings, load_settings
+
+EXIT_ERROR = 1
 
 
-@click.group()
+class OrdoGroup(click.Group):
+    """A click group that turns ``OrdoError``s into ``error: <message>`` and exit status 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except OrdoError as exc:
+            if os.environ.get("ORDO_DEBUG"):
+                raise
+            message = " ".join(str(exc).split("\n", 1)[0].split()) or type(exc).__name__
+            click.echo(f"error: {message}", err=True)
+            ctx.exit(EXIT_ERROR)
+
+
+pass_settings = click.make_pass_decorator(Settings)
+
+
+@click.group(cls=OrdoGroup)
 @click.option("--bootstrap-servers", envvar="ORDO_BOOTSTRAP_SERVERS", default=None, help="Kafka bootstrap servers")
 @click.option("--topic-prefix", envvar="ORDO_TOPIC_PREFIX", default=None, help="topic prefix (default: ordo)")
+@click.option(
+    "--catalog", envvar="ORDO_CATALOG", default=None, help="the consumer's catalog: SQLite file or http:// URL"
+)
+@click.version_option(package_name="ordo")
 @click.pass_context
-def main(ctx: click.Context, bootstrap_servers: str | None, topic_prefix: str | None) -> None:
-    """ordo: a transaction manager for Delta tables whose commit log lives on Kafka."""
-    ctx.obj = load_settings(bootstrap_servers=bootstrap_servers, topic_prefix=topic_prefix)
+def main(ctx: click.Context, bootstrap_servers: str | None, topic_prefix: str | None, catalog: str | None) -> None:
+    """ordo: a transaction manager for Delta tables whose commit log lives on Kafka.
+
+    \b
+    Run the stack:      ordo up | ordo broker | ordo arbiter | ordo consumer
+    Try it:             ordo demo
+    Read the catalog:   ordo tables | history | show | changes | tail
+    Operate:            ordo vacuum | ordo replay
+
+    Settings come from ORDO_* environment variables (ORDO_BOOTSTRAP_SERVERS,
+    ORDO_TOPIC_PREFIX, ORDO_WAREHOUSE, ORDO_CATALOG, ORDO_KAFKA__*), which the
+    options above override.
+    """
+    try:
+        ctx.obj = load_settings(bootstrap_servers=bootstrap_servers, topic_prefix=topic_prefix, catalog=catalog)
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, OrdoError):
+            raise
+        raise click.UsageError(f"bad settings: {exc}") from exc
+
+
+# --------------------------------------------------------------------------- running the stack
+
+
+def _broker_timeout_option(func: Any) -> Any:
+    return click.option(
+        "--broker-timeout",
+        type=float,
+        default=60.0,
+        show_default=True,
+        help="seconds to wait for the Kafka broker at start-up before giving up",
+    )(func)
 
 
 @main.command()
@@ -34,21 +96,54 @@ def broker(port: int | None) -> None:
     show_default=True,
     help="seconds to finish a Kafka transaction before exiting as fenced/unreachable",
 )
-@click.pass_obj
-def arbiter(settings: object, shard: str, commit_timeout: float) -> None:
+@click.option("--state-dir", default=None, help="checkpoints here (default: ORDO_STATE_DIR or ~/.local/state/ordo)")
+@click.option(
+    "--checkpoint-every",
+    type=click.IntRange(min=0),
+    default=10_000,
+    show_default=True,
+    help="checkpoint a table every N decisions (0: never)",
+)
+@click.option(
+    "--checkpoint-interval",
+    type=click.FloatRange(min=0),
+    default=10.0,
+    show_default=True,
+    help="at most one checkpoint per this many seconds",
+)
+@_broker_timeout_option
+@pass_settings
+def arbiter(
+    settings: Settings,
+    shard: str,
+    commit_timeout: float,
+    state_dir: str | None,
+    checkpoint_every: int,
+    checkpoint_interval: float,
+    broker_timeout: float,
+) -> None:
     """Run an arbiter: decide every table's intents (of one shard) until Ctrl-C / SIGTERM."""
     import logging
 
     from arbiter.service import parse_shard, run_arbiter
+    from ordo.up import check_broker
 
     try:
         index_count = parse_shard(shard)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--shard") from exc
-    if not getattr(settings, "bootstrap_servers", None):
-        raise click.UsageError("no Kafka broker: set ORDO_BOOTSTRAP_SERVERS or pass --bootstrap-servers")
+    check_broker(settings, broker_timeout)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    raise SystemExit(run_arbiter(settings, index_count, commit_timeout))  # type: ignore[arg-type]
+    settings = settings.with_overrides(state_dir=state_dir)
+    raise SystemExit(
+        run_arbiter(
+            settings,
+            index_count,
+            commit_timeout,
+            checkpoint_every=checkpoint_every,
+            checkpoint_interval=checkpoint_interval,
+        )
+    )
 
 
 @main.command()
@@ -56,20 +151,192 @@ def arbiter(settings: object, shard: str, commit_timeout: float) -> None:
 @click.option("--http-host", default=None, help="HTTP service address (default: ORDO_HTTP_HOST or 127.0.0.1)")
 @click.option("--http-port", type=int, default=None, help="HTTP service port, 0 = any free (default: 8765)")
 @click.option("--no-http", is_flag=True, help="materialize only; serve no HTTP")
-@click.pass_obj
+@_broker_timeout_option
+@pass_settings
 def consumer(
-    settings: object, catalog: str | None, http_host: str | None, http_port: int | None, no_http: bool
+    settings: Settings,
+    catalog: str | None,
+    http_host: str | None,
+    http_port: int | None,
+    no_http: bool,
+    broker_timeout: float,
 ) -> None:
     """Run the consumer: materialize the catalog from the decisions topics and serve reads over HTTP."""
     import logging
 
     from consumer.service import run_consumer
+    from ordo.up import check_broker
 
-    if not getattr(settings, "bootstrap_servers", None):
-        raise click.UsageError("no Kafka broker: set ORDO_BOOTSTRAP_SERVERS or pass --bootstrap-servers")
+    settings = settings.with_overrides(catalog=catalog, http_host=http_host, http_port=http_port)
+    if settings.catalog.startswith(("http://", "https://")):
+        raise click.UsageError(
+            f"the consumer writes a SQLite catalog; ORDO_CATALOG/--catalog is a URL ({settings.catalog}): "
+            "pass --catalog PATH"
+        )
+    check_broker(settings, broker_timeout)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    settings = settings.with_overrides(catalog=catalog, http_host=http_host, http_port=http_port)  # type: ignore[attr-defined]
-    raise SystemExit(run_consumer(settings, http=not no_http))  # type: ignore[arg-type]
+    raise SystemExit(run_consumer(settings, http=not no_http))
+
+
+@main.command()
+@click.option("--dir", "directory", default=None, help="catalog, warehouse and logs here (default: a temporary dir)")
+@click.option("--kafka", "kafka_servers", default=None, help="use this Kafka (bootstrap servers) instead of Tansu")
+@click.option("--broker-port", type=int, default=None, help="Tansu's port on 127.0.0.1 (default: a free one)")
+@click.option(
+    "--http-port", type=int, default=None, help="consumer HTTP port, 0 = any free (default: ORDO_HTTP_PORT or 8765)"
+)
+@click.option("--http-host", default=None, help="consumer HTTP address (default: ORDO_HTTP_HOST or 127.0.0.1)")
+@pass_settings
+def up(
+    settings: Settings,
+    directory: str | None,
+    kafka_servers: str | None,
+    broker_port: int | None,
+    http_port: int | None,
+    http_host: str | None,
+) -> None:
+    """Run the embedded stack in the foreground: broker, arbiter, consumer (Ctrl-C stops it).
+
+    The broker is Tansu, in memory only: every table's log is lost when it
+    stops (use --kafka for a real Kafka). Prints the ORDO_* settings clients
+    need; ORDO_BOOTSTRAP_SERVERS/ORDO_CATALOG/ORDO_WAREHOUSE of this shell are
+    not used (they may point at an earlier run).
+    """
+    from ordo.up import run_up
+
+    raise SystemExit(
+        run_up(
+            directory=directory,
+            topic_prefix=settings.topic_prefix,
+            kafka_servers=kafka_servers,
+            kafka=dict(settings.kafka),
+            broker_port=broker_port,
+            http_port=settings.http_port if http_port is None else http_port,
+            http_host=http_host or settings.http_host,
+            echo=click.echo,
+        )
+    )
+
+
+@main.command()
+def demo() -> None:
+    """Concurrent Spark writers on one table, checked against the conflict matrix (starts its own stack, ~2 min)."""
+    from ordo.demo import run_demo
+
+    raise SystemExit(run_demo())
+
+
+# --------------------------------------------------------------------------- reading the catalog
+
+json_option = click.option("--json", "as_json", is_flag=True, help="print JSON instead of a table")
+
+
+@main.command()
+@json_option
+@pass_settings
+def tables(settings: Settings, as_json: bool) -> None:
+    """List the tables in the catalog with their head version."""
+    from ordo.commands import tables_command
+
+    tables_command(settings, as_json)
+
+
+@main.command()
+@click.argument("table")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="only the newest N decisions")
+@json_option
+@pass_settings
+def history(settings: Settings, table: str, limit: int | None, as_json: bool) -> None:
+    """Every decision of TABLE's log, newest first: version, time version, operation, outcome, reason, rebase."""
+    from ordo.commands import history_command
+
+    history_command(settings, table, limit, as_json)
+
+
+@main.command()
+@click.argument("table")
+@click.option("--version", "version", default=None, metavar="V", help="ID version (time travel)")
+@click.option("--timestamp", default=None, metavar="T", help="as of this time: ISO 8601 or epoch ms (time travel)")
+@click.option("--no-rows", is_flag=True, help="skip counting rows (reads the key columns of every live file)")
+@json_option
+@pass_settings
+def show(
+    settings: Settings, table: str, version: str | None, timestamp: str | None, no_rows: bool, as_json: bool
+) -> None:
+    """TABLE's schema, live files and rows at the head, a version, or a time."""
+    from ordo.commands import show_command
+
+    show_command(settings, table, version, timestamp, not no_rows, as_json)
+
+
+@main.command()
+@click.argument("table")
+@click.option("--from", "start", required=True, metavar="X", help="first ID version, or time (with --by time)")
+@click.option("--to", "end", default=None, metavar="Y", help="last ID version or time, inclusive (default: head)")
+@click.option("--by", type=click.Choice(["id", "time"]), default="id", show_default=True, help="range of versions")
+@click.option("--rows", is_flag=True, help="also print the change rows (read from the data files)")
+@click.option("--limit", type=click.IntRange(min=0), default=20, show_default=True, help="change rows to print")
+@click.option("--include-rewrites", is_flag=True, help="also list compaction and clustering commits")
+@json_option
+@pass_settings
+def changes(
+    settings: Settings,
+    table: str,
+    start: str,
+    end: str | None,
+    by: str,
+    rows: bool,
+    limit: int,
+    include_rewrites: bool,
+    as_json: bool,
+) -> None:
+    """The change feed of TABLE between two ID versions or time versions (both inclusive)."""
+    from ordo.commands import changes_command
+
+    changes_command(settings, table, start, end, by, rows, limit, include_rewrites, as_json)
+
+
+@main.command()
+@click.argument("table")
+@click.option("--from", "start", default=None, metavar="V", help="first ID version to print (default: the next one)")
+@click.option("--include-rewrites", is_flag=True, help="also print compaction and clustering commits")
+@click.option("--idle-timeout", type=float, default=None, help="stop after this many seconds without a commit")
+@json_option
+@pass_settings
+def tail(
+    settings: Settings, table: str, start: str | None, include_rewrites: bool, idle_timeout: float | None, as_json: bool
+) -> None:
+    """Follow TABLE's change feed: print each commit as the consumer materializes it (Ctrl-C ends)."""
+    from ordo.commands import tail_command
+
+    tail_command(settings, table, start, include_rewrites, idle_timeout, as_json)
+
+
+@main.command()
+@click.argument("table")
+@click.option("--retain", type=click.FloatRange(min=0), required=True, metavar="HOURS", help="retention window")
+@click.option("--apply", is_flag=True, help="delete the files (default: dry run, only list them)")
+@click.option("--orphans", is_flag=True, help="also delete files no commit ever added, older than the window")
+@json_option
+@pass_settings
+def vacuum(settings: Settings, table: str, retain: float, apply: bool, orphans: bool, as_json: bool) -> None:
+    """Delete TABLE's data files that no version inside the retention window references (dry run by default)."""
+    from ordo.commands import vacuum_command
+
+    vacuum_command(settings, table, retain, apply, orphans, as_json)
+
+
+@main.command()
+@click.argument("table")
+@click.option("--verify", is_flag=True, help="audit mode: also check the decisions log on its own, list every problem")
+@click.option("--timeout", type=float, default=60.0, show_default=True, help="seconds to read each log to its end")
+@json_option
+@pass_settings
+def replay(settings: Settings, table: str, verify: bool, timeout: float, as_json: bool) -> None:
+    """Re-derive TABLE's decisions from its intents; report the first divergence (exit 1) or OK (exit 0)."""
+    from ordo.audit import run_replay
+
+    raise SystemExit(run_replay(settings, table, verify=verify, as_json=as_json, timeout=timeout, echo=click.echo))
 
 
 if __name__ == "__main__":

@@ -23,6 +23,12 @@ DEFAULT_HTTP_HOST = "127.0.0.1"
 DEFAULT_HTTP_PORT = 8765
 
 
+def default_state_dir() -> str:
+    """Where an arbiter keeps its checkpoints unless ``ORDO_STATE_DIR`` says otherwise: ``$XDG_STATE_HOME/ordo``."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return str(Path(base) / "ordo")
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything a process needs to reach the stack."""
@@ -33,6 +39,7 @@ class Settings:
     catalog: str = DEFAULT_CATALOG
     http_host: str = DEFAULT_HTTP_HOST
     http_port: int = DEFAULT_HTTP_PORT
+    state_dir: str = field(default_factory=default_state_dir)  # arbiter checkpoints (a cache of the decisions log)
     kafka: Mapping[str, str] = field(default_factory=dict)
 
     def kafka_config(self, **overrides: Any) -> dict[str, Any]:
@@ -84,6 +91,7 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
         ("catalog", "ORDO_CATALOG", str),
         ("http_host", "ORDO_HTTP_HOST", str),
         ("http_port", "ORDO_HTTP_PORT", int),
+        ("state_dir", "ORDO_STATE_DIR", str),
     ):
         if env.get(key):
             values[name] = cast(env[key])

@@ -39,6 +39,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "ORDO_CATALOG": settings.catalog,
         "ORDO_HTTP_HOST": settings.http_host,
         "ORDO_HTTP_PORT": str(settings.http_port),
+        "ORDO_STATE_DIR": settings.state_dir,
     }
     if settings.bootstrap_servers:
         env["ORDO_BOOTSTRAP_SERVERS"] = settings.bootstrap_servers
@@ -303,8 +304,47 @@ def start_arbiter(
     return process
 
 
+CONSUMER_READY = r"consumer ready"
+CONSUMER_URL = r"ORDO_CATALOG_URL=(\S+)"
+
+
+def start_consumer(
+    settings: Settings,
+    *,
+    http: bool = True,
+    wait_ready: bool = True,
+    timeout: float = 60.0,
+    log_dir: str | os.PathLike[str] | None = None,
+    group: ProcessGroup | None = None,
+) -> tuple[ManagedProcess, str | None]:
+    """Start ``ordo consumer`` for ``settings``; returns the process and its HTTP URL (None without HTTP).
+
+    The catalog is ``settings.catalog``; with ``http`` the service listens on
+    ``settings.http_host:settings.http_port`` (port 0 = any free port; the URL
+    is read from the consumer's output). With ``wait_ready`` it returns once
+    the consumer caught up with every decisions log that existed at its start.
+    """
+    args = ["consumer", "--catalog", str(Path(settings.catalog).absolute())]
+    if not http:
+        args.append("--no-http")
+    name = f"consumer-{settings.topic_prefix}"
+    if group is not None:
+        process = group.add(start_ordo(settings, *args, name=name, log_dir=log_dir or group.log_dir))
+    else:
+        process = start_ordo(settings, *args, name=name, log_dir=log_dir)
+    try:
+        url = process.wait_for_line(CONSUMER_URL, timeout=timeout).group(1) if http else None
+        if wait_ready:
+            process.wait_for_line(CONSUMER_READY, timeout=timeout)
+    except ProcessError:
+        process.kill()
+        raise
+    return process, url
+
+
 __all__ = [
     "ARBITER_READY",
+    "CONSUMER_READY",
     "ManagedProcess",
     "ProcessError",
     "ProcessGroup",
@@ -312,6 +352,7 @@ __all__ = [
     "ordo_args",
     "settings_env",
     "start_arbiter",
+    "start_consumer",
     "start_ordo",
     "start_process",
     "wait_arbiter_ready",

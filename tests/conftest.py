@@ -92,6 +92,7 @@ def make_settings(bootstrap_servers: str, tmp_path_factory: pytest.TempPathFacto
             "warehouse": str(tmp_path_factory.mktemp(f"warehouse-{prefix}")),
         }
         values["catalog"] = str(Path(values["warehouse"]) / "catalog.db")
+        values["state_dir"] = str(Path(values["warehouse"]) / "state")  # arbiter checkpoints stay in the test's tmp
         values.update(overrides)
         return Settings(**values)
 

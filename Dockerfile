@@ -1,0 +1,29 @@
+# The ordo image: the `ordo` CLI (arbiter, consumer, and the read/ops commands). Java is included so the
+# same image can run Spark writers (PySpark in local mode) and `ordo demo`; the arbiter and the consumer
+# do not need it.
+FROM python:3.11-slim-bookworm
+
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
+ && rm -rf /var/lib/apt/lists/*
+
+ENV PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY schemas ./schemas
+COPY arbiter ./arbiter
+COPY producer ./producer
+COPY consumer ./consumer
+COPY ordo ./ordo
+RUN pip install . \
+ && useradd --create-home --uid 1000 ordo \
+ && mkdir -p /data \
+ && chown ordo /data
+
+USER ordo
+WORKDIR /data
+ENTRYPOINT ["ordo"]
+CMD ["--help"]

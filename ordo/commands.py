@@ -1,0 +1,483 @@
+"""The read-side commands of the CLI: ``tables``, ``history``, ``show``, ``changes``, ``tail``, ``vacuum``.
+
+Each reads the consumer's catalog through ``consumer.Catalog`` (``ORDO_CATALOG``:
+the SQLite file or the consumer's ``http://`` URL), so they work the same
+next to the consumer and from another machine. Output is a ``rich`` table,
+or JSON with ``--json`` for scripts. Errors are ``OrdoError``s with a one-sentence
+message; ``ordo.cli`` prints them as ``error: ...``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from ordo.errors import OrdoError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from consumer.catalog import Catalog
+    from consumer.models import Commit, DecisionRecord
+    from ordo.settings import Settings
+
+
+class CommandError(OrdoError, ValueError):
+    """Raised for a bad command-line value (a version that is not a number, a malformed timestamp)."""
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def make_console(stderr: bool = False) -> Console:
+    """A rich console on stdout (or stderr); wide enough for the tables when not on a terminal."""
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if stream.isatty() else int(os.environ.get("COLUMNS", "160"))
+    return Console(file=stream, width=width, highlight=False, soft_wrap=False)
+
+
+def open_catalog(settings: Settings) -> Catalog:
+    """The consumer's catalog named by the settings (``ORDO_CATALOG``)."""
+    from consumer.catalog import Catalog
+
+    return Catalog(settings.catalog)
+
+
+def parse_version(text: str | int | None, what: str = "version") -> int | None:
+    """An ID version from the command line: a whole number >= 0."""
+    if text is None:
+        return None
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        raise CommandError(f"bad {what} {text!r}: an ID version is a whole number >= 0") from None
+    if value < 0:
+        raise CommandError(f"bad {what} {text!r}: an ID version is a whole number >= 0")
+    return value
+
+
+def parse_timestamp(text: str | None, what: str = "timestamp") -> int | None:
+    """A timestamp from the command line (ISO 8601, or epoch milliseconds) as epoch milliseconds."""
+    if text is None:
+        return None
+    from consumer.catalog import to_millis
+
+    value = text.strip()
+    if value.lstrip("-").isdigit():
+        return int(value)
+    try:
+        return to_millis(value.replace("Z", "+00:00") if value.endswith("Z") else value)
+    except ValueError:
+        raise CommandError(
+            f"bad {what} {text!r}: use ISO 8601 (2024-05-01T12:00:00Z, a date, or with an offset) or epoch milliseconds"
+        ) from None
+
+
+def fmt_time(value: datetime | None) -> str:
+    """``2024-05-01 12:00:00.123Z`` (UTC, milliseconds); empty for None."""
+    if value is None:
+        return ""
+    if value.tzinfo is not None:
+        value = value.astimezone(UTC)
+    return value.strftime("%Y-%m-%d %H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+
+
+def fmt_bytes(size: int) -> str:
+    """Human-readable size."""
+    amount = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if amount < 1024 or unit == "TiB":
+            return f"{amount:.0f} {unit}" if unit == "B" else f"{amount:.1f} {unit}"
+        amount /= 1024
+    return f"{size} B"
+
+
+def fmt_scope(partitions: Sequence[Mapping[str, str]] | None) -> str:
+    """``dt=2024-05-01`` per partition, or ``table`` for a whole-table scope."""
+    if partitions is None:
+        return "table"
+    return ", ".join("/".join(f"{k}={v}" for k, v in p.items()) for p in partitions) or "-"
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return str(value)
+
+
+def print_json(data: Any) -> None:
+    """JSON on stdout (datetimes as ISO 8601)."""
+    sys.stdout.write(json.dumps(data, indent=2, default=_json_default) + "\n")
+
+
+def outcome_text(decision: DecisionRecord) -> str:
+    """``accepted`` / ``rejected`` / ``duplicate`` with rich markup."""
+    if decision.duplicate_of is not None:
+        return "[dim]duplicate[/dim]"
+    return "[green]accepted[/green]" if decision.accepted else "[red]rejected[/red]"
+
+
+def history_table(decisions: Sequence[DecisionRecord], title: str | None = None, *, txn: bool = True) -> Any:
+    """A rich table of decisions: version, time version, operation, outcome, reason, rebase, scope (and txn)."""
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", header_style="bold")
+    names = ["version", "time version", "operation", "outcome", "reason", "vs", "rebase", "read", "scope"]
+    for name in [*names, "txn"] if txn else names:
+        if name == "scope":
+            table.add_column(name, min_width=13, overflow="fold")
+        else:
+            table.add_column(name, justify="right" if name in ("version", "read") else "left", no_wrap=True)
+    for d in decisions:
+        if d.time_version is not None:
+            time_version = fmt_time(d.time_version)
+        else:
+            time_version = "[dim](inherited)[/dim]" if d.accepted and d.duplicate_of is None else ""
+        operation = d.operation.value if d.operation else "?"
+        row = [
+            "" if d.id_version is None or d.duplicate_of is not None else str(d.id_version),
+            time_version,
+            operation,
+            outcome_text(d),
+            d.reason or "",
+            "" if d.conflicting_version is None else f"v{d.conflicting_version}",
+            "" if d.rebase.value == "NONE" else d.rebase.value.lower(),
+            "" if d.read_version is None or operation == "CREATE_TABLE" else str(d.read_version),
+            fmt_scope(d.partitions),
+        ]
+        if txn:
+            row.append(d.txn_id[:8])
+        table.add_row(*row)
+    return table
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def tables_command(settings: Settings, as_json: bool) -> None:
+    """``ordo tables``."""
+    from rich.table import Table
+
+    catalog = open_catalog(settings)
+    infos = catalog.tables()
+    if as_json:
+        print_json([i.to_dict() for i in infos])
+        return
+    console = make_console()
+    if not infos:
+        console.print(f"no tables in the catalog {catalog.location}")
+        return
+    table = Table(header_style="bold")
+    for name in ("table", "version", "time version", "primary key", "partitioned by", "location", "status"):
+        table.add_column(name, justify="right" if name == "version" else "left")
+    for i in infos:
+        table.add_row(
+            i.name,
+            str(i.head_version),
+            fmt_time(i.head_time_version),
+            ", ".join(i.metadata.primary_key),
+            ", ".join(i.metadata.partition_columns) or "-",
+            i.metadata.location,
+            "ok" if i.error is None else f"[red]stopped at offset {i.error_offset}: {i.error}[/red]",
+        )
+    console.print(table)
+
+
+def history_command(settings: Settings, table: str, limit: int | None, as_json: bool) -> None:
+    """``ordo history TABLE``: every decision, newest first (like DESCRIBE HISTORY)."""
+    catalog = open_catalog(settings)
+    decisions = catalog.history(table, limit)
+    if as_json:
+        print_json([d.to_dict() for d in decisions])
+        return
+    console = make_console()
+    console.print(history_table(decisions, title=f"history of {table} (newest first)"))
+
+
+def show_command(
+    settings: Settings, table: str, version: str | None, timestamp: str | None, rows: bool, as_json: bool
+) -> None:
+    """``ordo show TABLE``: schema, files and rows at the head, a version, or a point in time."""
+    from rich.table import Table
+
+    from ordo.files import ddl_columns, live_row_count
+
+    if version is not None and timestamp is not None:
+        raise CommandError("give --version or --timestamp, not both")
+    catalog = open_catalog(settings)
+    info = catalog.table(table)
+    snapshot = catalog.snapshot(table, version=parse_version(version), timestamp=parse_timestamp(timestamp))
+    metadata = snapshot.metadata
+    live_rows = live_row_count(snapshot) if rows else None
+    partitions: dict[str, list[int]] = {}
+    for f in snapshot.files:
+        key = fmt_scope([f.partition]) if metadata.partition_columns else "(table)"
+        counts = partitions.setdefault(key, [0, 0, 0])
+        counts[0] += 1
+        counts[1] += f.record_count
+        counts[2] += f.size_bytes
+    if as_json:
+        print_json(
+            {
+                "table": table,
+                "id_version": snapshot.id_version,
+                "time_version": snapshot.time_version,
+                "head_version": info.head_version,
+                "metadata": info.to_dict()["metadata"],
+                "files": len(snapshot.files),
+                "records_in_files": snapshot.record_count,
+                "rows": live_rows,
+                "size_bytes": snapshot.size_bytes,
+                "partitions": {k: {"files": v[0], "records": v[1], "size_bytes": v[2]} for k, v in partitions.items()},
+            }
+        )
+        return
+    console = make_console()
+    at = "head" if snapshot.id_version == info.head_version else f"head is {info.head_version}"
+    console.print(
+        f"[bold]{table}[/bold] at version {snapshot.id_version} ({at}), time {fmt_time(snapshot.time_version)}"
+    )
+    console.print(f"location {metadata.location}")
+    policy = metadata.properties.get("ordo.conflict_policy", "maxcompute")
+    console.print(f"conflict policy {policy}")
+    schema = Table(title="schema", title_justify="left", header_style="bold")
+    schema.add_column("column")
+    schema.add_column("type")
+    schema.add_column("role")
+    for name, data_type in ddl_columns(metadata.schema):
+        role = []
+        if name in metadata.primary_key:
+            role.append("primary key")
+        if name in metadata.partition_columns:
+            role.append("partition")
+        schema.add_row(name, data_type, ", ".join(role))
+    console.print(schema)
+    rows_text = "" if live_rows is None else f", {live_rows} rows (merge-on-read)"
+    console.print(
+        f"{len(snapshot.files)} live files, {fmt_bytes(snapshot.size_bytes)}, "
+        f"{snapshot.record_count} records in files{rows_text}"
+    )
+    if metadata.partition_columns and partitions:
+        parts = Table(title="partitions", title_justify="left", header_style="bold")
+        for name in ("partition", "files", "records", "size"):
+            parts.add_column(name, justify="left" if name == "partition" else "right")
+        for key in sorted(partitions):
+            files, records, size = partitions[key]
+            parts.add_row(key, str(files), str(records), fmt_bytes(size))
+        console.print(parts)
+
+
+def _bounds(start: str, end: str | None, by: str) -> tuple[Any, Any]:
+    if by == "id":
+        return parse_version(start, "--from version"), parse_version(end, "--to version")
+    return parse_timestamp(start, "--from timestamp"), parse_timestamp(end, "--to timestamp")
+
+
+def commits_table(commits: Sequence[Commit], title: str | None = None) -> Any:
+    """A rich table of commits: version, time, operation, scope, files and records added, files removed."""
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", header_style="bold")
+    for name in ("version", "time version", "operation", "scope", "files +", "records +", "files -", "txn"):
+        table.add_column(name, justify="right" if name in ("version", "files +", "records +", "files -") else "left")
+    for c in commits:
+        table.add_row(
+            str(c.id_version),
+            fmt_time(c.time_version) if c.time_version else "[dim](inherited)[/dim]",
+            c.operation.value,
+            fmt_scope(c.partitions),
+            str(len(c.added_files)),
+            str(sum(f.record_count for f in c.added_files)),
+            str(len(c.removed_files)),
+            c.txn_id[:8],
+        )
+    return table
+
+
+def changes_command(
+    settings: Settings,
+    table: str,
+    start: str,
+    end: str | None,
+    by: str,
+    rows: bool,
+    limit: int,
+    include_rewrites: bool,
+    as_json: bool,
+) -> None:
+    """``ordo changes TABLE --from X --to Y``: the commits (and with ``--rows`` the records) in a range."""
+    from rich.table import Table
+
+    from ordo.files import change_rows, ddl_columns
+
+    low, high = _bounds(start, end, by)
+    catalog = open_catalog(settings)
+    info = catalog.table(table)
+    commits = catalog.commits(table, low, high, by=by, include_rewrites=include_rewrites)
+    columns = [name for name, _ in ddl_columns(info.metadata.schema)]
+    records = change_rows(commits, columns, info.metadata.partition_columns) if rows else None
+    if as_json:
+        data: dict[str, Any] = {"table": table, "by": by, "commits": [c.to_dict() for c in commits]}
+        if records is not None:
+            data["rows"] = records
+        print_json(data)
+        return
+    console = make_console()
+    what = "ID versions" if by == "id" else "time versions"
+    bounds = f"{start} .. {end if end is not None else 'head'}"
+    console.print(commits_table(commits, title=f"changes of {table}, {what} {bounds} (inclusive)"))
+    if not commits:
+        console.print("no logical commits in this range")
+    if records is None:
+        return
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[r["_change_type"]] = counts.get(r["_change_type"], 0) + 1
+    console.print(
+        f"{len(records)} change rows: " + ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items()))
+        if records
+        else "0 change rows"
+    )
+    shown = Table(header_style="bold")
+    names = [*columns, "_change_type", "_commit_version", "_commit_timestamp"]
+    for name in names:
+        shown.add_column(name)
+    for r in records[:limit]:
+        shown.add_row(
+            *["" if r[n] is None else fmt_time(r[n]) if isinstance(r[n], datetime) else str(r[n]) for n in names]
+        )
+    if records:
+        console.print(shown)
+    if len(records) > limit:
+        console.print(f"... {len(records) - limit} more (--limit, or --json for all)")
+
+
+def tail_command(
+    settings: Settings,
+    table: str,
+    start: str | None,
+    include_rewrites: bool,
+    idle_timeout: float | None,
+    as_json: bool,
+) -> None:
+    """``ordo tail TABLE``: follow the table's commits as they are materialized, until Ctrl-C."""
+    catalog = open_catalog(settings)
+    info = catalog.table(table)
+    first = parse_version(start, "--from version")
+    if first is None:
+        first = info.head_version + 1
+    console = make_console()
+    if not as_json:
+        console.print(
+            f"following {table} from version {first} (head is {info.head_version}) in {catalog.location}; Ctrl-C ends",
+            style="dim",
+        )
+    try:
+        for commit in catalog.subscribe(
+            table, first, poll_interval=0.2, include_rewrites=include_rewrites, idle_timeout=idle_timeout
+        ):
+            if as_json:
+                sys.stdout.write(json.dumps(commit.to_dict(), default=_json_default) + "\n")
+                sys.stdout.flush()
+                continue
+            records = sum(f.record_count for f in commit.added_files)
+            console.print(
+                f"v{commit.id_version:<5} {fmt_time(commit.timestamp)}  {commit.operation.value:<16} "
+                f"{fmt_scope(commit.partitions):<24} +{len(commit.added_files)} files ({records} records) "
+                f"-{len(commit.removed_files)} files  txn {commit.txn_id[:8]}"
+            )
+    except KeyboardInterrupt:
+        if not as_json:
+            console.print("stopped", style="dim")
+
+
+def vacuum_command(settings: Settings, table: str, retain: float, apply: bool, orphans: bool, as_json: bool) -> None:
+    """``ordo vacuum TABLE --retain HOURS``: list (or with ``--apply`` delete) files no retained version needs."""
+    from rich.table import Table
+
+    from ordo.vacuum import apply_vacuum, plan_vacuum
+
+    catalog = open_catalog(settings)
+    plan = plan_vacuum(catalog, table, retain, orphans=orphans)
+    result = apply_vacuum(catalog, plan) if apply else None
+    if as_json:
+        data: dict[str, Any] = {
+            "table": table,
+            "retain_hours": retain,
+            "boundary_time": plan.boundary_time,
+            "boundary_version": plan.boundary_version,
+            "head_version": plan.head_version,
+            "applied": apply,
+            "files": [
+                {
+                    "path": f.path,
+                    "kind": f.kind,
+                    "size_bytes": f.size_bytes,
+                    "removed_version": f.removed_version,
+                    "removed_at": f.removed_at,
+                }
+                for f in plan.files
+            ],
+            "kept_in_window": plan.kept_removed,
+        }
+        if result is not None:
+            data["deleted"] = [f.path for f in result.deleted]
+            data["skipped_live"] = result.skipped_live
+            data["missing"] = result.missing
+        print_json(data)
+        return
+    console = make_console()
+    boundary = "before the table was created" if plan.boundary_version is None else f"version {plan.boundary_version}"
+    console.print(
+        f"{table}: retaining {retain:g} h: every version from {fmt_time(plan.boundary_time)} on "
+        f"({boundary} .. head {plan.head_version}) stays readable"
+    )
+    if plan.files:
+        listing = Table(header_style="bold")
+        for name in ("file", "kind", "removed at version", "removed / modified", "size"):
+            listing.add_column(name, justify="right" if name in ("size", "removed at version") else "left")
+        for f in plan.files:
+            listing.add_row(
+                f.path,
+                f.kind,
+                "" if f.removed_version is None else str(f.removed_version),
+                fmt_time(f.removed_at),
+                fmt_bytes(f.size_bytes),
+            )
+        console.print(listing)
+    kept = f"; {plan.kept_removed} removed file(s) kept inside the retention window" if plan.kept_removed else ""
+    if result is None:
+        verb = "would delete" if plan.files else "nothing to delete"
+        count = f" {len(plan.files)} file(s), {fmt_bytes(plan.size_bytes)}" if plan.files else ""
+        hint = " (dry run: add --apply to delete)" if plan.files else ""
+        console.print(f"{verb}{count}{kept}{hint}")
+    else:
+        console.print(f"deleted {len(result.deleted)} file(s), {fmt_bytes(result.size_bytes)}{kept}")
+        if result.skipped_live:
+            console.print(f"[yellow]kept {len(result.skipped_live)} file(s) that became live meanwhile[/yellow]")
+
+
+__all__ = [
+    "CommandError",
+    "changes_command",
+    "commits_table",
+    "fmt_bytes",
+    "fmt_scope",
+    "fmt_time",
+    "history_command",
+    "history_table",
+    "make_console",
+    "open_catalog",
+    "parse_timestamp",
+    "parse_version",
+    "show_command",
+    "tables_command",
+    "tail_command",
+    "vacuum_command",
+]

@@ -1,0 +1,331 @@
+"""``ordo up``: the whole stack on one machine, in the foreground.
+
+``EmbeddedStack`` starts, in this order, the broker (the embedded Tansu, or an
+existing Kafka), an ``ordo arbiter`` process and an ``ordo consumer`` process
+(with its HTTP service), waiting for each to be ready before the next. The
+demo uses it too. Tansu keeps everything in memory: when the stack stops,
+every table's log is gone, so a catalog left by an earlier run no longer
+matches any log and is discarded at start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from ordo.errors import BrokerUnavailableError, OrdoError
+from ordo.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from ordo.broker import EmbeddedBroker
+    from ordo.stack import ManagedProcess
+
+Echo = Callable[[str], None]
+
+
+class StackError(OrdoError):
+    """Raised when a part of the embedded stack fails to start or dies while running."""
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Send file descriptor 2 to /dev/null for the block (C libraries write there directly)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def check_broker(settings: Settings, timeout: float = 10.0) -> None:
+    """``BrokerUnavailableError`` unless the broker answers a metadata request within ``timeout`` seconds.
+
+    Uses the full client configuration (``ORDO_KAFKA__*``), so SASL/SSL
+    settings are exercised the same way the services will use them.
+    """
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    if not settings.bootstrap_servers:
+        raise BrokerUnavailableError(
+            "no Kafka broker configured: set ORDO_BOOTSTRAP_SERVERS or pass --bootstrap-servers"
+        )
+    admin = AdminClient(settings.kafka_config(**{"socket.connection.setup.timeout.ms": 2000}))
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if admin.list_topics(timeout=min(5.0, max(0.5, deadline - time.monotonic()))).brokers:
+                return
+        except KafkaException:
+            pass
+        if time.monotonic() >= deadline:
+            raise BrokerUnavailableError(
+                f"no Kafka broker reachable at {settings.bootstrap_servers} within {timeout:g} s "
+                "(is it running? check ORDO_BOOTSTRAP_SERVERS and the ORDO_KAFKA__* security settings)"
+            )
+        time.sleep(0.5)
+
+
+class EmbeddedStack:
+    """Broker + arbiter + consumer for development and the demo; a context manager.
+
+    ``directory`` holds the catalog (``catalog.db``), the warehouse and the
+    process logs; default: a fresh temporary directory, removed at ``stop()``.
+    ``bootstrap_servers`` uses that Kafka instead of starting Tansu.
+    ``http_port`` 0 picks a free port.
+    """
+
+    def __init__(
+        self,
+        directory: str | Path | None = None,
+        *,
+        topic_prefix: str | None = None,
+        bootstrap_servers: str | None = None,
+        broker_port: int | None = None,
+        http_port: int = 0,
+        http_host: str = "127.0.0.1",
+        kafka: dict[str, str] | None = None,
+        echo: Echo | None = None,
+    ) -> None:
+        self._temporary = directory is None
+        self.directory = Path(tempfile.mkdtemp(prefix="ordo-")) if directory is None else Path(directory).absolute()
+        self.topic_prefix = topic_prefix or load_settings({}).topic_prefix
+        self.external = bootstrap_servers
+        self.broker_port = broker_port
+        self.http_port = http_port
+        self.http_host = http_host
+        self.kafka = dict(kafka or {})
+        self.echo = echo or (lambda line: None)
+        self.broker: EmbeddedBroker | None = None
+        self.arbiter: ManagedProcess | None = None
+        self.consumer: ManagedProcess | None = None
+        self.url: str | None = None
+        self.settings: Settings | None = None
+
+    @property
+    def catalog_path(self) -> Path:
+        """The consumer's SQLite catalog."""
+        return self.directory / "catalog.db"
+
+    @property
+    def warehouse(self) -> Path:
+        """Default root of new tables' locations."""
+        return self.directory / "warehouse"
+
+    @property
+    def log_dir(self) -> Path:
+        """Where the arbiter's and consumer's output goes."""
+        return self.directory / "logs"
+
+    @property
+    def in_memory(self) -> bool:
+        """True when the broker is the embedded Tansu (nothing survives a stop)."""
+        return self.external is None
+
+    def start(self) -> EmbeddedStack:
+        """Start broker, then arbiter and consumer; returns once all are ready; ``StackError`` if one fails."""
+        self.start_broker()
+        self.start_services()
+        return self
+
+    def start_broker(self) -> Settings:
+        """Start Tansu (or check the external Kafka) and fix the settings; returns them."""
+        from ordo.broker import EmbeddedBroker, port_free
+
+        if self.http_port and not port_free(self.http_host, self.http_port):
+            raise StackError(
+                f"port {self.http_port} on {self.http_host} is in use (another `ordo up`?): "
+                "pass --http-port 0 for any free port"
+            )
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.warehouse.mkdir(exist_ok=True)
+        self.log_dir.mkdir(exist_ok=True)
+        try:
+            if self.external is None:
+                self._discard_stale_catalog()
+                with _quiet_stderr():  # librdkafka logs every refused connection while Tansu starts
+                    broker = self.broker = EmbeddedBroker(port=self.broker_port).start()
+                bootstrap = broker.bootstrap_servers
+                kafka: dict[str, str] = {}
+            else:
+                bootstrap = self.external
+                kafka = self.kafka
+            self.settings = Settings(
+                bootstrap_servers=bootstrap,
+                topic_prefix=self.topic_prefix,
+                warehouse=str(self.warehouse),
+                catalog=str(self.catalog_path),
+                http_host=self.http_host,
+                http_port=self.http_port,
+                kafka=kafka,
+                state_dir=str(self.directory / "state"),
+            )
+            if self.external is not None:
+                check_broker(self.settings)
+        except BaseException:
+            self.stop()
+            raise
+        return self.settings
+
+    def start_services(self) -> None:
+        """Start the arbiter and the consumer side by side; return once both are ready."""
+        from ordo.stack import ProcessError, start_arbiter, start_consumer, wait_arbiter_ready
+
+        assert self.settings is not None, "start_broker() first"
+        try:
+            arbiter = self.arbiter = start_arbiter(
+                self.settings, wait_ready=False, log_dir=self.log_dir, args=["--state-dir", self.settings.state_dir]
+            )
+            self.consumer, self.url = start_consumer(self.settings, timeout=60.0, log_dir=self.log_dir)
+            wait_arbiter_ready(arbiter, timeout=60.0)
+        except ProcessError as exc:
+            self.stop()
+            raise StackError(str(exc)) from exc
+        except BaseException:
+            self.stop()
+            raise
+
+    def _discard_stale_catalog(self) -> None:
+        stale = [p for p in self.directory.glob("catalog.db*") if p.is_file()]
+        if stale:
+            for path in stale:
+                path.unlink()
+            self.echo(
+                f"discarded the catalog of an earlier run in {self.directory}: its log died with the in-memory broker"
+            )
+
+    def dead(self) -> str | None:
+        """A description of the first part that stopped unexpectedly, else None."""
+        if self.broker is not None and not self.broker.running:
+            return f"the Tansu broker exited: {self.broker.stderr_tail() or '(no output)'}"
+        for name, process in (("arbiter", self.arbiter), ("consumer", self.consumer)):
+            if process is not None and not process.running:
+                return f"the {name} exited with code {process.returncode}; last lines of {process.log_path}:\n{process.tail(20)}"
+        return None
+
+    def stop(self) -> None:
+        """Stop consumer, arbiter, then broker (each waits for a clean exit); remove a temporary directory."""
+        for process in (self.consumer, self.arbiter):
+            if process is not None:
+                process.terminate(timeout=10.0)
+        if self.broker is not None:
+            self.broker.stop()
+        if self._temporary:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def exports(self) -> list[str]:
+        """The ``export ORDO_*=...`` lines a client shell needs."""
+        assert self.settings is not None
+        lines = [
+            f"export ORDO_BOOTSTRAP_SERVERS={self.settings.bootstrap_servers}",
+            f"export ORDO_TOPIC_PREFIX={self.settings.topic_prefix}",
+            f"export ORDO_WAREHOUSE={self.settings.warehouse}",
+            f"export ORDO_CATALOG={self.settings.catalog}",
+        ]
+        return lines
+
+    def __enter__(self) -> EmbeddedStack:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def run_up(
+    *,
+    directory: str | None,
+    topic_prefix: str | None,
+    kafka_servers: str | None,
+    kafka: dict[str, str],
+    broker_port: int | None,
+    http_port: int,
+    http_host: str,
+    echo: Echo = print,
+) -> int:
+    """Run the stack until SIGINT/SIGTERM; returns the exit code (1 when a part died)."""
+    from ordo.broker import MEMORY_WARNING
+
+    stop = threading.Event()
+
+    def _on_signal(signum: int, frame: object) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    stack = EmbeddedStack(
+        directory,
+        topic_prefix=topic_prefix,
+        bootstrap_servers=kafka_servers,
+        broker_port=broker_port,
+        http_port=http_port,
+        http_host=http_host,
+        kafka=kafka,
+        echo=echo,
+    )
+    if kafka_servers is None:
+        # The children inherit this environment: Kafka security settings meant for a real cluster
+        # would make them fail against the plain-text loopback Tansu.
+        dropped = sorted(k for k in os.environ if k.startswith("ORDO_KAFKA_"))
+        for key in dropped:
+            del os.environ[key]
+        if dropped:
+            echo(f"ignoring {', '.join(dropped)}: they are for --kafka, not the embedded broker")
+    try:
+        echo(
+            "starting the embedded stack ..."
+            if kafka_servers is None
+            else f"starting ordo on Kafka {kafka_servers} ..."
+        )
+        stack.start()
+        assert stack.settings is not None and stack.arbiter is not None and stack.consumer is not None
+        if stack.in_memory:
+            assert stack.broker is not None
+            echo(f"broker    Tansu at {stack.settings.bootstrap_servers} (pid {stack.broker.pid})")
+            echo(f"          WARNING: {MEMORY_WARNING}")
+        else:
+            echo(f"broker    Kafka at {stack.settings.bootstrap_servers}")
+        echo(f"arbiter   pid {stack.arbiter.pid}, prefix {stack.settings.topic_prefix!r}")
+        echo(f"consumer  pid {stack.consumer.pid}, HTTP {stack.url} (API docs {stack.url}/docs)")
+        kept = "removed when the stack stops" if stack._temporary else "kept"
+        echo(f"data      {stack.directory} (catalog.db, warehouse/, logs/; {kept})")
+        echo("")
+        echo("# a client needs these settings (ORDO_CATALOG may also be " + f"{stack.url}):")
+        for line in stack.exports():
+            echo(line)
+        echo("")
+        echo("ordo is up; Ctrl-C stops it.")
+        while not stop.is_set():
+            problem = stack.dead()
+            if problem is not None:
+                echo(f"error: {problem}")
+                return 1
+            stop.wait(0.5)
+        echo("stopping ...")
+        return 0
+    finally:
+        try:
+            stack.stop()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        if stop.is_set():
+            echo("stopped")
+
+
+__all__ = ["EmbeddedStack", "StackError", "check_broker", "run_up"]

@@ -1,0 +1,193 @@
+"""``ordo up`` as a user runs it: a foreground process that prints its settings and stops cleanly on Ctrl-C.
+
+Everything is real: the embedded Tansu broker, ``ordo arbiter`` and ``ordo
+consumer`` child processes, a commit published with ``CommitClient`` using the
+printed settings, and the read commands (``ordo tables``, ``ordo tail``) run
+as separate processes against the printed ``ORDO_CATALOG``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from schemas import CommitIntent, Operation, TableMetadata
+
+pytestmark = pytest.mark.timeout(180)
+
+START_TIMEOUT = 90.0
+
+
+class Up:
+    """A running ``ordo up`` with its output lines collected."""
+
+    def __init__(self, args: list[str], env: dict[str, str]) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "ordo", "up", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
+        self.lines: list[str] = []
+
+    def wait_for(self, pattern: str, timeout: float = START_TIMEOUT) -> re.Match[str]:
+        deadline = time.monotonic() + timeout
+        regex = re.compile(pattern)
+        assert self.process.stdout is not None
+        while time.monotonic() < deadline:
+            line = self.process.stdout.readline()
+            if not line:
+                raise AssertionError(f"ordo up exited ({self.process.poll()}) before {pattern!r}:\n{self.output}")
+            self.lines.append(line.rstrip("\n"))
+            match = regex.search(line)
+            if match:
+                return match
+        raise AssertionError(f"ordo up did not print {pattern!r} within {timeout} s:\n{self.output}")
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def exports(self) -> dict[str, str]:
+        return dict(re.findall(r"^export (ORDO_\w+)=(\S+)$", self.output, re.M))
+
+    def interrupt(self, timeout: float = 60.0) -> int:
+        self.process.send_signal(signal.SIGINT)
+        rest, _ = self.process.communicate(timeout=timeout)
+        self.lines.extend(rest.splitlines())
+        return self.process.returncode
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.communicate(timeout=10)
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORDO_")}
+    env["PYTHONUNBUFFERED"] = "1"
+    env["COLUMNS"] = "200"
+    env.update(extra)
+    return env
+
+
+@pytest.fixture
+def up(tmp_path: Path) -> Iterator[Any]:
+    started: list[Up] = []
+
+    def start(*args: str, **env: str) -> Up:
+        handle = Up(list(args), clean_env(**env))
+        started.append(handle)
+        return handle
+
+    yield start
+    for handle in started:
+        handle.kill()
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_up_serves_a_client_and_stops_on_ctrl_c(up: Any, tmp_path: Path) -> None:
+    # a stale catalog of an earlier run (its log died with the in-memory broker) is discarded
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "catalog.db").write_bytes(b"stale")
+    stack = up("--dir", str(data), "--http-port", "0", ORDO_BOOTSTRAP_SERVERS="127.0.0.1:1")
+    stack.wait_for(r"^ordo is up")
+    assert "discarded the catalog of an earlier run" in stack.output
+    assert "in memory only" in stack.output.lower() or "memory only" in stack.output
+    exports = stack.exports()
+    assert set(exports) == {"ORDO_BOOTSTRAP_SERVERS", "ORDO_TOPIC_PREFIX", "ORDO_WAREHOUSE", "ORDO_CATALOG"}
+    assert exports["ORDO_BOOTSTRAP_SERVERS"] != "127.0.0.1:1", "ordo up must start its own broker"
+    assert exports["ORDO_CATALOG"] == str(data / "catalog.db")
+    pids = [int(p) for p in re.findall(r"pid (\d+)", stack.output)]
+    assert len(pids) == 3, stack.output  # broker, arbiter, consumer
+    url = re.search(r"HTTP (http://\S+)", stack.output).group(1)  # type: ignore[union-attr]
+    with urllib.request.urlopen(f"{url}/readyz", timeout=10) as response:
+        assert response.status == 200
+
+    # a client with exactly the printed settings commits, and the catalog shows it
+    from consumer import Catalog
+    from producer import CommitClient
+
+    metadata = TableMetadata(
+        location=str(Path(exports["ORDO_WAREHOUSE"]) / "t"), schema="id BIGINT", primary_key=("id",)
+    )
+    with CommitClient(exports["ORDO_BOOTSTRAP_SERVERS"], exports["ORDO_TOPIC_PREFIX"]) as client:
+        decision = client.commit(
+            CommitIntent(txn_id="c1", table="t", operation=Operation.CREATE_TABLE, read_version=0, metadata=metadata)
+        )
+    assert decision.accepted
+    Catalog(exports["ORDO_CATALOG"]).wait_for_version("t", 0, timeout=30)
+    Catalog(url).wait_for_version("t", 0, timeout=30)
+
+    env = clean_env(**exports)
+    tables = subprocess.run(
+        [sys.executable, "-m", "ordo", "tables"], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert tables.returncode == 0 and "│ t " in tables.stdout, tables.stdout + tables.stderr
+
+    # ordo tail follows until Ctrl-C, then exits cleanly
+    tail = subprocess.Popen(
+        [sys.executable, "-m", "ordo", "tail", "t", "--from", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert tail.stdout is not None
+        first = ""
+        deadline = time.monotonic() + 60
+        while not first.startswith("v0") and time.monotonic() < deadline:
+            first = tail.stdout.readline()
+        assert first.startswith("v0 ") and "CREATE_TABLE" in first
+        tail.send_signal(signal.SIGINT)
+        out, err = tail.communicate(timeout=30)
+        assert tail.returncode == 0, err
+        assert "Traceback" not in out + err and "stopped" in out
+    finally:
+        if tail.poll() is None:
+            tail.kill()
+
+    assert stack.interrupt() == 0, stack.output
+    assert "Traceback" not in stack.output and stack.output.rstrip().endswith("stopped")
+    deadline = time.monotonic() + 15
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(alive(p) for p in pids), "a child of ordo up outlived it"
+    assert (data / "logs").is_dir(), "--dir is kept"
+
+
+def test_up_refuses_a_busy_http_port(up: Any) -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        stack = up("--http-port", str(port))
+        rest, _ = stack.process.communicate(timeout=60)
+    assert stack.process.returncode == 1
+    lines = [line for line in rest.splitlines() if line.strip()]
+    assert (
+        lines[-1]
+        == f"error: port {port} on 127.0.0.1 is in use (another `ordo up`?): pass --http-port 0 for any free port"
+    )

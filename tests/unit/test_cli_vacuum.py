@@ -1,0 +1,139 @@
+"""``ordo vacuum`` on real files: what a retention window keeps, what it deletes, and that live files survive.
+
+The history of ``test_cli.sample`` has one decision per hour, the first 19 h
+ago: v0 create (-19 h), v1..v4 logical commits (-18 .. -15 h), v5 a MAJOR
+COMPACT of dt=2024-05-01 decided at -14 h (it inherits v4's time version,
+-15 h), v6 an insert (-13 h), v7 an INSERT OVERWRITE of dt=2024-05-02 (-12 h)
+and a rejected insert (-11 h).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from consumer import Catalog
+from ordo.vacuum import VacuumFile, apply_vacuum, plan_vacuum
+
+from .test_cli import Builder, error_of, run, sample
+
+D1_REMOVED_AT_V5 = 3  # the three files of dt=2024-05-01 the compaction rewrote
+D2_REMOVED_AT_V7 = 2  # the two files of dt=2024-05-02 the overwrite replaced
+
+
+def on_disk(builder: Builder) -> set[str]:
+    return {str(p.relative_to(builder.location)) for p in builder.location.rglob("*.parquet")}
+
+
+def live(builder: Builder, version: int | None = None) -> set[str]:
+    with Catalog(builder.catalog_path) as catalog:
+        return {f.path for f in catalog.snapshot("events", version=version).files}
+
+
+def vacuum(builder: Builder, *args: str) -> dict:
+    result = run(builder, "vacuum", "events", *args, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+@pytest.fixture
+def built(tmp_path: Path) -> Builder:
+    return sample(tmp_path)
+
+
+def test_window_before_the_table_keeps_everything(built: Builder) -> None:
+    plan = vacuum(built, "--retain", "20")
+    assert plan["boundary_version"] is None and plan["files"] == []
+    assert plan["kept_in_window"] == D1_REMOVED_AT_V5 + D2_REMOVED_AT_V7
+
+
+def test_a_recent_compaction_protects_the_version_before_it(built: Builder) -> None:
+    """Boundary at -14.5 h is v5 by time versions, but the compaction was decided at -14 h: its inputs stay."""
+    plan = vacuum(built, "--retain", "14.5")
+    assert plan["boundary_version"] == 5
+    assert plan["files"] == [] and plan["kept_in_window"] == D1_REMOVED_AT_V5 + D2_REMOVED_AT_V7
+
+
+def test_dry_run_lists_and_apply_deletes_only_unreferenced_files(built: Builder) -> None:
+    before = on_disk(built)
+    plan = vacuum(built, "--retain", "13.5")
+    assert plan["boundary_version"] == 5 and not plan["applied"]
+    listed = {f["path"] for f in plan["files"]}
+    assert len(listed) == D1_REMOVED_AT_V5 and all(p.startswith("dt=2024-05-01/") for p in listed)
+    assert all(f["removed_version"] == 5 for f in plan["files"])
+    assert on_disk(built) == before, "a dry run deleted something"
+
+    done = vacuum(built, "--retain", "13.5", "--apply")
+    assert set(done["deleted"]) == listed
+    assert on_disk(built) == before - listed
+    # every version inside the window still reads completely
+    for version in (5, 6, 7):
+        assert live(built, version) <= on_disk(built)
+        shown = json.loads(run(built, "show", "events", "--version", str(version), "--json").output)
+        assert shown["rows"] == built.rows(version)
+    # a version outside the window lost its files: a clear error, not a traceback
+    assert "cannot read data file" in error_of(run(built, "show", "events", "--version", "4"))
+    # running it again finds nothing more
+    assert vacuum(built, "--retain", "13.5")["files"] == []
+
+
+def test_short_window_keeps_exactly_the_head(built: Builder) -> None:
+    plan = vacuum(built, "--retain", "11.5", "--apply")
+    assert plan["boundary_version"] == 7
+    assert len(plan["deleted"]) == D1_REMOVED_AT_V5 + D2_REMOVED_AT_V7
+    assert live(built) <= on_disk(built)
+    rejected_files = on_disk(built) - live(built)
+    assert len(rejected_files) == 1, "only the rejected writer's file (an orphan) remains besides the live ones"
+    text = run(built, "vacuum", "events", "--retain", "0").output
+    assert "nothing to delete" in text
+
+
+def test_orphans_only_when_asked_and_only_old_ones(built: Builder) -> None:
+    old, recent, staging = "dt=2024-05-01/dead-0.parquet", "dt=2024-05-01/young-0.parquet", "_staging/x/part-0.parquet"
+    for path in (old, recent, staging):
+        target = built.location / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(b"PAR1 not really")
+    long_ago = time.time() - 48 * 3600
+    for path in (old, staging):
+        os.utime(built.location / path, (long_ago, long_ago))
+    rejected_file = next(iter(on_disk(built) - live(built) - {old, recent, staging} - removed_paths(built)))
+    os.utime(built.location / rejected_file, (long_ago, long_ago))
+
+    assert not {f["path"] for f in vacuum(built, "--retain", "24")["files"]}
+    plan = vacuum(built, "--retain", "24", "--orphans", "--apply")
+    assert {f["path"] for f in plan["files"] if f["kind"] == "orphan"} == {old, rejected_file}
+    assert set(plan["deleted"]) == {old, rejected_file}
+    assert (built.location / recent).exists() and (built.location / staging).exists()
+    assert live(built) <= on_disk(built)
+
+
+def removed_paths(builder: Builder) -> set[str]:
+    with Catalog(builder.catalog_path) as catalog:
+        return {p for c in catalog.commits("events", 0, None, include_rewrites=True) for p in c.removed_files}
+
+
+def test_apply_never_deletes_a_live_file(built: Builder) -> None:
+    """Even a plan that names live files (stale, or forged) leaves them: apply re-checks the catalog."""
+    with Catalog(built.catalog_path) as catalog:
+        plan = plan_vacuum(catalog, "events", 11.5)
+        head = catalog.snapshot("events")
+        forged = (
+            tuple(VacuumFile(f.path, f.absolute_path, f.size_bytes, "removed", 1, None) for f in head.files)
+            + plan.files
+        )
+        result = apply_vacuum(catalog, dataclasses.replace(plan, files=forged))
+    assert sorted(result.skipped_live) == sorted(f.path for f in head.files)
+    assert {f.path for f in result.deleted} == {f.path for f in plan.files}
+    assert live(built) <= on_disk(built)
+
+
+def test_bad_retention_and_unknown_table(built: Builder) -> None:
+    result = run(built, "vacuum", "events", "--retain", "-1")
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "table 'nope' is not in the catalog" in error_of(run(built, "vacuum", "nope", "--retain", "1"))
