@@ -18,6 +18,7 @@ partitions it touches), never a scan of history or of the live file set.
 
 from __future__ import annotations
 
+import re
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -46,7 +47,7 @@ from schemas import (
     decode,
     encode,
 )
-from schemas.codec import DEFAULT_CODEC
+from schemas.codec import DEFAULT_CODEC, trusted
 
 
 class Reason:
@@ -85,6 +86,7 @@ class Reason:
 
 GENESIS_HASH = bytes(32)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MAX_TIMESTAMP_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last instant a datetime holds
 # How many recent txn ids are remembered to answer a repeated intent idempotently.
 DEDUPE_WINDOW = 1_000_000
 # How many versions back compaction lineage is kept. A compaction whose read
@@ -104,14 +106,25 @@ Last = tuple[int, str]  # (id version, txn id) of the latest commit of one class
 
 def millis_to_datetime(millis: int) -> datetime:
     """Exact UTC datetime for a Kafka timestamp in milliseconds."""
-    return EPOCH + timedelta(milliseconds=millis)
+    return EPOCH + timedelta(0, 0, 0, millis)
 
 
 def datetime_to_millis(value: datetime) -> int:
     """Inverse of ``millis_to_datetime`` (naive datetimes are taken as UTC)."""
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
-    return (value - EPOCH) // timedelta(milliseconds=1)
+    delta = value - EPOCH  # normalized: only ``days`` can be negative, so this is floor division by 1 ms
+    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+
+
+# Hot-path constants: enum class attributes and ``Operation`` properties cost a call each in Python 3.11.
+_CLASSES = tuple(OpClass)
+_REWRITES = frozenset(op for op in Operation if op.rewrites)
+_CREATE_TABLE = Operation.CREATE_TABLE
+_TRUNCATE = Operation.TRUNCATE
+_OVERWRITE = OpClass.OVERWRITE
+_ACCEPTED = Outcome.ACCEPTED
+_LATER_FAILS = Resolution.LATER_FAILS
 
 
 @dataclass(slots=True)
@@ -210,6 +223,12 @@ def evaluate(state: TableState, intent: CommitIntent, record_timestamp: int, off
     if previous is not None:
         return _repeat(state, intent, offset, previous)
     try:
+        if not 0 <= record_timestamp <= MAX_TIMESTAMP_MS:
+            # Any producer may set a record's CreateTime; a time version must be a real instant.
+            raise _Reject(
+                Reason.MALFORMED_INTENT,
+                f"record timestamp {record_timestamp} ms is outside 1970-01-01..9999-12-31 (no time version possible)",
+            )
         return _accept(state, intent, record_timestamp, offset)
     except _Reject as rejection:
         return _reject(state, intent, offset, rejection)
@@ -217,39 +236,40 @@ def evaluate(state: TableState, intent: CommitIntent, record_timestamp: int, off
 
 def reject_malformed(state: TableState, offset: int, error: str, txn_id: str = "") -> CommitDecision:
     """The decision for an intent record that could not be decoded or validated."""
-    return CommitDecision.model_construct(
-        txn_id=txn_id,
-        table=state.table,
-        intent_offset=offset,
-        outcome=Outcome.REJECTED,
-        reason=Reason.MALFORMED_INTENT,
-        message=error[:1000],
-        prev_hash=state.chain,
-        **_EMPTY,
+    return trusted(
+        CommitDecision,
+        {
+            "txn_id": txn_id,
+            "table": state.table,
+            "intent_offset": offset,
+            "outcome": Outcome.REJECTED,
+            "id_version": None,
+            "time_version": None,
+            "operation": None,
+            "read_version": None,
+            "partitions": None,
+            "added_files": (),
+            "removed_files": (),
+            "metadata": None,
+            "rebase": Rebase.NONE,
+            "reason": Reason.MALFORMED_INTENT,
+            "message": error[:1000],
+            "conflicting_txn_id": None,
+            "conflicting_version": None,
+            "writer": None,
+            "app_id": None,
+            "batch_id": None,
+            "duplicate_of": None,
+            "prev_hash": state.chain,
+        },
     )
-
-
-_EMPTY = dict(
-    id_version=None,
-    time_version=None,
-    operation=None,
-    read_version=None,
-    partitions=None,
-    added_files=(),
-    removed_files=(),
-    metadata=None,
-    rebase=Rebase.NONE,
-    conflicting_txn_id=None,
-    conflicting_version=None,
-    writer=None,
-    app_id=None,
-    batch_id=None,
-    duplicate_of=None,
-)
 
 
 def evaluate_record(state: TableState, value: bytes | None, record_timestamp: int, offset: int) -> CommitDecision:
     """Decode an intents-log record and decide it; undecodable bytes get MALFORMED_INTENT."""
+    intent = _read_intent(value)  # the fast path: a valid intent, or None for the reference path below
+    if intent is not None:
+        return evaluate(state, intent, record_timestamp, offset)
     if value is None:
         return reject_malformed(state, offset, "empty record (no value)")
     try:
@@ -267,6 +287,9 @@ def evaluate_record(state: TableState, value: bytes | None, record_timestamp: in
     return evaluate(state, intent, record_timestamp, offset)
 
 
+_read_intent = DEFAULT_CODEC.read_intent
+
+
 def _first_error(exc: ValueError) -> str:
     errors = getattr(exc, "errors", None)
     if errors is None:
@@ -278,57 +301,63 @@ def _first_error(exc: ValueError) -> str:
 
 
 def _repeat(state: TableState, intent: CommitIntent, offset: int, previous: TxnRecord) -> CommitDecision:
-    return CommitDecision.model_construct(
-        txn_id=intent.txn_id,
-        table=state.table,
-        intent_offset=offset,
-        outcome=previous.outcome,
-        id_version=previous.id_version,
-        time_version=previous.time_version,
-        operation=intent.operation,
-        read_version=intent.read_version,
-        partitions=None,
-        added_files=(),
-        removed_files=(),
-        metadata=None,
-        rebase=Rebase.NONE,
-        reason=previous.reason,
-        message=f"txn {intent.txn_id} was already decided at intent offset {previous.offset}",
-        conflicting_txn_id=previous.conflicting_txn_id,
-        conflicting_version=previous.conflicting_version,
-        writer=intent.writer,
-        app_id=intent.app_id,
-        batch_id=intent.batch_id,
-        duplicate_of=previous.offset,
-        prev_hash=state.chain,
+    return trusted(
+        CommitDecision,
+        {
+            "txn_id": intent.txn_id,
+            "table": state.table,
+            "intent_offset": offset,
+            "outcome": previous.outcome,
+            "id_version": previous.id_version,
+            "time_version": previous.time_version,
+            "operation": intent.operation,
+            "read_version": intent.read_version,
+            "partitions": None,
+            "added_files": (),
+            "removed_files": (),
+            "metadata": None,
+            "rebase": Rebase.NONE,
+            "reason": previous.reason,
+            "message": f"txn {intent.txn_id} was already decided at intent offset {previous.offset}",
+            "conflicting_txn_id": previous.conflicting_txn_id,
+            "conflicting_version": previous.conflicting_version,
+            "writer": intent.writer,
+            "app_id": intent.app_id,
+            "batch_id": intent.batch_id,
+            "duplicate_of": previous.offset,
+            "prev_hash": state.chain,
+        },
     )
 
 
 def _reject(state: TableState, intent: CommitIntent, offset: int, rejection: _Reject) -> CommitDecision:
     conflicting = rejection.conflicting
-    return CommitDecision.model_construct(
-        txn_id=intent.txn_id,
-        table=state.table,
-        intent_offset=offset,
-        outcome=Outcome.REJECTED,
-        id_version=None,
-        time_version=None,
-        operation=intent.operation,
-        read_version=intent.read_version,
-        partitions=intent.partitions,
-        added_files=(),
-        removed_files=(),
-        metadata=None,
-        rebase=Rebase.NONE,
-        reason=rejection.reason,
-        message=rejection.message[:1000],
-        conflicting_txn_id=conflicting[1] if conflicting else None,
-        conflicting_version=conflicting[0] if conflicting else None,
-        writer=intent.writer,
-        app_id=intent.app_id,
-        batch_id=intent.batch_id,
-        duplicate_of=None,
-        prev_hash=state.chain,
+    return trusted(
+        CommitDecision,
+        {
+            "txn_id": intent.txn_id,
+            "table": state.table,
+            "intent_offset": offset,
+            "outcome": Outcome.REJECTED,
+            "id_version": None,
+            "time_version": None,
+            "operation": intent.operation,
+            "read_version": intent.read_version,
+            "partitions": intent.partitions,
+            "added_files": (),
+            "removed_files": (),
+            "metadata": None,
+            "rebase": Rebase.NONE,
+            "reason": rejection.reason,
+            "message": rejection.message[:1000],
+            "conflicting_txn_id": conflicting[1] if conflicting else None,
+            "conflicting_version": conflicting[0] if conflicting else None,
+            "writer": intent.writer,
+            "app_id": intent.app_id,
+            "batch_id": intent.batch_id,
+            "duplicate_of": None,
+            "prev_hash": state.chain,
+        },
     )
 
 
@@ -339,7 +368,7 @@ def _accept(state: TableState, intent: CommitIntent, record_timestamp: int, offs
             Reason.TABLE_MISMATCH, f"intent names table {intent.table!r} but was published for {state.table!r}"
         )
     operation = intent.operation
-    if operation is Operation.CREATE_TABLE:
+    if operation is _CREATE_TABLE:
         return _create(state, intent, record_timestamp, offset)
     if state.metadata is None or state.policy is None:
         raise _Reject(Reason.UNKNOWN_TABLE, f"table {state.table!r} does not exist (no CREATE_TABLE accepted)")
@@ -357,40 +386,45 @@ def _accept(state: TableState, intent: CommitIntent, record_timestamp: int, offs
     rebase = _check_conflicts(state, state.policy, intent.read_version, op_class, scope)
 
     added = intent.added_files
-    if op_class is OpClass.OVERWRITE:
+    if op_class is _OVERWRITE:
         removed = _live_in_scope(state, scope)
-    elif operation.rewrites:
+    elif operation in _REWRITES:
         removed = _resolve_inputs(state, intent)
     else:
         removed = ()
     version = state.head_version + 1
     time_version = None
-    if operation.data_change:
+    if operation not in _REWRITES:  # a logical change: it gets a time version
         millis = record_timestamp if state.head_time_ms is None else max(record_timestamp, state.head_time_ms + 1)
+        if millis > MAX_TIMESTAMP_MS:
+            raise _Reject(Reason.MALFORMED_INTENT, "no time version is left after 9999-12-31 for this table")
         time_version = millis_to_datetime(millis)
-    return CommitDecision.model_construct(
-        txn_id=intent.txn_id,
-        table=state.table,
-        intent_offset=offset,
-        outcome=Outcome.ACCEPTED,
-        id_version=version,
-        time_version=time_version,
-        operation=operation,
-        read_version=intent.read_version,
-        partitions=intent.partitions,
-        added_files=added,
-        removed_files=removed,
-        metadata=None,
-        rebase=rebase,
-        reason=None,
-        message=None,
-        conflicting_txn_id=None,
-        conflicting_version=None,
-        writer=intent.writer,
-        app_id=intent.app_id,
-        batch_id=intent.batch_id,
-        duplicate_of=None,
-        prev_hash=state.chain,
+    return trusted(
+        CommitDecision,
+        {
+            "txn_id": intent.txn_id,
+            "table": state.table,
+            "intent_offset": offset,
+            "outcome": _ACCEPTED,
+            "id_version": version,
+            "time_version": time_version,
+            "operation": operation,
+            "read_version": intent.read_version,
+            "partitions": intent.partitions,
+            "added_files": added,
+            "removed_files": removed,
+            "metadata": None,
+            "rebase": rebase,
+            "reason": None,
+            "message": None,
+            "conflicting_txn_id": None,
+            "conflicting_version": None,
+            "writer": intent.writer,
+            "app_id": intent.app_id,
+            "batch_id": intent.batch_id,
+            "duplicate_of": None,
+            "prev_hash": state.chain,
+        },
     )
 
 
@@ -410,29 +444,32 @@ def _create(state: TableState, intent: CommitIntent, record_timestamp: int, offs
         raise _Reject(Reason.INVALID_METADATA, str(exc)) from None
     if intent.added_files or intent.removed_files:
         raise _Reject(Reason.INVALID_OPERATION, "CREATE_TABLE cannot add or remove files")
-    return CommitDecision.model_construct(
-        txn_id=intent.txn_id,
-        table=state.table,
-        intent_offset=offset,
-        outcome=Outcome.ACCEPTED,
-        id_version=0,
-        time_version=millis_to_datetime(record_timestamp),
-        operation=Operation.CREATE_TABLE,
-        read_version=intent.read_version,
-        partitions=None,
-        added_files=(),
-        removed_files=(),
-        metadata=metadata,
-        rebase=Rebase.NONE,
-        reason=None,
-        message=None,
-        conflicting_txn_id=None,
-        conflicting_version=None,
-        writer=intent.writer,
-        app_id=None,
-        batch_id=None,
-        duplicate_of=None,
-        prev_hash=state.chain,
+    return trusted(
+        CommitDecision,
+        {
+            "txn_id": intent.txn_id,
+            "table": state.table,
+            "intent_offset": offset,
+            "outcome": Outcome.ACCEPTED,
+            "id_version": 0,
+            "time_version": millis_to_datetime(record_timestamp),
+            "operation": Operation.CREATE_TABLE,
+            "read_version": intent.read_version,
+            "partitions": None,
+            "added_files": (),
+            "removed_files": (),
+            "metadata": metadata,
+            "rebase": Rebase.NONE,
+            "reason": None,
+            "message": None,
+            "conflicting_txn_id": None,
+            "conflicting_version": None,
+            "writer": intent.writer,
+            "app_id": None,
+            "batch_id": None,
+            "duplicate_of": None,
+            "prev_hash": state.chain,
+        },
     )
 
 
@@ -440,6 +477,8 @@ def partition_key(columns: tuple[str, ...], spec: Mapping[str, str]) -> Partitio
     """Canonical key of a partition spec; ``ValueError`` if it does not name exactly ``columns``."""
     try:
         if len(spec) == len(columns):
+            if len(columns) == 1:
+                return (spec[columns[0]],)
             return tuple([spec[c] for c in columns])
     except (KeyError, TypeError):
         pass
@@ -451,23 +490,34 @@ def _scope(state: TableState, intent: CommitIntent) -> tuple[PartitionKey, ...] 
     """The partitions the intent read or wrote, or None for the whole table."""
     assert state.metadata is not None
     columns = state.metadata.partition_columns
-    if intent.partitions is None:
+    partitions = intent.partitions
+    if partitions is None:
         return None
     if not columns:
-        if any(spec for spec in intent.partitions):
+        if any(spec for spec in partitions):
             raise _Reject(Reason.INVALID_PARTITION, f"table {state.table!r} is not partitioned")
         return None
+    keys: dict[PartitionKey, None] = {}
     try:
-        keys = tuple(dict.fromkeys(partition_key(columns, spec) for spec in intent.partitions))
+        for spec in partitions:
+            keys[partition_key(columns, spec)] = None
     except ValueError as exc:
         raise _Reject(Reason.INVALID_PARTITION, str(exc)) from None
     if not keys:
         raise _Reject(Reason.INVALID_PARTITION, "empty partition list (use null for the whole table)")
-    return keys
+    return tuple(keys)
+
+
+# A path ``invalid_path_reason`` accepts: segments that are not empty, '.' or '..',
+# no backslash or NUL anywhere, no ':' in the first segment. Only a fast yes:
+# anything it refuses goes through the checks below for the exact reason.
+_plainly_valid_path = re.compile(r"(?!\.\.?(?:/|\Z))[^/\\\x00:]+(?:/(?!\.\.?(?:/|\Z))[^/\\\x00]+)*").fullmatch
 
 
 def invalid_path_reason(path: str) -> str | None:
     """Why ``path`` cannot name a file inside a table location, or None if it can."""
+    if _plainly_valid_path(path) is not None:
+        return None
     if path.startswith(("/", "\\")) or "\\" in path or "\x00" in path:
         return "must be a relative POSIX path"
     parts = path.split("/")
@@ -483,13 +533,15 @@ def _check_files(state: TableState, intent: CommitIntent, scope: tuple[Partition
     columns = state.metadata.partition_columns
     operation = intent.operation
     in_scope = None if scope is None else set(scope)
+    live = state.files
     seen: set[str] = set()
     for data_file in intent.added_files:
         path = data_file.path
-        problem = invalid_path_reason(path)
-        if problem:
-            raise _Reject(Reason.INVALID_PATH, f"added file {path[:200]!r} {problem}")
-        if path in seen or path in state.files:
+        if _plainly_valid_path(path) is None:
+            problem = invalid_path_reason(path)
+            if problem:
+                raise _Reject(Reason.INVALID_PATH, f"added file {path[:200]!r} {problem}")
+        if path in seen or path in live:
             raise _Reject(Reason.INVALID_PATH, f"added file {path[:200]!r} is listed twice or already live")
         seen.add(path)
         try:
@@ -498,9 +550,9 @@ def _check_files(state: TableState, intent: CommitIntent, scope: tuple[Partition
             raise _Reject(Reason.INVALID_PARTITION, f"added file {path[:200]!r}: {exc}") from None
         if in_scope is not None and key not in in_scope:
             raise _Reject(Reason.INVALID_PARTITION, f"added file {path[:200]!r} lies outside the intent's partitions")
-    if operation is Operation.TRUNCATE and intent.added_files:
+    if operation is _TRUNCATE and intent.added_files:
         raise _Reject(Reason.INVALID_OPERATION, "TRUNCATE cannot add files")
-    if operation.rewrites:
+    if operation in _REWRITES:
         if not intent.removed_files:
             raise _Reject(Reason.INVALID_OPERATION, f"{operation.value} must name the files it rewrites")
         if len(set(intent.removed_files)) != len(intent.removed_files):
@@ -509,7 +561,7 @@ def _check_files(state: TableState, intent: CommitIntent, scope: tuple[Partition
             problem = invalid_path_reason(path)
             if problem:
                 raise _Reject(Reason.INVALID_PATH, f"removed file {path[:200]!r} {problem}")
-    elif intent.removed_files and OP_CLASS[operation] is not OpClass.OVERWRITE:
+    elif intent.removed_files and OP_CLASS[operation] is not _OVERWRITE:
         raise _Reject(
             Reason.INVALID_OPERATION,
             f"{operation.value} is merge-on-read and cannot remove files; write delete records instead",
@@ -533,15 +585,31 @@ def _check_batch(state: TableState, intent: CommitIntent) -> None:
 def _check_conflicts(
     state: TableState, policy: Policy, read_version: int, later: OpClass, scope: tuple[PartitionKey, ...] | None
 ) -> Rebase:
-    """Apply the matrix to every class with a commit in scope newer than ``read_version``."""
+    """Apply the matrix to every class with a commit in scope newer than ``read_version``.
+
+    The newest commit of a class in scope is the newest of the whole-table
+    commits and of each partition's (or, for a whole-table scope, the newest
+    over any scope).
+    """
     rebase = Rebase.NONE
     worst: Last | None = None
-    for earlier in OpClass:
-        newest = _newest_in_scope(state, earlier, scope)
+    if scope is None:
+        newest_of = state.any_scope
+        lasts: list[list[Last | None]] = []
+    else:
+        newest_of = state.whole
+        partitions = state.partitions
+        lasts = [part.last for part in map(partitions.get, scope) if part is not None]
+    for earlier in _CLASSES:
+        newest = newest_of[earlier]
+        for last in lasts:
+            candidate = last[earlier]
+            if candidate is not None and (newest is None or candidate[0] > newest[0]):
+                newest = candidate
         if newest is None or newest[0] <= read_version:
             continue
         resolution = policy.resolve(earlier, later)
-        if resolution is Resolution.LATER_FAILS:
+        if resolution is _LATER_FAILS:
             if worst is None or newest[0] > worst[0]:
                 worst = newest
         else:
@@ -554,20 +622,6 @@ def _check_conflicts(
             worst,
         )
     return rebase
-
-
-def _newest_in_scope(state: TableState, cls: OpClass, scope: tuple[PartitionKey, ...] | None) -> Last | None:
-    if scope is None:
-        return state.any_scope[cls]
-    newest = state.whole[cls]
-    partitions = state.partitions
-    for key in scope:
-        part = partitions.get(key)
-        if part is not None:
-            candidate = part.last[cls]
-            if candidate is not None and (newest is None or candidate[0] > newest[0]):
-                newest = candidate
-    return newest
 
 
 def _live_in_scope(state: TableState, scope: tuple[PartitionKey, ...] | None) -> tuple[str, ...]:
@@ -632,7 +686,7 @@ def apply(state: TableState, decision: CommitDecision, encoded: bytes | None = N
         return state
     if decision.txn_id:
         _remember(state, decision)
-    if decision.outcome is not Outcome.ACCEPTED:
+    if decision.outcome is not _ACCEPTED:
         return state
     operation = decision.operation
     version = decision.id_version
@@ -640,7 +694,7 @@ def apply(state: TableState, decision: CommitDecision, encoded: bytes | None = N
     state.head_version = version
     if decision.time_version is not None:
         state.head_time_ms = datetime_to_millis(decision.time_version)
-    if operation is Operation.CREATE_TABLE:
+    if operation is _CREATE_TABLE:
         assert decision.metadata is not None
         state.metadata = decision.metadata
         state.policy = load_policy(decision.metadata.properties.get(POLICY_PROPERTY, DEFAULT_POLICY))
@@ -659,7 +713,7 @@ def apply(state: TableState, decision: CommitDecision, encoded: bytes | None = N
             part = partitions[key] = PartitionState()
         part.live.add(data_file.path)
         files[data_file.path] = key
-    if operation.rewrites:
+    if operation in _REWRITES:
         _record_lineage(state, decision, version)
     last: Last = (version, decision.txn_id)
     cls = OP_CLASS[operation]

@@ -1,0 +1,1 @@
+"""Benchmarks: ``python -m bench`` (``make bench``). See docs/benchmarks.md."""

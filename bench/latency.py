@@ -1,0 +1,211 @@
+"""Figure 2: commit latency, one writer in a closed loop, vs a raw produce-then-consume round trip.
+
+* ordo: ``CommitClient.commit(intent)`` against an ``ordo arbiter`` subprocess;
+  latency is from the ``commit()`` call to the decision in hand. The intent is
+  a metadata-only INSERT_INTO of 4 files into the writer's partition, read at
+  the version of its previous commit (never concurrent: all accepted).
+* peer: the same round trip without ordo: produce one record of the intent's
+  size (producer settings of ``CommitClient``) and wait until a consumer in the
+  same process, configured like ``CommitClient``'s decision reader
+  (read_committed, ``assign()``, ``fetch.wait.max.ms`` 20, polling thread),
+  reads it back from the same topic.
+
+Both on one embedded Tansu broker, in alternating blocks, after a warm-up.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import time
+import uuid
+from concurrent.futures import Future
+from pathlib import Path
+
+from bench.common import Result, interleave, isolate_state, machine, percentile, pick, ratio
+from bench.workload import create_intent, insert_intent
+
+BENCHMARK = "commit latency"
+
+
+class RawRoundTrip:
+    """Produce a record and wait until a same-process consumer reads it back (the ordo-free peer)."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        from confluent_kafka import Consumer, Producer, TopicPartition
+
+        self.topic = topic
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 2,
+                "allow.auto.create.topics": False,
+            }
+        )
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": "bench.latency",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "isolation.level": "read_committed",
+                "fetch.wait.max.ms": 20,
+                "allow.auto.create.topics": False,
+            }
+        )
+        self.consumer.list_topics(timeout=10)
+        self.consumer.assign([TopicPartition(topic, 0, 0)])
+        self._waiting: dict[bytes, Future[float]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._poller = threading.Thread(target=self._poll, daemon=True)
+        self._reader.start()
+        self._poller.start()
+
+    def _read(self) -> None:
+        while not self._stop.is_set():
+            first = self.consumer.poll(0.05)
+            messages = [] if first is None else [first, *self.consumer.consume(num_messages=1000, timeout=0)]
+            for message in messages:
+                if message.error() is not None:
+                    continue
+                with self._lock:
+                    future = self._waiting.pop(message.key(), None)
+                if future is not None:
+                    future.set_result(time.perf_counter())
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            self.producer.poll(0.05)
+
+    def round_trip(self, size: int, timeout: float = 30.0) -> float:
+        """Seconds from produce() to the record read back."""
+        key = uuid.uuid4().bytes
+        future: Future[float] = Future()
+        with self._lock:
+            self._waiting[key] = future
+        started = time.perf_counter()
+        self.producer.produce(self.topic, bytes(size), key)
+        return future.result(timeout) - started
+
+    def close(self) -> None:
+        self._stop.set()
+        self._reader.join(5)
+        self._poller.join(5)
+        self.producer.flush(10)
+        self.consumer.close()
+
+
+def run() -> list[Result]:
+    from confluent_kafka.admin import AdminClient
+
+    from ordo.broker import EmbeddedBroker, create_topics
+    from ordo.settings import Settings
+    from ordo.stack import ProcessGroup
+    from producer import CommitClient
+    from schemas import encode
+
+    block = pick(50, 100)
+    rounds = pick(8, 30)
+    warmup = 20
+    work = Path(tempfile.mkdtemp(prefix="ordo-bench-lat-"))
+    isolate_state(work)
+    with EmbeddedBroker() as broker, ProcessGroup(log_dir=work / "logs") as group:
+        bootstrap = broker.bootstrap_servers
+        settings = Settings(bootstrap_servers=bootstrap, topic_prefix="lat", state_dir=str(work / "state"))
+        group.start_arbiter(settings, timeout=120)
+        create_topics(AdminClient({"bootstrap.servers": bootstrap}), {"lat.raw": {}})
+        client = CommitClient(settings=settings)
+        raw = RawRoundTrip(bootstrap, "lat.raw")
+        try:
+            client.commit(create_intent(), timeout=60)
+            version = 0
+            counter = 0
+            size = len(encode(insert_intent(0)))
+
+            def one_commit() -> float:
+                nonlocal version, counter
+                intent = insert_intent(counter, partition="w", read_version=version)
+                counter += 1
+                started = time.perf_counter()
+                decision = client.commit(intent, timeout=30)
+                elapsed = time.perf_counter() - started
+                if not decision.accepted:
+                    raise RuntimeError(f"commit rejected: {decision.reason} {decision.message}")
+                version = decision.id_version or version
+                return elapsed
+
+            for _ in range(warmup):
+                one_commit()
+                raw.round_trip(size)
+
+            def ordo_side(_round: int) -> list[float]:
+                return [one_commit() for _ in range(block)]
+
+            def raw_side(_round: int) -> list[float]:
+                return [raw.round_trip(size) for _ in range(block)]
+
+            runs = interleave({"ordo": ordo_side, "raw": raw_side}, rounds)
+        finally:
+            raw.close()
+            client.close()
+    ordo = [x * 1000 for block_ in runs["ordo"] for x in block_]
+    raw_ms = [x * 1000 for block_ in runs["raw"] for x in block_]
+    stats: dict[str, dict[str, float]] = {}
+    for name, values in (("ordo", ordo), ("raw", raw_ms)):
+        stats[name] = {q: round(percentile(values, p), 2) for q, p in (("p50", 50), ("p90", 90), ("p99", 99))}
+        stats[name]["max"] = round(max(values), 2)
+    block_p50 = {
+        name: [round(percentile([x * 1000 for x in b], 50), 2) for b in runs[name]] for name in ("ordo", "raw")
+    }
+    common = {
+        "samples": {
+            "commits": len(ordo),
+            "round_trips": len(raw_ms),
+            "block": block,
+            **stats,
+            "block_p50_ms": block_p50,
+        },
+        "machine": machine(),
+        "notes": f"pooled over {rounds} alternating blocks of {block} after {warmup} warm-up commits; "
+        "ordo arbiter subprocess; embedded Tansu broker (in memory)",
+    }
+    p50, p99 = stats["ordo"]["p50"], stats["ordo"]["p99"]
+    r50 = ratio(p50, stats["raw"]["p50"])
+    return [
+        Result(
+            BENCHMARK,
+            "p50 commit() to decision",
+            "ms",
+            p50,
+            peer="raw produce->consume round trip",
+            peer_value=stats["raw"]["p50"],
+            ratio=r50,
+            target="<= 5 ms, ratio <= 3",
+            met=p50 <= 5 and (r50 or 99) <= 3,
+            **common,
+        ),
+        Result(
+            BENCHMARK,
+            "p99 commit() to decision",
+            "ms",
+            p99,
+            peer="raw produce->consume round trip",
+            peer_value=stats["raw"]["p99"],
+            ratio=ratio(p99, stats["raw"]["p99"]),
+            target="<= 25 ms",
+            met=p99 <= 25,
+            **common,
+        ),
+    ]
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("BENCH_PROFILE", "quick")
+    from bench.common import table
+
+    print(table(run()))

@@ -1,0 +1,199 @@
+"""Figure 5: Spark. INSERT INTO of 1M rows (commit share of wall time); snapshot reads after small upserts.
+
+One stack on loopback (embedded Tansu broker, ``ordo arbiter``, ``ordo
+consumer``; Tansu keeps everything in memory) and one local Spark session.
+
+* INSERT INTO: ``bench/spark_insert.py``'s ``one_insert`` (a transaction of
+  1M new rows over 4 partitions, timed per phase); the figure is the commit
+  (publish the intent, wait for the decision) as a share of the insert's wall
+  time, after a small warm-up insert.
+* Snapshot read: a table of N rows receives U small upsert commits (each an
+  INSERT INTO of 1% of the keys with new values: merge-on-read records), then
+  MAJOR COMPACT. Read (all rows and columns, Spark's ``noop`` sink) the
+  snapshot before the compaction (time travel), after it, and the same rows as
+  plain Parquet written once by Spark; the three reads alternate, repeated,
+  median. Targets: before / plain <= 2, after / plain <= 1.2.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import Result, interleave, isolate_state, machine, median, pick, ratio
+
+BENCHMARK = "spark"
+
+
+def _noop_read(df: Any) -> float:
+    started = time.perf_counter()
+    df.write.format("noop").mode("overwrite").save()
+    return time.perf_counter() - started
+
+
+def run() -> list[Result]:
+    from pyspark.sql import functions as F
+
+    from bench.spark_insert import one_insert, rows_frame
+    from ordo.broker import EmbeddedBroker
+    from ordo.settings import Settings
+    from ordo.spark import local_spark_session
+    from ordo.stack import ProcessGroup
+    from producer.table import DeltaTable, close_connections
+
+    rows = 1_000_000
+    inserts = pick(2, 3)
+    base_rows = pick(500_000, 1_000_000)
+    upserts = 100
+    upsert_rows = base_rows // 100
+    reads = pick(5, 7)
+    work = Path(tempfile.mkdtemp(prefix="ordo-bench-spark-"))
+    isolate_state(work)
+    results: list[Result] = []
+    with EmbeddedBroker() as broker, ProcessGroup(log_dir=work / "logs") as group:
+        settings = Settings(
+            bootstrap_servers=broker.bootstrap_servers,
+            topic_prefix="bench",
+            warehouse=str(work / "warehouse"),
+            catalog=str(work / "catalog.db"),
+            state_dir=str(work / "state"),
+        )
+        group.start_arbiter(settings, timeout=120)
+        consumer = group.start_ordo(settings, "consumer", "--no-http", name="consumer")
+        consumer.wait_for_line("consumer ready", timeout=120)
+        spark = local_spark_session("ordo-bench", cores=2)
+        try:
+            # ---------------------------------------------------------------- INSERT INTO 1M rows
+            table = DeltaTable.create(
+                spark,
+                "bench_insert",
+                schema="id BIGINT, value STRING, dt STRING",
+                primary_key="id",
+                partitioned_by="dt",
+                settings=settings,
+            )
+            one_insert(table, rows_frame(spark, 0, 1000, 4))  # warm-up: JVM, Kafka connections
+            runs = []
+            start = 1000
+            for _ in range(inserts):
+                runs.append(one_insert(table, rows_frame(spark, start, rows, 4)))
+                start += rows
+            share = median(r["commit_s"] / r["total_s"] for r in runs)
+            results.append(
+                Result(
+                    BENCHMARK,
+                    "INSERT INTO 1M rows: commit share of wall time",
+                    "%",
+                    round(100 * share, 2),
+                    samples={
+                        "rows": rows,
+                        "runs": runs,
+                        "commit_ms": [round(r["commit_s"] * 1000, 1) for r in runs],
+                        "total_s": [r["total_s"] for r in runs],
+                    },
+                    notes="commit = publish the intent and wait for the decision; the rest is Spark validating, "
+                    "writing and moving files; median of runs",
+                    machine=machine(),
+                )
+            )
+            # ---------------------------------------------------------------- snapshot reads
+            reads_table = DeltaTable.create(
+                spark,
+                "bench_read",
+                schema="id BIGINT, value STRING, dt STRING",
+                primary_key="id",
+                partitioned_by="dt",
+                settings=settings,
+            )
+            reads_table.insert_into(rows_frame(spark, 0, base_rows, 4))
+            upsert_started = time.perf_counter()
+            for i in range(upserts):
+                lo = i * upsert_rows
+                frame = rows_frame(spark, lo, upsert_rows, 4).withColumn("value", F.concat(F.lit(f"v{i}-"), "value"))
+                reads_table.insert_into(frame)
+            upsert_s = time.perf_counter() - upsert_started
+            before = reads_table.version
+            plain = str(work / "plain")
+            reads_table.read(version=before).write.parquet(plain)
+            compacted = reads_table.compact("major")
+            after = reads_table.version
+            expected = reads_table.read(version=before).count()
+            counts = {
+                "before": expected,
+                "after": reads_table.read(version=after).count(),
+                "plain": spark.read.parquet(plain).count(),
+            }
+            if len(set(counts.values())) != 1 or expected != base_rows:
+                raise RuntimeError(f"row counts differ: {counts} (expected {base_rows})")
+            files_before = len(reads_table.snapshot(before).files)
+            files_after = len(reads_table.snapshot(after).files)
+            timings = interleave(
+                {
+                    "plain": lambda _r: _noop_read(spark.read.parquet(plain)),
+                    "before": lambda _r: _noop_read(reads_table.read(version=before)),
+                    "after": lambda _r: _noop_read(reads_table.read(version=after)),
+                },
+                reads,
+            )
+        finally:
+            close_connections()
+            spark.stop()
+    shutil.rmtree(work, ignore_errors=True)
+    plain_s = median(timings["plain"])
+    common = {
+        "base_rows": base_rows,
+        "upsert_commits": upserts,
+        "rows_per_upsert": upsert_rows,
+        "upserts_wall_s": round(upsert_s, 1),
+        "live_files_before": files_before,
+        "live_files_after": files_after,
+        "compaction": None if compacted is None else {"id_version": compacted.id_version},
+        "seconds": {k: [round(x, 3) for x in v] for k, v in timings.items()},
+        "spread": {k: round(statistics.pstdev(v), 3) for k, v in timings.items()},
+    }
+    before_s, after_s = median(timings["before"]), median(timings["after"])
+    results.append(
+        Result(
+            BENCHMARK,
+            f"snapshot read after {upserts} small upsert commits",
+            "s",
+            round(before_s, 3),
+            peer="plain Parquet, same rows",
+            peer_value=round(plain_s, 3),
+            ratio=ratio(before_s, plain_s),
+            target="<= 2x plain Parquet",
+            met=(ratio(before_s, plain_s) or 99) <= 2,
+            samples=common,
+            notes=f"{base_rows:,} rows, all columns read (noop sink), merge-on-read; median of {reads}",
+            machine=machine(),
+        )
+    )
+    results.append(
+        Result(
+            BENCHMARK,
+            "snapshot read after MAJOR COMPACT",
+            "s",
+            round(after_s, 3),
+            peer="plain Parquet, same rows",
+            peer_value=round(plain_s, 3),
+            ratio=ratio(after_s, plain_s),
+            target="<= 1.2x plain Parquet",
+            met=(ratio(after_s, plain_s) or 99) <= 1.2,
+            samples=common,
+            notes=f"{base_rows:,} rows, all columns read (noop sink); median of {reads}",
+            machine=machine(),
+        )
+    )
+    return results
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("BENCH_PROFILE", "quick")
+    from bench.common import table
+
+    print(table(run()))
