@@ -175,7 +175,7 @@ class Codec:
         except ValidationError as exc:
             raise CodecError(f"invalid {model.__name__}: {_summarize(exc)}") from exc
 
-    def read_intent(self, data: bytes) -> CommitIntent | None:
+    def read_intent(self, data: bytes | None) -> CommitIntent | None:
         """The valid ``CommitIntent`` in ``data``, or None when the fast path cannot tell.
 
         The arbiter's hot path. None covers everything unusual (not an intent,
@@ -186,7 +186,7 @@ class Codec:
         event = self._fast_model(data)
         return event if type(event) is CommitIntent else None
 
-    def _fast_model(self, data: bytes) -> Event | None:
+    def _fast_model(self, data: bytes | None) -> Event | None:
         if type(data) is not bytes or data[:2] != MAGIC:
             return None
         entry = self._by_fingerprint.get(data[2:HEADER_LEN])
