@@ -41,4 +41,5 @@ __all__ = [
     "TransactionStateError",
     "WriteRefusedError",
     "close_connections",
+    "foreach_batch_committer",
 ]
