@@ -28,10 +28,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from ordo.settings import Settings  # noqa: E402
-from ordo.up import EmbeddedStack  # noqa: E402
-from schemas import CommitDecision, CommitIntent, DataFile, Operation, Outcome, Rebase, TableMetadata  # noqa: E402
-from tests.unit.golden_log import LoggedRecord, dump_catalog, log_dir, record_to_json  # noqa: E402
+from ordo.settings import Settings
+from ordo.up import EmbeddedStack
+from schemas import CommitDecision, CommitIntent, DataFile, Operation, Outcome, Rebase, TableMetadata
+from tests.unit.golden_log import LoggedRecord, dump_catalog, log_dir, record_to_json
 
 PREFIX = "golden"
 WRITER = "golden-writer"
@@ -96,8 +96,10 @@ class Story:
         want = (expect, rebase, reason, duplicate)
         if got != want:
             raise SystemExit(f"{table}/{txn}: expected {want}, got {got}: {decision.message}")
-        print(f"{table:9} {txn:22} {operation.value:16} -> {decision.outcome.value} v{decision.id_version} "
-              f"{decision.rebase.value} {decision.reason or ''}")
+        print(
+            f"{table:9} {txn:22} {operation.value:16} -> {decision.outcome.value} v{decision.id_version} "
+            f"{decision.rebase.value} {decision.reason or ''}"
+        )
         return decision
 
 
@@ -115,7 +117,7 @@ def metadata(location: str, schema: str, partition_columns: tuple[str, ...]) -> 
 def run_story(client: Any) -> None:
     """The fixed sequence of commits; the ID version each reaches is in the comments."""
     s = Story(client)
-    A, R = Outcome.ACCEPTED, Outcome.REJECTED
+    R = Outcome.REJECTED
     eu1 = {"region": "eu", "dt": "2024-01-01"}
     us1 = {"region": "us", "dt": "2024-01-01"}
     eu2 = {"region": "eu", "dt": "2024-01-02"}
@@ -134,55 +136,109 @@ def run_story(client: Any) -> None:
     s.commit("orders", "o-ins1", Operation.INSERT_INTO, 0, partitions=[eu1], added=ins1)  # v1
     s.commit("orders", "o-ins2", Operation.INSERT_INTO, 1, partitions=[us1], added=files("o-ins2", us1))  # v2
     s.commit(
-        "orders", "o-ins3", Operation.INSERT_INTO, 2, partitions=[eu2], added=files("o-ins3", eu2, 2),
-        app_id="stream-a", batch_id=1,
+        "orders",
+        "o-ins3",
+        Operation.INSERT_INTO,
+        2,
+        partitions=[eu2],
+        added=files("o-ins3", eu2, 2),
+        app_id="stream-a",
+        batch_id=1,
     )  # v3
     s.commit(
-        "orders", "o-ins3-again", Operation.INSERT_INTO, 3, partitions=[eu2], added=files("o-ins3-again", eu2),
-        app_id="stream-a", batch_id=1, expect=R, reason="BATCH_ALREADY_COMMITTED",
+        "orders",
+        "o-ins3-again",
+        Operation.INSERT_INTO,
+        3,
+        partitions=[eu2],
+        added=files("o-ins3-again", eu2),
+        app_id="stream-a",
+        batch_id=1,
+        expect=R,
+        reason="BATCH_ALREADY_COMMITTED",
     )
     s.commit("orders", "o-ins1", Operation.INSERT_INTO, 0, partitions=[eu1], added=ins1, duplicate=True)  # repeat
     s.commit("orders", "o-upd1", Operation.UPDATE, 3, partitions=[eu1], added=files("o-upd1", eu1))  # v4
     # an INSERT that read v3 while the UPDATE of v4 committed in its partition: later fails
     s.commit(
-        "orders", "o-ins-late", Operation.INSERT_INTO, 3, partitions=[eu1], added=files("o-ins-late", eu1),
-        expect=R, reason="CONFLICT_LATER_FAILS",
+        "orders",
+        "o-ins-late",
+        Operation.INSERT_INTO,
+        3,
+        partitions=[eu1],
+        added=files("o-ins-late", eu1),
+        expect=R,
+        reason="CONFLICT_LATER_FAILS",
     )
     # a minor compaction that read v3 while the UPDATE of v4 committed: compaction completes
     s.commit(
-        "orders", "o-minor1", Operation.MINOR_COMPACT, 3, partitions=[eu1],
-        added=files("o-minor1", eu1), removed=tuple(f.path for f in ins1), rebase=Rebase.COMPACTION_COMPLETES,
+        "orders",
+        "o-minor1",
+        Operation.MINOR_COMPACT,
+        3,
+        partitions=[eu1],
+        added=files("o-minor1", eu1),
+        removed=tuple(f.path for f in ins1),
+        rebase=Rebase.COMPACTION_COMPLETES,
     )  # v5
     # an INSERT that read v4 while the compaction of v5 committed: new data written
     s.commit(
-        "orders", "o-ins4", Operation.INSERT_INTO, 4, partitions=[eu1], added=files("o-ins4", eu1),
+        "orders",
+        "o-ins4",
+        Operation.INSERT_INTO,
+        4,
+        partitions=[eu1],
+        added=files("o-ins4", eu1),
         rebase=Rebase.NEW_DATA_WRITTEN,
     )  # v6
     # overwrite of one partition that read v1 while the INSERT of v2 committed there: later overwrites
     s.commit(
-        "orders", "o-ovw-us", Operation.INSERT_OVERWRITE, 1, partitions=[us1], added=files("o-ovw-us", us1),
+        "orders",
+        "o-ovw-us",
+        Operation.INSERT_OVERWRITE,
+        1,
+        partitions=[us1],
+        added=files("o-ovw-us", us1),
         rebase=Rebase.LATER_OVERWRITES,
     )  # v7
     s.commit("orders", "o-del1", Operation.DELETE, 7, partitions=[eu2], added=files("o-del1", eu2))  # v8
     eu2_live = tuple(f.path for f in files("o-ins3", eu2, 2) + files("o-del1", eu2))
     s.commit(
-        "orders", "o-major1", Operation.MAJOR_COMPACT, 8, partitions=[eu2],
-        added=files("o-major1", eu2), removed=eu2_live,
+        "orders",
+        "o-major1",
+        Operation.MAJOR_COMPACT,
+        8,
+        partitions=[eu2],
+        added=files("o-major1", eu2),
+        removed=eu2_live,
     )  # v9
     eu1_live = tuple(f.path for f in files("o-upd1", eu1) + files("o-minor1", eu1) + files("o-ins4", eu1))
     s.commit(
-        "orders", "o-cluster1", Operation.CLUSTER, 9, partitions=[eu1],
-        added=files("o-cluster1", eu1, 2), removed=eu1_live,
+        "orders",
+        "o-cluster1",
+        Operation.CLUSTER,
+        9,
+        partitions=[eu1],
+        added=files("o-cluster1", eu1, 2),
+        removed=eu1_live,
     )  # v10
     client.publish_raw("orders", b"not an intent", key=b"garbage")  # MALFORMED_INTENT
     s.commit(
-        "orders", "o-create-again", Operation.CREATE_TABLE, 10,
-        metadata=metadata("/warehouse/golden/orders", "id BIGINT", ()), expect=R, reason="TABLE_EXISTS",
+        "orders",
+        "o-create-again",
+        Operation.CREATE_TABLE,
+        10,
+        metadata=metadata("/warehouse/golden/orders", "id BIGINT", ()),
+        expect=R,
+        reason="TABLE_EXISTS",
     )
 
     # customers: unpartitioned
     s.commit(
-        "customers", "c-create", Operation.CREATE_TABLE, 0,
+        "customers",
+        "c-create",
+        Operation.CREATE_TABLE,
+        0,
         metadata=metadata("/warehouse/golden/customers", "id BIGINT, name STRING", ()),
     )  # v0
     c1 = files("c-ins1", {})
@@ -191,7 +247,11 @@ def run_story(client: Any) -> None:
     s.commit("customers", "c-ovw", Operation.INSERT_OVERWRITE, 2, added=files("c-ovw", {}, 2))  # v3 (whole table)
     s.commit("customers", "c-upd", Operation.UPDATE, 3, added=files("c-upd", {}))  # v4
     s.commit(
-        "customers", "c-major", Operation.MAJOR_COMPACT, 4, added=files("c-major", {}),
+        "customers",
+        "c-major",
+        Operation.MAJOR_COMPACT,
+        4,
+        added=files("c-major", {}),
         removed=tuple(f.path for f in files("c-ovw", {}, 2) + files("c-upd", {})),
     )  # v5
     s.commit("customers", "c-trunc", Operation.TRUNCATE, 5)  # v6
@@ -201,7 +261,10 @@ def run_story(client: Any) -> None:
     # events: one partition column
     d1, d2 = {"dt": "2024-01-01"}, {"dt": "2024-01-02"}
     s.commit(
-        "events", "e-create", Operation.CREATE_TABLE, 0,
+        "events",
+        "e-create",
+        Operation.CREATE_TABLE,
+        0,
         metadata=metadata("/warehouse/golden/events", "id BIGINT, kind STRING, dt STRING", ("dt",)),
     )  # v0
     s.commit("events", "e-ins1", Operation.INSERT_INTO, 0, partitions=[d1], added=files("e-ins1", d1))  # v1
@@ -211,8 +274,14 @@ def run_story(client: Any) -> None:
     )  # v3 (whole table)
     s.commit("events", "e-trunc-d1", Operation.TRUNCATE, 3, partitions=[d1])  # v4 (one partition)
     s.commit(
-        "events", "e-ins-stale", Operation.INSERT_INTO, 2, partitions=[d2], added=files("e-ins-stale", d2),
-        expect=R, reason="CONFLICT_LATER_FAILS",
+        "events",
+        "e-ins-stale",
+        Operation.INSERT_INTO,
+        2,
+        partitions=[d2],
+        added=files("e-ins-stale", d2),
+        expect=R,
+        reason="CONFLICT_LATER_FAILS",
     )
     s.commit("events", "e-ins3", Operation.INSERT_INTO, 4, partitions=[d1], added=files("e-ins3", d1))  # v5
 

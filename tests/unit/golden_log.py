@@ -216,7 +216,9 @@ def rebuild_catalog(release: str, path: str | Path) -> dict[str, Any]:
     writer = CatalogWriter(path, prefix)
     try:
         for table in tables(release):
-            records = [LogRecord(table, r.offset, r.timestamp, r.value) for r in read_topic(release, table, "decisions")]
+            records = [
+                LogRecord(table, r.offset, r.timestamp, r.value) for r in read_topic(release, table, "decisions")
+            ]
             result = writer.apply(records)
             assert not result.broken, result.broken
     finally:

@@ -12,7 +12,16 @@ import pytest
 
 from schemas import CodecError, CommitDecision, CommitIntent, Operation, Outcome, Rebase, decode
 
-from .golden_log import RELEASES, all_records, expected_catalog, manifest, rebuild_catalog, tables, verify_table
+from .golden_log import (
+    RELEASES,
+    all_records,
+    dump_catalog,
+    expected_catalog,
+    manifest,
+    rebuild_catalog,
+    tables,
+    verify_table,
+)
 
 CASES = [(release, table) for release in RELEASES for table in tables(release)]
 
@@ -39,6 +48,10 @@ def test_the_catalog_rebuilt_from_the_golden_log_equals_the_one_that_release_bui
         assert rebuilt[table]["versions"] == expected[table]["versions"], table
         assert rebuilt[table]["history"] == expected[table]["history"], table
     assert rebuilt == expected
+    from consumer import Catalog
+
+    with Catalog(tmp_path / "catalog.db") as catalog:  # 0.1 had no buckets: every file reads as bucket 0
+        assert all(f.bucket == 0 for t in expected for f in catalog.snapshot(t).files)
 
 
 @pytest.mark.parametrize("release", RELEASES)
@@ -83,3 +96,29 @@ def test_the_golden_log_covers_every_operation_rebase_and_rejection(release: str
     assert duplicates >= 2
     assert {0, 2} <= partition_columns
     assert len(manifest(release)["tables"]) >= 3
+
+
+def test_a_catalog_written_before_the_bucket_column_is_read_and_then_migrated(tmp_path: Path) -> None:
+    """A version-1 catalog (no ``files.bucket``): readers see bucket 0; the upgraded consumer migrates it in place."""
+    import sqlite3
+
+    from consumer import Catalog
+    from consumer.store import SCHEMA_VERSION, CatalogWriter
+
+    path = tmp_path / "catalog.db"
+    expected = rebuild_catalog("0.1", path)
+    conn = sqlite3.connect(path)
+    conn.execute("ALTER TABLE files DROP COLUMN bucket")
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+    with Catalog(path) as catalog:
+        files = catalog.snapshot("orders").files
+        assert files and all(f.bucket == 0 for f in files)
+    assert dump_catalog(path, tables("0.1")) == expected
+    CatalogWriter(path, manifest("0.1")["topic_prefix"]).close()  # what a consumer does at start
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert "bucket" in [row[1] for row in conn.execute("PRAGMA table_info(files)")]
+    conn.close()
+    assert dump_catalog(path, tables("0.1")) == expected
