@@ -122,3 +122,106 @@ def test_a_catalog_written_before_the_bucket_column_is_read_and_then_migrated(tm
     assert "bucket" in [row[1] for row in conn.execute("PRAGMA table_info(files)")]
     conn.close()
     assert dump_catalog(path, tables("0.1")) == expected
+
+
+def _continued_by_this_release() -> tuple[list, list]:  # type: ignore[type-arg]
+    """The 0.1 ``orders`` log continued by this release's arbiter: what a rolling upgrade leaves in the topics."""
+    from arbiter.core import apply, evaluate_record, rebuild
+    from arbiter.replay import DecisionRecord, IntentRecord
+    from schemas import DataFile, encode
+
+    from .golden_log import decision_records, intent_records
+
+    intents = intent_records("0.1", "orders")
+    decisions = decision_records("0.1", "orders")
+    state = rebuild("orders", [d.value for d in decisions if d.value is not None])
+    spec = {"region": "eu", "dt": "2024-01-03"}
+    offset, log_offset = intents[-1].offset + 1, decisions[-1].offset + 2
+    timestamp = intents[-1].timestamp + 1_000
+    for n in range(3):
+        intent = CommitIntent(
+            txn_id=f"o-02-{n}",
+            table="orders",
+            operation=Operation.INSERT_INTO,
+            read_version=state.head_version,
+            partitions=(spec,),
+            added_files=(
+                DataFile(
+                    path=f"region=eu/dt=2024-01-03/o-02-{n}-0.parquet",
+                    partition=spec,
+                    record_count=5,
+                    size_bytes=500,
+                    bucket=n,
+                ),
+            ),
+        )
+        record = IntentRecord(offset + n, timestamp + n, encode(intent))
+        decision = evaluate_record(state, record.value, record.timestamp, record.offset)
+        data = encode(decision)
+        apply(state, decision, data)
+        intents.append(record)
+        decisions.append(DecisionRecord(log_offset + 2 * n, data))
+    return intents, decisions
+
+
+def test_a_0_1_log_continued_by_this_release_verifies_and_materializes(tmp_path: Path) -> None:
+    """Rolling upgrade: the new arbiter appends to an old log; replay and the consumer take both schemas in one log."""
+    from consumer import Catalog
+    from consumer.store import CatalogWriter, LogRecord
+    from ordo.audit import audit
+
+    intents, decisions = _continued_by_this_release()
+    result = audit("orders", intents, decisions, verify=True)
+    assert result.ok, [(p.kind, p.decision_offset, p.message) for p in result.problems]
+    assert result.report.matched == len(intents) == 19
+    writer = CatalogWriter(tmp_path / "c.db", "golden")
+    applied = writer.apply([LogRecord("orders", d.offset, None, d.value) for d in decisions])
+    writer.close()
+    assert not applied.broken and applied.applied == 19
+    with Catalog(tmp_path / "c.db") as catalog:
+        buckets = {f.path: f.bucket for f in catalog.snapshot("orders").files}
+    assert buckets["region=eu/dt=2024-01-03/o-02-2-0.parquet"] == 2
+    assert buckets["region=us/dt=2024-01-01/o-ovw-us-0.parquet"] == 0
+
+
+def test_an_edited_0_1_decision_is_still_caught(tmp_path: Path) -> None:
+    """Matching older-schema records by content does not let an edit through, in either schema."""
+    import io
+
+    import fastavro
+
+    from arbiter.replay import DecisionRecord
+    from ordo.audit import audit
+    from schemas import encode
+    from schemas.history import HISTORY_DIR
+
+    intents, decisions = _continued_by_this_release()
+    target = 4  # a 0.1 decision in the middle of the log
+    original = decode(decisions[target].value)  # type: ignore[arg-type]
+    assert isinstance(original, CommitDecision)
+    writer = fastavro.parse_schema(
+        __import__("json").loads((HISTORY_DIR / "CommitDecision.0.1.avsc").read_text()), named_schemas={}
+    )
+    record = original.model_dump(mode="python")
+    record["added_files"] = [{k: v for k, v in f.items() if k != "bucket"} for f in record["added_files"]]
+    record["partitions"] = None if record["partitions"] is None else ("array", list(record["partitions"]))
+    record["message"] = "forged"
+    buffer = io.BytesIO()
+    fastavro.schemaless_writer(buffer, writer, record)
+    forged_old = decisions[target].value[:10] + buffer.getvalue()  # type: ignore[index]
+    for forged in (forged_old, encode(original.model_copy(update={"message": "forged"}))):
+        tampered = [*decisions[:target], DecisionRecord(decisions[target].offset, forged), *decisions[target + 1 :]]
+        result = audit("orders", intents, tampered, verify=True)
+        assert not result.ok
+        assert {p.kind for p in result.problems} >= {"edited", "chain"}, result.problems
+    # the same content re-encoded in the current schema: that record matches, but the next one's prev_hash
+    # names the bytes that were logged, so the log no longer verifies from there
+    same = encode(original)
+    assert same != decisions[target].value
+    result = audit(
+        "orders",
+        intents,
+        [*decisions[:target], DecisionRecord(decisions[target].offset, same), *decisions[target + 1 :]],
+    )
+    assert {p.kind for p in result.problems} == {"chain", "edited"}
+    assert {p.decision_offset for p in result.problems} == {decisions[target + 1].offset}
