@@ -10,8 +10,8 @@ it stands, so a break is found even where the intents log is gone.
 Across releases: a decision logged with an older writer schema cannot equal
 the bytes this version encodes (its header names another schema and the body
 may lack newer fields). Such a record matches when it decodes (resolved
-against the current schema, missing fields taking their defaults) to exactly
-the re-derived decision. The chain always runs over the logged bytes: the
+against the current schema) to the re-derived decision in every field its
+schema has. The chain always runs over the logged bytes: the
 re-derived decision is folded into the state with the record's own bytes, so
 the next ``prev_hash`` is the one the logging arbiter wrote.
 """
@@ -138,13 +138,26 @@ def replay(table: str, intents: Iterable[IntentRecord], decisions: Iterable[Deci
 
 
 def _same_in_older_schema(logged: bytes | None, expected: CommitDecision) -> bool:
-    """True when ``logged`` was written with an older schema and decodes to exactly ``expected``."""
+    """True when ``logged`` was written with an older schema and says exactly what ``expected`` says.
+
+    Compared: every field the logged record's schema has. A field added since
+    is not in the logged bytes, so there is nothing of it to compare (a
+    decision field the older arbiter could not write, e.g. one computed from
+    this arbiter's configuration, must not fail an old log).
+    """
     if logged is None or DEFAULT_CODEC.is_current(logged):
         return False  # the current schema: only identical bytes match
     try:
-        return decode(logged) == expected
+        found = decode(logged)
+        fields = DEFAULT_CODEC.writer_fields(logged)
     except CodecError:
         return False
+    if not isinstance(found, CommitDecision):
+        return False
+    return all(getattr(found, name) == getattr(expected, name) for name in fields if name in _DECISION_FIELDS)
+
+
+_DECISION_FIELDS = frozenset(CommitDecision.model_fields)
 
 
 def _encode(decision: CommitDecision) -> bytes:

@@ -153,6 +153,13 @@ class Codec:
         """The 10-byte single-object header of the current schema of ``model``."""
         return self._by_model[model].header
 
+    def writer_fields(self, data: bytes) -> frozenset[str]:
+        """Names of the top-level fields of the schema ``data`` was written with; ``UnknownSchemaError`` if unknown."""
+        entry = self._by_fingerprint.get(bytes(data[2:HEADER_LEN]))
+        if entry is None or data[:2] != MAGIC:
+            raise UnknownSchemaError(f"unknown schema fingerprint {bytes(data[2:HEADER_LEN]).hex()}")
+        return frozenset(field["name"] for field in entry.writer["fields"])
+
     def is_current(self, data: bytes | None) -> bool:
         """True when ``data`` carries the header of a current schema (not an older or unknown one)."""
         if data is None or len(data) < HEADER_LEN:

@@ -225,3 +225,46 @@ def test_an_edited_0_1_decision_is_still_caught(tmp_path: Path) -> None:
     )
     assert {p.kind for p in result.problems} == {"chain", "edited"}
     assert {p.decision_offset for p in result.problems} == {decisions[target + 1].offset}
+
+
+def test_an_older_schema_decision_is_compared_on_the_fields_it_has() -> None:
+    """A decision field added later (here: an older schema without ``prev_hash``) is not held against an old record."""
+    import copy
+    import io
+    import json
+
+    import fastavro
+
+    from arbiter.replay import _same_in_older_schema
+    from schemas.codec import DEFAULT_CODEC, MAGIC
+    from schemas.history import HISTORY_DIR
+
+    from .golden_log import decision_records
+
+    logged = decode(decision_records("0.1", "orders")[3].value)  # type: ignore[arg-type]
+    assert isinstance(logged, CommitDecision) and logged.prev_hash is not None
+    older = copy.deepcopy(json.loads((HISTORY_DIR / "CommitDecision.0.1.avsc").read_text()))
+    assert older["fields"][-1]["name"] == "prev_hash"
+    del older["fields"][-1]
+    fp = DEFAULT_CODEC.register_writer_schema(older, CommitDecision)
+    try:
+        record = logged.model_dump(mode="python")
+        record["added_files"] = [{k: v for k, v in f.items() if k != "bucket"} for f in record["added_files"]]
+        record["partitions"] = None if record["partitions"] is None else ("array", list(record["partitions"]))
+        buffer = io.BytesIO()
+        fastavro.schemaless_writer(buffer, fastavro.parse_schema(older, named_schemas={}), record)
+        data = MAGIC + fp + buffer.getvalue()
+        assert decode(data).prev_hash is None  # type: ignore[union-attr]
+        assert DEFAULT_CODEC.writer_fields(data) == frozenset(CommitDecision.model_fields) - {"prev_hash"}
+        assert _same_in_older_schema(data, logged)
+        assert not _same_in_older_schema(data, logged.model_copy(update={"message": "other"}))
+        assert not _same_in_older_schema(encode_current(logged), logged.model_copy(update={"prev_hash": None}))
+    finally:
+        del DEFAULT_CODEC._by_fingerprint[fp]
+
+
+def encode_current(decision: CommitDecision) -> bytes:
+    """``decision`` in the current schema (only identical bytes match there)."""
+    from schemas import encode
+
+    return encode(decision)
