@@ -9,7 +9,7 @@ the writer lacked taking the reader's defaults. See docs/upgrading.md.
 
 Release procedure (when a schema changed since the last release)::
 
-    python -m schemas.history add 0.2     # copies the current schemas into history/
+    python -m schemas.release add 0.2     # copies the current schemas into history/
 
 ``tests/unit/test_schema_history.py`` fails while the current writer schema is
 not in the history.
@@ -17,7 +17,6 @@ not in the history.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import re
@@ -292,23 +291,3 @@ def _resolve(
         _resolve(writer["values"], reader["values"], named_w, named_r, f"{where}{{}}", out, done)
     elif w == "fixed" and writer["size"] != reader["size"]:
         out.append(f"{at}: fixed size {writer['size']} read as {reader['size']}")
-
-
-def main(argv: list[str] | None = None) -> None:
-    """``python -m schemas.history add RELEASE``: copy the current schemas into the history."""
-    parser = argparse.ArgumentParser(prog="python -m schemas.history", description="the released schema history")
-    sub = parser.add_subparsers(dest="command", required=True)
-    add = sub.add_parser("add", help="copy the current writer schemas into schemas/avro/history as RELEASE")
-    add.add_argument("release")
-    sub.add_parser("list", help="list the released schemas and their fingerprints")
-    args = parser.parse_args(argv)
-    if args.command == "add":
-        written = add_release(args.release)
-        print("\n".join(f"wrote {p}" for p in written) or "the current schemas are already in the history")
-    else:
-        for event, release, schema in released_schemas():
-            print(f"{release:8} {event:15} {wire_fingerprint(schema, release).hex()}")
-
-
-if __name__ == "__main__":
-    main()

@@ -34,7 +34,7 @@ def test_the_current_writer_schema_is_in_the_history(event: str) -> None:
     assert header[2:] in released, (
         f"the current {event} schema (fingerprint {header[2:].hex()}) is not in {HISTORY_DIR}: a schema change "
         f"must be released before anything writes it. Follow docs/upgrading.md (add fields only with defaults, "
-        f"append enum symbols, never reorder, rename or remove), then run `python -m schemas.history add RELEASE`."
+        f"append enum symbols, never reorder, rename or remove), then run `python -m schemas.release add RELEASE`."
     )
     release, schema = released[header[2:]]
     assert schema_fingerprint(schema) == schema_fingerprint(current_schema(event)), release
@@ -180,3 +180,22 @@ def test_fields_are_only_ever_appended(event: str, release: str) -> None:
     now = _records(current_schema(event), {})
     for name, fields in old.items():
         assert now[name][: len(fields)] == fields, f"{name} fields of {release} changed: {fields} -> {now[name]}"
+
+
+def test_the_release_command_copies_exactly_the_changed_schemas(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """``python -m schemas.release add``: writes what changed since the last release, nothing twice, never overwrites."""
+    import shutil
+
+    from schemas import history
+    from schemas.release import main
+
+    for path in HISTORY_DIR.glob("*.0.1.avsc"):
+        shutil.copy(path, tmp_path / path.name)
+    monkeypatch.setattr(history, "HISTORY_DIR", tmp_path)
+    main(["add", "0.2"])
+    for event in EVENTS:
+        assert json.loads((tmp_path / f"{event}.0.2.avsc").read_text()) == json.loads(
+            (HISTORY_DIR / f"{event}.0.2.avsc").read_text()
+        )
+    main(["add", "0.3"])  # nothing changed since 0.2
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{e}.{r}.avsc" for e in EVENTS for r in ("0.1", "0.2"))
