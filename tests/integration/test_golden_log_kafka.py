@@ -71,3 +71,42 @@ def test_a_golden_log_on_a_real_broker_verifies_and_materializes(
         for row in expected[table]["history"]:
             row["log_offset"] = mapping[row["log_offset"]]
     assert dump_catalog(running.catalog_path, tables(release)) == expected
+
+
+def test_this_arbiter_continues_a_0_1_log_and_the_whole_log_verifies(
+    settings: Settings, arbiter: Callable[..., Any], consumer: Callable[..., Any], commit_client: Any
+) -> None:
+    """The rolling upgrade's arbiter step: a new arbiter rebuilds from 0.1 decisions and appends 0.2 ones."""
+    from schemas import CommitIntent, DataFile, Operation, Outcome
+
+    _load(settings, "0.1")
+    arbiter()
+    spec = {"region": "eu", "dt": "2024-01-03"}
+    decision = commit_client.commit(
+        CommitIntent(
+            txn_id="o-after-upgrade",
+            table="orders",
+            operation=Operation.INSERT_INTO,
+            read_version=10,
+            partitions=(spec,),
+            added_files=(
+                DataFile(
+                    path="region=eu/dt=2024-01-03/o-after-upgrade-0.parquet",
+                    partition=spec,
+                    record_count=1,
+                    size_bytes=100,
+                    bucket=7,
+                ),
+            ),
+        ),
+        timeout=60.0,
+    )
+    assert decision.outcome is Outcome.ACCEPTED and decision.id_version == 11, decision.message
+    lines: list[str] = []
+    assert run_replay(settings, "orders", verify=True, echo=lines.append) == EXIT_OK, "\n".join(lines)
+    with consumer().catalog() as catalog:
+        info = catalog.wait_for_version("orders", 11, timeout=60.0)
+        assert info.error is None
+        files = {f.path: f.bucket for f in catalog.snapshot("orders").files}
+    assert files["region=eu/dt=2024-01-03/o-after-upgrade-0.parquet"] == 7
+    assert files["region=eu/dt=2024-01-01/o-cluster1-0.parquet"] == 0
