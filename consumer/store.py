@@ -37,7 +37,7 @@ from schemas import CodecError, CommitDecision, Operation, Outcome, TableMetadat
 
 log = logging.getLogger("ordo.consumer.store")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: files.bucket (a version-1 catalog is migrated when a writer opens it)
 GENESIS_HASH = bytes(32)  # prev_hash of a table's first decision (arbiter.core.GENESIS_HASH)
 
 SCHEMA = """
@@ -113,7 +113,8 @@ CREATE TABLE IF NOT EXISTS files (
     added_version   INTEGER NOT NULL,             -- = the sequence number of its records without _ordo_seq
     removed_version INTEGER,                      -- NULL while live
     data_change     INTEGER NOT NULL,             -- the adding commit changed logical data
-    operation       TEXT NOT NULL                 -- the adding commit's operation
+    operation       TEXT NOT NULL,                -- the adding commit's operation
+    bucket          INTEGER NOT NULL DEFAULT 0    -- DataFile.bucket (0 for unbucketed tables)
 );
 CREATE UNIQUE INDEX IF NOT EXISTS files_live_path ON files (table_id, path) WHERE removed_version IS NULL;
 CREATE INDEX IF NOT EXISTS files_removed ON files (table_id, removed_version, added_version);
@@ -250,13 +251,15 @@ class CatalogWriter:
         conn.execute("BEGIN IMMEDIATE")
         try:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, SCHEMA_VERSION):
+            if version not in (0, 1, SCHEMA_VERSION):
                 raise RuntimeError(
                     f"catalog {self.path} has schema version {version}; this build reads {SCHEMA_VERSION}"
                 )
             for statement in SCHEMA.split(";"):
                 if statement.strip():
                     conn.execute(statement)
+            if version == 1:  # written before DataFile.bucket: every file it holds is in bucket 0
+                conn.execute("ALTER TABLE files ADD COLUMN bucket INTEGER NOT NULL DEFAULT 0")
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             row = conn.execute("SELECT value FROM catalog_info WHERE key = 'topic_prefix'").fetchone()
             if row is None:
@@ -597,11 +600,12 @@ class CatalogWriter:
                         version,
                         data_change,
                         operation.value,
+                        f.bucket,
                     )
                 )
             conn.executemany(
                 "INSERT INTO files (table_id, path, partition, record_count, size_bytes, min_key, max_key,"
-                " added_version, data_change, operation) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                " added_version, data_change, operation, bucket) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 rows,
             )
         conn.execute(
@@ -626,7 +630,17 @@ class CatalogWriter:
 
 
 TABLE_COLUMNS = "id, name, topic, next_offset, decisions, metadata, created_time_ms, head_version, head_time_ms, error, error_offset"
-FILE_COLUMNS = "path, partition, record_count, size_bytes, min_key, max_key, added_version, data_change, operation"
+FILE_COLUMNS = (
+    "path, partition, record_count, size_bytes, min_key, max_key, added_version, data_change, operation, bucket"
+)
+_FILE_COLUMNS_V1 = FILE_COLUMNS.replace(", bucket", ", 0 AS bucket")  # a catalog no writer has migrated yet
+
+
+def _file_columns(conn: sqlite3.Connection) -> str:
+    """The file columns to select: a version-1 catalog (read before its consumer was upgraded) has no bucket."""
+    return FILE_COLUMNS if conn.execute("PRAGMA user_version").fetchone()[0] >= 2 else _FILE_COLUMNS_V1
+
+
 DECISION_COLUMNS = (
     "log_offset, log_timestamp_ms, txn_id, outcome, operation, read_version, intent_offset, id_version,"
     " time_version_ms, effective_time_ms, rebase, reason, message, conflicting_txn_id, conflicting_version, writer,"
@@ -668,9 +682,10 @@ def query_version_at(conn: sqlite3.Connection, table_id: int, millis: int) -> tu
 
 def query_snapshot_files(conn: sqlite3.Connection, table_id: int, version: int) -> list[tuple[Any, ...]]:
     """Rows of the files live at ``version`` (one indexed query; see ``files_removed``)."""
+    columns = _file_columns(conn)
     return conn.execute(
-        f"SELECT {FILE_COLUMNS} FROM files WHERE table_id = ?1 AND removed_version IS NULL AND added_version <= ?2"
-        f" UNION ALL SELECT {FILE_COLUMNS} FROM files WHERE table_id = ?1 AND removed_version > ?2"
+        f"SELECT {columns} FROM files WHERE table_id = ?1 AND removed_version IS NULL AND added_version <= ?2"
+        f" UNION ALL SELECT {columns} FROM files WHERE table_id = ?1 AND removed_version > ?2"
         " AND added_version <= ?2",
         (table_id, version),
     ).fetchall()
@@ -694,7 +709,7 @@ def query_commits(
 def query_added_files(conn: sqlite3.Connection, table_id: int, low: int, high: int) -> list[tuple[Any, ...]]:
     """Rows of files added by ID versions ``low..high``."""
     return conn.execute(
-        f"SELECT {FILE_COLUMNS} FROM files WHERE table_id = ? AND added_version BETWEEN ? AND ? ORDER BY id",
+        f"SELECT {_file_columns(conn)} FROM files WHERE table_id = ? AND added_version BETWEEN ? AND ? ORDER BY id",
         (table_id, low, high),
     ).fetchall()
 
