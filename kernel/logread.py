@@ -14,8 +14,10 @@ aborted records (on Kafka; Tansu returns them). So
   is **re-read** before the reader goes on.
 
 A re-read fetches the partition again from the expected offset up to the
-offset already seen, with a second consumer of the same configuration (a fetch
-below a stored record returns at once). The records it finds are delivered, in
+offset already seen, with a short-lived second consumer of the same
+configuration (a fetch below a stored record returns at once; ~6 ms on Tansu
+including the new connection, against ~14 ms for re-assigning a kept consumer
+and ~23 ms for a seek of the checked one). The records it finds are delivered, in
 order, before the one already seen; the gap is accepted (a *proven gap*) only
 when a re-read returns nothing between. A hole inside a re-read is re-read in
 turn; a re-read that does not reach the offset already seen is repeated, and
@@ -201,6 +203,7 @@ class GapChecker:
         try:
             found = self._reread(topic, partition, begin, seen, position.after_record)
         except _Unresolved as exc:
+            self.close()
             self.stats.unresolved += 1
             log.error(
                 "%s: %s offsets %d..%d were skipped by the fetch and %s; holding the partition back and "
@@ -214,6 +217,7 @@ class GapChecker:
             )
             self._seek_back(topic, partition, begin)
             return False
+        self.close()  # a short-lived re-reader: cheaper than re-assigning a kept one (~6 ms vs ~14 ms on Tansu)
         if found:
             self.stats.recovered += len(found)
             log.info(
@@ -318,7 +322,7 @@ class GapChecker:
                 log.exception("%s: cannot move %s back to offset %d", self.name, topic, offset)
 
     def close(self) -> None:
-        """Close the re-reader (the checked consumer belongs to the caller)."""
+        """Close the re-reader if one is open (the checked consumer belongs to the caller)."""
         if self._rereader is not None:
             try:
                 self._rereader.close()
@@ -349,7 +353,7 @@ def read_to_end(
     wait for each next batch. ``stats`` (optional) adds this read's re-reads.
     Yields confluent_kafka messages (never errors).
     """
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
     own = dict(config)
     own.update(
@@ -361,12 +365,13 @@ def read_to_end(
         }
     )
     own.setdefault("group.id", "ordo.read-to-end")  # never joined
+    own.setdefault("auto.offset.reset", "earliest")  # a start below the log's first offset reads from its first
     own.setdefault("fetch.wait.max.ms", 20)
     consumer = Consumer(own)
     checker = GapChecker(own, transactional=transactional, consumer=consumer, name=f"reading {topic}")
     try:
         consumer.list_topics(timeout=timeout)  # all topics: warms the metadata cache without naming one
-        consumer.assign([TopicPartition(topic, partition, max(start, 0))])
+        consumer.assign([TopicPartition(topic, partition, start if start > 0 else OFFSET_BEGINNING)])
         checker.expect(topic, start, partition)
         deadline = time.monotonic() + timeout
         while True:
