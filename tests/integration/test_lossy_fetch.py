@@ -49,9 +49,7 @@ def _wrap_consumers(
     return made
 
 
-def test_arbiter_decides_intents_its_live_fetch_skipped(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_arbiter_decides_intents_its_live_fetch_skipped(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
     table = "skipped"
     topic = intents_topic(settings.topic_prefix, table)
     arbiter_group = f"{settings.topic_prefix}.arbiter"
@@ -171,3 +169,57 @@ def test_no_resubmit_once_decided(settings: Settings, arbiter: Callable[..., Man
         client.close()
     assert sum(1 for d in log if d.duplicate_of is None) == 4
     assert len(log) == 4 + when_decided  # every repeat was published before its decision was known
+
+
+def test_consumer_materializes_decisions_its_live_fetch_skipped(
+    settings: Settings,
+    arbiter: Callable[..., ManagedProcess],
+    commit_client: CommitClient,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import threading
+
+    from consumer import Catalog
+    from consumer.materializer import Materializer
+    from ordo.audit import read_partition
+    from schemas import decisions_topic
+
+    arbiter()
+    table = "materialized"
+    commit_client.commit(create_intent(table), timeout=30)
+    for txn in ("a", "b", "c", "d"):
+        commit_client.commit(insert_intent(table, txn, txn), timeout=30)
+    topic = decisions_topic(settings.topic_prefix, table)
+    offsets = [o for o, _, _ in read_partition(settings, topic)]
+    assert len(offsets) == 5
+    lost = {offsets[1], offsets[-1]}  # one in the middle, and the newest (only the end event shows it)
+    group = f"{settings.topic_prefix}.consumer."
+    lossy = _wrap_consumers(
+        monkeypatch,
+        lambda config, n: (
+            drop_offsets_once(lost, topic)
+            if str(config.get("group.id", "")).startswith(group) and ".reread-" not in str(config["group.id"])
+            else None
+        ),
+    )
+    materializer = Materializer(settings, discovery_interval=0.2)
+    thread = threading.Thread(target=materializer.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not (materializer.status.ready and materializer.status.applied_total >= 5):
+            assert time.monotonic() < deadline, materializer.status.snapshot()
+            time.sleep(0.05)
+    finally:
+        materializer.stop()
+        thread.join(30)
+    assert sorted(o for lc in lossy for _, o in lc.dropped) == sorted(lost)
+    assert materializer.status.gaps.recovered == 2
+    assert materializer.status.snapshot()["gaps"]["recovered"] == 2
+    assert not materializer.status.broken
+    catalog = Catalog(settings.catalog)
+    try:
+        assert catalog.head(table) == 4
+        assert len(catalog.history(table)) == 5
+    finally:
+        catalog.close()
