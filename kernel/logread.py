@@ -145,9 +145,10 @@ class GapChecker:
         """``messages`` with every record the consumer skipped put back in its place.
 
         Errors pass through, end-of-partition events after their own check.
-        Records below the expected offset (a re-delivery after a seek) pass
-        through unchanged. A partition whose gap stays unexplained has its
-        later messages of this batch dropped and the consumer moved back.
+        Records below the expected offset were delivered already and are
+        dropped (call ``expect()`` after moving a consumer back on purpose). A
+        partition whose gap stays unexplained has its later messages of this
+        batch dropped and the consumer moved back to the gap.
         """
         from confluent_kafka import KafkaError
 
@@ -185,8 +186,7 @@ class GapChecker:
                 out.append(message)
                 continue
             if offset < expected:
-                out.append(message)
-                continue
+                continue  # delivered already (a re-fetch after moving back to a gap)
             if offset - expected > self._allowed(key[0], position.after_record):
                 if not self._fill(key, position, offset, out):
                     held = (held or set()) | {key}

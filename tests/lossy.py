@@ -15,17 +15,19 @@ from typing import Any
 class LossyConsumer:
     """Delegates to ``real``; records for which ``drop(message)`` is true are swallowed (counted in ``dropped``)."""
 
-    def __init__(self, real: Any, drop: Callable[[Any], bool]) -> None:
+    def __init__(self, real: Any, drop: Callable[[Any], bool], *, events: bool = False) -> None:
         self._real = real
         self._drop = drop
+        self._events = events  # also offer events (end of partition, errors) to ``drop``
         self._lock = threading.Lock()
         self.dropped: list[tuple[str, int]] = []
 
     def _keep(self, message: Any) -> bool:
-        if message.error() is not None or not self._drop(message):
+        if (message.error() is not None and not self._events) or not self._drop(message):
             return True
         with self._lock:
-            self.dropped.append((message.topic(), message.offset()))
+            if message.error() is None:
+                self.dropped.append((message.topic(), message.offset()))
         return False
 
     def poll(self, timeout: float = -1) -> Any:

@@ -160,3 +160,45 @@ def test_read_to_end_reads_a_transactional_log_without_re_reads(bootstrap_server
     assert stats.rereads == 0
     tail = list(read_to_end(_config(bootstrap_servers), topic, start=4, transactional=True))
     assert [m.offset() for m in tail] == [4, 5, 7]
+
+
+def test_a_gap_no_re_read_can_explain_is_held_back_and_re_read_later(
+    bootstrap_servers: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import confluent_kafka
+    from confluent_kafka import KafkaError, TopicPartition
+
+    topic = _topic(bootstrap_servers, INTENTS_CONFIG)
+    _produce_plain(bootstrap_servers, topic, 10)
+    config = _config(bootstrap_servers)
+    real_class = confluent_kafka.Consumer
+    main = real_class(config)
+    lossy = LossyConsumer(main, drop_offsets_once({5}))
+    broken = [True]  # while set, re-readers see nothing at all (not even the end of the partition)
+    monkeypatch.setattr(
+        confluent_kafka, "Consumer", lambda cfg: LossyConsumer(real_class(cfg), lambda m: broken[0], events=True)
+    )
+    checker = GapChecker(config, transactional=False, consumer=main, attempts=2, reread_timeout=0.3)
+    lossy.assign([TopicPartition(topic, 0, 0)])
+    checker.expect(topic, 0)
+    delivered: list[int] = []
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline:
+            first = lossy.poll(0.2)
+            batch = checker.check([] if first is None else [first, *lossy.consume(100, 0)])
+            if checker.stats.unresolved:
+                broken[0] = False  # the broker recovers; the held-back gap must be re-read, not skipped
+            ended = False
+            for message in batch:
+                if message.error() is None:
+                    delivered.append(message.offset())
+                elif message.error().code() == KafkaError._PARTITION_EOF and delivered[-1:] == [9]:
+                    ended = True
+            if ended:
+                break
+    finally:
+        checker.close()
+        main.close()
+    assert checker.stats.unresolved >= 1
+    assert delivered == list(range(10))  # nothing skipped, nothing twice
