@@ -297,7 +297,7 @@ class Materializer:
         if assign:
             self._consumer.incremental_assign(assign)
             for tp in assign:
-                self._gaps.expect(tp.topic, tp.offset)
+                self._gaps.expect(tp.topic, tp.offset, after_record=True)  # the catalog applied the one before
         if self._awaiting_eof is None:
             self._awaiting_eof = {tp.topic for tp in assign}
             self._check_ready()

@@ -118,9 +118,13 @@ class GapChecker:
         self.consumer = consumer
         self._positions.clear()
 
-    def expect(self, topic: str, offset: int, partition: int = 0) -> None:
-        """The consumer was assigned (or moved) to ``offset`` of ``topic``; a negative offset means the start (0)."""
-        self._positions[(topic, partition)] = _Position(max(offset, 0), False)
+    def expect(self, topic: str, offset: int, partition: int = 0, *, after_record: bool = False) -> None:
+        """The consumer was assigned (or moved) to ``offset`` of ``topic``; a negative offset means the start (0).
+
+        ``after_record``: the offset before ``offset`` is known to hold a record
+        (so a transaction marker may follow without a re-read).
+        """
+        self._positions[(topic, partition)] = _Position(max(offset, 0), after_record and offset > 0)
 
     def forget(self, topic: str, partition: int = 0) -> None:
         """Stop checking ``topic`` (unassigned)."""
