@@ -42,6 +42,7 @@ from typing import Any
 
 from arbiter import checkpoint as checkpoints
 from arbiter.core import TableState, apply, evaluate_record, new_state, reject_malformed
+from kernel.logread import GapChecker, GapStats
 from ordo.broker import DECISIONS_CONFIG, create_topics, existing_topics
 from ordo.errors import ArbiterFencedError, BrokerUnavailableError, OrdoError
 from ordo.settings import Settings
@@ -113,6 +114,8 @@ class ArbiterMetrics:
     checkpoints_loaded: int = 0
     checkpoints_rejected: int = 0
     lag: dict[str, int] = field(default_factory=dict)
+    intent_gaps: GapStats = field(default_factory=GapStats)  # re-reads of the intents logs (kernel.logread)
+    decision_gaps: GapStats = field(default_factory=GapStats)  # re-reads while rebuilding from decisions logs
 
     @property
     def mean_batch(self) -> float:
@@ -138,6 +141,8 @@ class ArbiterMetrics:
             "checkpoints_loaded": self.checkpoints_loaded,
             "checkpoints_rejected": self.checkpoints_rejected,
             "lag": dict(self.lag),
+            "intent_gaps": self.intent_gaps.snapshot(),
+            "decision_gaps": self.decision_gaps.snapshot(),
         }
 
 
@@ -271,6 +276,8 @@ class ArbiterService:
         self._producer: Any = None
         self._consumer: Any = None
         self._reader: Any = None
+        self._gaps: Any = None  # GapChecker of the intents consumer
+        self._reader_gaps: Any = None  # GapChecker of the rebuild reader
         self._admin: Any = None
         self._in_txn = False
         self._txn_tables: set[str] = set()
@@ -347,7 +354,23 @@ class ArbiterService:
                     raise BrokerUnavailableError(f"cannot initialise transactions: {error}") from exc
                 log.warning("init_transactions failed (%s); retrying", error)
         self._consumer = Consumer(self._consumer_config())
-        self._reader = Consumer({**self._consumer_config(), "enable.partition.eof": True})
+        self._reader = Consumer(self._consumer_config())
+        # Every record the consumers skip is re-read (Tansu skips some under concurrent appends; docs/tansu.md).
+        self._gaps = GapChecker(
+            self._consumer_config(),
+            transactional=False,
+            consumer=self._consumer,
+            name="arbiter intents",
+            keep_eof=False,
+            stats=self.metrics.intent_gaps,
+        )
+        self._reader_gaps = GapChecker(
+            self._consumer_config(),
+            transactional=True,
+            consumer=self._reader,
+            name="arbiter rebuild",
+            stats=self.metrics.decision_gaps,
+        )
         if self.checkpoints:
             checkpoints.remove_stale_temporaries(os.path.join(self.state_dir, self.prefix))
         # 2.-4. Tables: discover, rebuild (from a checkpoint and the log's tail), assign.
@@ -372,6 +395,9 @@ class ArbiterService:
                     client.close()
                 except Exception:  # closing is best effort
                     log.debug("closing consumer failed", exc_info=True)
+        for checker in (self._gaps, self._reader_gaps):
+            if checker is not None:
+                checker.close()
         self._consumer = self._reader = self._admin = None
         if self._producer is not None:
             try:
@@ -436,6 +462,7 @@ class ArbiterService:
             # One table at a time: a failure on the next one leaves this one assigned.
             self._tables[topic] = table
             self._consumer.incremental_assign([TopicPartition(topic, 0, table.state.next_offset)])
+            self._gaps.expect(topic, table.state.next_offset)
             log.info(
                 "table %s: rebuilt %d decision(s), head version %d, resuming intents at offset %d (%s)",
                 name,
@@ -478,6 +505,8 @@ class ArbiterService:
                 self.metrics.checkpoints_rejected += 1
                 pending = None
         reader.assign([TopicPartition(table.decisions, 0, pending.log_offset if pending else OFFSET_BEGINNING)])
+        gaps = self._reader_gaps
+        gaps.expect(table.decisions, pending.log_offset if pending else 0)
         deadline = time.monotonic() + KAFKA_TIMEOUT
 
         def replay_all(reason: str) -> None:
@@ -495,12 +524,13 @@ class ArbiterService:
             from_checkpoint = -1
             reader.unassign()  # drops what was fetched for the old position
             reader.assign([TopicPartition(table.decisions, 0, OFFSET_BEGINNING)])
+            gaps.expect(table.decisions, 0)
 
         try:
             while True:
                 first = reader.poll(0.5)
                 messages = [] if first is None else [first, *reader.consume(num_messages=10_000, timeout=0)]
-                for message in messages:
+                for message in gaps.check(messages):
                     if message.topic() != table.decisions:
                         continue
                     error = message.error()
@@ -536,6 +566,7 @@ class ArbiterService:
                     raise BrokerUnavailableError(f"no end of {table.decisions} within {KAFKA_TIMEOUT:.0f} s")
         finally:
             reader.unassign()
+            gaps.forget(table.decisions)
 
     def _loaded(
         self,
@@ -654,14 +685,15 @@ class ArbiterService:
 
         ``consume(n, timeout)`` waits until it has ``n`` records or the timeout
         passed, which would add the whole timeout to every decision at low load;
-        ``poll`` returns with the first record.
+        ``poll`` returns with the first record. Records the fetch skipped are
+        re-read and put back in place (``kernel.logread``).
         """
         if self._in_txn:
-            return consumer.consume(num_messages=room, timeout=0)
+            return self._gaps.check(consumer.consume(num_messages=room, timeout=0))
         first = consumer.poll(self.poll_timeout)
         if first is None:
             return []
-        return [first, *consumer.consume(num_messages=room - 1, timeout=0)] if room > 1 else [first]
+        return self._gaps.check([first, *consumer.consume(num_messages=room - 1, timeout=0)] if room > 1 else [first])
 
     def _guard(self, step: Any, *args: Any) -> None:
         """Run one loop step; on an abortable failure abort, rebuild and re-seek; on fencing raise."""
@@ -831,6 +863,9 @@ class ArbiterService:
         self._consumer.incremental_assign(
             [TopicPartition(t.intents, 0, t.state.next_offset) for t in self._tables.values()]
         )
+        self._gaps.attach(self._consumer)
+        for t in self._tables.values():
+            self._gaps.expect(t.intents, t.state.next_offset)
         old.close()
         log.info("rebuilt %d table(s) after an aborted transaction", len(touched))
 
@@ -959,6 +994,7 @@ class ArbiterService:
                 "isolation.level": "read_committed",
                 "auto.offset.reset": "earliest",
                 "fetch.wait.max.ms": 20,
+                "enable.partition.eof": True,  # an end beyond the last record read is a gap (kernel.logread)
                 "error_cb": self._on_kafka_error,
                 "logger": kafka_log,
             }

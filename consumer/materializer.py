@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from consumer.store import ApplyResult, CatalogWriter, LogRecord
+from kernel.logread import GapChecker, GapStats
 from ordo.errors import BrokerUnavailableError
 from ordo.settings import Settings
 from schemas import chain_hash, decisions_pattern, parse_topic
@@ -52,6 +53,7 @@ class ConsumerStatus:
     lag: dict[str, int] = field(default_factory=dict)
     broken: dict[str, str] = field(default_factory=dict)
     last_error: str | None = None
+    gaps: GapStats = field(default_factory=GapStats)  # re-reads of skipped offsets (kernel.logread)
     _rate_window: collections.deque[tuple[float, int]] = field(default_factory=lambda: collections.deque(maxlen=120))
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -94,6 +96,7 @@ class ConsumerStatus:
                 "lag": dict(self.lag),
                 "broken": dict(self.broken),
                 "last_error": self.last_error,
+                "gaps": self.gaps.snapshot(),
             }
         data["rate"] = round(self.rate(), 3)
         return data
@@ -128,6 +131,7 @@ class Materializer:
         self._topics: dict[str, str] = {}  # assigned topic -> table
         self._skipped: set[str] = set()  # topics not followed (broken table)
         self._awaiting_eof: set[str] | None = None  # topics to reach the end of before ready
+        self._gaps: Any = None  # GapChecker of the consumer
 
     def stop(self) -> None:
         """Ask ``run()`` to return after the current batch."""
@@ -140,9 +144,17 @@ class Materializer:
         from confluent_kafka import Consumer
 
         self._consumer = Consumer(self._consumer_config())
+        self._gaps = GapChecker(
+            self._consumer_config(),
+            transactional=True,  # decisions logs: the arbiter's transactional producer only
+            consumer=self._consumer,
+            name="consumer",
+            stats=self.status.gaps,
+        )
         try:
             self._loop()
         finally:
+            self._gaps.close()
             try:
                 self._consumer.close()
             except Exception:  # closing is best effort
@@ -196,7 +208,7 @@ class Materializer:
         first = self._consumer.poll(self.poll_timeout)
         if first is None:
             return []
-        return [first, *self._consumer.consume(num_messages=self.batch_size - 1, timeout=0)]
+        return self._gaps.check([first, *self._consumer.consume(num_messages=self.batch_size - 1, timeout=0)])
 
     def _process(self, messages: list[Any]) -> None:
         from confluent_kafka import KafkaError
@@ -284,6 +296,8 @@ class Materializer:
             log.info("table %s: following %s from offset %d", table, topic, state.next_offset)
         if assign:
             self._consumer.incremental_assign(assign)
+            for tp in assign:
+                self._gaps.expect(tp.topic, tp.offset, after_record=True)  # the catalog applied the one before
         if self._awaiting_eof is None:
             self._awaiting_eof = {tp.topic for tp in assign}
             self._check_ready()
@@ -340,6 +354,7 @@ class Materializer:
         if topic in self._topics:
             del self._topics[topic]
             self._skipped.add(topic)
+            self._gaps.forget(topic)
             try:
                 self._consumer.incremental_unassign([TopicPartition(topic, 0)])
             except Exception:  # not assigned yet

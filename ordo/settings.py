@@ -21,6 +21,7 @@ DEFAULT_CATALOG = "ordo-catalog.db"
 DEFAULT_WAREHOUSE = "warehouse"
 DEFAULT_HTTP_HOST = "127.0.0.1"
 DEFAULT_HTTP_PORT = 8765
+DEFAULT_RESUBMIT_AFTER = 5.0
 
 
 def default_state_dir() -> str:
@@ -41,6 +42,7 @@ class Settings:
     http_port: int = DEFAULT_HTTP_PORT
     state_dir: str = field(default_factory=default_state_dir)  # arbiter checkpoints (a cache of the decisions log)
     kafka: Mapping[str, str] = field(default_factory=dict)
+    resubmit_after: float = DEFAULT_RESUBMIT_AFTER  # commit client: publish an intent again when undecided this long
 
     def kafka_config(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka configuration: bootstrap servers, pass-through settings, then ``overrides``."""
@@ -92,6 +94,7 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
         ("http_host", "ORDO_HTTP_HOST", str),
         ("http_port", "ORDO_HTTP_PORT", int),
         ("state_dir", "ORDO_STATE_DIR", str),
+        ("resubmit_after", "ORDO_RESUBMIT_AFTER", float),
     ):
         if env.get(key):
             values[name] = cast(env[key])
