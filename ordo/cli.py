@@ -316,14 +316,35 @@ def tail(
 @click.argument("table")
 @click.option("--retain", type=click.FloatRange(min=0), required=True, metavar="HOURS", help="retention window")
 @click.option("--apply", is_flag=True, help="delete the files (default: dry run, only list them)")
-@click.option("--orphans", is_flag=True, help="also delete files no commit ever added, older than the window")
+@click.option(
+    "--orphans",
+    is_flag=True,
+    help="also delete files no commit ever added and no undecided intent names (reads the intents log)",
+)
+@click.option(
+    "--orphan-age",
+    type=float,
+    default=None,
+    metavar="HOURS",
+    help="orphans modified less than this long ago are kept (default 24; below 1 only with --force)",
+)
+@click.option("--force", is_flag=True, help="allow an --orphan-age below the safe floor of 1 hour")
 @json_option
 @pass_settings
-def vacuum(settings: Settings, table: str, retain: float, apply: bool, orphans: bool, as_json: bool) -> None:
+def vacuum(
+    settings: Settings,
+    table: str,
+    retain: float,
+    apply: bool,
+    orphans: bool,
+    orphan_age: float | None,
+    force: bool,
+    as_json: bool,
+) -> None:
     """Delete TABLE's data files that no version inside the retention window references (dry run by default)."""
     from ordo.commands import vacuum_command
 
-    vacuum_command(settings, table, retain, apply, orphans, as_json)
+    vacuum_command(settings, table, retain, apply, orphans, as_json, orphan_age, force)
 
 
 @main.command()
