@@ -203,7 +203,7 @@ def read_pending_intents(settings: Any, table: str, from_offset: int, timeout: f
             error = message.error()
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:
-                    return PendingIntents(from_offset, message.offset(), frozenset(paths), frozenset(txn_ids))
+                    return PendingIntents(from_offset, message.offset() or high, frozenset(paths), frozenset(txn_ids))
                 if error.fatal():
                     raise VacuumError(f"reading the intents log {topic}: {error.str()}")
                 continue

@@ -77,7 +77,10 @@ def test_undecided_intent_files_survive_orphan_vacuum(
     handle = consumer(catalog=tmp_path / "catalog.db", http=False)
     created = commit_client.commit(
         CommitIntent(
-            txn_id="create", table="t", operation=Operation.CREATE_TABLE, read_version=0,
+            txn_id="create",
+            table="t",
+            operation=Operation.CREATE_TABLE,
+            read_version=0,
             metadata=metadata(True, str(location)),
         )
     )
