@@ -51,7 +51,7 @@ def main(ctx: click.Context, bootstrap_servers: str | None, topic_prefix: str | 
     Run the stack:      ordo up | ordo broker | ordo arbiter | ordo consumer
     Try it:             ordo demo
     Read the catalog:   ordo tables | history | show | changes | tail
-    Operate:            ordo vacuum | ordo replay
+    Operate:            ordo vacuum | ordo replay | ordo repair
 
     Settings come from ORDO_* environment variables (ORDO_BOOTSTRAP_SERVERS,
     ORDO_TOPIC_PREFIX, ORDO_WAREHOUSE, ORDO_CATALOG, ORDO_KAFKA__*), which the
@@ -345,6 +345,23 @@ def vacuum(
     from ordo.commands import vacuum_command
 
     vacuum_command(settings, table, retain, apply, orphans, as_json, orphan_age, force)
+
+
+@main.command()
+@click.argument("table")
+@click.option("--timeout", type=click.FloatRange(min=1), default=600.0, show_default=True, help="seconds to wait")
+@json_option
+@pass_settings
+def repair(settings: Settings, table: str, timeout: float, as_json: bool) -> None:
+    """Re-materialize TABLE in the catalog from its decisions log (after the consumer stopped it).
+
+    With ORDO_CATALOG=http://... the running consumer does it while serving
+    every other table; on a catalog file, no consumer may have it open. Exit 1
+    when the table stops again (the bad record is still in the log).
+    """
+    from ordo.commands import repair_command
+
+    raise SystemExit(repair_command(settings, table, timeout, as_json))
 
 
 @main.command()

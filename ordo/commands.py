@@ -483,6 +483,42 @@ def vacuum_command(
             console.print(f"[yellow]kept {len(result.skipped_pending)} file(s) an undecided intent names[/yellow]")
 
 
+def repair_command(settings: Settings, table: str, timeout: float, as_json: bool) -> int:
+    """``ordo repair TABLE``: re-materialize a table from its decisions log; 0 when it is served again, else 1."""
+    from consumer.repair import RepairError, repair_offline
+
+    location = settings.catalog
+    if location.startswith(("http://", "https://")):
+        import httpx
+
+        url = location.rstrip("/") + f"/tables/{table}/repair"
+        try:
+            response = httpx.post(url, params={"timeout": timeout}, timeout=timeout + 30)
+        except httpx.HTTPError as exc:
+            raise RepairError(f"cannot reach the consumer at {location}: {exc}") from exc
+        body = response.json() if response.headers.get("content-type", "").startswith("application/json") else {}
+        if response.status_code != 200:
+            raise RepairError(f"the consumer at {location} refused: {body.get('message') or response.text}")
+        data = body
+    else:
+        data = repair_offline(settings, table, min(timeout, 600.0)).to_json()
+    if as_json:
+        print_json(data)
+    else:
+        console = make_console()
+        if data["error"] is None:
+            console.print(
+                f"{table}: re-materialized from its decisions log: head version {data['head_version']}, "
+                f"{data['decisions']} decision(s), log offset {data['next_offset']}; served again"
+            )
+        else:
+            console.print(
+                f"[red]{table}: stopped again at log offset {data['error_offset']}: {data['error']}[/red]\n"
+                f"the record is still in the log: `ordo replay {table} --verify` shows what is wrong with it"
+            )
+    return 0 if data["error"] is None else 1
+
+
 __all__ = [
     "CommandError",
     "changes_command",
@@ -496,6 +532,7 @@ __all__ = [
     "open_catalog",
     "parse_timestamp",
     "parse_version",
+    "repair_command",
     "show_command",
     "tables_command",
     "tail_command",

@@ -249,7 +249,7 @@ def plan_vacuum(
     if info.error is not None:
         raise VacuumError(
             f"table {table!r} is stopped at version {info.head_version} by a broken decision log "
-            f"(offset {info.error_offset}); repair it before vacuuming"
+            f"(offset {info.error_offset}: {info.error}); repair it (ordo repair {table}) before vacuuming"
         )
     now = now or datetime.now(UTC)
     boundary_time = now - timedelta(hours=retain_hours)
