@@ -73,6 +73,7 @@ DEFAULT_CHECKPOINT_INTERVAL = 10.0
 # A checkpoint child may use at most 1/CHECKPOINT_DUTY of the time between two checkpoints.
 CHECKPOINT_DUTY = 5
 KAFKA_TIMEOUT = 30.0
+TAKE_CONCURRENCY = 16  # tables whose producers are initialised at once when many appear (start-up)
 READY_MESSAGE = "arbiter ready"
 
 
@@ -406,6 +407,16 @@ class ArbiterService:
                     raise BrokerUnavailableError(f"cannot initialise transactions of {what}: {error}") from exc
                 log.warning("init_transactions of %s failed (%s); retrying", what, error)
 
+    def _take_all(self, tables: list[str]) -> None:
+        """Take ``tables`` concurrently (each ``init_transactions`` is a broker round trip or more)."""
+        if len(tables) < 2:
+            return  # ``_take`` below does it
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(TAKE_CONCURRENCY, len(tables)), thread_name_prefix="take") as pool:
+            for future in [pool.submit(self._take, name) for name in tables]:
+                future.result()  # the first failure propagates; tables taken already stay taken
+
     def _take(self, table: str) -> None:
         """Own ``table``: initialise its transactional producer, fencing whichever arbiter owned it before."""
         if table in self._producers:
@@ -457,6 +468,7 @@ class ArbiterService:
         # librdkafka's leader query; a full metadata request fills the cache now.
         for consumer in (self._reader, self._consumer):
             _warm_metadata(consumer)
+        self._take_all([name for name, _ in new if name not in self._producers])
         for name, topic in new:
             table = _Table(name, topic, decisions_topic(self.prefix, name), new_state(name))
             try:
