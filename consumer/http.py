@@ -199,28 +199,6 @@ def create_app(
             body["kafka_ok"] = status.kafka_ok
         return JSONResponse(body)
 
-    @app.post("/tables/{table}/repair", summary="Re-materialize a table from its decisions log (ordo repair)")
-    def repair(table: str, timeout: float = Query(600.0, gt=0, le=3600)) -> JSONResponse:
-        from concurrent.futures import TimeoutError as FutureTimeout
-
-        if status is None or status.repair is None:
-            return JSONResponse(
-                {"error": "RepairUnavailable", "message": "this service runs without a consumer: nothing can repair"},
-                status_code=409,
-            )
-        try:
-            result = status.repair(table).result(timeout=timeout)
-        except FutureTimeout:
-            return JSONResponse(
-                {"error": "RepairTimeout", "message": f"the repair of {table!r} did not finish within {timeout:g} s"},
-                status_code=504,
-            )
-        except TableNotFoundError as exc:
-            return error(404, exc)
-        except CatalogError as exc:
-            return error(503, exc)
-        return JSONResponse(result.to_json())
-
     @app.get("/readyz", summary="200 once caught up with the log end seen at start-up, else 503")
     def readyz() -> JSONResponse:
         ready = status.ready if status is not None else True

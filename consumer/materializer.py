@@ -26,7 +26,6 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,7 +55,6 @@ class ConsumerStatus:
     lag: dict[str, int] = field(default_factory=dict)
     broken: dict[str, str] = field(default_factory=dict)
     last_error: str | None = None
-    repair: Callable[[str], Future[Any]] | None = None  # set by the materializer: ``Materializer.request_repair``
     _rate_window: collections.deque[tuple[float, int]] = field(default_factory=lambda: collections.deque(maxlen=120))
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -135,7 +133,6 @@ class Materializer:
         self._awaiting_eof: set[str] | None = None  # topics to reach the end of before ready
         # Rebuilt tables waiting to be swapped in by the loop: (table, fresh catalog, scratch dir, future).
         self._rebuilt: queue.Queue[tuple[str, Path, Any, Future[Any]]] = queue.Queue()
-        self.status.repair = self.request_repair
 
     def stop(self) -> None:
         """Ask ``run()`` to return after the current batch."""
@@ -197,6 +194,7 @@ class Materializer:
                     self.status.last_error = str(exc)
                     log.warning("topic discovery failed: %s; retrying", exc)
                 self.status.tick()
+                self._take_repair_requests()
                 next_discovery = time.monotonic() + self.discovery_interval
             messages = self._next_messages()
             if messages:
@@ -270,6 +268,28 @@ class Materializer:
 
         threading.Thread(target=build, name=f"repair-{table}", daemon=True).start()
         return future
+
+    def _take_repair_requests(self) -> None:
+        """Start the repairs ``ordo repair`` asked for (request files next to the catalog); answer each in a file."""
+        from consumer.repair import take_requests, write_result
+
+        try:
+            requests = take_requests(self.writer.path)
+        except OSError as exc:
+            log.warning("cannot read repair requests: %s", exc)
+            return
+        for table, request_id in requests:
+            log.info("table %s: repair requested (%s)", table, request_id)
+
+            def answer(future: Future[Any], table: str = table, request_id: str = request_id) -> None:
+                exc = future.exception()
+                data = {"error_type": type(exc).__name__, "message": str(exc)} if exc else future.result().to_json()
+                try:
+                    write_result(self.writer.path, table, request_id, data)
+                except OSError:
+                    log.exception("table %s: cannot write the repair result", table)
+
+            self.request_repair(table).add_done_callback(answer)
 
     def _swap_rebuilt(self) -> None:
         from consumer.repair import RepairResult

@@ -13,21 +13,24 @@ shorter than the catalog, rows damaged by hand) is repaired by rebuilding it:
 
 If the bad record is still in the log, step 1 stops at it again and the table
 stays stopped at the same offset with the same reason: a repair never skips a
-record. With a running consumer the rebuild runs inside it (its HTTP service,
-``POST /tables/{table}/repair``; ``ORDO_CATALOG=http://...``) while it keeps
-materializing and serving every other table. On a catalog file no consumer
-has open (``consumer_lock``), ``repair_offline`` does the same in the calling
-process.
+record. ``repair`` runs it where the catalog's writer is: in the calling
+process when no consumer has the catalog file open (``consumer_lock``),
+otherwise inside the running consumer, asked through a request file next to
+the catalog (``<catalog>.repairs/<table>.request``; the answer comes back as
+``<table>.<id>.result``), while it keeps materializing and serving every other
+table. The HTTP API stays read-only: a repair needs access to the catalog file.
 """
 
 from __future__ import annotations
 
 import fcntl
+import json
 import logging
 import os
 import shutil
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -38,7 +41,7 @@ from consumer.errors import CatalogError
 from consumer.store import CatalogWriter, LogRecord, StreamState
 from ordo.errors import TableNotFoundError
 from ordo.settings import Settings
-from schemas import decisions_topic
+from schemas import decisions_topic, validate_table_name
 
 log = logging.getLogger("ordo.consumer.repair")
 
@@ -84,20 +87,89 @@ def lock_path(catalog: str | Path) -> str:
 
 
 @contextmanager
-def consumer_lock(catalog: str | Path, *, exclusive: bool) -> Iterator[None]:
-    """Shared: held by every running consumer of ``catalog``. Exclusive: an offline repair (fails at once if held)."""
+def consumer_lock(catalog: str | Path) -> Iterator[None]:
+    """Held (shared) by every running consumer of ``catalog``, so ``repair`` knows whether to ask one."""
     fd = os.open(lock_path(catalog), os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        try:
-            fcntl.flock(fd, (fcntl.LOCK_EX | fcntl.LOCK_NB) if exclusive else fcntl.LOCK_SH)
-        except BlockingIOError:
-            raise RepairError(
-                f"a consumer is running on {catalog}: repair through it instead "
-                "(ORDO_CATALOG=<its http:// URL> ordo repair TABLE), or stop it first"
-            ) from None
+        fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while an offline repair holds it exclusively
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+def _exclusive(catalog: str | Path) -> int | None:
+    """An fd holding the catalog's lock exclusively, or None when a consumer holds it."""
+    fd = os.open(lock_path(catalog), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def requests_dir(catalog: str | Path) -> Path:
+    """Where ``ordo repair`` leaves requests for the consumer running on ``catalog``, and gets the answers."""
+    return Path(str(Path(catalog).absolute()) + ".repairs")
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
+
+
+def submit_request(catalog: str | Path, table: str) -> str:
+    """Ask the consumer running on ``catalog`` to repair ``table``; returns the request id."""
+    directory = requests_dir(catalog)
+    directory.mkdir(mode=0o700, exist_ok=True)
+    request_id = uuid.uuid4().hex
+    _write_atomically(directory / f"{table}.request", request_id)
+    return request_id
+
+
+def take_requests(catalog: str | Path) -> list[tuple[str, str]]:
+    """The pending requests ``(table, id)`` for ``catalog`` (each removed as it is taken)."""
+    directory = requests_dir(catalog)
+    if not directory.is_dir():
+        return []
+    found = []
+    for path in sorted(directory.glob("*.request")):
+        table = path.name[: -len(".request")]
+        try:
+            request_id = path.read_text().strip()
+            path.unlink()
+        except FileNotFoundError:
+            continue
+        try:
+            validate_table_name(table)
+        except ValueError:
+            log.warning("ignoring a repair request for %r: not a table name", table)
+            continue
+        if request_id.isalnum() and len(request_id) <= 64:
+            found.append((table, request_id))
+    return found
+
+
+def write_result(catalog: str | Path, table: str, request_id: str, data: dict[str, Any]) -> None:
+    """The consumer's answer to request ``request_id``."""
+    _write_atomically(requests_dir(catalog) / f"{table}.{request_id}.result", json.dumps(data))
+
+
+def wait_result(catalog: str | Path, table: str, request_id: str, timeout: float) -> dict[str, Any]:
+    """The consumer's answer to ``request_id`` (the file is removed); ``RepairError`` after ``timeout`` seconds."""
+    path = requests_dir(catalog) / f"{table}.{request_id}.result"
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise RepairError(
+                f"the consumer running on {catalog} did not answer the repair of {table!r} within {timeout:g} s "
+                "(it picks requests up about once a second; is it still running?)"
+            )
+        time.sleep(0.1)
+    data: dict[str, Any] = json.loads(path.read_text())
+    path.unlink(missing_ok=True)
+    return data
 
 
 def build_fresh(settings: Settings, table: str, path: str | Path, timeout: float = READ_TIMEOUT) -> StreamState:
@@ -172,21 +244,40 @@ def scratch_dir(catalog: str | Path) -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def repair_offline(settings: Settings, table: str, timeout: float = READ_TIMEOUT) -> RepairResult:
-    """Repair ``table`` in the catalog file of ``settings`` while no consumer has it open."""
+def repair(settings: Settings, table: str, timeout: float = 600.0) -> dict[str, Any]:
+    """Repair ``table`` in the catalog file of ``settings``: here, or through the consumer running on it.
+
+    Returns ``RepairResult.to_json()``; raises what the repair raised.
+    """
     catalog = settings.catalog
+    if catalog.startswith(("http://", "https://")):
+        raise RepairError(
+            "ordo repair needs the catalog file, not the HTTP service (which is read-only): run it on the "
+            "consumer's host with ORDO_CATALOG=<the catalog file>"
+        )
+    validate_table_name(table)
     if not Path(catalog).exists():
         raise RepairError(f"no catalog file {catalog}: start the consumer, it builds every table from the log")
-    with consumer_lock(catalog, exclusive=True), scratch_dir(catalog) as scratch:
-        fresh = scratch / "table.db"
-        build_fresh(settings, table, fresh, timeout)
-        writer = CatalogWriter(catalog, settings.topic_prefix)
-        try:
-            state = writer.replace_table(table, fresh)
-        finally:
-            writer.close()
+    fd = _exclusive(catalog)
+    if fd is None:  # a consumer runs on it: it does the repair while serving the other tables
+        data = wait_result(catalog, table, submit_request(catalog, table), timeout)
+        if "error_type" in data:
+            kind = TableNotFoundError if data["error_type"] == "TableNotFoundError" else RepairError
+            raise kind(data["message"])
+        return data
+    try:
+        with scratch_dir(catalog) as scratch:
+            fresh = scratch / "table.db"
+            build_fresh(settings, table, fresh, min(timeout, READ_TIMEOUT))
+            writer = CatalogWriter(catalog, settings.topic_prefix)
+            try:
+                state = writer.replace_table(table, fresh)
+            finally:
+                writer.close()
+    finally:
+        os.close(fd)
     log.info("table %s: re-materialized from its decisions log (%s)", table, RepairResult.of(state))
-    return RepairResult.of(state)
+    return RepairResult.of(state).to_json()
 
 
 __all__ = [
@@ -195,6 +286,11 @@ __all__ = [
     "build_fresh",
     "consumer_lock",
     "lock_path",
-    "repair_offline",
+    "repair",
+    "requests_dir",
     "scratch_dir",
+    "submit_request",
+    "take_requests",
+    "wait_result",
+    "write_result",
 ]

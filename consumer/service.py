@@ -25,7 +25,7 @@ def run_consumer(settings: Settings, *, http: bool = True, echo: Callable[[str],
 
     catalog_path = str(Path(settings.catalog).absolute())
     Path(catalog_path).parent.mkdir(parents=True, exist_ok=True)
-    with consumer_lock(catalog_path, exclusive=False):  # an offline ``ordo repair`` waits for no running consumer
+    with consumer_lock(catalog_path):  # ``ordo repair`` then asks this consumer instead of writing the file itself
         return _run(settings, catalog_path, http, echo)
 
 

@@ -355,9 +355,10 @@ def vacuum(
 def repair(settings: Settings, table: str, timeout: float, as_json: bool) -> None:
     """Re-materialize TABLE in the catalog from its decisions log (after the consumer stopped it).
 
-    With ORDO_CATALOG=http://... the running consumer does it while serving
-    every other table; on a catalog file, no consumer may have it open. Exit 1
-    when the table stops again (the bad record is still in the log).
+    Needs the catalog file (ORDO_CATALOG). When a consumer runs on it, that
+    consumer does the repair while serving every other table; otherwise this
+    process does. Exit 1 when the table stops again (the bad record is still
+    in the log).
     """
     from ordo.commands import repair_command
 

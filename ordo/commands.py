@@ -485,23 +485,9 @@ def vacuum_command(
 
 def repair_command(settings: Settings, table: str, timeout: float, as_json: bool) -> int:
     """``ordo repair TABLE``: re-materialize a table from its decisions log; 0 when it is served again, else 1."""
-    from consumer.repair import RepairError, repair_offline
+    from consumer.repair import repair
 
-    location = settings.catalog
-    if location.startswith(("http://", "https://")):
-        import httpx
-
-        url = location.rstrip("/") + f"/tables/{table}/repair"
-        try:
-            response = httpx.post(url, params={"timeout": timeout}, timeout=timeout + 30)
-        except httpx.HTTPError as exc:
-            raise RepairError(f"cannot reach the consumer at {location}: {exc}") from exc
-        body = response.json() if response.headers.get("content-type", "").startswith("application/json") else {}
-        if response.status_code != 200:
-            raise RepairError(f"the consumer at {location} refused: {body.get('message') or response.text}")
-        data = body
-    else:
-        data = repair_offline(settings, table, min(timeout, 600.0)).to_json()
+    data = repair(settings, table, timeout)
     if as_json:
         print_json(data)
     else:

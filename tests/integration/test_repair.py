@@ -101,15 +101,16 @@ def test_repair_through_the_running_consumer_serves_the_table_again(
     first.terminate()
     damage(path, "hurt")
 
-    # an offline repair refuses while a consumer has the catalog open
     running = consumer(catalog=path)
-    refused = cli(settings, path, "repair", "hurt")
-    assert refused.exit_code == 1 and "a consumer is running" in refused.output, refused.output
     with Catalog(path) as catalog:
         assert catalog.table("hurt").error == "rows damaged by hand"
-
+    # the HTTP API is read-only: a repair needs the catalog file
     assert running.url is not None
-    answer = cli(settings, running.url, "repair", "hurt", "--json")
+    refused = cli(settings, running.url, "repair", "hurt")
+    assert refused.exit_code == 1 and "needs the catalog file" in refused.output, refused.output
+
+    # the running consumer does it (asked through a request file next to the catalog)
+    answer = cli(settings, path, "repair", "hurt", "--json")
     assert answer.exit_code == 0, answer.output
     result = json.loads(answer.output)
     assert result["served"] and result["head_version"] == 6 and result["error"] is None
@@ -164,7 +165,7 @@ def test_a_bad_record_still_in_the_log_stops_the_table_again_and_the_message_nam
     listing = cli(settings, running.url, "tables")
     assert listing.exit_code == 0 and "ordo repair bad" in listing.output, listing.output
 
-    answer = cli(settings, running.url, "repair", "bad")
+    answer = cli(settings, path, "repair", "bad")
     assert answer.exit_code == 1
     assert (
         f"stopped again at log offset {bad_offset}" in answer.output and "undecodable decision record" in answer.output
