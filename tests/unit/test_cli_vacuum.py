@@ -153,3 +153,18 @@ def test_bad_retention_and_unknown_table(built: Builder) -> None:
     result = run(built, "vacuum", "events", "--retain", "-1")
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert "table 'nope' is not in the catalog" in error_of(run(built, "vacuum", "nope", "--retain", "1"))
+
+
+def test_pending_intents_protect_named_files_and_their_transactions_siblings() -> None:
+    from ordo.vacuum import PendingIntents, VacuumError, check_orphan_age
+
+    pending = PendingIntents(5, 7, frozenset({"dt=1/a-0.parquet"}), frozenset({"a", "b-c"}))
+    assert pending.protects("dt=1/a-0.parquet") and pending.protects("dt=2/a-3.parquet")
+    assert pending.protects("b-c-12.parquet"), "a txn id may contain '-'; the last '-<n>' is the file number"
+    assert not pending.protects("dt=1/ab-0.parquet") and not pending.protects("dt=1/b-0.parquet")
+    assert not pending.protects("dt=1/a.parquet") and not pending.protects("dt=1/a-x.parquet")
+    check_orphan_age(1.0)
+    check_orphan_age(0.0, force=True)
+    for bad, force in ((0.5, False), (-1.0, True)):
+        with pytest.raises(VacuumError):
+            check_orphan_age(bad, force=force)
