@@ -6,11 +6,19 @@ the progress marker: the arbiter resumes each table's intents at the offset
 after the last decided intent, so no consumer-group offsets are needed and a
 crash can neither lose nor repeat a decision.
 
-Start-up order matters (numbered in ``ArbiterService.start``): the
-transactional producer is initialised first, which fences any older arbiter
-with the same transactional id and ends its open transaction; only then is
+Fencing is per table: each owned table has its own transactional producer
+(transactional id ``<prefix>.arbiter.table.<table>``, see
+``table_transactional_id``) and its decisions are produced only through it. A
+table is taken in a fixed order (``ArbiterService._take``): its producer is
+initialised first, which fences whichever arbiter owned the table before --
+whatever its ``--shard`` setting -- and ends its open transaction; only then is
 state rebuilt from the decisions log, so the rebuild sees everything the older
-arbiter will ever have written.
+owner will ever have written. Two arbiters whose shard settings overlap (0/1
+and 1/2, 0/2 and 2/3) therefore fence each other on exactly the tables both
+own: the one that took a table later wins it; the other is fenced at its next
+decision for that table and exits (code 3). One Kafka transaction per table
+and batch: a batch that touched several tables commits each table's
+transaction in turn.
 
 Tansu (the embedded broker) does not hide aborted records from read_committed
 readers. That is safe here: the arbiter rebuilds from exactly what every reader
@@ -66,6 +74,7 @@ DEFAULT_CHECKPOINT_INTERVAL = 10.0
 # A checkpoint child may use at most 1/CHECKPOINT_DUTY of the time between two checkpoints.
 CHECKPOINT_DUTY = 5
 KAFKA_TIMEOUT = 30.0
+TAKE_CONCURRENCY = 16  # tables whose producers are initialised at once when many appear (start-up)
 READY_MESSAGE = "arbiter ready"
 
 
@@ -90,8 +99,13 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def transactional_id(prefix: str, shard: tuple[int, int]) -> str:
-    """The arbiter's Kafka transactional id; two arbiters with the same id fence each other."""
+    """The per-shard transactional id of arbiters before per-table fencing; only fenced at start-up now."""
     return f"{prefix}.arbiter.{shard[0]}-of-{shard[1]}"
+
+
+def table_transactional_id(prefix: str, table: str) -> str:
+    """The transactional id of ``table``'s decisions: whoever initialises it last owns the table."""
+    return f"{prefix}.arbiter.table.{table}"
 
 
 @dataclass
@@ -273,14 +287,14 @@ class ArbiterService:
         self._tables: dict[str, _Table] = {}  # by intents topic
         self._broken: set[str] = set()  # tables whose decisions log could not be folded
         self._poisoned: set[tuple[str, int]] = set()  # intent records whose decision crashed ``apply``
-        self._producer: Any = None
+        self._producers: dict[str, Any] = {}  # one transactional producer per owned table, by table name
         self._consumer: Any = None
         self._reader: Any = None
         self._gaps: Any = None  # GapChecker of the intents consumer
         self._reader_gaps: Any = None  # GapChecker of the rebuild reader
         self._admin: Any = None
         self._in_txn = False
-        self._txn_tables: set[str] = set()
+        self._txn_tables: set[str] = set()  # tables whose transaction is open (begun, not yet ended)
         self._txn_records = 0
         # Per decisions topic, the newest record known to be in the log: (offset, bytes). Set by rebuilds
         # and by delivery reports; a checkpoint is written only for a state whose chain is that record's hash.
@@ -292,7 +306,7 @@ class ArbiterService:
 
     @property
     def transactional_id(self) -> str:
-        """This arbiter's Kafka transactional id."""
+        """The per-shard transactional id this arbiter fences at start-up (arbiters of older versions used it)."""
         return transactional_id(self.prefix, self.shard)
 
     @property
@@ -320,39 +334,18 @@ class ArbiterService:
 
     def start(self) -> None:
         """Fence older arbiters, discover tables and rebuild their state."""
-        from confluent_kafka import Consumer, KafkaException, Producer
+        from confluent_kafka import Consumer
         from confluent_kafka.admin import AdminClient
 
         config = self.settings.kafka_config
         self._admin = AdminClient(config(logger=kafka_log))
-        # 1. The transactional producer first: init_transactions() fences any older
-        #    arbiter with this id and ends its open transaction, so what we rebuild
-        #    from below is final.
-        self._producer = Producer(
-            config(
-                **{
-                    "transactional.id": self.transactional_id,
-                    "enable.idempotence": True,
-                    "acks": "all",
-                    "linger.ms": 2,
-                    "allow.auto.create.topics": False,
-                    "error_cb": self._on_kafka_error,
-                    "on_delivery": self._on_delivery,
-                    "logger": kafka_log,
-                }
-            )
-        )
-        while True:
-            try:
-                self._producer.init_transactions(KAFKA_TIMEOUT)
-                break
-            except KafkaException as exc:
-                error = exc.args[0]
-                if _is_fenced(error):
-                    raise ArbiterFencedError(f"arbiter {self.transactional_id} cannot initialise: {error}") from exc
-                if not error.retriable() or self._stop.is_set():
-                    raise BrokerUnavailableError(f"cannot initialise transactions: {error}") from exc
-                log.warning("init_transactions failed (%s); retrying", error)
+        # 1. Fence an arbiter of an older version with this shard (it used one per-shard
+        #    transactional id) and end its open transaction. Each table is then taken
+        #    through its own producer (``_take``) before its state is rebuilt.
+        legacy = self._new_producer(self.transactional_id)
+        self._init_transactions(legacy, f"shard {self.shard[0]}/{self.shard[1]}")
+        legacy.flush(1.0)
+        del legacy
         self._consumer = Consumer(self._consumer_config())
         self._reader = Consumer(self._consumer_config())
         # Every record the consumers skip is re-read (Tansu skips some under concurrent appends; docs/tansu.md).
@@ -376,11 +369,11 @@ class ArbiterService:
         # 2.-4. Tables: discover, rebuild (from a checkpoint and the log's tail), assign.
         self._discover()
         log.info(
-            "%s: shard %d/%d, transactional id %s, prefix %r, %d table(s), %.3f s after start",
+            "%s: shard %d/%d, transactional ids %s, prefix %r, %d table(s), %.3f s after start",
             READY_MESSAGE,
             self.shard[0],
             self.shard[1],
-            self.transactional_id,
+            table_transactional_id(self.prefix, "<table>"),
             self.prefix,
             len(self._tables),
             time.monotonic() - self._started_at,
@@ -399,12 +392,64 @@ class ArbiterService:
             if checker is not None:
                 checker.close()
         self._consumer = self._reader = self._admin = None
-        if self._producer is not None:
+        for producer in self._producers.values():
             try:
-                self._producer.flush(1.0)
+                producer.flush(1.0)
             except Exception:  # a fenced producer refuses even that; nothing of ours is lost
-                log.debug("flushing the producer failed", exc_info=True)
-            self._producer = None
+                log.debug("flushing a producer failed", exc_info=True)
+        self._producers.clear()
+
+    def _new_producer(self, txn_id: str) -> Any:
+        from confluent_kafka import Producer
+
+        return Producer(
+            self.settings.kafka_config(
+                **{
+                    "transactional.id": txn_id,
+                    "enable.idempotence": True,
+                    "acks": "all",
+                    "linger.ms": 2,
+                    "allow.auto.create.topics": False,
+                    "error_cb": self._on_kafka_error,
+                    "on_delivery": self._on_delivery,
+                    "logger": kafka_log,
+                }
+            )
+        )
+
+    def _init_transactions(self, producer: Any, what: str) -> None:
+        """``init_transactions`` (retrying what is retriable): fences the previous holder of the producer's id."""
+        from confluent_kafka import KafkaException
+
+        while True:
+            try:
+                producer.init_transactions(KAFKA_TIMEOUT)
+                return
+            except KafkaException as exc:
+                error = exc.args[0]
+                if _is_fenced(error):
+                    raise ArbiterFencedError(f"arbiter cannot initialise the producer of {what}: {error}") from exc
+                if not error.retriable() or self._stop.is_set():
+                    raise BrokerUnavailableError(f"cannot initialise transactions of {what}: {error}") from exc
+                log.warning("init_transactions of %s failed (%s); retrying", what, error)
+
+    def _take_all(self, tables: list[str]) -> None:
+        """Take ``tables`` concurrently (each ``init_transactions`` is a broker round trip or more)."""
+        if len(tables) < 2:
+            return  # ``_take`` below does it
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(TAKE_CONCURRENCY, len(tables)), thread_name_prefix="take") as pool:
+            for future in [pool.submit(self._take, name) for name in tables]:
+                future.result()  # the first failure propagates; tables taken already stay taken
+
+    def _take(self, table: str) -> None:
+        """Own ``table``: initialise its transactional producer, fencing whichever arbiter owned it before."""
+        if table in self._producers:
+            return
+        producer = self._new_producer(table_transactional_id(self.prefix, table))
+        self._init_transactions(producer, f"table {table}")
+        self._producers[table] = producer
 
     def _on_delivery(self, error: Any, message: Any) -> None:
         """Delivery report of a decision: remember the newest record of each decisions topic."""
@@ -449,9 +494,11 @@ class ArbiterService:
         # librdkafka's leader query; a full metadata request fills the cache now.
         for consumer in (self._reader, self._consumer):
             _warm_metadata(consumer)
+        self._take_all([name for name, _ in new if name not in self._producers])
         for name, topic in new:
             table = _Table(name, topic, decisions_topic(self.prefix, name), new_state(name))
             try:
+                self._take(name)  # fence the table's previous owner before reading what it wrote
                 table.state = self._load_state(table)
             except ArbiterStateError as exc:
                 log.error("table %s left undecided until restart: %s", name, exc)
@@ -712,17 +759,19 @@ class ArbiterService:
         except _Rebuild:
             self._abort_and_rebuild()
 
-    def _fenced(self, error: Any) -> ArbiterFencedError:
+    def _fenced(self, error: Any, table: str | None = None) -> ArbiterFencedError:
+        where = f"table {table}" if table is not None else f"one of tables {sorted(self._txn_tables)}"
         return ArbiterFencedError(
-            f"arbiter {self.transactional_id} was fenced by a newer arbiter with the same id ({error.str()}); "
-            "exiting without deciding anything more"
+            f"arbiter (shard {self.shard[0]}/{self.shard[1]}) was fenced on {where} by a newer arbiter owning it "
+            f"(same or overlapping --shard setting; {error.str()}); exiting without deciding anything more"
         )
 
     def _process(self, messages: list[Any]) -> None:
         from confluent_kafka import KafkaError
 
-        producer = self._producer
         tables = self._tables
+        producers = self._producers
+        open_tables = self._txn_tables
         metrics = self.metrics
         for message in messages:
             error = message.error()
@@ -737,9 +786,9 @@ class ArbiterService:
             offset = message.offset()
             if offset < state.next_offset:
                 continue  # already decided (a re-fetch after a seek)
-            if not self._in_txn:
-                producer.begin_transaction()
-                self._in_txn = True
+            producer = producers[table.name]
+            if table.name not in open_tables:
+                self._begin(table.name, producer)
             decision, data = self._decide(table, message, offset)
             try:
                 apply(state, decision, data)
@@ -747,16 +796,9 @@ class ArbiterService:
                 log.exception("table %s: applying the decision for intent offset %d failed (a bug)", table.name, offset)
                 metrics.internal_errors += 1
                 self._poisoned.add((table.intents, offset))
-                self._txn_tables.add(table.name)
                 raise _Rebuild() from None
-            self._txn_tables.add(table.name)
             key = decision.txn_id.encode() if decision.txn_id else None
-            while True:
-                try:
-                    producer.produce(table.decisions, data, key)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
+            self._produce(table.name, producer, table.decisions, data, key)
             self._txn_records += 1
             metrics.decided += 1
             if decision.outcome is Outcome.ACCEPTED:
@@ -791,12 +833,40 @@ class ArbiterService:
         decision = reject_malformed(state, offset, error)
         return decision, encode(decision)
 
+    def _begin(self, table: str, producer: Any) -> None:
+        from confluent_kafka import KafkaException
+
+        try:
+            producer.begin_transaction()
+        except KafkaException as exc:
+            if _is_fenced(exc.args[0]):
+                raise self._fenced(exc.args[0], table) from exc
+            raise
+        self._txn_tables.add(table)
+        self._in_txn = True
+
+    def _produce(self, table: str, producer: Any, topic: str, data: bytes, key: bytes | None) -> None:
+        from confluent_kafka import KafkaException
+
+        while True:
+            try:
+                producer.produce(topic, data, key)
+                return
+            except BufferError:
+                producer.poll(0.05)
+            except KafkaException as exc:
+                if _is_fenced(exc.args[0]):
+                    raise self._fenced(exc.args[0], table) from exc
+                raise
+
     def _commit(self) -> None:
-        """Commit the open transaction (retrying what librdkafka says is retriable)."""
+        """Commit each open table transaction (retrying what librdkafka says is retriable)."""
 
         if not self._in_txn:
             return
-        self._end_transaction(commit=True)
+        for name in sorted(self._txn_tables):
+            self._end_transaction(name, commit=True)
+            self._txn_tables.discard(name)  # committed: never aborted nor rebuilt by a later failure
         records = self._txn_records
         self.metrics.batches += 1
         self.metrics.batched_records += records
@@ -806,8 +876,8 @@ class ArbiterService:
         self._txn_records = 0
         self._maybe_checkpoint()
 
-    def _end_transaction(self, commit: bool) -> None:
-        """Commit or abort, retrying what librdkafka calls retriable for at most ``commit_timeout`` seconds.
+    def _end_transaction(self, table: str, commit: bool) -> None:
+        """Commit or abort ``table``'s transaction, retrying what is retriable for at most ``commit_timeout`` s.
 
         On Kafka a fenced producer's EndTxn fails at once with PRODUCER_FENCED.
         Tansu instead drops the connection, so the call only ever times out: a
@@ -816,7 +886,8 @@ class ArbiterService:
         """
         from confluent_kafka import KafkaException
 
-        end = self._producer.commit_transaction if commit else self._producer.abort_transaction
+        producer = self._producers[table]
+        end = producer.commit_transaction if commit else producer.abort_transaction
         verb = "commit" if commit else "abort"
         deadline = time.monotonic() + self.commit_timeout
         while True:
@@ -827,17 +898,17 @@ class ArbiterService:
             except KafkaException as exc:
                 error = exc.args[0]
                 if _is_fenced(error):
-                    raise self._fenced(error) from exc
+                    raise self._fenced(error, table) from exc
                 if commit and error.txn_requires_abort():
                     raise
                 if not error.retriable():
                     raise
                 if time.monotonic() >= deadline:
                     raise ArbiterFencedError(
-                        f"arbiter {self.transactional_id} could not {verb} its transaction within "
-                        f"{self.commit_timeout:g} s ({error.str()}): most likely fenced by a newer arbiter with the "
-                        "same id (Tansu drops the connection instead of answering PRODUCER_FENCED), or the broker "
-                        "is unreachable; exiting without deciding anything more"
+                        f"arbiter (shard {self.shard[0]}/{self.shard[1]}) could not {verb} the transaction of table "
+                        f"{table} within {self.commit_timeout:g} s ({error.str()}): most likely fenced by a newer "
+                        "arbiter owning the table (Tansu drops the connection instead of answering PRODUCER_FENCED), "
+                        "or the broker is unreachable; exiting without deciding anything more"
                     ) from exc
                 log.warning("%s_transaction: %s; retrying", verb, error)
 
@@ -846,9 +917,9 @@ class ArbiterService:
         from confluent_kafka import Consumer, TopicPartition
 
         self.metrics.aborts += 1
-        if self._in_txn:
-            self._end_transaction(commit=False)
         touched = set(self._txn_tables)
+        for name in sorted(touched):
+            self._end_transaction(name, commit=False)
         self._in_txn = False
         self._txn_tables.clear()
         self._txn_records = 0
@@ -892,8 +963,8 @@ class ArbiterService:
             if not (after_rebuild or final) and now < self._next_checkpoint:
                 return
             threshold = min(self.checkpoint_every, 1000) if final else self.checkpoint_every
-            if self._producer is not None:
-                self._producer.poll(0)  # serve pending delivery reports
+            for producer in self._producers.values():
+                producer.poll(0)  # serve pending delivery reports
             jobs: list[tuple[Any, int, TableState]] = []
             for table in self._tables.values():
                 state = table.state
@@ -1062,5 +1133,6 @@ __all__ = [
     "parse_shard",
     "run_arbiter",
     "shard_of",
+    "table_transactional_id",
     "transactional_id",
 ]

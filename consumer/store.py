@@ -32,6 +32,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from consumer.errors import repair_hint
 from consumer.models import datetime_to_ms
 from schemas import CodecError, CommitDecision, Operation, Outcome, TableMetadata, decode
 
@@ -333,6 +334,7 @@ class CatalogWriter:
     def mark_broken(self, table: str, error: str) -> None:
         """Stop applying ``table`` at its current offset for ``error`` (found outside a record, e.g. a lost log)."""
         state = self._streams[table]
+        error = f"{error} ({repair_hint(table)})"
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -346,6 +348,64 @@ class CatalogWriter:
             raise
         state.error = error
         state.error_offset = state.next_offset
+
+    def replace_table(self, table: str, source: str | Path) -> StreamState:
+        """Replace every row of ``table`` by those of the catalog file ``source``, in ONE transaction.
+
+        ``source`` is a catalog of the same prefix built from the table's log
+        alone (``consumer.repair``). Readers see the old rows or the new ones,
+        never a mix: SQLite commits the deletes and inserts at once.
+        """
+        conn = self._conn
+        conn.execute("ATTACH DATABASE ? AS fresh", (str(source),))
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                row = conn.execute(
+                    "SELECT id, topic FROM fresh.tables WHERE name = ?",
+                    (table,),
+                ).fetchone()
+                if row is None:
+                    raise ValueError(f"the rebuilt catalog {source} has no table {table!r}")
+                source_id, topic = row
+                known = self._streams.get(table)
+                target_id = known.table_id if known is not None else self._insert_stream(table, topic).table_id
+                for name in ("decisions", "commits", "files"):
+                    columns = [
+                        c[1] for c in conn.execute(f"PRAGMA fresh.table_info({name})").fetchall() if c[1] != "id"
+                    ]
+                    selected = ", ".join("?" if c == "table_id" else c for c in columns)
+                    conn.execute(f"DELETE FROM main.{name} WHERE table_id = ?", (target_id,))
+                    conn.execute(
+                        f"INSERT INTO main.{name} ({', '.join(columns)}) SELECT {selected} FROM fresh.{name}"
+                        " WHERE table_id = ?",
+                        (target_id, source_id),
+                    )
+                copied = (
+                    "next_offset",
+                    "last_hash",
+                    "decisions",
+                    "metadata",
+                    "created_time_ms",
+                    "head_version",
+                    "head_time_ms",
+                    "error",
+                    "error_offset",
+                )
+                conn.execute(
+                    f"UPDATE main.tables SET ({', '.join(copied)}, updated_ms) = "
+                    f"(SELECT {', '.join(copied)}, ? FROM fresh.tables WHERE id = ?) WHERE id = ?",
+                    (int(time.time() * 1000), source_id, target_id),
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        finally:
+            conn.execute("DETACH DATABASE fresh")
+            self._streams.clear()
+            self._load_streams()
+        return replace(self._streams[table])
 
     def _insert_stream(self, table: str, topic: str) -> StreamState:
         cursor = self._conn.execute(
@@ -416,6 +476,7 @@ class CatalogWriter:
         return result
 
     def _break(self, state: StreamState, record: LogRecord, error: str, result: ApplyResult) -> None:
+        error = f"{error} ({repair_hint(state.name)})"
         state.error = error
         state.error_offset = record.offset
         result.broken.append((state.name, record.offset, error))
