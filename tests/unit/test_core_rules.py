@@ -243,7 +243,9 @@ def test_a_path_live_before_a_truncate_cannot_be_added_again() -> None:
     table.commit(Operation.INSERT_INTO, txn="w")
     table.commit(Operation.TRUNCATE, "a")
     assert table.live("a") == set()
-    again = table.intent(Operation.INSERT_INTO, 2, txn="other").model_copy(update={"added_files": table.files("w", "a")})
+    again = table.intent(Operation.INSERT_INTO, 2, txn="other").model_copy(
+        update={"added_files": table.files("w", "a")}
+    )
     reject(table, again, Reason.PATH_REUSED)
 
 
@@ -286,7 +288,9 @@ def test_added_files_of_one_intent_share_one_write_id() -> None:
 @pytest.mark.parametrize("name", ["data.parquet", "w-0.csv", "w-x.parquet", "-0.parquet", "w-0.parquet.tmp"])
 def test_an_added_file_must_be_named_write_id_dash_number(name: str) -> None:
     table = Table()
-    intent = table.intent(Operation.INSERT_INTO, 0, txn="w").model_copy(update={"added_files": (_file(f"dt=a/{name}"),)})
+    intent = table.intent(Operation.INSERT_INTO, 0, txn="w").model_copy(
+        update={"added_files": (_file(f"dt=a/{name}"),)}
+    )
     reject(table, intent, Reason.INVALID_PATH)
 
 
@@ -397,7 +401,9 @@ def test_a_major_must_rewrite_what_a_concurrent_minor_made_of_files_it_read() ->
     table.commit(Operation.MINOR_COMPACT, "a", txn="m", removed=("dt=a/f1-0.parquet", "dt=a/f2-0.parquet"))
     partial = table.intent(Operation.MAJOR_COMPACT, read, "a", removed=("dt=a/f3-0.parquet",))
     reject(table, partial, Reason.INCOMPLETE_REWRITE)
-    full = table.intent(Operation.MAJOR_COMPACT, read, "a", txn="maj", removed=tuple(f"dt=a/f{i}-0.parquet" for i in (1, 2, 3)))
+    full = table.intent(
+        Operation.MAJOR_COMPACT, read, "a", txn="maj", removed=tuple(f"dt=a/f{i}-0.parquet" for i in (1, 2, 3))
+    )
     done = table.submit(full)
     assert done.accepted, done.message
     assert set(done.removed_files) == {"dt=a/m-0.parquet", "dt=a/f3-0.parquet"}
