@@ -6,7 +6,9 @@ so importing ``producer`` never imports Spark.
 Data file format (the contract with ``consumer``): Parquet at
 ``<partition path>/<txn id>-<n>.parquet`` under the table location, where the
 partition path is Hive style (``dt=2024-01-01/region=eu``, escaped like Hive)
-and empty for an unpartitioned table. Each file holds every table column, the
+and empty for an unpartitioned table (``schemas.paths``, which the arbiter
+checks; the txn id in the name is the write id and survives a metadata-level
+retry). Each file holds every table column, the
 partition columns included as ordinary columns, plus
 
 * ``_ordo_op`` STRING: ``upsert`` or ``delete`` (a delete record carries the

@@ -21,21 +21,21 @@ from collections.abc import Mapping, Sequence
 
 # Hive's escapePathName set (Spark ExternalCatalogUtils), plus NUL.
 _ESCAPE = frozenset([chr(c) for c in range(0x00, 0x20)] + list("\"#%'*/:=?\\\x7f{[]^"))
-# ``<write id>-<n>.parquet``: the write id is everything before the last '-' (txn ids may contain '-').
-_FILE_NAME = re.compile(r"([^/]+)-([0-9]+)\.parquet")
+_NEEDS_ESCAPE = re.compile("[" + re.escape("".join(sorted(_ESCAPE))) + "]").search
+_SUFFIX = ".parquet"
 FILE_NAME_PATTERN = "<write id>-<n>.parquet"
 
 
 def escape_partition_value(value: str) -> str:
     """Escape a partition value for a path segment the way Hive and Spark do (``%XX``)."""
-    if not any(ch in _ESCAPE for ch in value):
+    if _NEEDS_ESCAPE(value) is None:
         return value
     return "".join(f"%{ord(ch):02X}" if ch in _ESCAPE else ch for ch in value)
 
 
 def partition_path(columns: Sequence[str], partition: Mapping[str, str]) -> str:
     """``dt=2024-01-01/region=eu`` for a partition spec; empty for an unpartitioned table."""
-    return "/".join(f"{escape_partition_value(c)}={escape_partition_value(partition[c])}" for c in columns)
+    return "/".join([f"{escape_partition_value(c)}={escape_partition_value(partition[c])}" for c in columns])
 
 
 def data_file_name(write_id: str, n: int) -> str:
@@ -51,18 +51,25 @@ def data_file_path(columns: Sequence[str], partition: Mapping[str, str], write_i
 
 
 def split_data_file_path(path: str) -> tuple[str, str] | None:
-    """``(directory, write id)`` of a path that follows the layout, or None when its name does not."""
-    directory, _, name = path.rpartition("/")
-    match = _FILE_NAME.fullmatch(name)
-    if match is None:
+    """``(directory, write id)`` of a path that follows the layout, or None when its name does not.
+
+    The write id is everything before the name's last '-' (txn ids may contain
+    '-'); ``n`` is one or more ASCII digits; the directory is empty at the top.
+    """
+    slash = path.rfind("/")
+    dash = path.rfind("-")
+    if dash <= slash + 1 or not path.endswith(_SUFFIX):
         return None
-    return directory, match.group(1)
+    n = path[dash + 1 : -len(_SUFFIX)]
+    if not (n.isdigit() and n.isascii()):
+        return None
+    return path[:slash] if slash >= 0 else "", path[slash + 1 : dash]
 
 
 def write_id_of(path: str) -> str | None:
     """The write id a data file's name embeds, or None when the name does not follow the layout."""
-    match = _FILE_NAME.fullmatch(path.rpartition("/")[2])
-    return None if match is None else match.group(1)
+    parts = split_data_file_path(path)
+    return None if parts is None else parts[1]
 
 
 __all__ = [
