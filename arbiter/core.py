@@ -811,7 +811,7 @@ def apply(state: TableState, decision: CommitDecision, encoded: bytes | None = N
         data_version = versions.pop(path)
         if rewrite and data_version < oldest.get(key, version):
             oldest[key] = data_version
-    fallback = min(oldest.values(), default=version)
+    fallback = min(oldest.values()) if oldest else version
     write_ids = state.write_ids
     for data_file in decision.added_files:
         path = data_file.path

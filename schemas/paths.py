@@ -68,8 +68,12 @@ def split_data_file_path(path: str) -> tuple[str, str] | None:
 
 def write_id_of(path: str) -> str | None:
     """The write id a data file's name embeds, or None when the name does not follow the layout."""
-    parts = split_data_file_path(path)
-    return None if parts is None else parts[1]
+    slash = path.rfind("/")
+    dash = path.rfind("-")
+    if dash <= slash + 1 or not path.endswith(_SUFFIX):
+        return None
+    n = path[dash + 1 : -len(_SUFFIX)]
+    return path[slash + 1 : dash] if n.isdigit() and n.isascii() else None
 
 
 __all__ = [
