@@ -813,6 +813,7 @@ def apply(state: TableState, decision: CommitDecision, encoded: bytes | None = N
             oldest[key] = data_version
     fallback = min(oldest.values()) if oldest else version
     write_ids = state.write_ids
+    txn_id = decision.txn_id
     for data_file in decision.added_files:
         path = data_file.path
         key = partition_key(columns, data_file.partition)
@@ -824,7 +825,8 @@ def apply(state: TableState, decision: CommitDecision, encoded: bytes | None = N
         versions[path] = oldest.get(key, fallback) if rewrite else version
         write_id = write_id_of(path)
         if write_id is not None:  # a name an older writer chose freely is skipped: apply never rejects
-            write_ids.add(write_id)
+            # The txn id's own string when equal: shared with the dedupe window, in memory and in checkpoints.
+            write_ids.add(txn_id if write_id == txn_id else write_id)
     if rewrite:
         _record_lineage(state, decision, version)
     last: Last = (version, decision.txn_id)
