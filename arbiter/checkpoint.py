@@ -66,7 +66,7 @@ from arbiter.policy import DEFAULT_POLICY, POLICY_PROPERTY, OpClass, load_policy
 from schemas import Outcome, TableMetadata
 from schemas.errors import OrdoError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: data versions of live files and the write ids of accepted commits
 MAGIC = b"ORDOCKPT"
 SUFFIX = ".ckpt"
 _HEADER_LEN = struct.Struct("<I")
@@ -90,6 +90,8 @@ _KNOWN_FIELDS = {
         "whole",
         "any_scope",
         "files",
+        "data_versions",
+        "write_ids",
         "txns",
         "batches",
         "lineage",
@@ -214,6 +216,8 @@ def dump_state(state: TableState) -> bytes:
     partitions = [(key, part.live, tuple(part.last)) for key, part in state.partitions.items()]
     if sum(len(part.live) for part in state.partitions.values()) != len(state.files):
         raise CheckpointError("live files per partition do not add up to the table's live files (inconsistent state)")
+    if len(state.data_versions) != len(state.files):
+        raise CheckpointError("data versions do not cover exactly the live files (inconsistent state)")
     body = (
         state.table,
         None if state.metadata is None else state.metadata.model_dump_json(),
@@ -229,6 +233,8 @@ def dump_state(state: TableState) -> bytes:
         dict(state.batches),
         [(e.version, e.txn_id, e.inputs, e.outputs) for e in order],
         refs,
+        dict(state.data_versions),
+        set(state.write_ids),
     )
     return marshal.dumps(body)
 
@@ -259,6 +265,8 @@ def _load_state(data: bytes) -> TableState:
         batches,
         lineage_entries,
         lineage_refs,
+        data_versions,
+        write_ids,
     ) = marshal.loads(data)
     metadata = None if metadata_json is None else TableMetadata.model_validate_json(metadata_json)
     policy = None
@@ -279,6 +287,10 @@ def _load_state(data: bytes) -> TableState:
         state.partitions[key] = PartitionState(live, list(last))
         files.update(dict.fromkeys(live, key))
     state.files = files
+    if data_versions.keys() != files.keys():
+        raise CheckpointError("data versions do not cover exactly the live files")
+    state.data_versions = data_versions
+    state.write_ids = write_ids
     state.whole = list(whole)
     state.any_scope = list(any_scope)
     state.txns = CheckpointTxns(zip(txn_keys, txn_rows, strict=True))
@@ -453,6 +465,8 @@ def states_equal(a: TableState, b: TableState) -> bool:
         and a.whole == b.whole
         and a.any_scope == b.any_scope
         and a.files == b.files
+        and a.data_versions == b.data_versions
+        and a.write_ids == b.write_ids
         and a.batches == b.batches
         and list(a.lineage_order) == list(b.lineage_order)
         and lineage_a == lineage_b

@@ -48,6 +48,7 @@ from schemas import (
     encode,
 )
 from schemas.codec import DEFAULT_CODEC, trusted
+from schemas.paths import FILE_NAME_PATTERN, partition_path, split_data_file_path, write_id_of
 
 
 class Reason:
@@ -66,6 +67,10 @@ class Reason:
     CONFLICT_LATER_FAILS = "CONFLICT_LATER_FAILS"
     CONFLICT_COMPACTION_LINEAGE = "CONFLICT_COMPACTION_LINEAGE"
     BATCH_ALREADY_COMMITTED = "BATCH_ALREADY_COMMITTED"
+    FILE_OUTSIDE_SCOPE = "FILE_OUTSIDE_SCOPE"
+    PATH_REUSED = "PATH_REUSED"
+    INCOMPLETE_REWRITE = "INCOMPLETE_REWRITE"
+    PATH_PARTITION_MISMATCH = "PATH_PARTITION_MISMATCH"
 
     ALL = (
         MALFORMED_INTENT,
@@ -81,6 +86,10 @@ class Reason:
         CONFLICT_LATER_FAILS,
         CONFLICT_COMPACTION_LINEAGE,
         BATCH_ALREADY_COMMITTED,
+        FILE_OUTSIDE_SCOPE,
+        PATH_REUSED,
+        INCOMPLETE_REWRITE,
+        PATH_PARTITION_MISMATCH,
     )
 
 
@@ -122,6 +131,7 @@ _CLASSES = tuple(OpClass)
 _REWRITES = frozenset(op for op in Operation if op.rewrites)
 _CREATE_TABLE = Operation.CREATE_TABLE
 _TRUNCATE = Operation.TRUNCATE
+_MINOR_COMPACT = Operation.MINOR_COMPACT
 _OVERWRITE = OpClass.OVERWRITE
 _ACCEPTED = Outcome.ACCEPTED
 _LATER_FAILS = Resolution.LATER_FAILS
@@ -175,6 +185,11 @@ class TableState:
     whole: list[Last | None] = field(default_factory=lambda: [None] * len(OpClass))
     any_scope: list[Last | None] = field(default_factory=lambda: [None] * len(OpClass))
     files: dict[str, PartitionKey] = field(default_factory=dict)
+    # Per live file, the oldest version whose data it holds: the version that
+    # added it, or for a rewrite's output the oldest of its inputs' (per partition).
+    data_versions: dict[str, int] = field(default_factory=dict)
+    # Write ids (``schemas.paths``) of the files of every accepted commit: one per commit that added files.
+    write_ids: set[str] = field(default_factory=set)
     txns: OrderedDict[str, TxnRecord] = field(default_factory=OrderedDict)
     batches: dict[str, tuple[int, int]] = field(default_factory=dict)
     lineage: dict[str, Lineage] = field(default_factory=dict)
@@ -390,6 +405,7 @@ def _accept(state: TableState, intent: CommitIntent, record_timestamp: int, offs
         removed = _live_in_scope(state, scope)
     elif operation in _REWRITES:
         removed = _resolve_inputs(state, intent)
+        _check_rewrite(state, intent, removed, scope)
     else:
         removed = ()
     version = state.head_version + 1
@@ -535,6 +551,8 @@ def _check_files(state: TableState, intent: CommitIntent, scope: tuple[Partition
     in_scope = None if scope is None else set(scope)
     live = state.files
     seen: set[str] = set()
+    prefixes: dict[PartitionKey, str] = {}
+    write_id: str | None = None
     for data_file in intent.added_files:
         path = data_file.path
         if _plainly_valid_path(path) is None:
@@ -550,6 +568,33 @@ def _check_files(state: TableState, intent: CommitIntent, scope: tuple[Partition
             raise _Reject(Reason.INVALID_PARTITION, f"added file {path[:200]!r}: {exc}") from None
         if in_scope is not None and key not in in_scope:
             raise _Reject(Reason.INVALID_PARTITION, f"added file {path[:200]!r} lies outside the intent's partitions")
+        layout = split_data_file_path(path)
+        if layout is None:
+            raise _Reject(
+                Reason.INVALID_PATH, f"added file {path[:200]!r} is not named {FILE_NAME_PATTERN} (schemas.paths)"
+            )
+        prefix = prefixes.get(key)
+        if prefix is None:
+            prefix = prefixes[key] = partition_path(columns, data_file.partition)
+        if layout[0] != prefix:
+            raise _Reject(
+                Reason.PATH_PARTITION_MISMATCH,
+                f"added file {path[:200]!r} lies under {layout[0][:200]!r} but its partition values give "
+                f"{prefix[:200]!r}",
+            )
+        if write_id is None:
+            write_id = layout[1]
+        elif layout[1] != write_id:
+            raise _Reject(
+                Reason.INVALID_PATH,
+                f"added files name two write ids ({write_id[:100]!r}, {layout[1][:100]!r}); one intent writes one",
+            )
+    if write_id is not None and write_id in state.write_ids:
+        raise _Reject(
+            Reason.PATH_REUSED,
+            f"write id {write_id[:256]!r} of the added files was already used by an accepted commit "
+            "(a path that was live once cannot be added again)",
+        )
     if operation is _TRUNCATE and intent.added_files:
         raise _Reject(Reason.INVALID_OPERATION, "TRUNCATE cannot add files")
     if operation in _REWRITES:
@@ -622,6 +667,60 @@ def _check_conflicts(
             worst,
         )
     return rebase
+
+
+def _check_rewrite(
+    state: TableState, intent: CommitIntent, removed: tuple[str, ...], scope: tuple[PartitionKey, ...] | None
+) -> None:
+    """A rewrite stays in its scope; MAJOR_COMPACT and CLUSTER rewrite every file of each partition they touch.
+
+    ``removed`` are the inputs after lineage rebase (all live). Every one must
+    lie in a partition of the declared scope, and so must every output's
+    partition be one the inputs came from (a rewrite moves no rows between
+    partitions). MAJOR_COMPACT and CLUSTER drop delete records and superseded
+    rows, which is only correct when every file of the partition holding data
+    the rewrite read (data version at or below its read version) is an input:
+    otherwise a dropped delete would resurrect its key from a file left behind.
+    Files that only hold data committed after the read version may stay.
+    Costs O(live files of the partitions touched).
+    """
+    files = state.files
+    in_scope = None if scope is None else set(scope)
+    touched: dict[PartitionKey, None] = {}
+    for path in removed:
+        key = files[path]
+        if key not in touched:
+            if in_scope is not None and key not in in_scope:
+                raise _Reject(
+                    Reason.FILE_OUTSIDE_SCOPE,
+                    f"removed file {path[:200]!r} lies in partition {list(key)!r}, outside the intent's partitions",
+                )
+            touched[key] = None
+    assert state.metadata is not None
+    columns = state.metadata.partition_columns
+    for data_file in intent.added_files:
+        key = partition_key(columns, data_file.partition)  # validated by _check_files
+        if key not in touched:
+            raise _Reject(
+                Reason.FILE_OUTSIDE_SCOPE,
+                f"added file {data_file.path[:200]!r} lies in partition {list(key)!r}, "
+                f"where {intent.operation.value} rewrites no file",
+            )
+    if intent.operation is _MINOR_COMPACT:
+        return
+    gone = set(removed)
+    versions = state.data_versions
+    read_version = intent.read_version
+    partitions = state.partitions
+    for key in touched:
+        for path in partitions[key].live:
+            if path not in gone and versions[path] <= read_version:
+                raise _Reject(
+                    Reason.INCOMPLETE_REWRITE,
+                    f"{intent.operation.value} leaves live file {path[:200]!r} of partition {list(key)!r} "
+                    f"(data of version {versions[path]} <= read version {read_version}); it must rewrite "
+                    "every file of each partition it touches",
+                )
 
 
 def _live_in_scope(state: TableState, scope: tuple[PartitionKey, ...] | None) -> tuple[str, ...]:
@@ -703,17 +802,32 @@ def apply(state: TableState, decision: CommitDecision, encoded: bytes | None = N
     columns = state.metadata.partition_columns
     files = state.files
     partitions = state.partitions
+    versions = state.data_versions
+    rewrite = operation in _REWRITES
+    oldest: dict[PartitionKey, int] = {}  # a rewrite's outputs hold data as old as their inputs'
     for path in decision.removed_files:
         key = files.pop(path)
         partitions[key].live.discard(path)
+        data_version = versions.pop(path)
+        if rewrite and data_version < oldest.get(key, version):
+            oldest[key] = data_version
+    fallback = min(oldest.values()) if oldest else version
+    write_ids = state.write_ids
+    txn_id = decision.txn_id
     for data_file in decision.added_files:
+        path = data_file.path
         key = partition_key(columns, data_file.partition)
         part = partitions.get(key)
         if part is None:
             part = partitions[key] = PartitionState()
-        part.live.add(data_file.path)
-        files[data_file.path] = key
-    if operation in _REWRITES:
+        part.live.add(path)
+        files[path] = key
+        versions[path] = oldest.get(key, fallback) if rewrite else version
+        write_id = write_id_of(path)
+        if write_id is not None:  # a name an older writer chose freely is skipped: apply never rejects
+            # The txn id's own string when equal: shared with the dedupe window, in memory and in checkpoints.
+            write_ids.add(txn_id if write_id == txn_id else write_id)
+    if rewrite:
         _record_lineage(state, decision, version)
     last: Last = (version, decision.txn_id)
     cls = OP_CLASS[operation]

@@ -64,7 +64,7 @@ def intents(n: int, files: int) -> list[bytes]:
                     partitions=(spec,),
                     added_files=tuple(
                         DataFile(
-                            path=f"p={spec['p']}/part-{j}.parquet",
+                            path=f"p={spec['p']}/txn-{i}-{j}.parquet",
                             partition=spec,
                             record_count=1000,
                             size_bytes=65536,

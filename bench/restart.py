@@ -107,7 +107,7 @@ def _next(
             read_version=head,
             partitions=(spec,),
             added_files=(
-                DataFile(path=f"p={spec['p']}/compact-{n}.parquet", partition=spec, record_count=1, size_bytes=1),
+                DataFile(path=f"p={spec['p']}/compact-{n}-0.parquet", partition=spec, record_count=1, size_bytes=1),
             ),
             removed_files=tuple(sorted(part.live)),
             writer="compactor",
@@ -129,7 +129,7 @@ def _next(
         read_version=read,
         partitions=(spec,),
         added_files=(
-            DataFile(path=f"p={spec['p']}/w{n}.parquet", partition=spec, record_count=1000, size_bytes=65536),
+            DataFile(path=f"p={spec['p']}/w{k}-{n}-0.parquet", partition=spec, record_count=1000, size_bytes=65536),
         ),
         app_id=app_id,
         batch_id=batch_id,
@@ -300,7 +300,9 @@ def _probe(attempt: int, loaded_head: int) -> CommitIntent:
         operation=Operation.INSERT_INTO,
         read_version=loaded_head,
         partitions=(spec,),
-        added_files=(DataFile(path=f"p=probe{attempt}/x.parquet", partition=spec, record_count=1, size_bytes=1),),
+        added_files=(
+            DataFile(path=f"p=probe{attempt}/probe-{attempt}-0.parquet", partition=spec, record_count=1, size_bytes=1),
+        ),
     )
 
 

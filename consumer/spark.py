@@ -2,7 +2,7 @@
 
 The only module of the consumer that imports ``pyspark`` (lazily, inside the
 functions). Data files follow the writer contract (docs/consumer.md):
-Parquet under ``<location>/<partition path>/<txn id>-<n>.parquet`` holding all
+Parquet under ``<location>/<partition path>/<write id>-<n>.parquet`` (``schemas.paths``) holding all
 table columns plus ``_ordo_op`` (``upsert``/``delete``) and ``_ordo_seq``
 (NULL for user commits; the original sequence number in compaction and
 clustering output). A record's effective sequence number is

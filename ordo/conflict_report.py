@@ -13,8 +13,9 @@ scopes, outcomes), never from the arbiter's state:
   ``later_fails`` (naming one of those E), else accepted with the rebase of
   one of its cells.
 
-Decisions refused before the matrix is consulted (malformed, unknown table,
-already-committed streaming batch, ...) take no part. A compaction refused by
+Decisions refused by checks other than the matrix (malformed, unknown table,
+already-committed streaming batch, a hostile writer's file actions such as
+``PATH_REUSED`` or ``INCOMPLETE_REWRITE``, ...) take no part. A compaction refused by
 the lineage rule (``CONFLICT_COMPACTION_LINEAGE``, ``FILE_NOT_LIVE``, see
 docs/conflicts.md) is reported as such, not as a matrix outcome.
 """

@@ -6,7 +6,9 @@ so importing ``producer`` never imports Spark.
 Data file format (the contract with ``consumer``): Parquet at
 ``<partition path>/<txn id>-<n>.parquet`` under the table location, where the
 partition path is Hive style (``dt=2024-01-01/region=eu``, escaped like Hive)
-and empty for an unpartitioned table. Each file holds every table column, the
+and empty for an unpartitioned table (``schemas.paths``, which the arbiter
+checks; the txn id in the name is the write id and survives a metadata-level
+retry). Each file holds every table column, the
 partition columns included as ordinary columns, plus
 
 * ``_ordo_op`` STRING: ``upsert`` or ``delete`` (a delete record carries the
@@ -34,6 +36,7 @@ from urllib.parse import unquote
 
 from ordo.errors import OrdoError
 from schemas import DataFile, TableMetadata
+from schemas.paths import data_file_path
 
 if TYPE_CHECKING:
     from pyarrow.fs import FileSystem
@@ -54,9 +57,6 @@ MAX_RECORDS_PER_FILE_PROPERTY = "ordo.max_records_per_file"
 DEFAULT_MAX_RECORDS_PER_FILE = 5_000_000
 TARGET_FILE_BYTES_PROPERTY = "ordo.target_file_bytes"
 DEFAULT_TARGET_FILE_BYTES = 128 * 1024 * 1024
-
-# Hive's escapePathName set (Spark ExternalCatalogUtils), plus NUL.
-_ESCAPE = frozenset([chr(c) for c in range(0x00, 0x20)] + list("\"#%'*/:=?\\\x7f{[]^"))
 
 
 # --------------------------------------------------------------------------- errors
@@ -188,23 +188,6 @@ def check_definition(schema: StructType, primary_key: Sequence[str], partitioned
 
 
 # --------------------------------------------------------------------------- paths and storage
-
-
-def escape_partition_value(value: str) -> str:
-    """Escape a partition value for a path segment the way Hive and Spark do (``%XX``)."""
-    return "".join(f"%{ord(ch):02X}" if ch in _ESCAPE else ch for ch in value)
-
-
-def partition_path(columns: Sequence[str], partition: Mapping[str, str]) -> str:
-    """``dt=2024-01-01/region=eu`` for a partition spec; empty for an unpartitioned table."""
-    return "/".join(f"{escape_partition_value(c)}={escape_partition_value(partition[c])}" for c in columns)
-
-
-def data_file_path(columns: Sequence[str], partition: Mapping[str, str], txn_id: str, n: int) -> str:
-    """The relative path of the ``n``-th file a transaction writes (``<partition path>/<txn id>-<n>.parquet``)."""
-    prefix = partition_path(columns, partition)
-    name = f"{txn_id}-{n}.parquet"
-    return f"{prefix}/{name}" if prefix else name
 
 
 def join_location(location: str, relative: str) -> str:
@@ -583,6 +566,9 @@ class WriteStats:
 
 class FileWriter:
     """Writes records of one transaction into ``<partition path>/<txn id>-<n>.parquet`` files.
+
+    The txn id in the names is the write id (``schemas.paths``): it stays the
+    same when a metadata-level retry republishes the files under a new txn id.
 
     1. Spark writes the records into ``_staging/<txn id>-<k>/`` under the table
        location, partitioned by hidden string copies of the partition columns

@@ -47,7 +47,9 @@ def insert_intent(table: str, txn_id: str, partition: str, read_version: int = 0
         operation=Operation.INSERT_INTO,
         read_version=read_version,
         partitions=(spec,),
-        added_files=(DataFile(path=f"p={partition}/{txn_id}.parquet", partition=spec, record_count=1, size_bytes=10),),
+        added_files=(
+            DataFile(path=f"p={partition}/{txn_id}-0.parquet", partition=spec, record_count=1, size_bytes=10),
+        ),
         writer="chaos",
     )
 

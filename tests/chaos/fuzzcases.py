@@ -9,7 +9,8 @@ Pure (no Kafka). ``cases(table, n, seed)`` yields ``FuzzCase``s mixing:
   that nothing validates them on the way: negative or huge versions and sizes,
   empty and oversized strings, 100,000 files, 10,001 partitions, an unknown
   operation, paths with ``..``, absolute paths, schemes, other tables'
-  locations, a decision instead of an intent, another table's name, and more.
+  locations, file names without a write id, files under another partition's
+  directory, a decision instead of an intent, another table's name, and more.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def _valid(table: str, n: int, partition: str) -> CommitIntent:
         operation=Operation.INSERT_INTO,
         read_version=0,
         partitions=(spec,),
-        added_files=(DataFile(path=f"p={partition}/fz{n}.parquet", partition=spec, record_count=1, size_bytes=1),),
+        added_files=(DataFile(path=f"p={partition}/fz{n}-0.parquet", partition=spec, record_count=1, size_bytes=1),),
     )
 
 
@@ -96,7 +97,7 @@ def _insert(table_name: str, n: int, path: str | None = None, **fields: Any) -> 
         "operation": "INSERT_INTO",
         "read_version": 0,
         "partitions": [{"p": partition}],
-        "added_files": [_file(path if path is not None else f"p={partition}/fz{n}.parquet", partition)],
+        "added_files": [_file(path if path is not None else f"p={partition}/fz{n}-0.parquet", partition)],
     }
     values.update(fields)
     return raw_intent(values)
@@ -172,6 +173,12 @@ def absurd(table: str, n: int, rng: random.Random, big: bool) -> tuple[str, byte
             "file outside the scope",
             lambda: _insert(table, n, partitions=[{"p": "elsewhere"}]),
             "INVALID_PARTITION",
+        ),
+        ("file name without a write id", lambda: _insert(table, n, path=f"p={part}/data.parquet"), "INVALID_PATH"),
+        (
+            "file under another partition's directory",
+            lambda: _insert(table, n, path=f"p=elsewhere/fz{n}-0.parquet"),
+            "PATH_PARTITION_MISMATCH",
         ),
         ("app id without batch id", lambda: _insert(table, n, app_id="app"), "INVALID_OPERATION"),
         (

@@ -172,7 +172,7 @@ def _cell_intents(table: str, earlier: str, later: str) -> list[CommitIntent]:
     spec = {"p": "1"}
 
     def data_file(name: str) -> DataFile:
-        return DataFile(path=f"p=1/{name}.parquet", partition=spec, record_count=5, size_bytes=500)
+        return DataFile(path=f"p=1/{name}-0.parquet", partition=spec, record_count=5, size_bytes=500)
 
     def op(cls: str, tag: str) -> CommitIntent:
         operation = OPERATION_OF_CLASS[cls]
@@ -184,7 +184,7 @@ def _cell_intents(table: str, earlier: str, later: str) -> list[CommitIntent]:
             read_version=2,
             partitions=(spec,),
             added_files=(data_file(f"{tag}-out" if rewrites else tag),),
-            removed_files=("p=1/a1.parquet", "p=1/a2.parquet") if rewrites else (),
+            removed_files=("p=1/a1-0.parquet", "p=1/a2-0.parquet") if rewrites else (),
         )
 
     seed = [
@@ -233,7 +233,7 @@ def test_conflict_matrix_cell_through_kafka(
     assert second.id_version == 4
     assert second.rebase is REBASE_OF[outcome]
     # The resolved file actions after the metadata-level rebase.
-    seeds = {"p=1/a1.parquet", "p=1/a2.parquet"}
+    seeds = {"p=1/a1-0.parquet", "p=1/a2-0.parquet"}
     first_added = {f.path for f in first.added_files}
     live = set(seeds)
     if OPERATION_OF_CLASS[earlier] is Operation.INSERT_OVERWRITE:
@@ -251,7 +251,7 @@ def test_conflict_matrix_cell_through_kafka(
     else:
         assert outcome == "new_data_written"
         assert removed == set()
-        assert {f.path for f in second.added_files} == {"p=1/l.parquet"}
+        assert {f.path for f in second.added_files} == {"p=1/l-0.parquet"}
 
 
 # --------------------------------------------------------------------------- exactly once
@@ -339,6 +339,82 @@ def test_bad_records_get_rejections_and_the_next_intent_is_accepted(
         (table, 4, "TABLE_MISMATCH"),
     ]
     assert process.running
+
+
+def test_a_hostile_writer_is_refused_with_stable_reasons_and_a_restart_remembers(
+    arbiter: Callable[..., ManagedProcess], commit_client: CommitClient
+) -> None:
+    """Hand-built intents a buggy or hostile writer could send: each rejected, before and after a restart."""
+    table = "hostile"
+
+    def data_file(path: str, partition: str) -> DataFile:
+        return DataFile(path=path, partition={"p": partition}, record_count=1, size_bytes=10)
+
+    def intent(
+        txn: str, operation: Operation, read: int, part: str, added: tuple[DataFile, ...], removed: tuple[str, ...] = ()
+    ) -> CommitIntent:
+        return CommitIntent(
+            txn_id=txn,
+            table=table,
+            operation=operation,
+            read_version=read,
+            partitions=({"p": part},),
+            added_files=added,
+            removed_files=removed,
+        )
+
+    def commit(value: CommitIntent, raw: bool = False) -> CommitDecision:
+        if raw:  # straight onto the intents topic, as a producer that is not our client would
+            offset = commit_client.publish_raw(table, encode(value))
+            wait_until(lambda: len(commit_client.decisions(table)) > offset, 30, f"the decision of offset {offset}")
+            return commit_client.decisions(table)[offset]
+        return commit_client.commit(value, timeout=30)
+
+    first = arbiter()
+    assert commit(create_intent(table)).id_version == 0
+    base = (data_file("p=a/w1-0.parquet", "a"), data_file("p=a/w1-1.parquet", "a"))
+    assert commit(intent("w1", Operation.INSERT_INTO, 0, "a", base)).id_version == 1
+    assert commit(intent("d1", Operation.DELETE, 1, "a", (data_file("p=a/d1-0.parquet", "a"),))).id_version == 2
+    assert commit(intent("b1", Operation.INSERT_INTO, 2, "b", (data_file("p=b/b1-0.parquet", "b"),))).id_version == 3
+    lost = commit(intent("lost", Operation.INSERT_INTO, 0, "a", (data_file("p=a/lost-0.parquet", "a"),)))
+    assert lost.reason == "CONFLICT_LATER_FAILS"
+
+    out = (data_file("p=a/maj-0.parquet", "a"),)
+    hostile = [
+        # A MAJOR rewriting only the delete file would resurrect the deleted keys.
+        (intent("maj1", Operation.MAJOR_COMPACT, 3, "a", out, ("p=a/d1-0.parquet",)), "INCOMPLETE_REWRITE"),
+        # A compaction declaring partition a but removing a file of b.
+        (
+            intent("min1", Operation.MINOR_COMPACT, 3, "a", out, ("p=a/w1-0.parquet", "p=b/b1-0.parquet")),
+            "FILE_OUTSIDE_SCOPE",
+        ),
+        # A file labelled a stored under b.
+        (
+            intent("mis1", Operation.INSERT_INTO, 3, "a", (data_file("p=b/mis1-0.parquet", "a"),)),
+            "PATH_PARTITION_MISMATCH",
+        ),
+        # A name without a write id.
+        (intent("nam1", Operation.INSERT_INTO, 3, "a", (data_file("p=a/data.parquet", "a"),)), "INVALID_PATH"),
+    ]
+    for value, reason in hostile:
+        decision = commit(value, raw=True)
+        assert (decision.outcome, decision.reason) == (Outcome.REJECTED, reason), decision.message
+    assert commit(intent("tr1", Operation.TRUNCATE, 3, "b", ())).id_version == 4
+    readd = commit(intent("again", Operation.INSERT_INTO, 4, "b", (data_file("p=b/b1-0.parquet", "b"),)), raw=True)
+    assert readd.reason == "PATH_REUSED", readd.message
+    # The metadata-level retry: the rejected txn's files under a new txn id.
+    retry = commit(intent("lost-r1", Operation.INSERT_INTO, 4, "a", (data_file("p=a/lost-0.parquet", "a"),)))
+    assert retry.accepted and retry.id_version == 5
+
+    assert first.terminate(timeout=15) == 0
+    arbiter()  # rebuilt from the decisions log (or its checkpoint): the spent write ids are remembered
+    for txn, path, part in (("again2", "p=b/b1-1.parquet", "b"), ("again3", "p=a/lost-1.parquet", "a")):
+        decision = commit(intent(txn, Operation.INSERT_INTO, 5, part, (data_file(path, part),)), raw=True)
+        assert decision.reason == "PATH_REUSED", decision.message
+    every = ("p=a/w1-0.parquet", "p=a/w1-1.parquet", "p=a/d1-0.parquet", "p=a/lost-0.parquet")
+    major = commit(intent("maj2", Operation.MAJOR_COMPACT, 5, "a", out, every))
+    assert major.accepted and set(major.removed_files) == set(every), major.message
+    check_log(commit_client.decisions(table), len(commit_client.decisions(table)))
 
 
 def test_intent_for_a_table_never_created_is_rejected_unknown_table(

@@ -34,7 +34,7 @@ def insert_intent(table: str, txn_id: str, read_version: int = 0) -> CommitInten
         table=table,
         operation=Operation.INSERT_INTO,
         read_version=read_version,
-        added_files=(DataFile(path=f"{txn_id}.parquet", record_count=1, size_bytes=10),),
+        added_files=(DataFile(path=f"{txn_id}-0.parquet", record_count=1, size_bytes=10),),
     )
 
 

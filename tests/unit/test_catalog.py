@@ -522,7 +522,7 @@ def test_unpartitioned_files_reject_partition_values(tmp_path: Path) -> None:
         table="t",
         operation=Operation.INSERT_INTO,
         read_version=0,
-        added_files=(DataFile(path="x.parquet", record_count=1, size_bytes=1),),
+        added_files=(DataFile(path="i-0.parquet", record_count=1, size_bytes=1),),
     )
     decision = script.submit(bad)
     assert decision.accepted

@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from arbiter.core import TableState, apply, datetime_to_millis, evaluate, new_state
+from arbiter.core import Reason, TableState, apply, datetime_to_millis, evaluate, new_state
 from consumer.store import LogRecord
 from schemas import CommitDecision, CommitIntent, DataFile, Operation, TableMetadata, encode
 
@@ -163,7 +163,7 @@ class IntentSource:
                 operation, removed = Operation.INSERT_INTO, ()
             elif whole and self.partitioned:
                 parts = sorted({model.partitions[p]["dt"] for p in removed})
-                added = tuple(f for part in parts for f in self.files(f"{txn}{part}", part))
+                added = tuple(f for part in parts for f in self.files(txn, part))  # one write id per intent
         intent = CommitIntent(
             txn_id=txn,
             table=self.table,
@@ -252,3 +252,21 @@ def test_script_exercises_rejections_rebases_duplicates_and_rewrites() -> None:
     assert {d.rebase.value for d in script.decisions} - {"NONE"}
     times = [t for t, op in zip(script.model.times, script.model.operations, strict=True) if op.data_change]
     assert times == sorted(set(times))  # strictly increasing time versions
+
+
+def test_an_honest_writer_never_meets_the_hostile_writer_rejections() -> None:
+    """Random concurrent honest histories (stale reads, rebases, whole-table rewrites) never get these reasons."""
+    hostile = {
+        Reason.FILE_OUTSIDE_SCOPE,
+        Reason.PATH_REUSED,
+        Reason.INCOMPLETE_REWRITE,
+        Reason.PATH_PARTITION_MISMATCH,
+        Reason.INVALID_PATH,
+    }
+    rewrites = 0
+    for seed in range(6):
+        for partitioned in (True, False):
+            script = Script(seed=seed, partitioned=partitioned).run(200)
+            assert not {d.reason for d in script.decisions} & hostile
+            rewrites += sum(1 for d in script.decisions if d.accepted and d.operation and d.operation.rewrites)
+    assert rewrites > 20

@@ -151,3 +151,42 @@ def test_written_atomically_privately_and_read_back(tmp_path: Path) -> None:
     assert os.listdir(path.parent) == ["t.ckpt"], "no temporary file left behind"
     loaded = read_checkpoint(path, "t")
     assert loaded.log_offset == 69 and states_equal(loaded.state, state)
+
+
+def test_data_versions_and_write_ids_survive_a_checkpoint() -> None:
+    """What the hostile-writer rules need (write ids spent, data versions of live files) is restored, not rebuilt."""
+    from arbiter.core import Reason
+    from schemas import DataFile, Operation
+
+    state = new_state("t")
+    fold(state, history(5, 150), 0)
+    assert state.write_ids and state.data_versions
+    assert any(v < state.head_version for v in state.data_versions.values())
+    loaded = roundtrip(state)
+    assert loaded.data_versions == state.data_versions and loaded.write_ids == state.write_ids
+    spent = sorted(state.write_ids)[0]
+    key = next(iter(state.partitions))
+    reuse = CommitIntent(
+        txn_id="reuse",
+        table="t",
+        operation=Operation.INSERT_INTO,
+        read_version=state.head_version,
+        partitions=({"dt": key[0]},),
+        added_files=(
+            DataFile(path=f"dt={key[0]}/{spent}-999.parquet", partition={"dt": key[0]}, record_count=1, size_bytes=1),
+        ),
+    )
+    decision = evaluate(loaded, reuse, 10**12, loaded.last_intent_offset + 1)
+    assert decision.reason == Reason.PATH_REUSED
+
+
+def test_a_checkpoint_of_the_previous_format_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Format 1 (before data versions and write ids) cannot seed this core: the arbiter replays in full instead."""
+    import arbiter.checkpoint as checkpoint_module
+
+    assert checkpoint_module.FORMAT_VERSION == 2
+    monkeypatch.setattr(checkpoint_module, "FORMAT_VERSION", 1)
+    old = encode_checkpoint(59, _bytes(tmp_path)[1])
+    monkeypatch.undo()
+    with pytest.raises(CheckpointError, match="different version of the arbiter core"):
+        decode_checkpoint(old, "t")

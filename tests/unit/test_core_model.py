@@ -9,6 +9,12 @@ sequence number), and submits them in random interleavings. Invariants:
 * replaying the decision log into a fresh state equals the live state;
 * the merge-on-read content of the live files equals a serial model that applies
   the accepted logical commits in version order (compactions change nothing).
+
+Besides honest writers it plays a buggy one: MAJOR/CLUSTER rewrites of a random
+subset of a partition's files, and files re-added under a spent write id. The
+arbiter must refuse whatever would break the serial model (a dropped delete
+resurrecting a key, a path live twice), and the metadata-level retry of a
+rejected INSERT INTO (the same files under a new txn id) must commit.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from arbiter.core import TableState, apply, evaluate, new_state, rebuild
+from arbiter.core import Reason, TableState, apply, evaluate, new_state, rebuild
 from schemas import CommitIntent, DataFile, Operation, encode
 
 from .helpers import metadata
@@ -39,6 +45,8 @@ class ConcurrentTransactions(RuleBasedStateMachine):
         self.files: dict[str, dict[tuple[str, int], Record]] = {}  # path -> records by (partition, key)
         self.added_at: dict[str, int] = {}
         self.pending: list[tuple[CommitIntent, dict[str, dict[tuple[str, int], Record]]]] = []
+        self.lost_inserts: list[tuple[CommitIntent, dict[str, dict[tuple[str, int], Record]]]] = []
+        self.ever_added: set[str] = set()
         self.serial: dict[tuple[str, int], int] = {}
         self._submit(
             CommitIntent(
@@ -55,8 +63,12 @@ class ConcurrentTransactions(RuleBasedStateMachine):
         data = encode(decision)
         apply(self.state, decision, data)
         self.log.append(data)
+        if decision.reason == Reason.CONFLICT_LATER_FAILS and intent.operation is Operation.INSERT_INTO:
+            self.lost_inserts.append((intent, staged))
         if not decision.accepted or decision.duplicate_of is not None:
             return
+        assert not self.ever_added & {f.path for f in decision.added_files}, "a path was added twice"
+        self.ever_added.update(f.path for f in decision.added_files)
         for path in decision.added_files:
             self.files[path.path] = staged[path.path]
             self.added_at[path.path] = decision.id_version  # type: ignore[assignment]
@@ -91,7 +103,7 @@ class ConcurrentTransactions(RuleBasedStateMachine):
         part = self.state.partitions.get((dt,))
         return set(part.live) if part else set()
 
-    def _begin(self, operation: Operation, dt: str | None, values: list[int]) -> None:
+    def _begin(self, operation: Operation, dt: str | None, values: list[int], subset: int | None = None) -> None:
         txn = f"x{next(self.names)}"
         read = self.state.head_version
         staged: dict[str, dict[tuple[str, int], Record]] = {}
@@ -100,6 +112,8 @@ class ConcurrentTransactions(RuleBasedStateMachine):
         visible = self._visible()
         if operation.rewrites:
             inputs = self._live_in(dt)
+            if subset is not None:  # a buggy writer: only some of the files it read
+                inputs = {path for i, path in enumerate(sorted(inputs)) if subset >> i & 1}
             if not inputs:
                 return
             removed = tuple(sorted(inputs))
@@ -152,6 +166,44 @@ class ConcurrentTransactions(RuleBasedStateMachine):
     def begin(self, operation: Operation, dt: str | None, values: list[int]) -> None:
         self._begin(operation, dt, values)
 
+    @rule(
+        operation=st.sampled_from([Operation.MAJOR_COMPACT, Operation.CLUSTER, Operation.MINOR_COMPACT]),
+        dt=st.sampled_from(PARTITIONS),
+        subset=st.integers(1, 2**8 - 1),
+    )
+    def begin_partial_rewrite(self, operation: Operation, dt: str, subset: int) -> None:
+        self._begin(operation, dt, [], subset)
+
+    @precondition(lambda self: bool(self.lost_inserts))
+    @rule(index=st.integers(0, 10))
+    def retry_a_lost_insert(self, index: int) -> None:
+        """The metadata-level retry: the same files under a new txn id, read at the head."""
+        intent, staged = self.lost_inserts.pop(index % len(self.lost_inserts))
+        retry = intent.model_copy(update={"txn_id": f"x{next(self.names)}", "read_version": self.state.head_version})
+        self._submit(retry, staged)
+
+    @precondition(lambda self: bool(self.ever_added))
+    @rule(index=st.integers(0, 200), dt=st.sampled_from(PARTITIONS))
+    def re_add_a_spent_write_id(self, index: int, dt: str) -> None:
+        """A buggy writer reusing the write id of files committed before (live or not)."""
+        old = sorted(self.ever_added)[index % len(self.ever_added)]
+        write_id = old.rpartition("/")[2].rpartition("-")[0]
+        path = f"dt={dt}/{write_id}-9.parquet"
+        intent = CommitIntent(
+            txn_id=f"x{next(self.names)}",
+            table="t",
+            operation=Operation.INSERT_INTO,
+            read_version=self.state.head_version,
+            partitions=({"dt": dt},),
+            added_files=(DataFile(path=path, partition={"dt": dt}, record_count=1, size_bytes=1),),
+        )
+        offset = next(self.offsets)
+        decision = evaluate(self.state, intent, 1_000 + offset, offset)
+        assert decision.reason == Reason.PATH_REUSED, decision
+        data = encode(decision)
+        apply(self.state, decision, data)
+        self.log.append(data)
+
     @precondition(lambda self: bool(self.pending))
     @rule(index=st.integers(0, 10))
     def submit(self, index: int) -> None:
@@ -195,7 +247,18 @@ class ConcurrentTransactions(RuleBasedStateMachine):
     @invariant()
     def replay_equals_live_state(self) -> None:
         replayed = rebuild("t", self.log)
-        for name in ("head_version", "head_time_ms", "files", "whole", "any_scope", "batches", "chain", "metadata"):
+        for name in (
+            "head_version",
+            "head_time_ms",
+            "files",
+            "data_versions",
+            "write_ids",
+            "whole",
+            "any_scope",
+            "batches",
+            "chain",
+            "metadata",
+        ):
             assert getattr(replayed, name) == getattr(self.state, name), name
         assert {k: (p.live, p.last) for k, p in replayed.partitions.items()} == {
             k: (p.live, p.last) for k, p in self.state.partitions.items()

@@ -229,3 +229,187 @@ def test_a_decision_is_never_an_exception_for_absurd_values() -> None:
         decision = evaluate_record(Table().state, header + buffer.getvalue(), 5, 1)
         assert decision.reason == Reason.MALFORMED_INTENT, record["txn_id"][:10]
         assert len(decision.txn_id) <= 256
+
+
+# --------------------------------------------------------------------------- a hostile or buggy writer
+
+
+def _file(path: str, dt: str | None = "a") -> DataFile:
+    return DataFile(path=path, partition={} if dt is None else {"dt": dt}, record_count=1, size_bytes=1)
+
+
+def test_a_path_live_before_a_truncate_cannot_be_added_again() -> None:
+    table = Table()
+    table.commit(Operation.INSERT_INTO, txn="w")
+    table.commit(Operation.TRUNCATE, "a")
+    assert table.live("a") == set()
+    again = table.intent(Operation.INSERT_INTO, 2, txn="other").model_copy(
+        update={"added_files": table.files("w", "a")}
+    )
+    reject(table, again, Reason.PATH_REUSED)
+
+
+def test_a_write_id_used_by_an_accepted_commit_is_refused_under_any_name() -> None:
+    table = Table()
+    table.commit(Operation.INSERT_INTO, txn="w")
+    fresh_name = table.intent(Operation.INSERT_INTO, 1, txn="other").model_copy(
+        update={"added_files": (_file("dt=a/w-7.parquet"),)}
+    )
+    reject(table, fresh_name, Reason.PATH_REUSED)
+    compaction_output = table.intent(Operation.MINOR_COMPACT, 1, txn="c").model_copy(
+        update={"added_files": (_file("dt=a/w-8.parquet"),)}
+    )
+    reject(table, compaction_output, Reason.PATH_REUSED)
+
+
+def test_metadata_level_retry_republishes_the_files_of_a_rejected_txn() -> None:
+    table = Table()
+    table.submit(table.intent(Operation.INSERT_INTO, 0, txn="w1"))
+    lost = table.submit(table.intent(Operation.INSERT_INTO, 0, txn="w2"))
+    assert lost.reason == Reason.CONFLICT_LATER_FAILS
+    retry = table.intent(Operation.INSERT_INTO, 1, txn="w3").model_copy(update={"added_files": table.files("w2", "a")})
+    assert table.submit(retry).accepted
+    assert table.live("a") == {"dt=a/w1-0.parquet", "dt=a/w2-0.parquet"}
+    # Once accepted, that write id is spent: a second retry of the same files cannot commit them twice.
+    twice = table.intent(Operation.INSERT_INTO, 2, txn="w4").model_copy(
+        update={"added_files": (_file("dt=a/w2-1.parquet"),)}
+    )
+    reject(table, twice, Reason.PATH_REUSED)
+
+
+def test_added_files_of_one_intent_share_one_write_id() -> None:
+    table = Table()
+    mixed = table.intent(Operation.INSERT_INTO, 0, txn="w").model_copy(
+        update={"added_files": (_file("dt=a/w-0.parquet"), _file("dt=a/v-0.parquet"))}
+    )
+    reject(table, mixed, Reason.INVALID_PATH)
+
+
+@pytest.mark.parametrize("name", ["data.parquet", "w-0.csv", "w-x.parquet", "-0.parquet", "w-0.parquet.tmp"])
+def test_an_added_file_must_be_named_write_id_dash_number(name: str) -> None:
+    table = Table()
+    intent = table.intent(Operation.INSERT_INTO, 0, txn="w").model_copy(
+        update={"added_files": (_file(f"dt=a/{name}"),)}
+    )
+    reject(table, intent, Reason.INVALID_PATH)
+
+
+@pytest.mark.parametrize(
+    ("path", "dt"),
+    [
+        ("dt=b/w-0.parquet", "a"),  # labelled a, stored under b
+        ("w-0.parquet", "a"),  # no partition directory
+        ("dt=a/sub/w-0.parquet", "a"),  # a directory too deep
+        ("DT=a/w-0.parquet", "a"),  # column name spelt otherwise
+        ("dt=a/b/w-0.parquet", "a/b"),  # the value's '/' must be escaped as %2F
+    ],
+)
+def test_an_added_file_path_must_match_its_partition_values(path: str, dt: str) -> None:
+    table = Table()
+    intent = table.intent(Operation.INSERT_INTO, 0, dt, txn="w").model_copy(update={"added_files": (_file(path, dt),)})
+    reject(table, intent, Reason.PATH_PARTITION_MISMATCH)
+
+
+def test_escaped_partition_paths_and_unpartitioned_files_are_accepted() -> None:
+    table = Table()
+    escaped = table.intent(Operation.INSERT_INTO, 0, "a/b=c", txn="w").model_copy(
+        update={"added_files": (_file("dt=a%2Fb%3Dc/w-0.parquet", "a/b=c"),)}
+    )
+    assert table.submit(escaped).accepted
+    flat = Table(partitioned=False)
+    assert flat.commit(Operation.INSERT_INTO, None, txn="w", n=2).accepted
+    nested = flat.intent(Operation.INSERT_INTO, 1, None, txn="v").model_copy(
+        update={"added_files": (_file("dt=a/v-0.parquet", None),)}
+    )
+    reject(flat, nested, Reason.PATH_PARTITION_MISMATCH)
+
+
+@pytest.mark.parametrize("operation", [Operation.MINOR_COMPACT, Operation.MAJOR_COMPACT, Operation.CLUSTER])
+def test_a_rewrite_cannot_remove_files_outside_its_partitions(operation: Operation) -> None:
+    table = Table()
+    table.commit(Operation.INSERT_INTO, "a", n=2)
+    table.commit(Operation.INSERT_INTO, "b", n=2)
+    removed = tuple(sorted(table.live("a") | table.live("b")))
+    reject(table, table.intent(operation, 2, "a", removed=removed), Reason.FILE_OUTSIDE_SCOPE)
+    assert len(table.live("b")) == 2
+
+
+def test_a_major_cannot_dodge_the_insert_conflict_by_declaring_another_partition() -> None:
+    """INSERT then MAJOR in one partition fails the MAJOR; claiming another partition must not get around it."""
+    table = Table()
+    table.commit(Operation.INSERT_INTO, "a")
+    table.commit(Operation.INSERT_INTO, "b", n=2)
+    read = table.state.head_version
+    old_b = tuple(sorted(table.live("b")))
+    table.commit(Operation.INSERT_INTO, "b", txn="new")  # concurrent with the MAJOR below
+    sneaky = table.intent(Operation.MAJOR_COMPACT, read, "a", removed=tuple(sorted(table.live("a"))) + old_b)
+    reject(table, sneaky, Reason.FILE_OUTSIDE_SCOPE)
+    honest_b = table.intent(Operation.MAJOR_COMPACT, read, "b", removed=old_b)
+    reject(table, honest_b, Reason.CONFLICT_LATER_FAILS)
+
+
+def test_a_rewrite_cannot_put_its_output_in_a_partition_it_did_not_read() -> None:
+    table = Table()
+    table.commit(Operation.INSERT_INTO, "a", n=2)
+    moved = table.intent(Operation.MINOR_COMPACT, 1, None, txn="m").model_copy(
+        update={"added_files": table.files("m", "b")}
+    )
+    reject(table, moved, Reason.FILE_OUTSIDE_SCOPE)
+
+
+@pytest.mark.parametrize("operation", [Operation.MAJOR_COMPACT, Operation.CLUSTER])
+def test_a_major_or_cluster_that_skips_a_file_would_resurrect_deleted_keys(operation: Operation) -> None:
+    table = Table()
+    table.commit(Operation.INSERT_INTO, "a", txn="base")
+    table.commit(Operation.DELETE, "a", txn="del")
+    only_the_deletes = table.intent(operation, 2, "a", removed=("dt=a/del-0.parquet",))
+    reject(table, only_the_deletes, Reason.INCOMPLETE_REWRITE)
+    assert table.live("a") == {"dt=a/base-0.parquet", "dt=a/del-0.parquet"}
+    # A MINOR keeps delete records: rewriting some files only is fine.
+    assert table.commit(Operation.MINOR_COMPACT, "a", removed=("dt=a/del-0.parquet",)).accepted
+
+
+def test_a_whole_table_major_need_not_touch_every_partition() -> None:
+    """Completeness is per partition touched: a partition it leaves alone keeps its files intact."""
+    table = Table()
+    table.commit(Operation.INSERT_INTO, "a", n=2)
+    table.commit(Operation.INSERT_INTO, "b")
+    major = table.intent(Operation.MAJOR_COMPACT, 2, None, txn="maj", removed=tuple(sorted(table.live("a"))))
+    done = table.submit(major.model_copy(update={"added_files": table.files("maj", "a")}))
+    assert done.accepted, done.message
+    assert table.live("a") == {"dt=a/maj-0.parquet"} and len(table.live("b")) == 1
+
+
+def test_a_cluster_may_leave_files_committed_after_its_read_version() -> None:
+    table = Table()
+    table.commit(Operation.INSERT_INTO, "a", n=2)
+    read = table.state.head_version
+    inputs = tuple(sorted(table.live("a")))
+    table.commit(Operation.INSERT_INTO, "a", txn="late")  # INSERT then CLUSTER: compaction completes
+    done = table.submit(table.intent(Operation.CLUSTER, read, "a", removed=inputs, txn="cl"))
+    assert done.accepted, done.message
+    assert table.live("a") == {"dt=a/late-0.parquet", "dt=a/cl-0.parquet"}
+
+
+def test_a_major_must_rewrite_what_a_concurrent_minor_made_of_files_it_read() -> None:
+    """The output of a MINOR committed after the MAJOR's read version holds data the MAJOR read."""
+    table = Table()
+    table.commit(Operation.INSERT_INTO, "a", txn="f1")
+    table.commit(Operation.INSERT_INTO, "a", txn="f2")
+    table.commit(Operation.DELETE, "a", txn="f3")
+    read = table.state.head_version
+    table.commit(Operation.MINOR_COMPACT, "a", txn="m", removed=("dt=a/f1-0.parquet", "dt=a/f2-0.parquet"))
+    partial = table.intent(Operation.MAJOR_COMPACT, read, "a", removed=("dt=a/f3-0.parquet",))
+    reject(table, partial, Reason.INCOMPLETE_REWRITE)
+    full = table.intent(
+        Operation.MAJOR_COMPACT, read, "a", txn="maj", removed=tuple(f"dt=a/f{i}-0.parquet" for i in (1, 2, 3))
+    )
+    done = table.submit(full)
+    assert done.accepted, done.message
+    assert set(done.removed_files) == {"dt=a/m-0.parquet", "dt=a/f3-0.parquet"}
+    assert table.live("a") == {"dt=a/maj-0.parquet"}
+
+
+def test_new_reason_codes_are_listed() -> None:
+    for code in ("FILE_OUTSIDE_SCOPE", "PATH_REUSED", "INCOMPLETE_REWRITE", "PATH_PARTITION_MISMATCH"):
+        assert getattr(Reason, code) == code and code in Reason.ALL

@@ -64,7 +64,7 @@ VALID = [
             operation=Operation.INSERT_INTO,
             read_version=4,
             partitions=({"dt": "a"},),
-            added_files=(DataFile(path="dt=a/v1.parquet", partition={"dt": "a"}, record_count=1, size_bytes=1),),
+            added_files=(DataFile(path="dt=a/v1-0.parquet", partition={"dt": "a"}, record_count=1, size_bytes=1),),
         )
     ),
     encode(
@@ -74,7 +74,7 @@ VALID = [
             operation=Operation.MAJOR_COMPACT,
             read_version=4,
             partitions=({"dt": "a"},),
-            added_files=(DataFile(path="dt=a/v2.parquet", partition={"dt": "a"}, record_count=1, size_bytes=1),),
+            added_files=(DataFile(path="dt=a/v2-0.parquet", partition={"dt": "a"}, record_count=1, size_bytes=1),),
             removed_files=tuple(sorted(BASE.partitions[("a",)].live)),
         )
     ),
@@ -120,6 +120,8 @@ PATHS = st.one_of(
     st.text(max_size=40),
     st.lists(st.sampled_from(NASTY_SEGMENTS), min_size=1, max_size=6).map("/".join),
     st.sampled_from(["/etc/passwd", "../other/x", "s3a://b/other/x", "file:///x", "dt=a/../../x", "dt=a/ok.parquet"]),
+    # Names that follow the layout (schemas.paths): a fresh write id, spent ones, a wrong partition directory.
+    st.sampled_from(["dt=a/w-0.parquet", "dt=a/w-1.parquet", "dt=b/x0-7.parquet", "dt=a/x2-0.parquet", "w-0.parquet"]),
 )
 SHORT_TEXT = st.one_of(st.text(max_size=12), st.sampled_from(["t", "a", "dt", "app", ""]))
 SPECS = st.dictionaries(st.sampled_from(["dt", "p", "", "x" * 300]), SHORT_TEXT, max_size=2)
