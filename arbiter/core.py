@@ -552,7 +552,6 @@ def _check_files(state: TableState, intent: CommitIntent, scope: tuple[Partition
     live = state.files
     seen: set[str] = set()
     prefixes: dict[PartitionKey, str] = {}
-    write_id: str | None = None
     for data_file in intent.added_files:
         path = data_file.path
         if _plainly_valid_path(path) is None:
@@ -582,19 +581,13 @@ def _check_files(state: TableState, intent: CommitIntent, scope: tuple[Partition
                 f"added file {path[:200]!r} lies under {layout[0][:200]!r} but its partition values give "
                 f"{prefix[:200]!r}",
             )
-        if write_id is None:
-            write_id = layout[1]
-        elif layout[1] != write_id:
+        write_id = layout[1]
+        if write_id in state.write_ids:
             raise _Reject(
-                Reason.INVALID_PATH,
-                f"added files name two write ids ({write_id[:100]!r}, {layout[1][:100]!r}); one intent writes one",
+                Reason.PATH_REUSED,
+                f"write id {write_id[:256]!r} of added file {path[:200]!r} was already used by an accepted commit "
+                "(a path that was live once cannot be added again)",
             )
-    if write_id is not None and write_id in state.write_ids:
-        raise _Reject(
-            Reason.PATH_REUSED,
-            f"write id {write_id[:256]!r} of the added files was already used by an accepted commit "
-            "(a path that was live once cannot be added again)",
-        )
     if operation is _TRUNCATE and intent.added_files:
         raise _Reject(Reason.INVALID_OPERATION, "TRUNCATE cannot add files")
     if operation in _REWRITES:

@@ -6,11 +6,12 @@ the table location:
 * the partition path is ``col=value/...`` over the table's partition columns,
   names and values escaped the way Hive and Spark do (``%XX``); empty for an
   unpartitioned table (the file then sits at the top of the location);
-* the write id is the txn id of the transaction that wrote the bytes. All files
-  added by one intent share one write id: the intent's own txn id, or, for the
-  metadata-level retry of INSERT INTO, the id of the rejected txn that wrote
-  them. The arbiter refuses a write id that an accepted commit already used,
-  so a path that was ever live can never be added again;
+* the write id is the txn id of the transaction that wrote the bytes: the
+  intent's own txn id, or, for the metadata-level retry of INSERT INTO, the id
+  of the rejected txn that wrote them (our writers use one write id per
+  intent; the arbiter does not require it). The arbiter refuses a write id
+  that an accepted commit already used, so a path that was ever live can
+  never be added again;
 * ``n`` numbers the files of one write (decimal digits).
 """
 

@@ -277,12 +277,22 @@ def test_metadata_level_retry_republishes_the_files_of_a_rejected_txn() -> None:
     reject(table, twice, Reason.PATH_REUSED)
 
 
-def test_added_files_of_one_intent_share_one_write_id() -> None:
+def test_every_write_id_of_an_intent_is_checked_and_spent() -> None:
+    # Several write ids in one intent are fine (a 0.1 log has such intents), but each must be unused, and each is spent.
     table = Table()
-    mixed = table.intent(Operation.INSERT_INTO, 0, txn="w").model_copy(
-        update={"added_files": (_file("dt=a/w-0.parquet"), _file("dt=a/v-0.parquet"))}
+    table.submit(table.intent(Operation.INSERT_INTO, 0, txn="u"))
+    mixed = table.intent(Operation.INSERT_INTO, 1, txn="w").model_copy(
+        update={"added_files": (_file("dt=a/w-0.parquet"), _file("dt=a/u-7.parquet"))}
     )
-    reject(table, mixed, Reason.INVALID_PATH)
+    reject(table, mixed, Reason.PATH_REUSED)
+    fresh = table.intent(Operation.INSERT_INTO, 1, txn="x").model_copy(
+        update={"added_files": (_file("dt=a/x-0.parquet"), _file("dt=a/v-0.parquet"))}
+    )
+    assert table.submit(fresh).accepted
+    again = table.intent(Operation.INSERT_INTO, 2, txn="y").model_copy(
+        update={"added_files": (_file("dt=a/v-1.parquet"),)}
+    )
+    reject(table, again, Reason.PATH_REUSED)
 
 
 @pytest.mark.parametrize("name", ["data.parquet", "w-0.csv", "w-x.parquet", "-0.parquet", "w-0.parquet.tmp"])
