@@ -41,9 +41,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from arbiter import checkpoint as checkpoints
-from arbiter.core import TableState, apply, evaluate_record, new_state, reject_malformed
+from arbiter.core import GENESIS_HASH, TableState, apply, evaluate_record, new_state, reject_malformed
 from ordo.broker import DECISIONS_CONFIG, create_topics, existing_topics
 from ordo.errors import ArbiterFencedError, BrokerUnavailableError, OrdoError
+from ordo.keys import arbiter_signer, reader_trust
 from ordo.settings import Settings
 from schemas import (
     CommitDecision,
@@ -55,6 +56,7 @@ from schemas import (
     intents_pattern,
     parse_topic,
 )
+from schemas.signing import SIGNATURE_HEADER, ChainVerifier, Signer, Trust, signature_of
 
 log = logging.getLogger("ordo.arbiter")
 kafka_log = logging.getLogger("ordo.kafka")  # librdkafka's own log lines
@@ -107,6 +109,7 @@ class ArbiterMetrics:
     internal_errors: int = 0
     skipped_duplicates: int = 0
     chain_breaks: int = 0
+    refused_unsigned: int = 0  # decisions-log records no trusted signature vouched for (never folded)
     tables: int = 0
     checkpoints_written: int = 0
     checkpoint_failures: int = 0
@@ -132,6 +135,7 @@ class ArbiterMetrics:
             "internal_errors": self.internal_errors,
             "skipped_duplicates": self.skipped_duplicates,
             "chain_breaks": self.chain_breaks,
+            "refused_unsigned": self.refused_unsigned,
             "tables": self.tables,
             "checkpoints_written": self.checkpoints_written,
             "checkpoint_failures": self.checkpoint_failures,
@@ -275,6 +279,11 @@ class ArbiterService:
         self._in_txn = False
         self._txn_tables: set[str] = set()
         self._txn_records = 0
+        self._signer: Signer | None = None
+        self._trust: Trust | None = None
+        # Per decisions topic, the newest decision of the open transaction, not produced yet: it is
+        # produced signed at commit (or unsigned, once a newer decision of the same table arrives).
+        self._held: dict[str, tuple[str, bytes, bytes | None]] = {}  # topic -> (table, record, key)
         # Per decisions topic, the newest record known to be in the log: (offset, bytes). Set by rebuilds
         # and by delivery reports; a checkpoint is written only for a state whose chain is that record's hash.
         self._last_record: dict[str, tuple[int, bytes]] = {}
@@ -317,6 +326,12 @@ class ArbiterService:
         from confluent_kafka.admin import AdminClient
 
         config = self.settings.kafka_config
+        # 0. Keys first: a misconfigured arbiter stops before it fences anyone.
+        self._signer = arbiter_signer(self.settings)
+        own = [self._signer.public_raw] if self._signer is not None else []
+        self._trust = reader_trust(self.settings, extra=own)
+        if self._signer is None:
+            log.warning("signatures not required and no ORDO_ARBITER_KEY: writing UNSIGNED decisions")
         self._admin = AdminClient(config(logger=kafka_log))
         # 1. The transactional producer first: init_transactions() fences any older
         #    arbiter with this id and ends its open transaction, so what we rebuild
@@ -479,6 +494,9 @@ class ArbiterService:
                 pending = None
         reader.assign([TopicPartition(table.decisions, 0, pending.log_offset if pending else OFFSET_BEGINNING)])
         deadline = time.monotonic() + KAFKA_TIMEOUT
+        assert self._trust is not None, "start() first"
+        # Only records a trusted signature vouches for are folded (schemas.signing).
+        verifier: ChainVerifier[tuple[int, bytes]] = ChainVerifier(table.name, self._trust)
 
         def replay_all(reason: str) -> None:
             nonlocal pending, state, last, folded, from_checkpoint
@@ -493,6 +511,7 @@ class ArbiterService:
             pending, state, last, folded = None, new_state(table.name), None, 0
             table.checkpointed = 0
             from_checkpoint = -1
+            verifier.reset(GENESIS_HASH)
             reader.unassign()  # drops what was fetched for the old position
             reader.assign([TopicPartition(table.decisions, 0, OFFSET_BEGINNING)])
 
@@ -509,6 +528,14 @@ class ArbiterService:
                             if pending is not None:
                                 replay_all(f"the log ends at offset {message.offset()}")
                                 break
+                            if verifier.pending:
+                                self.metrics.refused_unsigned += verifier.pending
+                                log.warning(
+                                    "table %s: %d record(s) at the end of the decisions log not folded: no "
+                                    "trusted signature vouches for them (an aborted batch or a forger)",
+                                    table.name,
+                                    verifier.pending,
+                                )
                             return self._loaded(table, state, last, folded, began, from_checkpoint)
                         if error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
                             continue  # just created; metadata still propagating
@@ -522,14 +549,22 @@ class ArbiterService:
                             replay_all(problem)
                             break
                         state, last = pending.state, (offset, value)
+                        verifier.reset(state.chain)  # the checkpoint's state was verified when it was folded
                         table.checkpointed = state.decisions
                         from_checkpoint = offset
                         self.metrics.checkpoints_loaded += 1
                         pending = None
                         continue
-                    if self._fold(state, value, offset):
-                        last = (offset, value)
-                    folded += 1
+                    released, refused = verifier.push(offset, value, signature_of(message.headers()), (offset, value))
+                    for refusal in refused:
+                        self.metrics.refused_unsigned += 1
+                        log.error(
+                            "table %s: decision at offset %d not folded: %s", table.name, refusal.offset, refusal.reason
+                        )
+                    for at, record in released:
+                        if self._fold(state, record, at):
+                            last = (at, record)
+                        folded += 1
                 if self._stop.is_set():
                     raise _Stopped()  # never hand out a partial state
                 if time.monotonic() > deadline:
@@ -719,12 +754,10 @@ class ArbiterService:
                 raise _Rebuild() from None
             self._txn_tables.add(table.name)
             key = decision.txn_id.encode() if decision.txn_id else None
-            while True:
-                try:
-                    producer.produce(table.decisions, data, key)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
+            previous = self._held.get(table.decisions)
+            if previous is not None:
+                self._produce(table.decisions, previous[1], previous[2], None)
+            self._held[table.decisions] = (table.name, data, key)
             self._txn_records += 1
             metrics.decided += 1
             if decision.outcome is Outcome.ACCEPTED:
@@ -743,6 +776,23 @@ class ArbiterService:
                         }
                     )
                 )
+
+    def _produce(self, topic: str, data: bytes, key: bytes | None, signature: bytes | None) -> None:
+        """Produce one decision record, with its ``ordo-sig`` header when ``signature`` is given."""
+        headers = [(SIGNATURE_HEADER, signature)] if signature is not None else None
+        while True:
+            try:
+                self._producer.produce(topic, data, key, headers=headers)
+                return
+            except BufferError:
+                self._producer.poll(0.05)
+
+    def _release_held(self) -> None:
+        """Produce each table's last decision of the transaction, signed: it vouches for the batch before it."""
+        signer = self._signer
+        for topic, (name, data, key) in self._held.items():
+            self._produce(topic, data, key, signer.header(name, data) if signer is not None else None)
+        self._held.clear()
 
     def _decide(self, table: _Table, message: Any, offset: int) -> tuple[CommitDecision, bytes]:
         state = table.state
@@ -764,6 +814,7 @@ class ArbiterService:
 
         if not self._in_txn:
             return
+        self._release_held()
         self._end_transaction(commit=True)
         records = self._txn_records
         self.metrics.batches += 1
@@ -817,6 +868,7 @@ class ArbiterService:
         if self._in_txn:
             self._end_transaction(commit=False)
         touched = set(self._txn_tables)
+        self._held.clear()
         self._in_txn = False
         self._txn_tables.clear()
         self._txn_records = 0

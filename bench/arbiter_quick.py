@@ -1,6 +1,6 @@
 """Quick arbiter throughput: pre-publish N intents, start ``ordo arbiter``, time the decisions.
 
-    .venv/bin/python bench/arbiter_quick.py [-n 20000] [--files 4] [--json out.json] [--profile]
+    .venv/bin/python bench/arbiter_quick.py [-n 20000] [--files 4] [--json out.json] [--profile] [--unsigned]
 
 One table partitioned by ``p``; every intent is a metadata-only INSERT_INTO of
 ``--files`` files into its own partition, all read at version 0, so all are
@@ -27,6 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ordo.broker import EmbeddedBroker, create_table_topics
+from ordo.keys import embedded_keys
 from ordo.settings import Settings
 from ordo.stack import ProcessGroup
 from schemas import CommitIntent, DataFile, Operation, TableMetadata, decisions_topic, encode, intents_topic
@@ -133,12 +134,17 @@ def main() -> None:
     parser.add_argument("--bootstrap-servers", default=None, help="an existing broker (default: embedded Tansu)")
     parser.add_argument("--json", default=None, help="write the result here")
     parser.add_argument("--profile", action="store_true", help="sample the arbiter with py-spy")
+    parser.add_argument(
+        "--unsigned", action="store_true", help="run the arbiter without a signing key (the cost of signing)"
+    )
     args = parser.parse_args()
 
     with ExitStack() as stack:
         bootstrap = args.bootstrap_servers or stack.enter_context(EmbeddedBroker()).bootstrap_servers
         prefix = f"bench{int(time.time())}"
-        settings = Settings(bootstrap_servers=bootstrap, topic_prefix=prefix)
+        settings = Settings(bootstrap_servers=bootstrap, topic_prefix=prefix, require_signatures=not args.unsigned)
+        if not args.unsigned:
+            settings = embedded_keys(settings, stack.enter_context(tempfile.TemporaryDirectory(prefix="ordo-keys-")))
         t0 = time.perf_counter()
         records = intents(args.n, args.files)
         t1 = time.perf_counter()
@@ -175,6 +181,7 @@ def main() -> None:
     result = {
         "intents": args.n,
         "files_per_intent": args.files,
+        "signed": not args.unsigned,
         "decisions_per_second": round(rate),
         "decision_span_s": round(span, 3),
         "wall_from_process_start_s": round(wall, 3),

@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from arbiter.checkpoint import checkpoint_path, read_checkpoint
 from arbiter.core import apply, evaluate, new_state
 from ordo.broker import EmbeddedBroker, create_table_topics
+from ordo.keys import embedded_keys
 from ordo.settings import Settings
 from ordo.stack import ProcessGroup
 from schemas import CommitIntent, DataFile, Operation, TableMetadata, decisions_topic, encode, intents_topic
@@ -207,8 +208,9 @@ def main() -> None:
         broker = stack.enter_context(EmbeddedBroker())
         prefix = f"restart{int(time.time())}"
         work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ordo-bench-restart-")))
-        settings = Settings(
-            bootstrap_servers=broker.bootstrap_servers, topic_prefix=prefix, state_dir=str(work / "state")
+        settings = embedded_keys(
+            Settings(bootstrap_servers=broker.bootstrap_servers, topic_prefix=prefix, state_dir=str(work / "state")),
+            work,
         )
         began = time.perf_counter()
         state = publish(broker.bootstrap_servers, prefix, args.decisions, args.partitions, args.seed)

@@ -32,10 +32,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from arbiter.replay import DecisionRecord, Divergence, IntentRecord, ReplayReport, replay, verify_chain
+from arbiter.replay import (
+    DecisionRecord,
+    Divergence,
+    IntentRecord,
+    ReplayReport,
+    authenticate,
+    replay,
+    verify_chain,
+)
 from ordo.errors import BrokerUnavailableError, OrdoError
+from ordo.keys import reader_trust
 from ordo.settings import Settings
 from schemas import CodecError, CommitDecision, Outcome, chain_hash, decisions_topic, decode, intents_topic
+from schemas.signing import Trust, signature_of
 
 EXIT_OK = 0
 EXIT_DIVERGED = 1
@@ -110,9 +120,12 @@ def _divergence_dict(divergence: Divergence) -> dict[str, Any]:
 
 
 def read_partition(
-    settings: Settings, topic: str, timeout: float = READ_TIMEOUT
+    settings: Settings, topic: str, timeout: float = READ_TIMEOUT, *, signatures: dict[int, bytes] | None = None
 ) -> list[tuple[int, int, bytes | None]]:
-    """Every record ``(offset, timestamp ms, value)`` of partition 0 of ``topic`` up to its end (read_committed)."""
+    """Every record ``(offset, timestamp ms, value)`` of partition 0 of ``topic`` up to its end (read_committed).
+
+    ``signatures``, when given, receives each record's ``ordo-sig`` header by offset.
+    """
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
     consumer = Consumer(
@@ -150,6 +163,10 @@ def read_partition(
                 offset = message.offset()
                 assert offset is not None  # a fetched record always has one
                 records.append((offset, timestamp, message.value()))
+                if signatures is not None:
+                    signature = signature_of(message.headers())
+                    if signature is not None:
+                        signatures[offset] = signature
                 deadline = time.monotonic() + timeout
             if time.monotonic() > deadline:
                 raise AuditReadError(f"reading {topic} did not reach its end within {timeout:g} s")
@@ -175,7 +192,9 @@ def read_table_logs(
             f"broker {settings.bootstrap_servers})"
         )
     intents = [IntentRecord(o, t, v) for o, t, v in read_partition(settings, intents_name, timeout)]
-    decisions = [DecisionRecord(o, v) for o, _, v in read_partition(settings, decisions_name, timeout)]
+    signatures: dict[int, bytes] = {}
+    records = read_partition(settings, decisions_name, timeout, signatures=signatures)
+    decisions = [DecisionRecord(o, v, signatures.get(o)) for o, _, v in records]
     return intents, decisions
 
 
@@ -242,10 +261,22 @@ def verify_log(table: str, decisions: list[DecisionRecord]) -> list[Divergence]:
 
 
 def audit(
-    table: str, intents: list[IntentRecord], decisions: list[DecisionRecord], *, verify: bool = True
+    table: str,
+    intents: list[IntentRecord],
+    decisions: list[DecisionRecord],
+    *,
+    verify: bool = True,
+    trust: Trust | None = None,
 ) -> AuditResult:
-    """Replay ``intents`` and compare with ``decisions`` (and with ``verify``, check the log on its own). Pure."""
+    """Replay ``intents`` and compare with ``decisions`` (and with ``verify``, check the log on its own). Pure.
+
+    With ``trust``, only the decisions its keys vouch for are the log; every other record is an
+    ``unsigned`` problem (a forged, unsigned or unknown-key decision).
+    """
     began = time.monotonic()
+    unsigned: list[Divergence] = []
+    if trust is not None:
+        decisions, unsigned = authenticate(table, decisions, trust)
     try:
         report = replay(table, intents, decisions)
     except Exception as exc:  # the core must never raise on a record; if it does, the audit fails, loudly
@@ -253,7 +284,7 @@ def audit(
         report.divergences.append(
             Divergence("undecodable", None, None, f"replay raised {type(exc).__name__}: {exc} (a bug in the core)")
         )
-    result = AuditResult(table, report, problems=list(report.divergences))
+    result = AuditResult(table, report, problems=[*unsigned, *report.divergences])
     if verify:
         known = {(p.kind, p.decision_offset) for p in result.problems}
         for problem in verify_log(table, decisions):
@@ -295,6 +326,12 @@ def render(result: AuditResult, settings: Settings) -> str:
         + (f" ({', '.join(f'{k} {v}' for k, v in sorted(result.rejected.items()))})" if result.rejected else "")
         + f", repeated txn ids {result.duplicates}",
     ]
+    if result.verified_log:
+        forged = [p for p in result.problems if p.kind == "unsigned"]
+        lines.append(
+            "signatures: "
+            + ("every decision vouched for by a trusted key" if not forged else f"{len(forged)} record(s) refused")
+        )
     breaks = [p for p in result.problems if p.kind == "chain"]
     lines.append(
         f"hash chain: {'intact' if not breaks else f'{len(breaks)} break(s)'}"
@@ -333,7 +370,12 @@ def run_replay(
     except (AuditReadError, BrokerUnavailableError) as exc:
         echo(json.dumps({"table": table, "ok": False, "error": str(exc)}) if as_json else f"error: {exc}")
         return EXIT_UNREADABLE
-    result = audit(table, intents, decisions, verify=verify)
+    try:
+        trust = reader_trust(settings) if verify else None
+    except OrdoError as exc:
+        echo(json.dumps({"table": table, "ok": False, "error": str(exc)}) if as_json else f"error: {exc}")
+        return EXIT_UNREADABLE
+    result = audit(table, intents, decisions, verify=verify, trust=trust)
     echo(json.dumps(result.to_dict()) if as_json else render(result, settings))
     return EXIT_OK if result.ok else EXIT_DIVERGED
 

@@ -7,7 +7,10 @@ consumer group) from there and hands each decision to the future waiting for
 its ``intent_offset`` (the offset the broker gave the intent). A repeated
 ``txn_id`` is answered by a decision with ``duplicate_of`` set: that is still
 the answer. A decision may be read before the broker's delivery report for
-its intent arrives; it is held until then.
+its intent arrives; it is held until then. A decision counts only once a
+trusted arbiter signature vouches for it (``schemas.signing``: the signed
+record closes its batch, in the same transaction); a forged or unsigned one is
+never taken as the answer.
 
 Kafka clients are created on first use, never in ``__init__``.
 """
@@ -28,6 +31,7 @@ from ordo.errors import BrokerUnavailableError, CommitTimeoutError, OrdoError, T
 from ordo.settings import Settings, load_settings
 from schemas import CodecError, CommitDecision, CommitIntent, Operation, decisions_topic, decode, encode, intents_topic
 from schemas.codec import DEFAULT_CODEC
+from schemas.signing import ChainVerifier, Trust, signature_of
 
 log = logging.getLogger("ordo.producer")
 
@@ -67,6 +71,8 @@ class _DecisionReader:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"ordo-decisions-{table}", daemon=True)
         self._consumer: Any = None
+        # Starts mid-log: nothing verified yet, the first signed record anchors the chain.
+        self._verifier: ChainVerifier[bytes] = ChainVerifier(table, client._reader_trust(), anchor=None)
 
     def begin(self) -> None:
         from confluent_kafka import Consumer, TopicPartition
@@ -127,15 +133,21 @@ class _DecisionReader:
                 for message in messages:
                     if message.error() is not None:
                         continue  # EOF is off; unknown-topic and transport errors retry on their own
-                    # Only the intent offset is needed to match; a decision is
-                    # validated into a model only when it is one of ours.
-                    try:
-                        model, record = DEFAULT_CODEC.decode_dict(message.value() or b"")
-                    except Exception as exc:
-                        log.warning("%s offset %d is not a decision: %s", self.topic, message.offset(), exc)
-                        continue
-                    if model is CommitDecision:
-                        self._match(record)
+                    released, refused = self._verifier.push(
+                        message.offset(), message.value(), signature_of(message.headers()), message.value()
+                    )
+                    for refusal in refused:
+                        log.warning("%s offset %d refused: %s", self.topic, refusal.offset, refusal.reason)
+                    for value in released:
+                        # Only the intent offset is needed to match; a decision is
+                        # validated into a model only when it is one of ours.
+                        try:
+                            model, record = DEFAULT_CODEC.decode_dict(value)
+                        except Exception as exc:
+                            log.warning("%s: a signed record is not a decision: %s", self.topic, exc)
+                            continue
+                        if model is CommitDecision:
+                            self._match(record)
                 now = time.monotonic()
                 if now >= next_expiry:
                     self._expire(now)
@@ -254,6 +266,7 @@ class CommitClient:
         self._readers: dict[str, _DecisionReader] = {}
         self._known_topics: set[str] = set()
         self._closed = threading.Event()
+        self._trust: Trust | None = None
         self.connect_timeout = connect_timeout
 
     @property
@@ -336,7 +349,7 @@ class CommitClient:
     def decisions(self, table: str, start: int = 0, timeout: float = 30.0) -> list[CommitDecision]:
         """Every decision of ``table`` from log offset ``start`` to the current end (read_committed).
 
-        The raw log, in order: a tool's and a test's view of the history.
+        The raw log, in order: a tool's and a test's view of the history (signatures are not checked here).
         """
         from confluent_kafka import Consumer, KafkaError, TopicPartition
 
@@ -415,6 +428,7 @@ class CommitClient:
         """Create the producer and admin client on first use and check that the broker answers."""
         if self._producer is not None:
             return
+        self._reader_trust()  # a signing misconfiguration fails here, before anything is published
         from confluent_kafka import KafkaException, Producer
         from confluent_kafka.admin import AdminClient
 
@@ -473,6 +487,14 @@ class CommitClient:
             if decisions not in topics:
                 create_topics(self._admin, {decisions: DECISIONS_CONFIG}, ADMIN_TIMEOUT)
         self._known_topics.add(intents)
+
+    def _reader_trust(self) -> Trust:
+        """The keys a decision must be signed with (``ORDO_TRUSTED_KEYS``), loaded once."""
+        if self._trust is None:
+            from ordo.keys import reader_trust
+
+            self._trust = reader_trust(self.settings)
+        return self._trust
 
     def _reader_for(self, table: str) -> _DecisionReader:
         reader = self._readers.get(table)
