@@ -528,13 +528,14 @@ class ArbiterService:
                             if pending is not None:
                                 replay_all(f"the log ends at offset {message.offset()}")
                                 break
-                            if verifier.pending:
-                                self.metrics.refused_unsigned += verifier.pending
+                            unvouched = verifier.unvouched()
+                            self.metrics.refused_unsigned += len(unvouched)
+                            for refusal in unvouched[:20]:
                                 log.warning(
-                                    "table %s: %d record(s) at the end of the decisions log not folded: no "
-                                    "trusted signature vouches for them (an aborted batch or a forger)",
+                                    "table %s: decision at offset %d not folded: %s (an aborted batch or a forger)",
                                     table.name,
-                                    verifier.pending,
+                                    refusal.offset,
+                                    refusal.reason,
                                 )
                             return self._loaded(table, state, last, folded, began, from_checkpoint)
                         if error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):

@@ -15,8 +15,15 @@ It lists every problem found (not only the first) and prints the chain head,
 the SHA-256 of the last decision record: it commits to the whole history, so
 an auditor who writes it down can prove later that nothing before it changed.
 
+With ``--verify`` every decision must also be vouched for by a signature of a
+trusted key (``ORDO_TRUSTED_KEYS``, ``schemas.signing``): a forged, unsigned or
+unknown-key record is an ``unsigned`` divergence at its offset.
+``--allow-unsigned`` (``ORDO_REQUIRE_SIGNATURES=false``) accepts unsigned
+records: an upgrade-time tool for a log written by a release without signing.
+
 Exit status: 0 when everything matches, 1 on any divergence or chain break,
-2 when the logs cannot be read (no such topics, broker unreachable).
+2 when the logs cannot be read (no such topics, broker unreachable) or no key
+is trusted.
 
 Topics are read with ``read_committed`` and ``assign()`` (no consumer group),
 from the beginning to the end seen at start. Both topics are checked to exist
@@ -45,7 +52,7 @@ from ordo.errors import BrokerUnavailableError, OrdoError
 from ordo.keys import reader_trust
 from ordo.settings import Settings
 from schemas import CodecError, CommitDecision, Outcome, chain_hash, decisions_topic, decode, intents_topic
-from schemas.signing import Trust, signature_of
+from schemas.signing import SigningError, Trust, signature_of
 
 EXIT_OK = 0
 EXIT_DIVERGED = 1
@@ -366,13 +373,9 @@ def run_replay(
 ) -> int:
     """``ordo replay``: read, audit, print; returns the exit status (0 ok, 1 divergence, 2 unreadable)."""
     try:
+        trust = reader_trust(settings) if verify else None  # fails closed before reading anything
         intents, decisions = read_table_logs(settings, table, timeout)
-    except (AuditReadError, BrokerUnavailableError) as exc:
-        echo(json.dumps({"table": table, "ok": False, "error": str(exc)}) if as_json else f"error: {exc}")
-        return EXIT_UNREADABLE
-    try:
-        trust = reader_trust(settings) if verify else None
-    except OrdoError as exc:
+    except (AuditReadError, BrokerUnavailableError, SigningError) as exc:
         echo(json.dumps({"table": table, "ok": False, "error": str(exc)}) if as_json else f"error: {exc}")
         return EXIT_UNREADABLE
     result = audit(table, intents, decisions, verify=verify, trust=trust)

@@ -31,6 +31,7 @@ from ordo.errors import BrokerUnavailableError, CommitTimeoutError, OrdoError, T
 from ordo.settings import Settings, load_settings
 from schemas import CodecError, CommitDecision, CommitIntent, Operation, decisions_topic, decode, encode, intents_topic
 from schemas.codec import DEFAULT_CODEC
+from schemas.signing import GENESIS_HASH as GENESIS
 from schemas.signing import ChainVerifier, Trust, signature_of
 
 log = logging.getLogger("ordo.producer")
@@ -349,7 +350,8 @@ class CommitClient:
     def decisions(self, table: str, start: int = 0, timeout: float = 30.0) -> list[CommitDecision]:
         """Every decision of ``table`` from log offset ``start`` to the current end (read_committed).
 
-        The raw log, in order: a tool's and a test's view of the history (signatures are not checked here).
+        The history, in log order: a tool's and a test's view of it. Only decisions a trusted
+        signature vouches for are returned (``schemas.signing``); refused records are logged.
         """
         from confluent_kafka import Consumer, KafkaError, TopicPartition
 
@@ -371,6 +373,7 @@ class CommitClient:
             )
         )
         result: list[CommitDecision] = []
+        verifier: ChainVerifier[bytes] = ChainVerifier(table, self._reader_trust(), anchor=None if start else GENESIS)
         deadline = time.monotonic() + timeout
         try:
             _warm_metadata(consumer)
@@ -382,12 +385,20 @@ class CommitClient:
                     error = message.error()
                     if error is not None:
                         if error.code() == KafkaError._PARTITION_EOF:
+                            for refusal in verifier.unvouched():
+                                log.warning("%s offset %d refused: %s", topic, refusal.offset, refusal.reason)
                             return result
                         continue
-                    decision = decode(message.value() or b"")
-                    if not isinstance(decision, CommitDecision):
-                        raise OrdoError(f"{topic} offset {message.offset()} holds a {type(decision).__name__}")
-                    result.append(decision)
+                    offset, value = message.offset(), message.value() or b""
+                    assert offset is not None  # a fetched record always has one
+                    released, refused = verifier.push(offset, value, signature_of(message.headers()), value)
+                    for refusal in refused:
+                        log.warning("%s offset %d refused: %s", topic, refusal.offset, refusal.reason)
+                    for value in released:
+                        decision = decode(value)
+                        if not isinstance(decision, CommitDecision):
+                            raise OrdoError(f"{topic} holds a signed {type(decision).__name__}")
+                        result.append(decision)
                 if time.monotonic() > deadline:
                     raise CommitTimeoutError(f"reading {topic} did not reach its end within {timeout} s")
         finally:
@@ -428,7 +439,6 @@ class CommitClient:
         """Create the producer and admin client on first use and check that the broker answers."""
         if self._producer is not None:
             return
-        self._reader_trust()  # a signing misconfiguration fails here, before anything is published
         from confluent_kafka import KafkaException, Producer
         from confluent_kafka.admin import AdminClient
 
@@ -439,6 +449,7 @@ class CommitClient:
             raise BrokerUnavailableError(
                 f"cannot reach the Kafka broker at {self.bootstrap_servers} (is it running?): {exc.args[0].str()}"
             ) from exc
+        self._reader_trust()  # a signing misconfiguration fails here, before anything is published
         self._admin = admin
         self._producer = Producer(
             self.settings.kafka_config(
