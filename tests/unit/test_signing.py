@@ -143,6 +143,9 @@ def test_with_only_the_new_key_trusted_the_old_keys_prefix_is_refused() -> None:
     key1, key2 = Signer.generate(), Signer.generate()
     log = signed_log([key1, key2], switch_at=4)
     released, refused = run(ChainVerifier("t", Trust.of([key2.public_raw])), log)
+    authentic, problems = authenticate("t", log, Trust.of([key2.public_raw]))
+    assert authentic == [] and {0, 1, 2} <= {p.decision_offset for p in problems}
+    assert set(refused) <= {p.decision_offset for p in problems}
     assert not set(released) & {0, 1, 2}, "a later signature does not vouch for a record signed by an untrusted key"
     assert released == []  # the new key's records chain on that prefix: nothing of this log can be trusted
     # with only the old key, the prefix verifies and the new key's records are refused
