@@ -51,7 +51,7 @@ def main(ctx: click.Context, bootstrap_servers: str | None, topic_prefix: str | 
     Run the stack:      ordo up | ordo broker | ordo arbiter | ordo consumer
     Try it:             ordo demo
     Read the catalog:   ordo tables | history | show | changes | tail
-    Operate:            ordo vacuum | ordo replay
+    Operate:            ordo vacuum | ordo replay | ordo keygen
 
     Settings come from ORDO_* environment variables (ORDO_BOOTSTRAP_SERVERS,
     ORDO_TOPIC_PREFIX, ORDO_WAREHOUSE, ORDO_CATALOG, ORDO_KAFKA__*), which the
@@ -352,13 +352,18 @@ def replay(settings: Settings, table: str, verify: bool, allow_unsigned: bool, t
 @main.command()
 @click.argument("path", type=click.Path(dir_okay=False))
 @click.option("--force", is_flag=True, help="overwrite an existing key")
-def keygen(path: str, force: bool) -> None:
+@click.option("--keep", is_flag=True, help="keep an existing key pair and exit 0 (for a one-shot container)")
+def keygen(path: str, force: bool, keep: bool) -> None:
     """Write a new arbiter signing key to PATH (mode 0600) and its public key to PATH.pub.
 
     The arbiter signs with PATH (ORDO_ARBITER_KEY); every reader trusts PATH.pub (ORDO_TRUSTED_KEYS).
     """
-    from schemas.signing import write_keypair
+    from schemas.signing import Signer, write_keypair
 
+    if keep and not force and os.path.exists(path) and os.path.exists(f"{path}.pub"):
+        signer = Signer.from_file(path)
+        click.echo(f"kept the existing key {path} (key id {signer.key_id.hex()})")
+        return
     signer = write_keypair(path, overwrite=force)
     click.echo(f"private key {path} (keep it secret), public key {path}.pub, key id {signer.key_id.hex()}")
 
