@@ -180,6 +180,14 @@ def main() -> None:
             (line for line in reversed(arbiter.log_text().splitlines()) if "arbiter stopped" in line), ""
         )
 
+    from schemas.signing import Signer
+
+    signer = Signer.generate()
+    began = time.process_time()
+    for record in records[:2000]:
+        signer.header(TABLE, record)
+    sign_us = (time.process_time() - began) / min(2000, len(records)) * 1e6
+    batches = _metric(metrics_line, "batches")
     span = (stamps[-1] - stamps[0]) / 1000.0
     rate = (len(stamps) - 1) / span if span > 0 else float("inf")
     result = {
@@ -190,6 +198,10 @@ def main() -> None:
         "decision_span_s": round(span, 3),
         "decisions_per_cpu_second": round(len(stamps) / loop_cpu) if loop_cpu > 0 else None,
         "cpu_us_per_decision": round(loop_cpu / len(stamps) * 1e6, 1),
+        "transactions": batches,
+        "sign_us": round(sign_us, 1),
+        # signatures made: one per table per transaction (one table here)
+        "signing_us_per_decision": round(sign_us * batches / len(stamps), 3) if batches else None,
         "wall_from_process_start_s": round(wall, 3),
         "broker": "external" if args.bootstrap_servers else "embedded Tansu (in memory)",
     }
@@ -200,8 +212,19 @@ def main() -> None:
     )
     if metrics_line:
         print(metrics_line[metrics_line.index("arbiter stopped") :])
+    print(
+        f"signing: {sign_us:.1f} us per signature x {batches} transaction(s) = "
+        f"{result['signing_us_per_decision']} us per decision"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+
+
+def _metric(line: str, name: str) -> int:
+    """A counter from the arbiter's ``arbiter stopped: {...}`` line (0 when absent)."""
+    if "{" not in line:
+        return 0
+    return int(json.loads(line[line.index("{") :]).get(name, 0))
 
 
 def _cpu_seconds(pid: int) -> float:
