@@ -8,6 +8,14 @@ that is not the arbiter. The hash chain (``prev_hash``) is checked on the log as
 it stands, so a break is found even where the intents log is gone. Given the
 trusted keys, ``authenticate`` first keeps only the records a signature vouches
 for and reports every other one (``schemas.signing``).
+
+Across releases: a decision logged with an older writer schema cannot equal
+the bytes this version encodes (its header names another schema and the body
+may lack newer fields). Such a record matches when it decodes (resolved
+against the current schema) to the re-derived decision in every field its
+schema has. The chain always runs over the logged bytes: the
+re-derived decision is folded into the state with the record's own bytes, so
+the next ``prev_hash`` is the one the logging arbiter wrote.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from dataclasses import dataclass, field
 
 from arbiter.core import GENESIS_HASH, apply, evaluate_record, new_state
 from schemas import CodecError, CommitDecision, chain_hash, decode
+from schemas.codec import DEFAULT_CODEC
 from schemas.signing import ChainVerifier, Trust
 
 
@@ -152,12 +161,13 @@ def replay(table: str, intents: Iterable[IntentRecord], decisions: Iterable[Deci
         report.intents += 1
         expected = evaluate_record(state, intent.value, intent.timestamp, intent.offset)
         expected_bytes = _encode(expected)
-        apply(state, expected, expected_bytes)
         if position >= len(log):
+            apply(state, expected, expected_bytes)
             report.pending += 1
             continue
         actual = log[position]
-        if actual.value == expected_bytes:
+        if actual.value == expected_bytes or _same_in_older_schema(actual.value, expected):
+            apply(state, expected, actual.value)  # the chain continues over the logged bytes
             report.matched += 1
             position += 1
             continue
@@ -169,6 +179,29 @@ def replay(table: str, intents: Iterable[IntentRecord], decisions: Iterable[Deci
         )
         break
     return report
+
+
+def _same_in_older_schema(logged: bytes | None, expected: CommitDecision) -> bool:
+    """True when ``logged`` was written with an older schema and says exactly what ``expected`` says.
+
+    Compared: every field the logged record's schema has. A field added since
+    is not in the logged bytes, so there is nothing of it to compare (a
+    decision field the older arbiter could not write, e.g. one computed from
+    this arbiter's configuration, must not fail an old log).
+    """
+    if logged is None or DEFAULT_CODEC.is_current(logged):
+        return False  # the current schema: only identical bytes match
+    try:
+        found = decode(logged)
+        fields = DEFAULT_CODEC.writer_fields(logged)
+    except CodecError:
+        return False
+    if not isinstance(found, CommitDecision):
+        return False
+    return all(getattr(found, name) == getattr(expected, name) for name in fields if name in _DECISION_FIELDS)
+
+
+_DECISION_FIELDS = frozenset(CommitDecision.model_fields)
 
 
 def _encode(decision: CommitDecision) -> bytes:

@@ -6,11 +6,19 @@ the progress marker: the arbiter resumes each table's intents at the offset
 after the last decided intent, so no consumer-group offsets are needed and a
 crash can neither lose nor repeat a decision.
 
-Start-up order matters (numbered in ``ArbiterService.start``): the
-transactional producer is initialised first, which fences any older arbiter
-with the same transactional id and ends its open transaction; only then is
+Fencing is per table: each owned table has its own transactional producer
+(transactional id ``<prefix>.arbiter.table.<table>``, see
+``table_transactional_id``) and its decisions are produced only through it. A
+table is taken in a fixed order (``ArbiterService._take``): its producer is
+initialised first, which fences whichever arbiter owned the table before --
+whatever its ``--shard`` setting -- and ends its open transaction; only then is
 state rebuilt from the decisions log, so the rebuild sees everything the older
-arbiter will ever have written.
+owner will ever have written. Two arbiters whose shard settings overlap (0/1
+and 1/2, 0/2 and 2/3) therefore fence each other on exactly the tables both
+own: the one that took a table later wins it; the other is fenced at its next
+decision for that table and exits (code 3). One Kafka transaction per table
+and batch: a batch that touched several tables commits each table's
+transaction in turn.
 
 Tansu (the embedded broker) does not hide aborted records from read_committed
 readers. That is safe here: the arbiter rebuilds from exactly what every reader
@@ -42,6 +50,7 @@ from typing import Any
 
 from arbiter import checkpoint as checkpoints
 from arbiter.core import GENESIS_HASH, TableState, apply, evaluate_record, new_state, reject_malformed
+from kernel.logread import GapChecker, GapStats
 from ordo.broker import DECISIONS_CONFIG, create_topics, existing_topics
 from ordo.errors import ArbiterFencedError, BrokerUnavailableError, OrdoError
 from ordo.keys import arbiter_signer, reader_trust
@@ -67,6 +76,7 @@ DEFAULT_CHECKPOINT_INTERVAL = 10.0
 # A checkpoint child may use at most 1/CHECKPOINT_DUTY of the time between two checkpoints.
 CHECKPOINT_DUTY = 5
 KAFKA_TIMEOUT = 30.0
+TAKE_CONCURRENCY = 16  # tables whose producers are initialised at once when many appear (start-up)
 READY_MESSAGE = "arbiter ready"
 
 
@@ -91,8 +101,13 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def transactional_id(prefix: str, shard: tuple[int, int]) -> str:
-    """The arbiter's Kafka transactional id; two arbiters with the same id fence each other."""
+    """The per-shard transactional id of arbiters before per-table fencing; only fenced at start-up now."""
     return f"{prefix}.arbiter.{shard[0]}-of-{shard[1]}"
+
+
+def table_transactional_id(prefix: str, table: str) -> str:
+    """The transactional id of ``table``'s decisions: whoever initialises it last owns the table."""
+    return f"{prefix}.arbiter.table.{table}"
 
 
 @dataclass
@@ -116,6 +131,8 @@ class ArbiterMetrics:
     checkpoints_loaded: int = 0
     checkpoints_rejected: int = 0
     lag: dict[str, int] = field(default_factory=dict)
+    intent_gaps: GapStats = field(default_factory=GapStats)  # re-reads of the intents logs (kernel.logread)
+    decision_gaps: GapStats = field(default_factory=GapStats)  # re-reads while rebuilding from decisions logs
 
     @property
     def mean_batch(self) -> float:
@@ -142,6 +159,8 @@ class ArbiterMetrics:
             "checkpoints_loaded": self.checkpoints_loaded,
             "checkpoints_rejected": self.checkpoints_rejected,
             "lag": dict(self.lag),
+            "intent_gaps": self.intent_gaps.snapshot(),
+            "decision_gaps": self.decision_gaps.snapshot(),
         }
 
 
@@ -272,18 +291,20 @@ class ArbiterService:
         self._tables: dict[str, _Table] = {}  # by intents topic
         self._broken: set[str] = set()  # tables whose decisions log could not be folded
         self._poisoned: set[tuple[str, int]] = set()  # intent records whose decision crashed ``apply``
-        self._producer: Any = None
+        self._producers: dict[str, Any] = {}  # one transactional producer per owned table, by table name
         self._consumer: Any = None
         self._reader: Any = None
+        self._gaps: Any = None  # GapChecker of the intents consumer
+        self._reader_gaps: Any = None  # GapChecker of the rebuild reader
         self._admin: Any = None
         self._in_txn = False
-        self._txn_tables: set[str] = set()
+        self._txn_tables: set[str] = set()  # tables whose transaction is open (begun, not yet ended)
         self._txn_records = 0
         self._signer: Signer | None = None
         self._trust: Trust | None = None
         # Per decisions topic, the newest decision of the open transaction, not produced yet: it is
         # produced signed at commit (or unsigned, once a newer decision of the same table arrives).
-        self._held: dict[str, tuple[str, bytes, bytes | None]] = {}  # topic -> (table, record, key)
+        self._held: dict[str, tuple[str, bytes, bytes | None]] = {}  # table -> (decisions topic, record, key)
         # Per decisions topic, the newest record known to be in the log: (offset, bytes). Set by rebuilds
         # and by delivery reports; a checkpoint is written only for a state whose chain is that record's hash.
         self._last_record: dict[str, tuple[int, bytes]] = {}
@@ -294,7 +315,7 @@ class ArbiterService:
 
     @property
     def transactional_id(self) -> str:
-        """This arbiter's Kafka transactional id."""
+        """The per-shard transactional id this arbiter fences at start-up (arbiters of older versions used it)."""
         return transactional_id(self.prefix, self.shard)
 
     @property
@@ -322,7 +343,7 @@ class ArbiterService:
 
     def start(self) -> None:
         """Fence older arbiters, discover tables and rebuild their state."""
-        from confluent_kafka import Consumer, KafkaException, Producer
+        from confluent_kafka import Consumer
         from confluent_kafka.admin import AdminClient
 
         config = self.settings.kafka_config
@@ -333,46 +354,41 @@ class ArbiterService:
         if self._signer is None:
             log.warning("signatures not required and no ORDO_ARBITER_KEY: writing UNSIGNED decisions")
         self._admin = AdminClient(config(logger=kafka_log))
-        # 1. The transactional producer first: init_transactions() fences any older
-        #    arbiter with this id and ends its open transaction, so what we rebuild
-        #    from below is final.
-        self._producer = Producer(
-            config(
-                **{
-                    "transactional.id": self.transactional_id,
-                    "enable.idempotence": True,
-                    "acks": "all",
-                    "linger.ms": 2,
-                    "allow.auto.create.topics": False,
-                    "error_cb": self._on_kafka_error,
-                    "on_delivery": self._on_delivery,
-                    "logger": kafka_log,
-                }
-            )
-        )
-        while True:
-            try:
-                self._producer.init_transactions(KAFKA_TIMEOUT)
-                break
-            except KafkaException as exc:
-                error = exc.args[0]
-                if _is_fenced(error):
-                    raise ArbiterFencedError(f"arbiter {self.transactional_id} cannot initialise: {error}") from exc
-                if not error.retriable() or self._stop.is_set():
-                    raise BrokerUnavailableError(f"cannot initialise transactions: {error}") from exc
-                log.warning("init_transactions failed (%s); retrying", error)
+        # 1. Fence an arbiter of an older version with this shard (it used one per-shard
+        #    transactional id) and end its open transaction. Each table is then taken
+        #    through its own producer (``_take``) before its state is rebuilt.
+        legacy = self._new_producer(self.transactional_id)
+        self._init_transactions(legacy, f"shard {self.shard[0]}/{self.shard[1]}")
+        legacy.flush(1.0)
+        del legacy
         self._consumer = Consumer(self._consumer_config())
-        self._reader = Consumer({**self._consumer_config(), "enable.partition.eof": True})
+        self._reader = Consumer(self._consumer_config())
+        # Every record the consumers skip is re-read (Tansu skips some under concurrent appends; docs/tansu.md).
+        self._gaps = GapChecker(
+            self._consumer_config(),
+            transactional=False,
+            consumer=self._consumer,
+            name="arbiter intents",
+            keep_eof=False,
+            stats=self.metrics.intent_gaps,
+        )
+        self._reader_gaps = GapChecker(
+            self._consumer_config(),
+            transactional=True,
+            consumer=self._reader,
+            name="arbiter rebuild",
+            stats=self.metrics.decision_gaps,
+        )
         if self.checkpoints:
             checkpoints.remove_stale_temporaries(os.path.join(self.state_dir, self.prefix))
         # 2.-4. Tables: discover, rebuild (from a checkpoint and the log's tail), assign.
         self._discover()
         log.info(
-            "%s: shard %d/%d, transactional id %s, prefix %r, %d table(s), %.3f s after start",
+            "%s: shard %d/%d, transactional ids %s, prefix %r, %d table(s), %.3f s after start",
             READY_MESSAGE,
             self.shard[0],
             self.shard[1],
-            self.transactional_id,
+            table_transactional_id(self.prefix, "<table>"),
             self.prefix,
             len(self._tables),
             time.monotonic() - self._started_at,
@@ -387,13 +403,68 @@ class ArbiterService:
                     client.close()
                 except Exception:  # closing is best effort
                     log.debug("closing consumer failed", exc_info=True)
+        for checker in (self._gaps, self._reader_gaps):
+            if checker is not None:
+                checker.close()
         self._consumer = self._reader = self._admin = None
-        if self._producer is not None:
+        for producer in self._producers.values():
             try:
-                self._producer.flush(1.0)
+                producer.flush(1.0)
             except Exception:  # a fenced producer refuses even that; nothing of ours is lost
-                log.debug("flushing the producer failed", exc_info=True)
-            self._producer = None
+                log.debug("flushing a producer failed", exc_info=True)
+        self._producers.clear()
+
+    def _new_producer(self, txn_id: str) -> Any:
+        from confluent_kafka import Producer
+
+        return Producer(
+            self.settings.kafka_config(
+                **{
+                    "transactional.id": txn_id,
+                    "enable.idempotence": True,
+                    "acks": "all",
+                    "linger.ms": 2,
+                    "allow.auto.create.topics": False,
+                    "error_cb": self._on_kafka_error,
+                    "on_delivery": self._on_delivery,
+                    "logger": kafka_log,
+                }
+            )
+        )
+
+    def _init_transactions(self, producer: Any, what: str) -> None:
+        """``init_transactions`` (retrying what is retriable): fences the previous holder of the producer's id."""
+        from confluent_kafka import KafkaException
+
+        while True:
+            try:
+                producer.init_transactions(KAFKA_TIMEOUT)
+                return
+            except KafkaException as exc:
+                error = exc.args[0]
+                if _is_fenced(error):
+                    raise ArbiterFencedError(f"arbiter cannot initialise the producer of {what}: {error}") from exc
+                if not error.retriable() or self._stop.is_set():
+                    raise BrokerUnavailableError(f"cannot initialise transactions of {what}: {error}") from exc
+                log.warning("init_transactions of %s failed (%s); retrying", what, error)
+
+    def _take_all(self, tables: list[str]) -> None:
+        """Take ``tables`` concurrently (each ``init_transactions`` is a broker round trip or more)."""
+        if len(tables) < 2:
+            return  # ``_take`` below does it
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(TAKE_CONCURRENCY, len(tables)), thread_name_prefix="take") as pool:
+            for future in [pool.submit(self._take, name) for name in tables]:
+                future.result()  # the first failure propagates; tables taken already stay taken
+
+    def _take(self, table: str) -> None:
+        """Own ``table``: initialise its transactional producer, fencing whichever arbiter owned it before."""
+        if table in self._producers:
+            return
+        producer = self._new_producer(table_transactional_id(self.prefix, table))
+        self._init_transactions(producer, f"table {table}")
+        self._producers[table] = producer
 
     def _on_delivery(self, error: Any, message: Any) -> None:
         """Delivery report of a decision: remember the newest record of each decisions topic."""
@@ -438,9 +509,11 @@ class ArbiterService:
         # librdkafka's leader query; a full metadata request fills the cache now.
         for consumer in (self._reader, self._consumer):
             _warm_metadata(consumer)
+        self._take_all([name for name, _ in new if name not in self._producers])
         for name, topic in new:
             table = _Table(name, topic, decisions_topic(self.prefix, name), new_state(name))
             try:
+                self._take(name)  # fence the table's previous owner before reading what it wrote
                 table.state = self._load_state(table)
             except ArbiterStateError as exc:
                 log.error("table %s left undecided until restart: %s", name, exc)
@@ -451,6 +524,7 @@ class ArbiterService:
             # One table at a time: a failure on the next one leaves this one assigned.
             self._tables[topic] = table
             self._consumer.incremental_assign([TopicPartition(topic, 0, table.state.next_offset)])
+            self._gaps.expect(topic, table.state.next_offset)
             log.info(
                 "table %s: rebuilt %d decision(s), head version %d, resuming intents at offset %d (%s)",
                 name,
@@ -493,6 +567,8 @@ class ArbiterService:
                 self.metrics.checkpoints_rejected += 1
                 pending = None
         reader.assign([TopicPartition(table.decisions, 0, pending.log_offset if pending else OFFSET_BEGINNING)])
+        gaps = self._reader_gaps
+        gaps.expect(table.decisions, pending.log_offset if pending else 0)
         deadline = time.monotonic() + KAFKA_TIMEOUT
         assert self._trust is not None, "start() first"
         # Only records a trusted signature vouches for are folded (schemas.signing).
@@ -514,12 +590,13 @@ class ArbiterService:
             verifier.reset(GENESIS_HASH)
             reader.unassign()  # drops what was fetched for the old position
             reader.assign([TopicPartition(table.decisions, 0, OFFSET_BEGINNING)])
+            gaps.expect(table.decisions, 0)
 
         try:
             while True:
                 first = reader.poll(0.5)
                 messages = [] if first is None else [first, *reader.consume(num_messages=10_000, timeout=0)]
-                for message in messages:
+                for message in gaps.check(messages):
                     if message.topic() != table.decisions:
                         continue
                     error = message.error()
@@ -572,6 +649,7 @@ class ArbiterService:
                     raise BrokerUnavailableError(f"no end of {table.decisions} within {KAFKA_TIMEOUT:.0f} s")
         finally:
             reader.unassign()
+            gaps.forget(table.decisions)
 
     def _loaded(
         self,
@@ -690,14 +768,15 @@ class ArbiterService:
 
         ``consume(n, timeout)`` waits until it has ``n`` records or the timeout
         passed, which would add the whole timeout to every decision at low load;
-        ``poll`` returns with the first record.
+        ``poll`` returns with the first record. Records the fetch skipped are
+        re-read and put back in place (``kernel.logread``).
         """
         if self._in_txn:
-            return consumer.consume(num_messages=room, timeout=0)
+            return self._gaps.check(consumer.consume(num_messages=room, timeout=0))
         first = consumer.poll(self.poll_timeout)
         if first is None:
             return []
-        return [first, *consumer.consume(num_messages=room - 1, timeout=0)] if room > 1 else [first]
+        return self._gaps.check([first, *consumer.consume(num_messages=room - 1, timeout=0)] if room > 1 else [first])
 
     def _guard(self, step: Any, *args: Any) -> None:
         """Run one loop step; on an abortable failure abort, rebuild and re-seek; on fencing raise."""
@@ -716,17 +795,19 @@ class ArbiterService:
         except _Rebuild:
             self._abort_and_rebuild()
 
-    def _fenced(self, error: Any) -> ArbiterFencedError:
+    def _fenced(self, error: Any, table: str | None = None) -> ArbiterFencedError:
+        where = f"table {table}" if table is not None else f"one of tables {sorted(self._txn_tables)}"
         return ArbiterFencedError(
-            f"arbiter {self.transactional_id} was fenced by a newer arbiter with the same id ({error.str()}); "
-            "exiting without deciding anything more"
+            f"arbiter (shard {self.shard[0]}/{self.shard[1]}) was fenced on {where} by a newer arbiter owning it "
+            f"(same or overlapping --shard setting; {error.str()}); exiting without deciding anything more"
         )
 
     def _process(self, messages: list[Any]) -> None:
         from confluent_kafka import KafkaError
 
-        producer = self._producer
         tables = self._tables
+        producers = self._producers
+        open_tables = self._txn_tables
         metrics = self.metrics
         for message in messages:
             error = message.error()
@@ -741,9 +822,9 @@ class ArbiterService:
             offset = message.offset()
             if offset < state.next_offset:
                 continue  # already decided (a re-fetch after a seek)
-            if not self._in_txn:
-                producer.begin_transaction()
-                self._in_txn = True
+            producer = producers[table.name]
+            if table.name not in open_tables:
+                self._begin(table.name, producer)
             decision, data = self._decide(table, message, offset)
             try:
                 apply(state, decision, data)
@@ -751,14 +832,12 @@ class ArbiterService:
                 log.exception("table %s: applying the decision for intent offset %d failed (a bug)", table.name, offset)
                 metrics.internal_errors += 1
                 self._poisoned.add((table.intents, offset))
-                self._txn_tables.add(table.name)
                 raise _Rebuild() from None
-            self._txn_tables.add(table.name)
             key = decision.txn_id.encode() if decision.txn_id else None
-            previous = self._held.get(table.decisions)
+            previous = self._held.get(table.name)
             if previous is not None:
-                self._produce(table.decisions, previous[1], previous[2], None)
-            self._held[table.decisions] = (table.name, data, key)
+                self._produce(table.name, producer, previous[0], previous[1], previous[2])
+            self._held[table.name] = (table.decisions, data, key)
             self._txn_records += 1
             metrics.decided += 1
             if decision.outcome is Outcome.ACCEPTED:
@@ -778,21 +857,12 @@ class ArbiterService:
                     )
                 )
 
-    def _produce(self, topic: str, data: bytes, key: bytes | None, signature: bytes | None) -> None:
-        """Produce one decision record, with its ``ordo-sig`` header when ``signature`` is given."""
-        headers = [(SIGNATURE_HEADER, signature)] if signature is not None else None
-        while True:
-            try:
-                self._producer.produce(topic, data, key, headers=headers)
-                return
-            except BufferError:
-                self._producer.poll(0.05)
-
     def _release_held(self) -> None:
         """Produce each table's last decision of the transaction, signed: it vouches for the batch before it."""
         signer = self._signer
-        for topic, (name, data, key) in self._held.items():
-            self._produce(topic, data, key, signer.header(name, data) if signer is not None else None)
+        for name, (topic, data, key) in self._held.items():
+            signature = signer.header(name, data) if signer is not None else None
+            self._produce(name, self._producers[name], topic, data, key, signature)
         self._held.clear()
 
     def _decide(self, table: _Table, message: Any, offset: int) -> tuple[CommitDecision, bytes]:
@@ -810,13 +880,45 @@ class ArbiterService:
         decision = reject_malformed(state, offset, error)
         return decision, encode(decision)
 
+    def _begin(self, table: str, producer: Any) -> None:
+        from confluent_kafka import KafkaException
+
+        try:
+            producer.begin_transaction()
+        except KafkaException as exc:
+            if _is_fenced(exc.args[0]):
+                raise self._fenced(exc.args[0], table) from exc
+            raise
+        self._txn_tables.add(table)
+        self._in_txn = True
+
+    def _produce(
+        self, table: str, producer: Any, topic: str, data: bytes, key: bytes | None, signature: bytes | None = None
+    ) -> None:
+        """Produce one decision record, with its ``ordo-sig`` header when ``signature`` is given."""
+        from confluent_kafka import KafkaException
+
+        headers = [(SIGNATURE_HEADER, signature)] if signature is not None else None
+        while True:
+            try:
+                producer.produce(topic, data, key, headers=headers)
+                return
+            except BufferError:
+                producer.poll(0.05)
+            except KafkaException as exc:
+                if _is_fenced(exc.args[0]):
+                    raise self._fenced(exc.args[0], table) from exc
+                raise
+
     def _commit(self) -> None:
-        """Commit the open transaction (retrying what librdkafka says is retriable)."""
+        """Commit each open table transaction (retrying what librdkafka says is retriable)."""
 
         if not self._in_txn:
             return
         self._release_held()
-        self._end_transaction(commit=True)
+        for name in sorted(self._txn_tables):
+            self._end_transaction(name, commit=True)
+            self._txn_tables.discard(name)  # committed: never aborted nor rebuilt by a later failure
         records = self._txn_records
         self.metrics.batches += 1
         self.metrics.batched_records += records
@@ -826,8 +928,8 @@ class ArbiterService:
         self._txn_records = 0
         self._maybe_checkpoint()
 
-    def _end_transaction(self, commit: bool) -> None:
-        """Commit or abort, retrying what librdkafka calls retriable for at most ``commit_timeout`` seconds.
+    def _end_transaction(self, table: str, commit: bool) -> None:
+        """Commit or abort ``table``'s transaction, retrying what is retriable for at most ``commit_timeout`` s.
 
         On Kafka a fenced producer's EndTxn fails at once with PRODUCER_FENCED.
         Tansu instead drops the connection, so the call only ever times out: a
@@ -836,7 +938,8 @@ class ArbiterService:
         """
         from confluent_kafka import KafkaException
 
-        end = self._producer.commit_transaction if commit else self._producer.abort_transaction
+        producer = self._producers[table]
+        end = producer.commit_transaction if commit else producer.abort_transaction
         verb = "commit" if commit else "abort"
         deadline = time.monotonic() + self.commit_timeout
         while True:
@@ -847,17 +950,17 @@ class ArbiterService:
             except KafkaException as exc:
                 error = exc.args[0]
                 if _is_fenced(error):
-                    raise self._fenced(error) from exc
+                    raise self._fenced(error, table) from exc
                 if commit and error.txn_requires_abort():
                     raise
                 if not error.retriable():
                     raise
                 if time.monotonic() >= deadline:
                     raise ArbiterFencedError(
-                        f"arbiter {self.transactional_id} could not {verb} its transaction within "
-                        f"{self.commit_timeout:g} s ({error.str()}): most likely fenced by a newer arbiter with the "
-                        "same id (Tansu drops the connection instead of answering PRODUCER_FENCED), or the broker "
-                        "is unreachable; exiting without deciding anything more"
+                        f"arbiter (shard {self.shard[0]}/{self.shard[1]}) could not {verb} the transaction of table "
+                        f"{table} within {self.commit_timeout:g} s ({error.str()}): most likely fenced by a newer "
+                        "arbiter owning the table (Tansu drops the connection instead of answering PRODUCER_FENCED), "
+                        "or the broker is unreachable; exiting without deciding anything more"
                     ) from exc
                 log.warning("%s_transaction: %s; retrying", verb, error)
 
@@ -866,10 +969,10 @@ class ArbiterService:
         from confluent_kafka import Consumer, TopicPartition
 
         self.metrics.aborts += 1
-        if self._in_txn:
-            self._end_transaction(commit=False)
         touched = set(self._txn_tables)
         self._held.clear()
+        for name in sorted(touched):
+            self._end_transaction(name, commit=False)
         self._in_txn = False
         self._txn_tables.clear()
         self._txn_records = 0
@@ -884,6 +987,9 @@ class ArbiterService:
         self._consumer.incremental_assign(
             [TopicPartition(t.intents, 0, t.state.next_offset) for t in self._tables.values()]
         )
+        self._gaps.attach(self._consumer)
+        for t in self._tables.values():
+            self._gaps.expect(t.intents, t.state.next_offset)
         old.close()
         log.info("rebuilt %d table(s) after an aborted transaction", len(touched))
 
@@ -910,8 +1016,8 @@ class ArbiterService:
             if not (after_rebuild or final) and now < self._next_checkpoint:
                 return
             threshold = min(self.checkpoint_every, 1000) if final else self.checkpoint_every
-            if self._producer is not None:
-                self._producer.poll(0)  # serve pending delivery reports
+            for producer in self._producers.values():
+                producer.poll(0)  # serve pending delivery reports
             jobs: list[tuple[Any, int, TableState]] = []
             for table in self._tables.values():
                 state = table.state
@@ -1012,6 +1118,7 @@ class ArbiterService:
                 "isolation.level": "read_committed",
                 "auto.offset.reset": "earliest",
                 "fetch.wait.max.ms": 20,
+                "enable.partition.eof": True,  # an end beyond the last record read is a gap (kernel.logread)
                 "error_cb": self._on_kafka_error,
                 "logger": kafka_log,
             }
@@ -1079,5 +1186,6 @@ __all__ = [
     "parse_shard",
     "run_arbiter",
     "shard_of",
+    "table_transactional_id",
     "transactional_id",
 ]

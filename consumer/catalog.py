@@ -305,13 +305,23 @@ class LocalBackend:
         prefix = location if location.endswith("/") else location + "/"
         parts: dict[str, dict[str, str]] = {}
         result = []
-        for path, part, records, size, min_key, max_key, added, data_change, operation in rows:
+        for path, part, records, size, min_key, max_key, added, data_change, operation, bucket in rows:
             partition = parts.get(part)
             if partition is None:
                 partition = parts[part] = json.loads(part)
             result.append(
                 FileEntry(
-                    path, prefix + path, partition, records, size, min_key, max_key, added, bool(data_change), operation
+                    path,
+                    prefix + path,
+                    partition,
+                    records,
+                    size,
+                    min_key,
+                    max_key,
+                    added,
+                    bool(data_change),
+                    operation,
+                    bucket,
                 )
             )
         return tuple(result)

@@ -9,6 +9,11 @@ from __future__ import annotations
 from ordo.errors import OrdoError, TableNotFoundError, VersionNotFoundError
 
 
+def repair_hint(table: str) -> str:
+    """What a user runs to re-materialize a stopped table from its decisions log (part of every stop reason)."""
+    return f"to re-materialize it from its decisions log once the log is fixed, run: ordo repair {table}"
+
+
 class CatalogError(OrdoError):
     """Raised when the catalog cannot answer (missing file, unreachable service, bad request)."""
 
@@ -32,4 +37,5 @@ __all__ = [
     "TableBrokenError",
     "TableNotFoundError",
     "VersionNotFoundError",
+    "repair_hint",
 ]

@@ -266,6 +266,15 @@ def render_metrics(catalog: Catalog, status: ConsumerStatus | None) -> bytes:
                     "ordo_consumer_apply_rate", "Decisions applied per second (last 10 s)", value=snap["rate"]
                 )
                 yield GaugeMetricFamily("ordo_consumer_ready", "1 once caught up at start-up", value=int(snap["ready"]))
+                gaps = snap.get("gaps") or {}
+                yield CounterMetricFamily(
+                    "ordo_consumer_log_rereads", "Re-reads of offsets the fetch skipped", value=gaps.get("rereads", 0)
+                )
+                yield CounterMetricFamily(
+                    "ordo_consumer_log_recovered",
+                    "Records a re-read found that the fetch had skipped",
+                    value=gaps.get("recovered", 0),
+                )
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Collector())  # type: ignore[arg-type]

@@ -25,18 +25,22 @@ from __future__ import annotations
 
 import collections
 import logging
+import queue
 import re
 import threading
 import time
 import uuid
+from concurrent.futures import Future
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from consumer.store import ApplyResult, CatalogWriter, LogRecord
+from kernel.logread import GapChecker, GapStats
 from ordo.errors import BrokerUnavailableError
 from ordo.keys import reader_trust
 from ordo.settings import Settings
-from schemas import chain_hash, decisions_pattern, parse_topic
+from schemas import chain_hash, decisions_pattern, decisions_topic, parse_topic
 from schemas.signing import ChainVerifier, signature_of
 
 log = logging.getLogger("ordo.consumer")
@@ -59,6 +63,7 @@ class ConsumerStatus:
     lag: dict[str, int] = field(default_factory=dict)
     broken: dict[str, str] = field(default_factory=dict)
     last_error: str | None = None
+    gaps: GapStats = field(default_factory=GapStats)  # re-reads of skipped offsets (kernel.logread)
     _rate_window: collections.deque[tuple[float, int]] = field(default_factory=lambda: collections.deque(maxlen=120))
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -102,6 +107,7 @@ class ConsumerStatus:
                 "lag": dict(self.lag),
                 "broken": dict(self.broken),
                 "last_error": self.last_error,
+                "gaps": self.gaps.snapshot(),
             }
         data["rate"] = round(self.rate(), 3)
         return data
@@ -138,6 +144,9 @@ class Materializer:
         self._topics: dict[str, str] = {}  # assigned topic -> table
         self._skipped: set[str] = set()  # topics not followed (broken table)
         self._awaiting_eof: set[str] | None = None  # topics to reach the end of before ready
+        self._gaps: Any = None  # GapChecker of the consumer
+        # Rebuilt tables waiting to be swapped in by the loop: (table, fresh catalog, scratch dir, future).
+        self._rebuilt: queue.Queue[tuple[str, Path, Any, Future[Any]]] = queue.Queue()
 
     def stop(self) -> None:
         """Ask ``run()`` to return after the current batch."""
@@ -150,9 +159,17 @@ class Materializer:
         from confluent_kafka import Consumer
 
         self._consumer = Consumer(self._consumer_config())
+        self._gaps = GapChecker(
+            self._consumer_config(),
+            transactional=True,  # decisions logs: the arbiter's transactional producer only
+            consumer=self._consumer,
+            name="consumer",
+            stats=self.status.gaps,
+        )
         try:
             self._loop()
         finally:
+            self._gaps.close()
             try:
                 self._consumer.close()
             except Exception:  # closing is best effort
@@ -187,6 +204,8 @@ class Materializer:
     def _loop(self) -> None:
         next_discovery = 0.0
         while not self._stop.is_set():
+            if not self._rebuilt.empty():
+                self._swap_rebuilt()
             now = time.monotonic()
             if now >= next_discovery:
                 try:
@@ -197,6 +216,7 @@ class Materializer:
                     self.status.last_error = str(exc)
                     log.warning("topic discovery failed: %s; retrying", exc)
                 self.status.tick()
+                self._take_repair_requests()
                 next_discovery = time.monotonic() + self.discovery_interval
             messages = self._next_messages()
             if messages:
@@ -206,7 +226,7 @@ class Materializer:
         first = self._consumer.poll(self.poll_timeout)
         if first is None:
             return []
-        return [first, *self._consumer.consume(num_messages=self.batch_size - 1, timeout=0)]
+        return self._gaps.check([first, *self._consumer.consume(num_messages=self.batch_size - 1, timeout=0)])
 
     def _process(self, messages: list[Any]) -> None:
         from confluent_kafka import KafkaError
@@ -249,6 +269,77 @@ class Materializer:
             self._reached_end(topic)
         if records or ends:
             self._update_lag()
+
+    # ------------------------------------------------------------------ repair
+
+    def request_repair(self, table: str) -> Future[Any]:
+        """Re-materialize ``table`` from its decisions log (``consumer.repair``); a future of its ``RepairResult``.
+
+        The log is read into a scratch catalog on a thread of its own; the loop
+        then swaps the table's rows in one SQLite transaction and follows it
+        again. Every other table is materialized and served meanwhile.
+        """
+        from consumer.repair import build_fresh, scratch_dir
+
+        future: Future[Any] = Future()
+        future.set_running_or_notify_cancel()
+
+        def build() -> None:
+            scratch = scratch_dir(self.writer.path)
+            try:
+                path = scratch.__enter__()
+                build_fresh(self.settings, table, path / "table.db")
+            except BaseException as exc:
+                scratch.__exit__(None, None, None)
+                future.set_exception(exc)
+                return
+            self._rebuilt.put((table, path / "table.db", scratch, future))
+
+        threading.Thread(target=build, name=f"repair-{table}", daemon=True).start()
+        return future
+
+    def _take_repair_requests(self) -> None:
+        """Start the repairs ``ordo repair`` asked for (request files next to the catalog); answer each in a file."""
+        from consumer.repair import take_requests, write_result
+
+        try:
+            requests = take_requests(self.writer.path)
+        except OSError as exc:
+            log.warning("cannot read repair requests: %s", exc)
+            return
+        for table, request_id in requests:
+            log.info("table %s: repair requested (%s)", table, request_id)
+
+            def answer(future: Future[Any], table: str = table, request_id: str = request_id) -> None:
+                exc = future.exception()
+                data = {"error_type": type(exc).__name__, "message": str(exc)} if exc else future.result().to_json()
+                try:
+                    write_result(self.writer.path, table, request_id, data)
+                except OSError:
+                    log.exception("table %s: cannot write the repair result", table)
+
+            self.request_repair(table).add_done_callback(answer)
+
+    def _swap_rebuilt(self) -> None:
+        from consumer.repair import RepairResult
+
+        while not self._rebuilt.empty():
+            table, fresh, scratch, future = self._rebuilt.get()
+            topic = decisions_topic(self.prefix, table)
+            try:
+                self._unfollow(topic)
+                state = self.writer.replace_table(table, fresh)
+                self._skipped.discard(topic)
+                self._topics.pop(topic, None)
+                self.status.broken.pop(table, None)
+                self._discover()  # follows it again from the rebuilt offset, or reports it stopped again
+            except BaseException as exc:
+                future.set_exception(exc)
+                continue
+            finally:
+                scratch.__exit__(None, None, None)
+            log.info("table %s: re-materialized from its decisions log: %s", table, RepairResult.of(state))
+            future.set_result(RepairResult.of(state))
 
     # ------------------------------------------------------------------ topics
 
@@ -293,7 +384,7 @@ class Materializer:
                 self._fail(
                     topic,
                     f"the decisions log ends at offset {high} but the catalog applied it up to {state.next_offset}: "
-                    "the broker lost records or the topic was recreated (rebuild the catalog)",
+                    "the broker lost records or the topic was recreated",
                 )
                 continue
             self._topics[topic] = table
@@ -302,6 +393,8 @@ class Materializer:
             log.info("table %s: following %s from offset %d", table, topic, state.next_offset)
         if assign:
             self._consumer.incremental_assign(assign)
+            for tp in assign:
+                self._gaps.expect(tp.topic, tp.offset, after_record=True)  # the catalog applied the one before
         if self._awaiting_eof is None:
             self._awaiting_eof = {tp.topic for tp in assign}
             self._check_ready()
@@ -359,6 +452,7 @@ class Materializer:
         if topic in self._topics:
             del self._topics[topic]
             self._skipped.add(topic)
+            self._gaps.forget(topic)
             try:
                 self._consumer.incremental_unassign([TopicPartition(topic, 0)])
             except Exception:  # not assigned yet

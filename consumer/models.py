@@ -72,6 +72,7 @@ class FileEntry:
     added_version: int
     data_change: bool
     operation: str
+    bucket: int = 0  # DataFile.bucket: of the primary-key hash (0 for unbucketed tables)
 
     @property
     def seq(self) -> int:
@@ -92,6 +93,7 @@ class FileEntry:
             "seq": self.added_version,
             "data_change": self.data_change,
             "operation": self.operation,
+            "bucket": self.bucket,
         }
 
     @classmethod
@@ -108,6 +110,7 @@ class FileEntry:
             added_version=data["added_version"],
             data_change=data["data_change"],
             operation=data["operation"],
+            bucket=data.get("bucket", 0),  # absent from a consumer older than the bucket field
         )
 
 

@@ -21,7 +21,15 @@ log = logging.getLogger("ordo.consumer")
 
 def run_consumer(settings: Settings, *, http: bool = True, echo: Callable[[str], None] = print) -> int:
     """Run until SIGINT/SIGTERM; returns the exit code. Prints the settings a reader needs."""
+    from consumer.repair import consumer_lock
+
     catalog_path = str(Path(settings.catalog).absolute())
+    Path(catalog_path).parent.mkdir(parents=True, exist_ok=True)
+    with consumer_lock(catalog_path):  # ``ordo repair`` then asks this consumer instead of writing the file itself
+        return _run(settings, catalog_path, http, echo)
+
+
+def _run(settings: Settings, catalog_path: str, http: bool, echo: Callable[[str], None]) -> int:
     writer = CatalogWriter(catalog_path, settings.topic_prefix)
     status = ConsumerStatus()
     materializer = Materializer(settings, writer, status)

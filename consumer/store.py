@@ -32,12 +32,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from consumer.errors import repair_hint
 from consumer.models import datetime_to_ms
 from schemas import CodecError, CommitDecision, Operation, Outcome, TableMetadata, decode
 
 log = logging.getLogger("ordo.consumer.store")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: files.bucket (a version-1 catalog is migrated when a writer opens it)
 GENESIS_HASH = bytes(32)  # prev_hash of a table's first decision (arbiter.core.GENESIS_HASH)
 
 SCHEMA = """
@@ -113,7 +114,8 @@ CREATE TABLE IF NOT EXISTS files (
     added_version   INTEGER NOT NULL,             -- = the sequence number of its records without _ordo_seq
     removed_version INTEGER,                      -- NULL while live
     data_change     INTEGER NOT NULL,             -- the adding commit changed logical data
-    operation       TEXT NOT NULL                 -- the adding commit's operation
+    operation       TEXT NOT NULL,                -- the adding commit's operation
+    bucket          INTEGER NOT NULL DEFAULT 0    -- DataFile.bucket (0 for unbucketed tables)
 );
 CREATE UNIQUE INDEX IF NOT EXISTS files_live_path ON files (table_id, path) WHERE removed_version IS NULL;
 CREATE INDEX IF NOT EXISTS files_removed ON files (table_id, removed_version, added_version);
@@ -250,13 +252,15 @@ class CatalogWriter:
         conn.execute("BEGIN IMMEDIATE")
         try:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, SCHEMA_VERSION):
+            if version not in (0, 1, SCHEMA_VERSION):
                 raise RuntimeError(
                     f"catalog {self.path} has schema version {version}; this build reads {SCHEMA_VERSION}"
                 )
             for statement in SCHEMA.split(";"):
                 if statement.strip():
                     conn.execute(statement)
+            if version == 1:  # written before DataFile.bucket: every file it holds is in bucket 0
+                conn.execute("ALTER TABLE files ADD COLUMN bucket INTEGER NOT NULL DEFAULT 0")
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             row = conn.execute("SELECT value FROM catalog_info WHERE key = 'topic_prefix'").fetchone()
             if row is None:
@@ -330,6 +334,7 @@ class CatalogWriter:
     def mark_broken(self, table: str, error: str) -> None:
         """Stop applying ``table`` at its current offset for ``error`` (found outside a record, e.g. a lost log)."""
         state = self._streams[table]
+        error = f"{error} ({repair_hint(table)})"
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -343,6 +348,64 @@ class CatalogWriter:
             raise
         state.error = error
         state.error_offset = state.next_offset
+
+    def replace_table(self, table: str, source: str | Path) -> StreamState:
+        """Replace every row of ``table`` by those of the catalog file ``source``, in ONE transaction.
+
+        ``source`` is a catalog of the same prefix built from the table's log
+        alone (``consumer.repair``). Readers see the old rows or the new ones,
+        never a mix: SQLite commits the deletes and inserts at once.
+        """
+        conn = self._conn
+        conn.execute("ATTACH DATABASE ? AS fresh", (str(source),))
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                row = conn.execute(
+                    "SELECT id, topic FROM fresh.tables WHERE name = ?",
+                    (table,),
+                ).fetchone()
+                if row is None:
+                    raise ValueError(f"the rebuilt catalog {source} has no table {table!r}")
+                source_id, topic = row
+                known = self._streams.get(table)
+                target_id = known.table_id if known is not None else self._insert_stream(table, topic).table_id
+                for name in ("decisions", "commits", "files"):
+                    columns = [
+                        c[1] for c in conn.execute(f"PRAGMA fresh.table_info({name})").fetchall() if c[1] != "id"
+                    ]
+                    selected = ", ".join("?" if c == "table_id" else c for c in columns)
+                    conn.execute(f"DELETE FROM main.{name} WHERE table_id = ?", (target_id,))
+                    conn.execute(
+                        f"INSERT INTO main.{name} ({', '.join(columns)}) SELECT {selected} FROM fresh.{name}"
+                        " WHERE table_id = ?",
+                        (target_id, source_id),
+                    )
+                copied = (
+                    "next_offset",
+                    "last_hash",
+                    "decisions",
+                    "metadata",
+                    "created_time_ms",
+                    "head_version",
+                    "head_time_ms",
+                    "error",
+                    "error_offset",
+                )
+                conn.execute(
+                    f"UPDATE main.tables SET ({', '.join(copied)}, updated_ms) = "
+                    f"(SELECT {', '.join(copied)}, ? FROM fresh.tables WHERE id = ?) WHERE id = ?",
+                    (int(time.time() * 1000), source_id, target_id),
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        finally:
+            conn.execute("DETACH DATABASE fresh")
+            self._streams.clear()
+            self._load_streams()
+        return replace(self._streams[table])
 
     def _insert_stream(self, table: str, topic: str) -> StreamState:
         cursor = self._conn.execute(
@@ -413,6 +476,7 @@ class CatalogWriter:
         return result
 
     def _break(self, state: StreamState, record: LogRecord, error: str, result: ApplyResult) -> None:
+        error = f"{error} ({repair_hint(state.name)})"
         state.error = error
         state.error_offset = record.offset
         result.broken.append((state.name, record.offset, error))
@@ -597,11 +661,12 @@ class CatalogWriter:
                         version,
                         data_change,
                         operation.value,
+                        f.bucket,
                     )
                 )
             conn.executemany(
                 "INSERT INTO files (table_id, path, partition, record_count, size_bytes, min_key, max_key,"
-                " added_version, data_change, operation) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                " added_version, data_change, operation, bucket) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 rows,
             )
         conn.execute(
@@ -626,7 +691,17 @@ class CatalogWriter:
 
 
 TABLE_COLUMNS = "id, name, topic, next_offset, decisions, metadata, created_time_ms, head_version, head_time_ms, error, error_offset"
-FILE_COLUMNS = "path, partition, record_count, size_bytes, min_key, max_key, added_version, data_change, operation"
+FILE_COLUMNS = (
+    "path, partition, record_count, size_bytes, min_key, max_key, added_version, data_change, operation, bucket"
+)
+_FILE_COLUMNS_V1 = FILE_COLUMNS.replace(", bucket", ", 0 AS bucket")  # a catalog no writer has migrated yet
+
+
+def _file_columns(conn: sqlite3.Connection) -> str:
+    """The file columns to select: a version-1 catalog (read before its consumer was upgraded) has no bucket."""
+    return FILE_COLUMNS if conn.execute("PRAGMA user_version").fetchone()[0] >= 2 else _FILE_COLUMNS_V1
+
+
 DECISION_COLUMNS = (
     "log_offset, log_timestamp_ms, txn_id, outcome, operation, read_version, intent_offset, id_version,"
     " time_version_ms, effective_time_ms, rebase, reason, message, conflicting_txn_id, conflicting_version, writer,"
@@ -668,9 +743,10 @@ def query_version_at(conn: sqlite3.Connection, table_id: int, millis: int) -> tu
 
 def query_snapshot_files(conn: sqlite3.Connection, table_id: int, version: int) -> list[tuple[Any, ...]]:
     """Rows of the files live at ``version`` (one indexed query; see ``files_removed``)."""
+    columns = _file_columns(conn)
     return conn.execute(
-        f"SELECT {FILE_COLUMNS} FROM files WHERE table_id = ?1 AND removed_version IS NULL AND added_version <= ?2"
-        f" UNION ALL SELECT {FILE_COLUMNS} FROM files WHERE table_id = ?1 AND removed_version > ?2"
+        f"SELECT {columns} FROM files WHERE table_id = ?1 AND removed_version IS NULL AND added_version <= ?2"
+        f" UNION ALL SELECT {columns} FROM files WHERE table_id = ?1 AND removed_version > ?2"
         " AND added_version <= ?2",
         (table_id, version),
     ).fetchall()
@@ -694,7 +770,7 @@ def query_commits(
 def query_added_files(conn: sqlite3.Connection, table_id: int, low: int, high: int) -> list[tuple[Any, ...]]:
     """Rows of files added by ID versions ``low..high``."""
     return conn.execute(
-        f"SELECT {FILE_COLUMNS} FROM files WHERE table_id = ? AND added_version BETWEEN ? AND ? ORDER BY id",
+        f"SELECT {_file_columns(conn)} FROM files WHERE table_id = ? AND added_version BETWEEN ? AND ? ORDER BY id",
         (table_id, low, high),
     ).fetchall()
 

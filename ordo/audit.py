@@ -51,7 +51,7 @@ from arbiter.replay import (
 from ordo.errors import BrokerUnavailableError, OrdoError
 from ordo.keys import reader_trust
 from ordo.settings import Settings
-from schemas import CodecError, CommitDecision, Outcome, chain_hash, decisions_topic, decode, intents_topic
+from schemas import CodecError, CommitDecision, Outcome, chain_hash, decisions_topic, decode, intents_topic, parse_topic
 from schemas.signing import SigningError, Trust, signature_of
 
 EXIT_OK = 0
@@ -131,54 +131,34 @@ def read_partition(
 ) -> list[tuple[int, int, bytes | None]]:
     """Every record ``(offset, timestamp ms, value)`` of partition 0 of ``topic`` up to its end (read_committed).
 
+    Offsets the fetch skipped are re-read (``kernel.logread``); a decisions
+    topic's single-offset gaps after a record are its transaction markers.
     ``signatures``, when given, receives each record's ``ordo-sig`` header by offset.
     """
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+    from kernel.logread import LogReadError, read_to_end
 
-    consumer = Consumer(
-        settings.kafka_config(
-            **{
-                "group.id": f"{settings.topic_prefix}.audit",  # never joined: assign() only
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "isolation.level": "read_committed",
-                "enable.partition.eof": True,
-                "allow.auto.create.topics": False,
-                "fetch.wait.max.ms": 20,
-            }
-        )
+    parsed = parse_topic(settings.topic_prefix, topic)
+    config = settings.kafka_config(
+        **{
+            "group.id": f"{settings.topic_prefix}.audit",  # never joined: assign() only
+            "isolation.level": "read_committed",
+            "fetch.wait.max.ms": 20,
+        }
     )
     records: list[tuple[int, int, bytes | None]] = []
-    deadline = time.monotonic() + timeout
     try:
-        consumer.list_topics(timeout=timeout)  # all topics: warms the metadata cache without naming one
-        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-        while True:
-            first = consumer.poll(0.2)
-            batch = [] if first is None else [first, *consumer.consume(num_messages=10_000, timeout=0)]
-            for message in batch:
-                error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        return records
-                    if error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
-                        continue
-                    if error.fatal():
-                        raise AuditReadError(f"reading {topic}: {error.str()}")
-                    continue
-                _, timestamp = message.timestamp()
-                offset = message.offset()
-                assert offset is not None  # a fetched record always has one
-                records.append((offset, timestamp, message.value()))
-                if signatures is not None:
-                    signature = signature_of(message.headers())
-                    if signature is not None:
-                        signatures[offset] = signature
-                deadline = time.monotonic() + timeout
-            if time.monotonic() > deadline:
-                raise AuditReadError(f"reading {topic} did not reach its end within {timeout:g} s")
-    finally:
-        consumer.close()
+        for message in read_to_end(
+            config, topic, transactional=parsed is not None and parsed[1] == "decisions", timeout=timeout
+        ):
+            _, timestamp = message.timestamp()
+            records.append((message.offset(), timestamp, message.value()))
+            if signatures is not None:
+                signature = signature_of(message.headers())
+                if signature is not None:
+                    signatures[message.offset()] = signature
+    except LogReadError as exc:
+        raise AuditReadError(str(exc)) from exc
+    return records
 
 
 def read_table_logs(

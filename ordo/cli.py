@@ -51,7 +51,7 @@ def main(ctx: click.Context, bootstrap_servers: str | None, topic_prefix: str | 
     Run the stack:      ordo up | ordo broker | ordo arbiter | ordo consumer
     Try it:             ordo demo
     Read the catalog:   ordo tables | history | show | changes | tail
-    Operate:            ordo vacuum | ordo replay | ordo keygen
+    Operate:            ordo vacuum | ordo replay | ordo repair | ordo keygen
 
     Settings come from ORDO_* environment variables (ORDO_BOOTSTRAP_SERVERS,
     ORDO_TOPIC_PREFIX, ORDO_WAREHOUSE, ORDO_CATALOG, ORDO_KAFKA__*), which the
@@ -316,14 +316,53 @@ def tail(
 @click.argument("table")
 @click.option("--retain", type=click.FloatRange(min=0), required=True, metavar="HOURS", help="retention window")
 @click.option("--apply", is_flag=True, help="delete the files (default: dry run, only list them)")
-@click.option("--orphans", is_flag=True, help="also delete files no commit ever added, older than the window")
+@click.option(
+    "--orphans",
+    is_flag=True,
+    help="also delete files no commit ever added and no undecided intent names (reads the intents log)",
+)
+@click.option(
+    "--orphan-age",
+    type=float,
+    default=None,
+    metavar="HOURS",
+    help="orphans modified less than this long ago are kept (default 24; below 1 only with --force)",
+)
+@click.option("--force", is_flag=True, help="allow an --orphan-age below the safe floor of 1 hour")
 @json_option
 @pass_settings
-def vacuum(settings: Settings, table: str, retain: float, apply: bool, orphans: bool, as_json: bool) -> None:
+def vacuum(
+    settings: Settings,
+    table: str,
+    retain: float,
+    apply: bool,
+    orphans: bool,
+    orphan_age: float | None,
+    force: bool,
+    as_json: bool,
+) -> None:
     """Delete TABLE's data files that no version inside the retention window references (dry run by default)."""
     from ordo.commands import vacuum_command
 
-    vacuum_command(settings, table, retain, apply, orphans, as_json)
+    vacuum_command(settings, table, retain, apply, orphans, as_json, orphan_age, force)
+
+
+@main.command()
+@click.argument("table")
+@click.option("--timeout", type=click.FloatRange(min=1), default=600.0, show_default=True, help="seconds to wait")
+@json_option
+@pass_settings
+def repair(settings: Settings, table: str, timeout: float, as_json: bool) -> None:
+    """Re-materialize TABLE in the catalog from its decisions log (after the consumer stopped it).
+
+    Needs the catalog file (ORDO_CATALOG). When a consumer runs on it, that
+    consumer does the repair while serving every other table; otherwise this
+    process does. Exit 1 when the table stops again (the bad record is still
+    in the log).
+    """
+    from ordo.commands import repair_command
+
+    raise SystemExit(repair_command(settings, table, timeout, as_json))
 
 
 @main.command()

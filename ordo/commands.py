@@ -397,15 +397,32 @@ def tail_command(
             console.print("stopped", style="dim")
 
 
-def vacuum_command(settings: Settings, table: str, retain: float, apply: bool, orphans: bool, as_json: bool) -> None:
+def vacuum_command(
+    settings: Settings,
+    table: str,
+    retain: float,
+    apply: bool,
+    orphans: bool,
+    as_json: bool,
+    orphan_age: float | None = None,
+    force: bool = False,
+) -> None:
     """``ordo vacuum TABLE --retain HOURS``: list (or with ``--apply`` delete) files no retained version needs."""
     from rich.table import Table
 
-    from ordo.vacuum import apply_vacuum, plan_vacuum
+    from ordo.vacuum import DEFAULT_ORPHAN_AGE_HOURS, VacuumError, apply_vacuum, kafka_intents_reader, plan_vacuum
 
+    age = DEFAULT_ORPHAN_AGE_HOURS if orphan_age is None else orphan_age
+    intents = None
+    if orphans:
+        if not settings.bootstrap_servers:
+            raise VacuumError(
+                "--orphans reads the intents log to keep the files of undecided intents: set ORDO_BOOTSTRAP_SERVERS"
+            )
+        intents = kafka_intents_reader(settings)
     catalog = open_catalog(settings)
-    plan = plan_vacuum(catalog, table, retain, orphans=orphans)
-    result = apply_vacuum(catalog, plan) if apply else None
+    plan = plan_vacuum(catalog, table, retain, orphans=orphans, intents=intents, orphan_age_hours=age, force=force)
+    result = apply_vacuum(catalog, plan, intents=intents) if apply else None
     if as_json:
         data: dict[str, Any] = {
             "table": table,
@@ -429,6 +446,7 @@ def vacuum_command(settings: Settings, table: str, retain: float, apply: bool, o
         if result is not None:
             data["deleted"] = [f.path for f in result.deleted]
             data["skipped_live"] = result.skipped_live
+            data["skipped_pending"] = result.skipped_pending
             data["missing"] = result.missing
         print_json(data)
         return
@@ -461,6 +479,30 @@ def vacuum_command(settings: Settings, table: str, retain: float, apply: bool, o
         console.print(f"deleted {len(result.deleted)} file(s), {fmt_bytes(result.size_bytes)}{kept}")
         if result.skipped_live:
             console.print(f"[yellow]kept {len(result.skipped_live)} file(s) that became live meanwhile[/yellow]")
+        if result.skipped_pending:
+            console.print(f"[yellow]kept {len(result.skipped_pending)} file(s) an undecided intent names[/yellow]")
+
+
+def repair_command(settings: Settings, table: str, timeout: float, as_json: bool) -> int:
+    """``ordo repair TABLE``: re-materialize a table from its decisions log; 0 when it is served again, else 1."""
+    from consumer.repair import repair
+
+    data = repair(settings, table, timeout)
+    if as_json:
+        print_json(data)
+    else:
+        console = make_console()
+        if data["error"] is None:
+            console.print(
+                f"{table}: re-materialized from its decisions log: head version {data['head_version']}, "
+                f"{data['decisions']} decision(s), log offset {data['next_offset']}; served again"
+            )
+        else:
+            console.print(
+                f"[red]{table}: stopped again at log offset {data['error_offset']}: {data['error']}[/red]\n"
+                f"the record is still in the log: `ordo replay {table} --verify` shows what is wrong with it"
+            )
+    return 0 if data["error"] is None else 1
 
 
 __all__ = [
@@ -476,6 +518,7 @@ __all__ = [
     "open_catalog",
     "parse_timestamp",
     "parse_version",
+    "repair_command",
     "show_command",
     "tables_command",
     "tail_command",

@@ -21,6 +21,7 @@ DEFAULT_CATALOG = "ordo-catalog.db"
 DEFAULT_WAREHOUSE = "warehouse"
 DEFAULT_HTTP_HOST = "127.0.0.1"
 DEFAULT_HTTP_PORT = 8765
+DEFAULT_RESUBMIT_AFTER = 5.0
 
 
 def default_state_dir() -> str:
@@ -46,6 +47,7 @@ class Settings:
     arbiter_key: str = ""
     trusted_keys: str = ""
     require_signatures: bool = True
+    resubmit_after: float = DEFAULT_RESUBMIT_AFTER  # commit client: publish an intent again when undecided this long
 
     def kafka_config(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka configuration: bootstrap servers, pass-through settings, then ``overrides``."""
@@ -110,6 +112,7 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
         ("arbiter_key", "ORDO_ARBITER_KEY", str),
         ("trusted_keys", "ORDO_TRUSTED_KEYS", str),
         ("require_signatures", "ORDO_REQUIRE_SIGNATURES", parse_bool),
+        ("resubmit_after", "ORDO_RESUBMIT_AFTER", float),
     ):
         if env.get(key):
             values[name] = cast(env[key])

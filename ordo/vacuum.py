@@ -1,7 +1,7 @@
 """``ordo vacuum``: delete data files that no retained version references.
 
 Files stay on storage after a commit removes them from the live set, so time
-travel keeps working (DESIGN section 2). Vacuum bounds that: with a retention
+travel keeps working. Vacuum bounds that: with a retention
 of ``H`` hours it keeps every version a reader may still ask for, i.e. the
 snapshot "as of now - H" (the *retention boundary*, version ``B``) and every
 version after it, and deletes a file only when both hold:
@@ -17,8 +17,20 @@ Files the catalog lists as live, at the head or at ``B``, are never deleted:
 the plan is checked against both snapshots again right before anything is
 removed. With ``orphans=True`` it also deletes Parquet files under the table
 location that no commit ever added (left by writers that died between staging
-and commit) and that were last modified more than ``H`` hours ago; the
-``_staging`` area of running writes is never touched.
+and commit), but never one a transaction may still commit:
+
+* the ``_staging`` area of running writes is never touched;
+* a file last modified less than ``orphan_age_hours`` ago (default
+  ``DEFAULT_ORPHAN_AGE_HOURS``; below ``MIN_ORPHAN_AGE_HOURS`` only with
+  ``force``) may belong to a writer that has not published its intent yet;
+* a file an *undecided* intent names, or whose name
+  (``<partition path>/<txn id>-<n>.parquet``) carries the transaction id of
+  one, may still be accepted. Undecided means: in the intents log after the
+  last intent the catalog knows as decided. The catalog is read first, the
+  intents log's tail after it, so an intent the catalog has not seen decided
+  yet (the arbiter may have decided it, the consumer not applied it) counts as
+  undecided: lag only keeps more files. ``apply_vacuum`` reads both again right
+  before deleting.
 
 Dry run by default: ``plan_vacuum`` only lists; ``apply_vacuum`` deletes.
 """
@@ -26,6 +38,7 @@ Dry run by default: ``plan_vacuum`` only lists; ``apply_vacuum`` deletes.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -37,6 +50,9 @@ from ordo.files import filesystem
 log = logging.getLogger("ordo.vacuum")
 
 STAGING_DIR = "_staging"
+DEFAULT_ORPHAN_AGE_HOURS = 24.0  # an orphan younger than this may be a running writer's file
+MIN_ORPHAN_AGE_HOURS = 1.0  # going below this needs ``force``: longer than any sane write + publish
+_TXN_FILE = re.compile(r"(?P<txn>.+)-\d+\.parquet")
 
 
 class VacuumError(OrdoError):
@@ -82,6 +98,7 @@ class VacuumResult:
 
     deleted: list[VacuumFile] = field(default_factory=list)
     skipped_live: list[str] = field(default_factory=list)
+    skipped_pending: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
 
     @property
@@ -90,21 +107,149 @@ class VacuumResult:
         return sum(f.size_bytes for f in self.deleted)
 
 
+@dataclass(frozen=True)
+class PendingIntents:
+    """What the undecided intents of a table name: files and transaction ids (their files are kept)."""
+
+    from_offset: int  # the first intents-log offset not known as decided
+    end_offset: int  # the intents log's end when it was read
+    paths: frozenset[str] = frozenset()
+    txn_ids: frozenset[str] = frozenset()
+
+    def protects(self, path: str) -> bool:
+        """True when ``path`` is named by an undecided intent or carries the transaction id of one."""
+        if path in self.paths:
+            return True
+        match = _TXN_FILE.fullmatch(path.rsplit("/", 1)[-1])
+        return match is not None and match.group("txn") in self.txn_ids
+
+
+# Reads the intents of a table from an offset to the log's end: (table, from_offset) -> PendingIntents.
+IntentsReader = Callable[[str, int], PendingIntents]
+
+
+def first_undecided_offset(catalog: Any, table: str) -> int:
+    """The intents-log offset after the last intent the catalog knows as decided (0 if none)."""
+    return max((d.intent_offset for d in catalog.history(table)), default=-1) + 1
+
+
+def check_orphan_age(hours: float, *, force: bool = False) -> None:
+    """Refuse an orphan age below ``MIN_ORPHAN_AGE_HOURS`` unless ``force`` (and any negative one)."""
+    if hours < 0:
+        raise VacuumError(f"orphan age must be >= 0 hours, not {hours:g}")
+    if hours < MIN_ORPHAN_AGE_HOURS and not force:
+        raise VacuumError(
+            f"orphan age {hours:g} h is below the safe floor of {MIN_ORPHAN_AGE_HOURS:g} h: a writer still staging "
+            "or publishing may own such files (pass --force to go below it anyway)"
+        )
+
+
+def kafka_intents_reader(settings: Any, timeout: float = 30.0) -> IntentsReader:
+    """An ``IntentsReader`` over the broker of ``settings`` (read_uncommitted: it sees every intent there is)."""
+
+    def read(table: str, from_offset: int) -> PendingIntents:
+        return read_pending_intents(settings, table, from_offset, timeout)
+
+    return read
+
+
+def read_pending_intents(settings: Any, table: str, from_offset: int, timeout: float = 30.0) -> PendingIntents:
+    """The files and transaction ids named by ``table``'s intents at ``from_offset`` and after."""
+    import time
+
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    from ordo.broker import existing_topics
+    from schemas import CommitIntent, decode, intents_topic
+
+    topic = intents_topic(settings.topic_prefix, table)
+    try:
+        topics = existing_topics(AdminClient(settings.kafka_config()), timeout=timeout)
+    except OrdoError as exc:
+        raise VacuumError(f"cannot read the intents log of {table!r} to protect undecided intents: {exc}") from exc
+    if topic not in topics:
+        return PendingIntents(from_offset, from_offset)  # no intent was ever published
+    consumer = Consumer(
+        settings.kafka_config(
+            **{
+                "group.id": f"{settings.topic_prefix}.vacuum",  # never joined: assign() only
+                "enable.auto.commit": False,
+                "isolation.level": "read_uncommitted",
+                "enable.partition.eof": True,
+                "allow.auto.create.topics": False,
+                "fetch.wait.max.ms": 20,
+            }
+        )
+    )
+    paths: set[str] = set()
+    txn_ids: set[str] = set()
+    try:
+        try:
+            consumer.list_topics(timeout=timeout)
+            _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout)
+        except KafkaException as exc:
+            raise VacuumError(f"cannot read the intents log {topic}: {exc.args[0]}") from exc
+        if high <= from_offset:
+            return PendingIntents(from_offset, high)
+        consumer.assign([TopicPartition(topic, 0, from_offset)])
+        deadline = time.monotonic() + timeout
+        while True:
+            message = consumer.poll(0.2)
+            if message is None:
+                if time.monotonic() > deadline:
+                    raise VacuumError(f"reading the intents log {topic} did not reach its end within {timeout:g} s")
+                continue
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    return PendingIntents(from_offset, message.offset() or high, frozenset(paths), frozenset(txn_ids))
+                if error.fatal():
+                    raise VacuumError(f"reading the intents log {topic}: {error.str()}")
+                continue
+            deadline = time.monotonic() + timeout
+            try:
+                intent = decode(message.value() or b"")
+            except Exception:
+                continue  # the arbiter rejects it as malformed: it names no file that can be committed
+            if isinstance(intent, CommitIntent):
+                txn_ids.add(intent.txn_id)
+                paths.update(f.path for f in intent.added_files)
+    finally:
+        consumer.close()
+
+
 def _join(location: str, path: str) -> str:
     return location.rstrip("/") + "/" + path
 
 
 def plan_vacuum(
-    catalog: Any, table: str, retain_hours: float, *, now: datetime | None = None, orphans: bool = False
+    catalog: Any,
+    table: str,
+    retain_hours: float,
+    *,
+    now: datetime | None = None,
+    orphans: bool = False,
+    intents: IntentsReader | None = None,
+    orphan_age_hours: float = DEFAULT_ORPHAN_AGE_HOURS,
+    force: bool = False,
 ) -> VacuumPlan:
-    """The files of ``table`` that no version inside the retention window references (see the module docstring)."""
+    """The files of ``table`` that no version inside the retention window references (see the module docstring).
+
+    ``orphans`` needs ``intents`` (see ``kafka_intents_reader``): without the
+    intents log it cannot know which files an undecided intent names.
+    """
     if retain_hours < 0:
         raise VacuumError(f"retention must be >= 0 hours, not {retain_hours:g}")
+    if orphans:
+        check_orphan_age(orphan_age_hours, force=force)
+        if intents is None:
+            raise VacuumError("deleting orphans needs the intents log (the broker) to keep undecided intents' files")
     info = catalog.table(table)
     if info.error is not None:
         raise VacuumError(
             f"table {table!r} is stopped at version {info.head_version} by a broken decision log "
-            f"(offset {info.error_offset}); repair it before vacuuming"
+            f"(offset {info.error_offset}: {info.error}); repair it (ordo repair {table}) before vacuuming"
         )
     now = now or datetime.now(UTC)
     boundary_time = now - timedelta(hours=retain_hours)
@@ -139,11 +284,17 @@ def plan_vacuum(
         absolute = entry.absolute_path if entry is not None else _join(location, path)
         size = entry.size_bytes if entry is not None else 0
         candidates.append(VacuumFile(path, absolute, size, "removed", version, when))
+    pending: PendingIntents | None = None
+    if intents is not None:  # the catalog was read above; the intents log's tail only now
+        pending = intents(table, first_undecided_offset(catalog, table))
+        candidates = [f for f in candidates if not pending.protects(f.path)]
     existing = _existing(candidates)
     gone = len(candidates) - len(existing)
     result = existing
     if orphans:
-        result = result + _orphans(location, set(added), live, boundary_time)
+        assert pending is not None
+        found = _orphans(location, set(added), live, now - timedelta(hours=orphan_age_hours))
+        result = result + [f for f in found if not pending.protects(f.path)]
     return VacuumPlan(
         table=table,
         location=location,
@@ -202,15 +353,30 @@ def _orphans(location: str, committed: set[str], live: set[str], older_than: dat
 
 
 def apply_vacuum(
-    catalog: Any, plan: VacuumPlan, *, on_delete: Callable[[VacuumFile], None] | None = None
+    catalog: Any,
+    plan: VacuumPlan,
+    *,
+    on_delete: Callable[[VacuumFile], None] | None = None,
+    intents: IntentsReader | None = None,
 ) -> VacuumResult:
-    """Delete the plan's files, re-checking first that none is live at the head or at the boundary now."""
+    """Delete the plan's files, re-checking first that none is live at the head or at the boundary now.
+
+    With ``intents`` (required when the plan holds orphans) the intents log's
+    tail is read again and no file an undecided intent names is deleted.
+    """
+    if intents is None and any(f.kind == "orphan" for f in plan.files):
+        raise VacuumError("deleting orphans needs the intents log (the broker) to keep undecided intents' files")
     head = catalog.snapshot(plan.table)
     live = {f.path for f in head.files}
     if plan.boundary_version is not None:
         live |= {f.path for f in catalog.snapshot(plan.table, version=plan.boundary_version).files}
+    pending = intents(plan.table, first_undecided_offset(catalog, plan.table)) if intents is not None else None
     result = VacuumResult()
     for item in plan.files:
+        if pending is not None and pending.protects(item.path):
+            log.warning("not deleting %s: an undecided intent names it", item.path)
+            result.skipped_pending.append(item.path)
+            continue
         if item.path in live:
             log.warning("not deleting %s: it is live", item.path)
             result.skipped_live.append(item.path)
@@ -229,4 +395,19 @@ def apply_vacuum(
     return result
 
 
-__all__ = ["VacuumError", "VacuumFile", "VacuumPlan", "VacuumResult", "apply_vacuum", "plan_vacuum"]
+__all__ = [
+    "DEFAULT_ORPHAN_AGE_HOURS",
+    "MIN_ORPHAN_AGE_HOURS",
+    "IntentsReader",
+    "PendingIntents",
+    "VacuumError",
+    "VacuumFile",
+    "VacuumPlan",
+    "VacuumResult",
+    "apply_vacuum",
+    "check_orphan_age",
+    "first_undecided_offset",
+    "kafka_intents_reader",
+    "plan_vacuum",
+    "read_pending_intents",
+]

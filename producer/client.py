@@ -12,6 +12,15 @@ trusted arbiter signature vouches for it (``schemas.signing``: the signed
 record closes its batch, in the same transaction); a forged or unsigned one is
 never taken as the answer.
 
+Every gap in the decisions log that is not a transaction marker is re-read
+(``kernel.logread``: Tansu's fetch can skip a stored record). And because the
+arbiter's fetch of the intents log can skip one too, an intent whose decision
+is overdue (``resubmit_after`` seconds, doubling each time) is published again,
+the same bytes under the same txn id: the arbiter answers a repeat with the
+first decision (``duplicate_of`` set, the original outcome and versions), and
+whichever decision comes first answers the commit. Nothing is resubmitted once
+a decision is known.
+
 Kafka clients are created on first use, never in ``__init__``.
 """
 
@@ -26,6 +35,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
+from kernel.logread import GapChecker, GapStats, read_to_end
 from ordo.broker import DECISIONS_CONFIG, INTENTS_CONFIG, create_table_topics, create_topics, existing_topics
 from ordo.errors import BrokerUnavailableError, CommitTimeoutError, OrdoError, TableNotFoundError
 from ordo.settings import Settings, load_settings
@@ -39,6 +49,7 @@ log = logging.getLogger("ordo.producer")
 CONNECT_TIMEOUT = 10.0
 ADMIN_TIMEOUT = 30.0
 READER_POLL = 0.05
+MAX_RESUBMIT_INTERVAL = 60.0
 
 
 class ClientClosedError(OrdoError):
@@ -55,6 +66,10 @@ class _Pending:
     timeout: float
     offset: int | None = None
     published_at: float = field(default_factory=time.monotonic)
+    topic: str = ""
+    data: bytes = b""
+    next_resubmit: float = float("inf")  # when the decision is overdue (set once the intent is delivered)
+    resubmits: int = 0
 
 
 class _DecisionReader:
@@ -74,24 +89,34 @@ class _DecisionReader:
         self._consumer: Any = None
         # Starts mid-log: nothing verified yet, the first signed record anchors the chain.
         self._verifier: ChainVerifier[bytes] = ChainVerifier(table, client._reader_trust(), anchor=None)
+        self._gaps: GapChecker | None = None
 
     def begin(self) -> None:
         from confluent_kafka import Consumer, TopicPartition
 
-        self._consumer = Consumer(
-            self.client.settings.kafka_config(
-                **{
-                    "group.id": f"{self.client.prefix}.commit-client",  # never joined: assign() only
-                    "enable.auto.commit": False,
-                    "enable.auto.offset.store": False,
-                    "isolation.level": "read_committed",
-                    "fetch.wait.max.ms": 20,
-                    "allow.auto.create.topics": False,
-                }
-            )
+        config = self.client.settings.kafka_config(
+            **{
+                "group.id": f"{self.client.prefix}.commit-client",  # never joined: assign() only
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "isolation.level": "read_committed",
+                "fetch.wait.max.ms": 20,
+                "enable.partition.eof": True,  # an end past the last record read is a gap to re-read
+                "allow.auto.create.topics": False,
+            }
+        )
+        self._consumer = Consumer(config)
+        self._gaps = GapChecker(
+            config,
+            transactional=True,
+            consumer=self._consumer,
+            name=f"commit client {self.topic}",
+            keep_eof=False,
+            stats=self.client.gap_stats,
         )
         _warm_metadata(self._consumer)
         self._consumer.assign([TopicPartition(self.topic, 0, self.start)])
+        self._gaps.expect(self.topic, self.start)
         self._thread.start()
 
     # ---------------------------------------------------------------- producer side
@@ -100,13 +125,19 @@ class _DecisionReader:
         with self._lock:
             self._undelivered.add(pending)
 
-    def delivered(self, pending: _Pending, error: Any, offset: int | None) -> None:
-        """Delivery report of ``pending``'s intent (called on the producer's poll thread)."""
+    def delivered(self, pending: _Pending, error: Any, offset: int | None, repeat: bool = False) -> None:
+        """Delivery report of ``pending``'s intent or of a ``repeat`` of it (called on the producer's poll thread)."""
         with self._lock:
             self._undelivered.discard(pending)
             record = None
+            if repeat and (error is not None or offset is None or pending.future.done()):
+                if error is not None:
+                    log.warning("resubmitting txn %s for table %s failed: %s", pending.txn_id, self.table, error)
+                return  # the first copy is still waiting (or answered)
             if error is None and offset is not None:
-                pending.offset = offset
+                if pending.offset is None:
+                    pending.offset = offset
+                    pending.next_resubmit = time.monotonic() + self.client.resubmit_after
                 record = self._early.pop(offset, None)
                 if record is None:
                     self._waiting[offset] = pending
@@ -126,14 +157,16 @@ class _DecisionReader:
 
     def _run(self) -> None:
         consumer = self._consumer
+        gaps = self._gaps
+        assert gaps is not None
         next_expiry = 0.0
         try:
             while not self._stop.is_set():
                 first = consumer.poll(READER_POLL)  # consume() would wait out its timeout at low load
                 messages = [] if first is None else [first, *consumer.consume(num_messages=1000, timeout=0)]
-                for message in messages:
+                for message in gaps.check(messages):
                     if message.error() is not None:
-                        continue  # EOF is off; unknown-topic and transport errors retry on their own
+                        continue  # unknown-topic and transport errors retry on their own
                     released, refused = self._verifier.push(
                         message.offset(), message.value(), signature_of(message.headers()), message.value()
                     )
@@ -157,6 +190,7 @@ class _DecisionReader:
             log.exception("decision reader for %s failed", self.topic)
             self._fail_all(OrdoError(f"the decision reader for table {self.table} failed; see the log"))
         finally:
+            gaps.close()
             consumer.close()
 
     def _match(self, record: dict[str, Any]) -> None:
@@ -173,11 +207,19 @@ class _DecisionReader:
 
     def _expire(self, now: float) -> None:
         expired: list[_Pending] = []
+        overdue: list[_Pending] = []
         with self._lock:
             for offset, pending in list(self._waiting.items()):
                 if pending.deadline <= now or pending.future.done():
                     del self._waiting[offset]
-                    expired.append(pending)
+                    if pending not in expired:
+                        expired.append(pending)
+                elif pending.next_resubmit <= now and pending.offset == offset:
+                    pending.resubmits += 1
+                    interval = self.client.resubmit_after * 2**pending.resubmits
+                    pending.next_resubmit = now + min(interval, MAX_RESUBMIT_INTERVAL)
+                    self._undelivered.add(pending)
+                    overdue.append(pending)
             for pending in list(self._undelivered):
                 if pending.deadline <= now or pending.future.done():
                     self._undelivered.discard(pending)
@@ -185,6 +227,8 @@ class _DecisionReader:
         for pending in expired:
             if not pending.future.done():
                 _fail(pending.future, self.client._timeout_error(self.table, pending))
+        for pending in overdue:
+            self.client._resubmit(self, pending)
 
     def _fail_all(self, error: OrdoError) -> None:
         with self._lock:
@@ -242,7 +286,9 @@ class CommitClient:
 
     ``bootstrap_servers`` and ``topic_prefix`` override ``settings`` (default:
     ``load_settings()``, i.e. the ``ORDO_*`` environment). ``connect_timeout``
-    bounds the first contact with the broker. Thread-safe: many threads may
+    bounds the first contact with the broker; ``resubmit_after`` (default
+    ``settings.resubmit_after``) is how long a decision may take before the
+    intent is published again (same bytes, same txn id; the wait doubles). Thread-safe: many threads may
     ``commit()`` and ``submit()`` at once.
     """
 
@@ -253,9 +299,17 @@ class CommitClient:
         *,
         settings: Settings | None = None,
         connect_timeout: float = CONNECT_TIMEOUT,
+        resubmit_after: float | None = None,
     ) -> None:
         base = settings if settings is not None else load_settings()
-        self.settings = base.with_overrides(bootstrap_servers=bootstrap_servers, topic_prefix=topic_prefix)
+        self.settings = base.with_overrides(
+            bootstrap_servers=bootstrap_servers, topic_prefix=topic_prefix, resubmit_after=resubmit_after
+        )
+        if not self.settings.resubmit_after > 0:
+            raise ValueError(f"resubmit_after must be > 0 seconds, got {self.settings.resubmit_after}")
+        self.resubmit_after = self.settings.resubmit_after
+        self.resubmits = 0  # intents published again because their decision was overdue
+        self.gap_stats = GapStats()  # re-reads of the decisions logs (kernel.logread)
         if not self.settings.bootstrap_servers:
             raise BrokerUnavailableError(
                 "no Kafka broker configured: pass bootstrap_servers= or set ORDO_BOOTSTRAP_SERVERS"
@@ -311,14 +365,35 @@ class CommitClient:
             reader = self._reader_for(intent.table)
         future: Future[CommitDecision] = Future()
         future.set_running_or_notify_cancel()
-        pending = _Pending(intent.txn_id, future, time.monotonic() + timeout, timeout)
+        topic = intents_topic(self.prefix, intent.table)
+        pending = _Pending(intent.txn_id, future, time.monotonic() + timeout, timeout, topic=topic, data=data)
         reader.add(pending)
 
         def on_delivery(error: Any, message: Any) -> None:
             reader.delivered(pending, error, message.offset() if error is None else None)
 
-        self._produce(intents_topic(self.prefix, intent.table), data, intent.txn_id.encode(), on_delivery)
+        self._produce(topic, data, intent.txn_id.encode(), on_delivery)
         return future
+
+    def _resubmit(self, reader: _DecisionReader, pending: _Pending) -> None:
+        """Publish ``pending``'s intent again (its decision is overdue); the first decision of either answers."""
+        if self._closed.is_set() or self._producer is None or pending.future.done():
+            reader.delivered(pending, None, None, repeat=True)
+            return
+        self.resubmits += 1
+        log.info(
+            "no decision for txn %s (table %s, intent offset %s) after %.1f s; publishing it again (#%d)",
+            pending.txn_id,
+            reader.table,
+            pending.offset,
+            time.monotonic() - pending.published_at,
+            pending.resubmits,
+        )
+
+        def on_delivery(error: Any, message: Any) -> None:
+            reader.delivered(pending, error, message.offset() if error is None else None, repeat=True)
+
+        self._produce(pending.topic, pending.data, pending.txn_id.encode(), on_delivery)
 
     def publish_raw(self, table: str, value: bytes | None, key: bytes | None = None, timeout: float = 30.0) -> int:
         """Put arbitrary bytes on ``table``'s intents topic (creating it if missing); return the record's offset.
@@ -353,7 +428,7 @@ class CommitClient:
         The history, in log order: a tool's and a test's view of it. Only decisions a trusted
         signature vouches for are returned (``schemas.signing``); refused records are logged.
         """
-        from confluent_kafka import Consumer, KafkaError, TopicPartition
+        from kernel.logread import LogReadError
 
         with self._lock:
             self._check_open()
@@ -361,48 +436,29 @@ class CommitClient:
         topic = decisions_topic(self.prefix, table)
         if topic not in existing_topics(self._admin, ADMIN_TIMEOUT):
             return []
-        consumer = Consumer(
-            self.settings.kafka_config(
-                **{
-                    "group.id": f"{self.prefix}.commit-client",
-                    "enable.auto.commit": False,
-                    "isolation.level": "read_committed",
-                    "enable.partition.eof": True,
-                    "allow.auto.create.topics": False,
-                }
-            )
+        config = self.settings.kafka_config(
+            **{"group.id": f"{self.prefix}.commit-client", "isolation.level": "read_committed"}
         )
         result: list[CommitDecision] = []
         verifier: ChainVerifier[bytes] = ChainVerifier(table, self._reader_trust(), anchor=None if start else GENESIS)
-        deadline = time.monotonic() + timeout
         try:
-            _warm_metadata(consumer)
-            consumer.assign([TopicPartition(topic, 0, start)])
-            while True:
-                first = consumer.poll(0.2)
-                batch = [] if first is None else [first, *consumer.consume(num_messages=10_000, timeout=0)]
-                for message in batch:
-                    error = message.error()
-                    if error is not None:
-                        if error.code() == KafkaError._PARTITION_EOF:
-                            for refusal in verifier.unvouched():
-                                log.warning("%s offset %d refused: %s", topic, refusal.offset, refusal.reason)
-                            return result
-                        continue
-                    offset, value = message.offset(), message.value() or b""
-                    assert offset is not None  # a fetched record always has one
-                    released, refused = verifier.push(offset, value, signature_of(message.headers()), value)
-                    for refusal in refused:
-                        log.warning("%s offset %d refused: %s", topic, refusal.offset, refusal.reason)
-                    for value in released:
-                        decision = decode(value)
-                        if not isinstance(decision, CommitDecision):
-                            raise OrdoError(f"{topic} holds a signed {type(decision).__name__}")
-                        result.append(decision)
-                if time.monotonic() > deadline:
-                    raise CommitTimeoutError(f"reading {topic} did not reach its end within {timeout} s")
-        finally:
-            consumer.close()
+            for message in read_to_end(
+                config, topic, start=start, transactional=True, timeout=timeout, stats=self.gap_stats
+            ):
+                value = message.value() or b""
+                released, refused = verifier.push(message.offset(), value, signature_of(message.headers()), value)
+                for refusal in refused:
+                    log.warning("%s offset %d refused: %s", topic, refusal.offset, refusal.reason)
+                for record in released:
+                    decision = decode(record)
+                    if not isinstance(decision, CommitDecision):
+                        raise OrdoError(f"{topic} holds a signed {type(decision).__name__}")
+                    result.append(decision)
+        except LogReadError as exc:
+            raise CommitTimeoutError(str(exc)) from exc
+        for refusal in verifier.unvouched():
+            log.warning("%s offset %d refused: %s", topic, refusal.offset, refusal.reason)
+        return result
 
     def close(self, timeout: float = 10.0) -> None:
         """Flush what was published, stop the readers (failing futures still waiting) and close."""

@@ -674,6 +674,7 @@ class FileWriter:
                     size_bytes=size,
                     min_key=min_key,
                     max_key=max_key,
+                    bucket=0,  # bucketed writes come later: every file is in bucket 0 for now
                 )
             )
         return files

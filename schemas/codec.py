@@ -41,7 +41,9 @@ from fastavro.schema import fingerprint, to_parsing_canonical_form
 from pydantic import BaseModel, ValidationError
 
 from schemas.errors import CodecError, UnknownSchemaError
+from schemas.history import current_schema, inline_references, released_schemas, schema_fingerprint, wire_fingerprint
 from schemas.models import (
+    MAX_BUCKET,
     MAX_FILES_PER_INTENT,
     MAX_ID_LENGTH,
     MAX_PARTITIONS_PER_INTENT,
@@ -70,6 +72,7 @@ def _load(name: str, named: dict[str, Any]) -> Any:
 
 
 def _fingerprint(parsed: Any) -> bytes:
+    """Fingerprint of a parsed schema's canonical form (named types it only references stay names)."""
     canonical = to_parsing_canonical_form(parsed)
     return struct.pack("<Q", int(fingerprint(canonical, "CRC-64-AVRO"), 16))
 
@@ -86,38 +89,83 @@ class _Schema:
 
 
 class Codec:
-    """Encodes current-version events and decodes any registered schema version."""
+    """Encodes current-version events and decodes every released (or registered) schema version.
 
-    def __init__(self) -> None:
+    The header fingerprint is that of the self-contained schema (named types
+    inlined, as in the Avro parsing canonical form), so a change anywhere in an
+    event, ``DataFile`` included, changes it. Every schema in
+    ``schemas/avro/history`` is registered for reading under the fingerprint its
+    release wrote (``schemas.history.wire_fingerprint``).
+    """
+
+    def __init__(self, *, history: bool = True) -> None:
         named: dict[str, Any] = {}
         for dependency in ("Operation", "DataFile", "TableMetadata"):
             _load(dependency, named)
         self._named = named
         self._by_model: dict[type, _Schema] = {}
         self._by_fingerprint: dict[bytes, _Schema] = {}
+        self.releases: dict[bytes, str] = {}  # fingerprint -> release of every schema from the history
         fast = {
             CommitIntent: (_read_intent, _model_intent, _write_intent),
             CommitDecision: (_read_decision, _model_decision, _write_decision),
         }
         for model in (CommitIntent, CommitDecision):
             parsed = _load(model.__name__, named)
+            header = MAGIC + schema_fingerprint(current_schema(model.__name__))
             # reader None: the writer schema is the current one, so fastavro skips resolution
-            entry = _Schema(model, parsed, None, MAGIC + _fingerprint(parsed), *fast[model])
+            entry = _Schema(model, parsed, None, header, *fast[model])
             self._by_model[model] = entry
             self._by_fingerprint[entry.header[2:]] = entry
+        if history:
+            models = {model.__name__: model for model in (CommitIntent, CommitDecision)}
+            for event, release, schema in released_schemas():
+                fp = self.register_writer_schema(schema, models[event], wire_fingerprint(schema, release))
+                self.releases[fp] = release
 
-    def register_writer_schema(self, schema: dict[str, Any], model: type[CommitIntent] | type[CommitDecision]) -> bytes:
+    def register_writer_schema(
+        self,
+        schema: dict[str, Any],
+        model: type[CommitIntent] | type[CommitDecision],
+        fingerprint: bytes | None = None,
+    ) -> bytes:
         """Make messages written with an older (or newer) ``schema`` of ``model`` readable.
 
-        Returns the schema's fingerprint. Avro schema resolution fills fields the
-        writer did not have from the reader schema's defaults.
+        ``schema`` may be self-contained or reference ordo's shared named types
+        (``io.ordo.v1.DataFile``...), which then mean their current definitions.
+        Returns the fingerprint it is registered under: ``fingerprint`` when
+        given (a release that computed it otherwise), else the self-contained
+        schema's. Avro schema resolution fills fields the writer did not have
+        from the reader schema's defaults.
         """
-        parsed = fastavro.parse_schema(schema, named_schemas=dict(self._named))
-        fp = _fingerprint(parsed)
-        if fp in self._by_fingerprint and self._by_fingerprint[fp].fast_reader is not None:
+        try:
+            parsed = fastavro.parse_schema(schema, named_schemas={})
+        except Exception:  # references the shared named types: inline their current definitions
+            parsed = fastavro.parse_schema(inline_references(schema), named_schemas={})
+        fp = fingerprint if fingerprint is not None else _fingerprint(parsed)
+        known = self._by_fingerprint.get(fp)
+        if known is not None and known.fast_reader is not None:
             return fp  # the current schema itself: nothing to resolve
         self._by_fingerprint[fp] = _Schema(model, parsed, self._by_model[model].writer, MAGIC + fp)
         return fp
+
+    def header_of(self, model: type[CommitIntent] | type[CommitDecision]) -> bytes:
+        """The 10-byte single-object header of the current schema of ``model``."""
+        return self._by_model[model].header
+
+    def writer_fields(self, data: bytes) -> frozenset[str]:
+        """Names of the top-level fields of the schema ``data`` was written with; ``UnknownSchemaError`` if unknown."""
+        entry = self._by_fingerprint.get(bytes(data[2:HEADER_LEN]))
+        if entry is None or data[:2] != MAGIC:
+            raise UnknownSchemaError(f"unknown schema fingerprint {bytes(data[2:HEADER_LEN]).hex()}")
+        return frozenset(field["name"] for field in entry.writer["fields"])
+
+    def is_current(self, data: bytes | None) -> bool:
+        """True when ``data`` carries the header of a current schema (not an older or unknown one)."""
+        if data is None or len(data) < HEADER_LEN:
+            return False
+        entry = self._by_fingerprint.get(bytes(data[2:HEADER_LEN]))
+        return entry is not None and entry.fast_reader is not None and data[:2] == MAGIC
 
     def schema_of(self, model: type[CommitIntent] | type[CommitDecision]) -> Any:
         """The parsed current schema of ``model``."""
@@ -373,6 +421,9 @@ def _read_data_file(data: bytes, pos: int) -> tuple[dict[str, Any], int]:
     size_bytes, pos = _read_long(data, pos)
     min_key, pos = _read_opt_str(data, pos)
     max_key, pos = _read_opt_str(data, pos)
+    bucket, pos = _read_long(data, pos)
+    if not 0 <= bucket <= MAX_BUCKET:
+        raise _Bail("bucket out of range")
     return {
         "path": path,
         "partition": partition,
@@ -380,6 +431,7 @@ def _read_data_file(data: bytes, pos: int) -> tuple[dict[str, Any], int]:
         "size_bytes": size_bytes,
         "min_key": min_key,
         "max_key": max_key,
+        "bucket": bucket,
     }, pos
 
 
@@ -687,6 +739,15 @@ def _model_data_files(data: bytes, pos: int, most: int | None) -> tuple[tuple[Da
             pos += 1
         else:
             max_key, pos = _checked_opt_str(data, pos, 0, MAX_PATH_LENGTH)
+        # bucket: 0..MAX_BUCKET, one byte for 0..63
+        b = data[pos]
+        if b < 0x80 and not b & 1:
+            bucket = b >> 1
+            pos += 1
+        else:
+            bucket, pos = _read_long(data, pos)
+            if not 0 <= bucket <= MAX_BUCKET:
+                raise _Bail("bucket out of range")
         instance = _object_new(DataFile)
         _object_setattr(
             instance,
@@ -698,6 +759,7 @@ def _model_data_files(data: bytes, pos: int, most: int | None) -> tuple[tuple[Da
                 "size_bytes": size_bytes,
                 "min_key": min_key,
                 "max_key": max_key,
+                "bucket": bucket,
             },
         )
         _object_setattr(instance, "__pydantic_fields_set__", set(fields_set))
@@ -986,6 +1048,10 @@ def _write_data_files(out: list[bytes], files: Any) -> None:
             out.append(_long_bytes(values["size_bytes"]))
             _write_opt_str(out, values["min_key"])
             _write_opt_str(out, values["max_key"])
+            bucket = values["bucket"]
+            if type(bucket) is not int or not 0 <= bucket <= MAX_BUCKET:
+                raise _Bail("bucket")
+            out.append(_SMALL[bucket] if bucket < 8192 else _varint(bucket))
     out.append(_NULL)
 
 

@@ -25,6 +25,8 @@ MAX_PATH_LENGTH = 4096
 MAX_FILES_PER_INTENT = 10_000
 MAX_PARTITIONS_PER_INTENT = 10_000
 MAX_VERSION = 2**62
+# Highest bucket number of a data file: a bucketed table has at most MAX_BUCKET + 1 buckets.
+MAX_BUCKET = 65_535
 
 Id = Annotated[str, Field(min_length=1, max_length=MAX_ID_LENGTH)]
 Version = Annotated[int, Field(ge=0, le=MAX_VERSION)]
@@ -90,6 +92,7 @@ class DataFile(_Frozen):
     size_bytes: Version
     min_key: Annotated[str, Field(max_length=MAX_PATH_LENGTH)] | None = None
     max_key: Annotated[str, Field(max_length=MAX_PATH_LENGTH)] | None = None
+    bucket: int = Field(0, ge=0, le=MAX_BUCKET)  # of the primary-key hash; 0 for unbucketed tables
 
 
 with warnings.catch_warnings():

@@ -238,7 +238,7 @@ def _current_decision_header() -> bytes:
     from schemas.codec import DEFAULT_CODEC
     from schemas.models import CommitDecision
 
-    return bytes(DEFAULT_CODEC._by_model[CommitDecision].header)
+    return bytes(DEFAULT_CODEC.header_of(CommitDecision))
 
 
 _DECISION_HEADER: bytes | None = None

@@ -254,3 +254,113 @@ def test_tansu_answers_read_committed_list_offsets_with_0_during_a_transaction(
     assert latest(IsolationLevel.READ_UNCOMMITTED) == 5  # 2 records + 2 commit markers + the open record
     assert latest(IsolationLevel.READ_COMMITTED) == 0  # Kafka: 4, the last stable offset
     producer.commit_transaction(10)
+
+
+def _race_writer(bootstrap_servers: str, topic: str, writer: int, records: int, go: Any) -> None:
+    """One appender of the fetch-race test (a spawned process): one record in flight at a time."""
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {"bootstrap.servers": bootstrap_servers, "enable.idempotence": True, "acks": "all", "linger.ms": 2}
+    )
+    go.wait(60)
+    for i in range(records):
+        producer.produce(topic, f"w{writer}-{i}".encode())
+        producer.flush(10)
+
+
+@tansu_only
+@pytest.mark.timeout(240)
+def test_tansu_fetch_race_live_reader_with_gap_rule_sees_every_stored_record(
+    bootstrap_servers: str, settings: Settings
+) -> None:
+    """Tansu's fetch race (docs/tansu.md), reproduced without ordo's services, and what survives it.
+
+    8 idempotent producer processes, one record in flight each (like commit
+    clients in a closed loop), append 500 records each to one partition while a
+    consumer (``assign()``, ``fetch.wait.max.ms`` 20) follows it and copies each
+    batch to a second topic in a Kafka transaction, as the arbiter does. Tansu
+    0.6.0 sometimes hands that consumer offsets N-1 and N+1, never N, though N
+    is stored (4 records in 2 runs of this setup as a script). The race is
+    intermittent, so this test pins what is always true: with the gap rule
+    (``kernel.logread``) the live reader is handed every stored record, in
+    order, once, and each skip was re-read. How often the race fired is printed
+    (``-s``).
+    """
+    import multiprocessing
+    import threading
+
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    from kernel.logread import GapChecker
+    from ordo.broker import create_topics
+
+    writers, records = 8, 500
+    source, copy = f"{settings.topic_prefix}.race-in", f"{settings.topic_prefix}.race-out"
+    create_topics(_admin(bootstrap_servers), {source: INTENTS_CONFIG, copy: DECISIONS_CONFIG})
+    txn = Producer({"bootstrap.servers": bootstrap_servers, "transactional.id": f"{settings.topic_prefix}.race"})
+    txn.init_transactions(30)
+    config = {
+        "bootstrap.servers": bootstrap_servers,
+        "group.id": f"{settings.topic_prefix}.race",
+        "isolation.level": "read_committed",
+        "fetch.wait.max.ms": 20,
+        "enable.partition.eof": True,
+        "enable.auto.commit": False,
+    }
+    consumer = Consumer(config)
+    checker = GapChecker(config, transactional=False, consumer=consumer, name="race reader", keep_eof=False)
+    consumer.assign([TopicPartition(source, 0, 0)])
+    checker.expect(source, 0)
+    seen: list[int] = []
+    done = threading.Event()
+    failures: list[BaseException] = []
+    total = writers * records
+
+    def follow() -> None:
+        try:
+            while len(seen) < total and not done.is_set():
+                first = consumer.poll(0.05)
+                batch = checker.check([] if first is None else [first, *consumer.consume(1000, 0)])
+                batch = [m for m in batch if m.error() is None]
+                if not batch:
+                    continue
+                txn.begin_transaction()
+                for message in batch:
+                    seen.append(message.offset())
+                    txn.produce(copy, message.value(), message.key())
+                txn.commit_transaction(30)
+        except BaseException as exc:
+            failures.append(exc)
+
+    context = multiprocessing.get_context("spawn")
+    go = context.Event()
+    processes = [
+        context.Process(target=_race_writer, args=(bootstrap_servers, source, w, records, go), daemon=True)
+        for w in range(writers)
+    ]
+    reader = threading.Thread(target=follow, daemon=True)
+    try:
+        for process in processes:
+            process.start()
+        reader.start()
+        go.set()
+        for process in processes:
+            process.join(60)
+            assert process.exitcode == 0
+        reader.join(30)
+    finally:
+        done.set()
+        reader.join(10)
+        for process in processes:
+            if process.is_alive():
+                process.kill()
+        checker.close()
+        consumer.close()
+    assert not failures, failures
+    assert seen == list(range(total))  # every stored record, in order, none twice
+    assert checker.stats.recovered <= checker.stats.rereads
+    print(
+        f"\n[tansu fetch race] {writers}x{records} records: the live fetch skipped {checker.stats.recovered} "
+        f"stored record(s), all re-read ({checker.stats.rereads} re-read(s))"
+    )

@@ -1,4 +1,9 @@
-"""The events pinned by the golden files in tests/golden (regenerate: python -m tests.unit.golden)."""
+"""The events pinned by the golden files in tests/golden (write the current release's: python -m tests.unit.golden).
+
+``<event>_<suffix>.bin`` is the event encoded by the release ``BINS[suffix]``.
+Files of released versions are never rewritten: each must keep decoding to
+the same event; the current release's must also be what ``encode`` writes.
+"""
 
 from __future__ import annotations
 
@@ -20,7 +25,7 @@ FILES = (
     ),
 )
 EVENTS: dict[str, CommitIntent | CommitDecision] = {
-    "intent_create_v1": CommitIntent(
+    "intent_create": CommitIntent(
         txn_id="create-sales",
         table="sales",
         operation=Operation.CREATE_TABLE,
@@ -34,7 +39,7 @@ EVENTS: dict[str, CommitIntent | CommitDecision] = {
         ),
         writer="spark-app-1",
     ),
-    "intent_insert_v1": CommitIntent(
+    "intent_insert": CommitIntent(
         txn_id="t1",
         table="sales",
         operation=Operation.INSERT_INTO,
@@ -45,7 +50,7 @@ EVENTS: dict[str, CommitIntent | CommitDecision] = {
         batch_id=42,
         writer="stream-1",
     ),
-    "decision_accepted_v1": CommitDecision(
+    "decision_accepted": CommitDecision(
         txn_id="t1",
         table="sales",
         intent_offset=1,
@@ -62,7 +67,7 @@ EVENTS: dict[str, CommitIntent | CommitDecision] = {
         batch_id=42,
         prev_hash=bytes(range(32)),
     ),
-    "decision_rejected_v1": CommitDecision(
+    "decision_rejected": CommitDecision(
         txn_id="t2",
         table="sales",
         intent_offset=2,
@@ -77,7 +82,14 @@ EVENTS: dict[str, CommitIntent | CommitDecision] = {
     ),
 }
 
+BINS = {"v1": "0.1", "v2": "0.2"}  # file suffix -> the release whose codec wrote it
+CURRENT = "v2"
+GOLDEN_BINS = [(name, suffix) for name in sorted(EVENTS) for suffix in sorted(BINS)]
+
 if __name__ == "__main__":
     for name, event in EVENTS.items():
-        (GOLDEN / f"{name}.bin").write_bytes(encode(event))
-        print("wrote", name)
+        path = GOLDEN / f"{name}_{CURRENT}.bin"
+        if path.exists() and path.read_bytes() != encode(event):
+            raise SystemExit(f"{path} was written by a released version and differs: add a new suffix to BINS")
+        path.write_bytes(encode(event))
+        print("wrote", path.name)

@@ -175,8 +175,11 @@ def built(tmp_path: Path) -> Builder:
     return sample(tmp_path)
 
 
-def run(builder: Builder | None, *args: str, catalog: str | None = None) -> Any:
-    env = {"ORDO_CATALOG": catalog if catalog is not None else str(builder.catalog_path) if builder else ""}
+def run(builder: Builder | None, *args: str, catalog: str | None = None, env: dict[str, str] | None = None) -> Any:
+    env = {
+        "ORDO_CATALOG": catalog if catalog is not None else str(builder.catalog_path) if builder else "",
+        **(env or {}),
+    }
     env["COLUMNS"] = "200"
     result = CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
     return result

@@ -20,6 +20,7 @@ import pytest
 from consumer import Catalog
 from ordo.vacuum import VacuumFile, apply_vacuum, plan_vacuum
 
+from ..conftest import new_prefix
 from .test_cli import Builder, error_of, run, sample
 
 D1_REMOVED_AT_V5 = 3  # the three files of dt=2024-05-01 the compaction rewrote
@@ -35,8 +36,8 @@ def live(builder: Builder, version: int | None = None) -> set[str]:
         return {f.path for f in catalog.snapshot("events", version=version).files}
 
 
-def vacuum(builder: Builder, *args: str) -> dict:
-    result = run(builder, "vacuum", "events", *args, "--json")
+def vacuum(builder: Builder, *args: str, env: dict[str, str] | None = None) -> dict:
+    result = run(builder, "vacuum", "events", *args, "--json", env=env)
     assert result.exit_code == 0, result.output
     return json.loads(result.output)
 
@@ -93,7 +94,9 @@ def test_short_window_keeps_exactly_the_head(built: Builder) -> None:
     assert "nothing to delete" in text
 
 
-def test_orphans_only_when_asked_and_only_old_ones(built: Builder) -> None:
+def test_orphans_only_when_asked_and_only_old_ones(built: Builder, bootstrap_servers: str) -> None:
+    """--orphans reads the intents log (a real broker; this prefix has no intents): only old orphans go."""
+    broker = {"ORDO_BOOTSTRAP_SERVERS": bootstrap_servers, "ORDO_TOPIC_PREFIX": new_prefix()}
     old, recent, staging = "dt=2024-05-01/dead-0.parquet", "dt=2024-05-01/young-0.parquet", "_staging/x/part-0.parquet"
     for path in (old, recent, staging):
         target = built.location / path
@@ -106,11 +109,24 @@ def test_orphans_only_when_asked_and_only_old_ones(built: Builder) -> None:
     os.utime(built.location / rejected_file, (long_ago, long_ago))
 
     assert not {f["path"] for f in vacuum(built, "--retain", "24")["files"]}
-    plan = vacuum(built, "--retain", "24", "--orphans", "--apply")
+    plan = vacuum(built, "--retain", "24", "--orphans", "--apply", env=broker)
     assert {f["path"] for f in plan["files"] if f["kind"] == "orphan"} == {old, rejected_file}
     assert set(plan["deleted"]) == {old, rejected_file}
     assert (built.location / recent).exists() and (built.location / staging).exists()
     assert live(built) <= on_disk(built)
+
+
+def test_orphans_need_the_intents_log_and_a_safe_age(built: Builder) -> None:
+    """Without a broker --orphans refuses (it cannot see undecided intents); an age below 1 h needs --force."""
+    old = built.location / "dt=2024-05-01/dead-0.parquet"
+    old.write_bytes(b"PAR1 not really")
+    os.utime(old, (time.time() - 48 * 3600,) * 2)
+    message = error_of(run(built, "vacuum", "events", "--retain", "1", "--orphans", "--apply"))
+    assert "ORDO_BOOTSTRAP_SERVERS" in message and "undecided intents" in message
+    env = {"ORDO_BOOTSTRAP_SERVERS": "127.0.0.1:1"}
+    message = error_of(run(built, "vacuum", "events", "--retain", "1", "--orphans", "--orphan-age", "0.5", env=env))
+    assert "below the safe floor" in message and "--force" in message
+    assert old.exists()
 
 
 def removed_paths(builder: Builder) -> set[str]:
@@ -137,3 +153,18 @@ def test_bad_retention_and_unknown_table(built: Builder) -> None:
     result = run(built, "vacuum", "events", "--retain", "-1")
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert "table 'nope' is not in the catalog" in error_of(run(built, "vacuum", "nope", "--retain", "1"))
+
+
+def test_pending_intents_protect_named_files_and_their_transactions_siblings() -> None:
+    from ordo.vacuum import PendingIntents, VacuumError, check_orphan_age
+
+    pending = PendingIntents(5, 7, frozenset({"dt=1/a-0.parquet"}), frozenset({"a", "b-c"}))
+    assert pending.protects("dt=1/a-0.parquet") and pending.protects("dt=2/a-3.parquet")
+    assert pending.protects("b-c-12.parquet"), "a txn id may contain '-'; the last '-<n>' is the file number"
+    assert not pending.protects("dt=1/ab-0.parquet") and not pending.protects("dt=1/b-0.parquet")
+    assert not pending.protects("dt=1/a.parquet") and not pending.protects("dt=1/a-x.parquet")
+    check_orphan_age(1.0)
+    check_orphan_age(0.0, force=True)
+    for bad, force in ((0.5, False), (-1.0, True)):
+        with pytest.raises(VacuumError):
+            check_orphan_age(bad, force=force)

@@ -42,7 +42,7 @@ from arbiter.core import (
 from schemas import CodecError, CommitDecision, CommitIntent, DataFile, Operation, Outcome, Rebase, TableMetadata
 from schemas.codec import DEFAULT_CODEC, HEADER_LEN, _summarize, _to_record
 from schemas.errors import UnknownSchemaError
-from schemas.models import MAX_ID_LENGTH, MAX_PATH_LENGTH, MAX_VERSION
+from schemas.models import MAX_BUCKET, MAX_ID_LENGTH, MAX_PATH_LENGTH, MAX_VERSION
 
 from .helpers import Table
 
@@ -212,6 +212,12 @@ class Drawer:
     def spec(self) -> dict[str, str]:
         return {"dt": "2024-01-01"} if self.draw(st.booleans()) else self.str_map()
 
+    def bucket(self) -> int:
+        """A bucket number: 0..MAX_BUCKET (one- to three-byte varints), or an Avro int outside it."""
+        if self.bad():
+            return self.draw(st.sampled_from([-1, -64, MAX_BUCKET + 1, 2**31 - 1, -(2**31)]))
+        return self.draw(st.sampled_from([0, 1, 63, 64, 8191, 8192, MAX_BUCKET]) | st.integers(0, MAX_BUCKET))
+
     def path(self) -> str:
         return self.draw(ODD_PATHS) if self.draw(st.integers(0, 4)) == 0 else self.text(1, MAX_PATH_LENGTH)
 
@@ -223,6 +229,7 @@ class Drawer:
             "size_bytes": self.version(),
             "min_key": self.opt_text(0, MAX_PATH_LENGTH),
             "max_key": self.opt_text(0, MAX_PATH_LENGTH),
+            "bucket": self.bucket(),
         }
 
     def metadata(self) -> dict[str, Any]:

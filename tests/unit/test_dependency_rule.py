@@ -35,3 +35,13 @@ def test_schemas_import_nothing_else_of_ours() -> None:
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_kernel_imports_nothing_of_ours_but_schemas() -> None:
+    probe = (
+        "import sys, kernel, kernel.logread; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'arbiter','producer','consumer','ordo'}))"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

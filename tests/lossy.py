@@ -1,0 +1,60 @@
+"""A consumer whose fetches lose chosen records: a test double standing in for Tansu's fetch race (docs/tansu.md).
+
+It wraps a real ``confluent_kafka.Consumer`` on the real broker: the broker
+hands the record out and the consumer's position moves past it, but the caller
+never sees it, exactly what the race looks like from a reader.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+
+class LossyConsumer:
+    """Delegates to ``real``; records for which ``drop(message)`` is true are swallowed (counted in ``dropped``)."""
+
+    def __init__(self, real: Any, drop: Callable[[Any], bool], *, events: bool = False) -> None:
+        self._real = real
+        self._drop = drop
+        self._events = events  # also offer events (end of partition, errors) to ``drop``
+        self._lock = threading.Lock()
+        self.dropped: list[tuple[str, int]] = []
+
+    def _keep(self, message: Any) -> bool:
+        if (message.error() is not None and not self._events) or not self._drop(message):
+            return True
+        with self._lock:
+            if message.error() is None:
+                self.dropped.append((message.topic(), message.offset()))
+        return False
+
+    def poll(self, timeout: float = -1) -> Any:
+        message = self._real.poll(timeout)
+        if message is None or self._keep(message):
+            return message
+        return None
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Any]:
+        return [m for m in self._real.consume(num_messages=num_messages, timeout=timeout) if self._keep(m)]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+def drop_offsets_once(offsets: set[int], topic: str | None = None) -> Callable[[Any], bool]:
+    """A ``drop`` predicate losing each of ``offsets`` (of ``topic``, or any topic) the first time it is fetched."""
+    left = set(offsets)
+    lock = threading.Lock()
+
+    def drop(message: Any) -> bool:
+        if topic is not None and message.topic() != topic:
+            return False
+        with lock:
+            if message.offset() in left:
+                left.discard(message.offset())
+                return True
+        return False
+
+    return drop

@@ -1,0 +1,270 @@
+"""Logs written by every released version stay readable: replay verifies them and the catalog rebuilds the same.
+
+The golden logs under ``tests/golden/log-<release>/`` were written by that
+release's own stack (``tests/golden/make_golden_log.py``); see docs/upgrading.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from schemas import CodecError, CommitDecision, CommitIntent, Operation, Outcome, Rebase, decode
+
+from .golden_log import (
+    RELEASES,
+    all_records,
+    dump_catalog,
+    expected_catalog,
+    manifest,
+    rebuild_catalog,
+    tables,
+    verify_table,
+)
+
+CASES = [(release, table) for release in RELEASES for table in tables(release)]
+
+
+@pytest.mark.parametrize(("release", "table"), CASES, ids=[f"{r}-{t}" for r, t in CASES])
+def test_replay_verify_passes_on_the_golden_log(release: str, table: str) -> None:
+    result = verify_table(release, table)
+    assert result.ok, [(p.kind, p.decision_offset, p.message) for p in result.problems]
+    assert result.verified_log
+    assert result.report.intents == result.report.decisions == result.report.matched > 0
+    assert result.report.pending == 0
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_catalog_rebuilt_from_the_golden_log_equals_the_one_that_release_built(
+    release: str, tmp_path: Path
+) -> None:
+    rebuilt = rebuild_catalog(release, tmp_path / "catalog.db")
+    expected = expected_catalog(release)
+    assert sorted(rebuilt) == sorted(expected)
+    for table in expected:
+        for part in ("metadata", "head_version", "head_time_version", "created_time", "decisions", "log_offset"):
+            assert rebuilt[table][part] == expected[table][part], (table, part)
+        assert rebuilt[table]["versions"] == expected[table]["versions"], table
+        assert rebuilt[table]["history"] == expected[table]["history"], table
+    assert rebuilt == expected
+    from consumer import Catalog
+
+    with Catalog(tmp_path / "catalog.db") as catalog:  # 0.1 had no buckets: every file reads as bucket 0
+        assert all(f.bucket == 0 for t in expected for f in catalog.snapshot(t).files)
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_every_golden_record_decodes_except_the_deliberately_malformed_one(release: str) -> None:
+    undecodable = []
+    for table, kind, record in all_records(release):
+        try:
+            event = decode(record.value) if record.value is not None else None
+        except CodecError:
+            undecodable.append((table, kind, record.offset))
+            continue
+        assert isinstance(event, CommitIntent if kind == "intents" else CommitDecision), (table, kind, record.offset)
+        assert event.table == table
+    assert undecodable == [("orders", "intents", 14)]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_golden_log_covers_every_operation_rebase_and_rejection(release: str) -> None:
+    accepted: set[Operation] = set()
+    rebases: set[Rebase] = set()
+    reasons: set[str] = set()
+    duplicates = 0
+    partition_columns = set()
+    for _, kind, record in all_records(release):
+        if kind != "decisions":
+            continue
+        decision = decode(record.value)  # type: ignore[arg-type]
+        assert isinstance(decision, CommitDecision)
+        if decision.duplicate_of is not None:
+            duplicates += 1
+        elif decision.outcome is Outcome.ACCEPTED:
+            assert decision.operation is not None
+            accepted.add(decision.operation)
+            rebases.add(decision.rebase)
+            if decision.metadata is not None:
+                partition_columns.add(len(decision.metadata.partition_columns))
+        else:
+            reasons.add(decision.reason or "")
+    assert accepted == set(Operation)
+    assert rebases == set(Rebase)
+    assert {"CONFLICT_LATER_FAILS", "MALFORMED_INTENT", "BATCH_ALREADY_COMMITTED", "TABLE_EXISTS"} <= reasons
+    assert duplicates >= 2
+    assert {0, 2} <= partition_columns
+    assert len(manifest(release)["tables"]) >= 3
+
+
+def test_a_catalog_written_before_the_bucket_column_is_read_and_then_migrated(tmp_path: Path) -> None:
+    """A version-1 catalog (no ``files.bucket``): readers see bucket 0; the upgraded consumer migrates it in place."""
+    import sqlite3
+
+    from consumer import Catalog
+    from consumer.store import SCHEMA_VERSION, CatalogWriter
+
+    path = tmp_path / "catalog.db"
+    expected = rebuild_catalog("0.1", path)
+    conn = sqlite3.connect(path)
+    conn.execute("ALTER TABLE files DROP COLUMN bucket")
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+    with Catalog(path) as catalog:
+        files = catalog.snapshot("orders").files
+        assert files and all(f.bucket == 0 for f in files)
+    assert dump_catalog(path, tables("0.1")) == expected
+    CatalogWriter(path, manifest("0.1")["topic_prefix"]).close()  # what a consumer does at start
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert "bucket" in [row[1] for row in conn.execute("PRAGMA table_info(files)")]
+    conn.close()
+    assert dump_catalog(path, tables("0.1")) == expected
+
+
+def _continued_by_this_release() -> tuple[list, list]:  # type: ignore[type-arg]
+    """The 0.1 ``orders`` log continued by this release's arbiter: what a rolling upgrade leaves in the topics."""
+    from arbiter.core import apply, evaluate_record, rebuild
+    from arbiter.replay import DecisionRecord, IntentRecord
+    from schemas import DataFile, encode
+
+    from .golden_log import decision_records, intent_records
+
+    intents = intent_records("0.1", "orders")
+    decisions = decision_records("0.1", "orders")
+    state = rebuild("orders", [d.value for d in decisions if d.value is not None])
+    spec = {"region": "eu", "dt": "2024-01-03"}
+    offset, log_offset = intents[-1].offset + 1, decisions[-1].offset + 2
+    timestamp = intents[-1].timestamp + 1_000
+    for n in range(3):
+        intent = CommitIntent(
+            txn_id=f"o-02-{n}",
+            table="orders",
+            operation=Operation.INSERT_INTO,
+            read_version=state.head_version,
+            partitions=(spec,),
+            added_files=(
+                DataFile(
+                    path=f"region=eu/dt=2024-01-03/o-02-{n}-0.parquet",
+                    partition=spec,
+                    record_count=5,
+                    size_bytes=500,
+                    bucket=n,
+                ),
+            ),
+        )
+        record = IntentRecord(offset + n, timestamp + n, encode(intent))
+        decision = evaluate_record(state, record.value, record.timestamp, record.offset)
+        data = encode(decision)
+        apply(state, decision, data)
+        intents.append(record)
+        decisions.append(DecisionRecord(log_offset + 2 * n, data))
+    return intents, decisions
+
+
+def test_a_0_1_log_continued_by_this_release_verifies_and_materializes(tmp_path: Path) -> None:
+    """Rolling upgrade: the new arbiter appends to an old log; replay and the consumer take both schemas in one log."""
+    from consumer import Catalog
+    from consumer.store import CatalogWriter, LogRecord
+    from ordo.audit import audit
+
+    intents, decisions = _continued_by_this_release()
+    result = audit("orders", intents, decisions, verify=True)
+    assert result.ok, [(p.kind, p.decision_offset, p.message) for p in result.problems]
+    assert result.report.matched == len(intents) == 19
+    writer = CatalogWriter(tmp_path / "c.db", "golden")
+    applied = writer.apply([LogRecord("orders", d.offset, None, d.value) for d in decisions])
+    writer.close()
+    assert not applied.broken and applied.applied == 19
+    with Catalog(tmp_path / "c.db") as catalog:
+        buckets = {f.path: f.bucket for f in catalog.snapshot("orders").files}
+    assert buckets["region=eu/dt=2024-01-03/o-02-2-0.parquet"] == 2
+    assert buckets["region=us/dt=2024-01-01/o-ovw-us-0.parquet"] == 0
+
+
+def test_an_edited_0_1_decision_is_still_caught(tmp_path: Path) -> None:
+    """Matching older-schema records by content does not let an edit through, in either schema."""
+    import io
+
+    import fastavro
+
+    from arbiter.replay import DecisionRecord
+    from ordo.audit import audit
+    from schemas import encode
+    from schemas.history import HISTORY_DIR
+
+    intents, decisions = _continued_by_this_release()
+    target = 4  # a 0.1 decision in the middle of the log
+    original = decode(decisions[target].value)  # type: ignore[arg-type]
+    assert isinstance(original, CommitDecision)
+    writer = fastavro.parse_schema(
+        __import__("json").loads((HISTORY_DIR / "CommitDecision.0.1.avsc").read_text()), named_schemas={}
+    )
+    record = original.model_dump(mode="python")
+    record["added_files"] = [{k: v for k, v in f.items() if k != "bucket"} for f in record["added_files"]]
+    record["partitions"] = None if record["partitions"] is None else ("array", list(record["partitions"]))
+    record["message"] = "forged"
+    buffer = io.BytesIO()
+    fastavro.schemaless_writer(buffer, writer, record)
+    forged_old = decisions[target].value[:10] + buffer.getvalue()  # type: ignore[index]
+    for forged in (forged_old, encode(original.model_copy(update={"message": "forged"}))):
+        tampered = [*decisions[:target], DecisionRecord(decisions[target].offset, forged), *decisions[target + 1 :]]
+        result = audit("orders", intents, tampered, verify=True)
+        assert not result.ok
+        assert {p.kind for p in result.problems} >= {"edited", "chain"}, result.problems
+    # the same content re-encoded in the current schema: that record matches, but the next one's prev_hash
+    # names the bytes that were logged, so the log no longer verifies from there
+    same = encode(original)
+    assert same != decisions[target].value
+    result = audit(
+        "orders",
+        intents,
+        [*decisions[:target], DecisionRecord(decisions[target].offset, same), *decisions[target + 1 :]],
+    )
+    assert {p.kind for p in result.problems} == {"chain", "edited"}
+    assert {p.decision_offset for p in result.problems} == {decisions[target + 1].offset}
+
+
+def test_an_older_schema_decision_is_compared_on_the_fields_it_has() -> None:
+    """A decision field added later (here: an older schema without ``prev_hash``) is not held against an old record."""
+    import copy
+    import io
+    import json
+
+    import fastavro
+
+    from arbiter.replay import _same_in_older_schema
+    from schemas.codec import DEFAULT_CODEC, MAGIC
+    from schemas.history import HISTORY_DIR
+
+    from .golden_log import decision_records
+
+    logged = decode(decision_records("0.1", "orders")[3].value)  # type: ignore[arg-type]
+    assert isinstance(logged, CommitDecision) and logged.prev_hash is not None
+    older = copy.deepcopy(json.loads((HISTORY_DIR / "CommitDecision.0.1.avsc").read_text()))
+    assert older["fields"][-1]["name"] == "prev_hash"
+    del older["fields"][-1]
+    fp = DEFAULT_CODEC.register_writer_schema(older, CommitDecision)
+    try:
+        record = logged.model_dump(mode="python")
+        record["added_files"] = [{k: v for k, v in f.items() if k != "bucket"} for f in record["added_files"]]
+        record["partitions"] = None if record["partitions"] is None else ("array", list(record["partitions"]))
+        buffer = io.BytesIO()
+        fastavro.schemaless_writer(buffer, fastavro.parse_schema(older, named_schemas={}), record)
+        data = MAGIC + fp + buffer.getvalue()
+        assert decode(data).prev_hash is None  # type: ignore[union-attr]
+        assert DEFAULT_CODEC.writer_fields(data) == frozenset(CommitDecision.model_fields) - {"prev_hash"}
+        assert _same_in_older_schema(data, logged)
+        assert not _same_in_older_schema(data, logged.model_copy(update={"message": "other"}))
+        assert not _same_in_older_schema(encode_current(logged), logged.model_copy(update={"prev_hash": None}))
+    finally:
+        del DEFAULT_CODEC._by_fingerprint[fp]
+
+
+def encode_current(decision: CommitDecision) -> bytes:
+    """``decision`` in the current schema (only identical bytes match there)."""
+    from schemas import encode
+
+    return encode(decision)
