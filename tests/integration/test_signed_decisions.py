@@ -101,12 +101,14 @@ def test_a_forged_decision_with_a_correct_prev_hash_is_refused_by_every_reader(
         after = client.commit(insert_intent(table, "after", "c", head + 1), timeout=30)
         assert after.accepted and after.id_version == head + 2, "the arbiter keeps deciding from the authentic chain"
         history = client.decisions(table)
-        assert all(d.writer != "mallory" for d in history) and len(history) == 6
+        assert all(d.writer != "mallory" for d in history)
+        # six answers (a repeat of the victim's intent, resubmitted while it was overdue, is a duplicate)
+        assert len([d for d in history if d.duplicate_of is None]) == 6
 
     # The consumer applies every authentic decision and never the forged one.
     started = consumer(http=False)
     catalog = started.catalog()
-    wait_until(lambda: _decisions(catalog, table) == 6, 30, "the consumer to apply the authentic decisions")
+    wait_until(lambda: _decisions(catalog, table) == len(history), 30, "the consumer to apply the authentic decisions")
     info = catalog.table(table)
     assert info.error is None and info.head_version == head + 2
     assert all(d.writer != "mallory" for d in catalog.history(table))
