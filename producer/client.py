@@ -87,8 +87,8 @@ class _DecisionReader:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"ordo-decisions-{table}", daemon=True)
         self._consumer: Any = None
-        # Starts mid-log: nothing verified yet, the first signed record anchors the chain.
-        self._verifier: ChainVerifier[bytes] = ChainVerifier(table, client._reader_trust(), anchor=None)
+        # Only authentic records count; the chain's continuity is the consumer's concern: unanchored.
+        self._verifier: ChainVerifier[bytes] = ChainVerifier(table, client._reader_trust(), anchored=False)
         self._gaps: GapChecker | None = None
 
     def begin(self) -> None:

@@ -299,6 +299,12 @@ class ChainVerifier(Generic[T]):
     key not added yet), so the walk stops there. At most ``pending_limit``
     records are held; beyond it the oldest is refused.
 
+    With ``anchored`` False the anchor is never kept: every signed record
+    vouches for the pending path behind it, wherever it starts. That is for a
+    reader that needs authentic records, not an unbroken view of the chain (the
+    commit client, whose answer is one record: a record its fetch lost cannot
+    then hold back the ones after it).
+
     With ``trust.required`` False (an upgrade-time switch for logs written by a
     release without signing), every record is released at once.
     """
@@ -310,10 +316,12 @@ class ChainVerifier(Generic[T]):
         *,
         anchor: bytes | None = GENESIS_HASH,
         pending_limit: int = DEFAULT_PENDING_LIMIT,
+        anchored: bool = True,
     ) -> None:
         self.table = table
         self.trust = trust
-        self.anchor = anchor
+        self.anchored = anchored
+        self.anchor = anchor if anchored else None
         self.pending_limit = max(1, pending_limit)
         self.released = 0
         self.refused = 0
@@ -344,7 +352,7 @@ class ChainVerifier(Generic[T]):
             return [], [self._refuse(offset, "empty record")]
         digest = _sha256(record)
         if not self.trust.required:
-            self.anchor = digest
+            self.anchor = digest if self.anchored else None
             self.released += 1
             return [item], []
         problem = self.trust.verify(self.table, record, signature) if signature is not None else "unsigned"
@@ -375,7 +383,8 @@ class ChainVerifier(Generic[T]):
         ]
         self._pending.clear()
         self._duplicates.clear()
-        self.anchor = digest
+        if self.anchored:
+            self.anchor = digest
         path.reverse()
         self.released += len(path)
         return [h.item for h in path], refusals

@@ -176,6 +176,16 @@ def test_a_reader_starting_mid_log_is_anchored_by_the_first_signature() -> None:
     assert released == [r.offset for r in forged[4:] if r.offset != 5]
 
 
+def test_an_unanchored_reader_is_not_held_back_by_a_record_its_fetch_lost() -> None:
+    signer = Signer.generate()
+    log = signed_log([signer])
+    lossy = [r for r in log if r.offset != BATCH - 1]  # the first batch's signed record never arrives
+    anchored, _ = run(ChainVerifier("t", Trust.of([signer.public_raw])), lossy)
+    assert anchored == []  # a chain-keeping reader cannot connect what follows to what it verified
+    released, refused = run(ChainVerifier("t", Trust.of([signer.public_raw]), anchored=False), lossy)
+    assert released == [r.offset for r in lossy if r.offset >= BATCH] and set(refused) == {0, 1}
+
+
 def test_required_signatures_with_no_trusted_key_fail_closed() -> None:
     with pytest.raises(SigningError, match="ORDO_TRUSTED_KEYS"):
         Trust.from_spec("")
