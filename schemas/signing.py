@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from schemas.errors import OrdoError
+from schemas.errors import SigningError
 
 SIGNATURE_HEADER = "ordo-sig"
 DOMAIN = b"ordo-decision-v1\0"
@@ -48,10 +48,6 @@ GENESIS_HASH = bytes(32)
 DEFAULT_PENDING_LIMIT = 100_000
 
 T = TypeVar("T")
-
-
-class SigningError(OrdoError):
-    """Raised when signing is misconfigured: no key where one is required, an unreadable or invalid key file."""
 
 
 def _sha256(data: bytes) -> bytes:
