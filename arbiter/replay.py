@@ -5,7 +5,9 @@ the state and the intent record, replaying the intents log through the same
 fold must reproduce the decisions log byte for byte. Anything else is a
 divergence: a decision edited, dropped, reordered, or injected by a producer
 that is not the arbiter. The hash chain (``prev_hash``) is checked on the log as
-it stands, so a break is found even where the intents log is gone.
+it stands, so a break is found even where the intents log is gone. Given the
+trusted keys, ``authenticate`` first keeps only the records a signature vouches
+for and reports every other one (``schemas.signing``).
 
 Across releases: a decision logged with an older writer schema cannot equal
 the bytes this version encodes (its header names another schema and the body
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from arbiter.core import GENESIS_HASH, apply, evaluate_record, new_state
 from schemas import CodecError, CommitDecision, chain_hash, decode
 from schemas.codec import DEFAULT_CODEC
+from schemas.signing import ChainVerifier, Trust
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,13 +44,14 @@ class DecisionRecord:
 
     offset: int
     value: bytes | None
+    signature: bytes | None = None  # the record's ``ordo-sig`` header (``schemas.signing``)
 
 
 @dataclass(frozen=True, slots=True)
 class Divergence:
     """The first place where the log differs from what the arbiter must have written."""
 
-    kind: str  # "edited" | "dropped" | "injected" | "reordered" | "undecodable" | "chain"
+    kind: str  # "edited" | "dropped" | "injected" | "reordered" | "undecodable" | "chain" | "unsigned"
     decision_offset: int | None
     intent_offset: int | None
     message: str
@@ -93,6 +97,46 @@ def verify_chain(decisions: Iterable[DecisionRecord]) -> Iterator[Divergence]:
                 f"prev_hash of the decision at offset {record.offset} does not match the record before it",
             )
         previous = chain_hash(record.value)
+
+
+def authenticate(
+    table: str, decisions: Iterable[DecisionRecord], trust: Trust
+) -> tuple[list[DecisionRecord], list[Divergence]]:
+    """Split a decisions log into the records a trusted signature vouches for and the refused ones.
+
+    Returns the authentic records in log order and an ``unsigned`` divergence
+    for every refused record, except exact repeats of an authentic record (on
+    Tansu an aborted transaction stays visible, and the arbiter re-decides its
+    intents to the same bytes: readers refuse the copies, nothing acts on them).
+    """
+    log = list(decisions)
+    verifier: ChainVerifier[DecisionRecord] = ChainVerifier(table, trust)
+    authentic: list[DecisionRecord] = []
+    refusals = []
+    for record in log:
+        released, refused = verifier.push(record.offset, record.value, record.signature, record)
+        authentic.extend(released)
+        refusals.extend(refused)
+    refusals.extend(verifier.unvouched())
+    known = {chain_hash(r.value) for r in authentic if r.value is not None}
+    by_offset = {r.offset: r for r in log}
+    problems = []
+    for refusal in sorted(refusals, key=lambda r: r.offset):
+        value = by_offset[refusal.offset].value
+        if value is not None and chain_hash(value) in known:
+            continue
+        problems.append(
+            Divergence("unsigned", refusal.offset, _intent_offset(value), f"not authentic: {refusal.reason}")
+        )
+    return authentic, problems
+
+
+def _intent_offset(value: bytes | None) -> int | None:
+    try:
+        decision = decode(value) if value is not None else None
+    except CodecError:
+        return None
+    return decision.intent_offset if isinstance(decision, CommitDecision) else None
 
 
 def replay(table: str, intents: Iterable[IntentRecord], decisions: Iterable[DecisionRecord]) -> ReplayReport:

@@ -49,10 +49,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from arbiter import checkpoint as checkpoints
-from arbiter.core import TableState, apply, evaluate_record, new_state, reject_malformed
+from arbiter.core import GENESIS_HASH, TableState, apply, evaluate_record, new_state, reject_malformed
 from kernel.logread import GapChecker, GapStats
 from ordo.broker import DECISIONS_CONFIG, create_topics, existing_topics
 from ordo.errors import ArbiterFencedError, BrokerUnavailableError, OrdoError
+from ordo.keys import arbiter_signer, reader_trust
 from ordo.settings import Settings
 from schemas import (
     CommitDecision,
@@ -64,6 +65,7 @@ from schemas import (
     intents_pattern,
     parse_topic,
 )
+from schemas.signing import SIGNATURE_HEADER, ChainVerifier, Signer, Trust, signature_of
 
 log = logging.getLogger("ordo.arbiter")
 kafka_log = logging.getLogger("ordo.kafka")  # librdkafka's own log lines
@@ -122,6 +124,7 @@ class ArbiterMetrics:
     internal_errors: int = 0
     skipped_duplicates: int = 0
     chain_breaks: int = 0
+    refused_unsigned: int = 0  # decisions-log records no trusted signature vouched for (never folded)
     tables: int = 0
     checkpoints_written: int = 0
     checkpoint_failures: int = 0
@@ -149,6 +152,7 @@ class ArbiterMetrics:
             "internal_errors": self.internal_errors,
             "skipped_duplicates": self.skipped_duplicates,
             "chain_breaks": self.chain_breaks,
+            "refused_unsigned": self.refused_unsigned,
             "tables": self.tables,
             "checkpoints_written": self.checkpoints_written,
             "checkpoint_failures": self.checkpoint_failures,
@@ -296,6 +300,11 @@ class ArbiterService:
         self._in_txn = False
         self._txn_tables: set[str] = set()  # tables whose transaction is open (begun, not yet ended)
         self._txn_records = 0
+        self._signer: Signer | None = None
+        self._trust: Trust | None = None
+        # Per decisions topic, the newest decision of the open transaction, not produced yet: it is
+        # produced signed at commit (or unsigned, once a newer decision of the same table arrives).
+        self._held: dict[str, tuple[str, bytes, bytes | None]] = {}  # table -> (decisions topic, record, key)
         # Per decisions topic, the newest record known to be in the log: (offset, bytes). Set by rebuilds
         # and by delivery reports; a checkpoint is written only for a state whose chain is that record's hash.
         self._last_record: dict[str, tuple[int, bytes]] = {}
@@ -338,6 +347,12 @@ class ArbiterService:
         from confluent_kafka.admin import AdminClient
 
         config = self.settings.kafka_config
+        # 0. Keys first: a misconfigured arbiter stops before it fences anyone.
+        self._signer = arbiter_signer(self.settings)
+        own = [self._signer.public_raw] if self._signer is not None else []
+        self._trust = reader_trust(self.settings, extra=own)
+        if self._signer is None:
+            log.warning("signatures not required and no ORDO_ARBITER_KEY: writing UNSIGNED decisions")
         self._admin = AdminClient(config(logger=kafka_log))
         # 1. Fence an arbiter of an older version with this shard (it used one per-shard
         #    transactional id) and end its open transaction. Each table is then taken
@@ -555,6 +570,9 @@ class ArbiterService:
         gaps = self._reader_gaps
         gaps.expect(table.decisions, pending.log_offset if pending else 0)
         deadline = time.monotonic() + KAFKA_TIMEOUT
+        assert self._trust is not None, "start() first"
+        # Only records a trusted signature vouches for are folded (schemas.signing).
+        verifier: ChainVerifier[tuple[int, bytes]] = ChainVerifier(table.name, self._trust)
 
         def replay_all(reason: str) -> None:
             nonlocal pending, state, last, folded, from_checkpoint
@@ -569,6 +587,7 @@ class ArbiterService:
             pending, state, last, folded = None, new_state(table.name), None, 0
             table.checkpointed = 0
             from_checkpoint = -1
+            verifier.reset(GENESIS_HASH)
             reader.unassign()  # drops what was fetched for the old position
             reader.assign([TopicPartition(table.decisions, 0, OFFSET_BEGINNING)])
             gaps.expect(table.decisions, 0)
@@ -586,6 +605,15 @@ class ArbiterService:
                             if pending is not None:
                                 replay_all(f"the log ends at offset {message.offset()}")
                                 break
+                            unvouched = verifier.unvouched()
+                            self.metrics.refused_unsigned += len(unvouched)
+                            for refusal in unvouched[:20]:
+                                log.warning(
+                                    "table %s: decision at offset %d not folded: %s (an aborted batch or a forger)",
+                                    table.name,
+                                    refusal.offset,
+                                    refusal.reason,
+                                )
                             return self._loaded(table, state, last, folded, began, from_checkpoint)
                         if error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
                             continue  # just created; metadata still propagating
@@ -599,14 +627,22 @@ class ArbiterService:
                             replay_all(problem)
                             break
                         state, last = pending.state, (offset, value)
+                        verifier.reset(state.chain)  # the checkpoint's state was verified when it was folded
                         table.checkpointed = state.decisions
                         from_checkpoint = offset
                         self.metrics.checkpoints_loaded += 1
                         pending = None
                         continue
-                    if self._fold(state, value, offset):
-                        last = (offset, value)
-                    folded += 1
+                    released, refused = verifier.push(offset, value, signature_of(message.headers()), (offset, value))
+                    for refusal in refused:
+                        self.metrics.refused_unsigned += 1
+                        log.error(
+                            "table %s: decision at offset %d not folded: %s", table.name, refusal.offset, refusal.reason
+                        )
+                    for at, record in released:
+                        if self._fold(state, record, at):
+                            last = (at, record)
+                        folded += 1
                 if self._stop.is_set():
                     raise _Stopped()  # never hand out a partial state
                 if time.monotonic() > deadline:
@@ -798,7 +834,10 @@ class ArbiterService:
                 self._poisoned.add((table.intents, offset))
                 raise _Rebuild() from None
             key = decision.txn_id.encode() if decision.txn_id else None
-            self._produce(table.name, producer, table.decisions, data, key)
+            previous = self._held.get(table.name)
+            if previous is not None:
+                self._produce(table.name, producer, previous[0], previous[1], previous[2])
+            self._held[table.name] = (table.decisions, data, key)
             self._txn_records += 1
             metrics.decided += 1
             if decision.outcome is Outcome.ACCEPTED:
@@ -817,6 +856,14 @@ class ArbiterService:
                         }
                     )
                 )
+
+    def _release_held(self) -> None:
+        """Produce each table's last decision of the transaction, signed: it vouches for the batch before it."""
+        signer = self._signer
+        for name, (topic, data, key) in self._held.items():
+            signature = signer.header(name, data) if signer is not None else None
+            self._produce(name, self._producers[name], topic, data, key, signature)
+        self._held.clear()
 
     def _decide(self, table: _Table, message: Any, offset: int) -> tuple[CommitDecision, bytes]:
         state = table.state
@@ -845,12 +892,16 @@ class ArbiterService:
         self._txn_tables.add(table)
         self._in_txn = True
 
-    def _produce(self, table: str, producer: Any, topic: str, data: bytes, key: bytes | None) -> None:
+    def _produce(
+        self, table: str, producer: Any, topic: str, data: bytes, key: bytes | None, signature: bytes | None = None
+    ) -> None:
+        """Produce one decision record, with its ``ordo-sig`` header when ``signature`` is given."""
         from confluent_kafka import KafkaException
 
+        headers = [(SIGNATURE_HEADER, signature)] if signature is not None else None
         while True:
             try:
-                producer.produce(topic, data, key)
+                producer.produce(topic, data, key, headers=headers)
                 return
             except BufferError:
                 producer.poll(0.05)
@@ -864,6 +915,7 @@ class ArbiterService:
 
         if not self._in_txn:
             return
+        self._release_held()
         for name in sorted(self._txn_tables):
             self._end_transaction(name, commit=True)
             self._txn_tables.discard(name)  # committed: never aborted nor rebuilt by a later failure
@@ -918,6 +970,7 @@ class ArbiterService:
 
         self.metrics.aborts += 1
         touched = set(self._txn_tables)
+        self._held.clear()
         for name in sorted(touched):
             self._end_transaction(name, commit=False)
         self._in_txn = False

@@ -1,6 +1,6 @@
 """Quick arbiter throughput: pre-publish N intents, start ``ordo arbiter``, time the decisions.
 
-    .venv/bin/python bench/arbiter_quick.py [-n 20000] [--files 4] [--json out.json] [--profile]
+    .venv/bin/python bench/arbiter_quick.py [-n 20000] [--files 4] [--json out.json] [--profile] [--unsigned]
 
 One table partitioned by ``p``; every intent is a metadata-only INSERT_INTO of
 ``--files`` files into its own partition, all read at version 0, so all are
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ordo.broker import EmbeddedBroker, create_table_topics
+from ordo.keys import embedded_keys
 from ordo.settings import Settings
 from ordo.stack import ProcessGroup
 from schemas import CommitIntent, DataFile, Operation, TableMetadata, decisions_topic, encode, intents_topic
@@ -133,12 +135,17 @@ def main() -> None:
     parser.add_argument("--bootstrap-servers", default=None, help="an existing broker (default: embedded Tansu)")
     parser.add_argument("--json", default=None, help="write the result here")
     parser.add_argument("--profile", action="store_true", help="sample the arbiter with py-spy")
+    parser.add_argument(
+        "--unsigned", action="store_true", help="run the arbiter without a signing key (the cost of signing)"
+    )
     args = parser.parse_args()
 
     with ExitStack() as stack:
         bootstrap = args.bootstrap_servers or stack.enter_context(EmbeddedBroker()).bootstrap_servers
         prefix = f"bench{int(time.time())}"
-        settings = Settings(bootstrap_servers=bootstrap, topic_prefix=prefix)
+        settings = Settings(bootstrap_servers=bootstrap, topic_prefix=prefix, require_signatures=not args.unsigned)
+        if not args.unsigned:
+            settings = embedded_keys(settings, stack.enter_context(tempfile.TemporaryDirectory(prefix="ordo-keys-")))
         t0 = time.perf_counter()
         records = intents(args.n, args.files)
         t1 = time.perf_counter()
@@ -149,6 +156,8 @@ def main() -> None:
         group = stack.enter_context(ProcessGroup(log_dir=tempfile.mkdtemp(prefix="ordo-bench-")))
         started = time.perf_counter()
         arbiter = group.start_arbiter(settings, wait_ready=False)
+        arbiter.wait_for_line("arbiter ready", timeout=120)
+        cpu_ready = _cpu_seconds(arbiter.pid)  # start-up and rebuild left out: the decision loop's CPU only
         profiler = None
         if args.profile:
             py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
@@ -160,6 +169,7 @@ def main() -> None:
             )
         stamps = follow(bootstrap, prefix, len(records), timeout=max(120.0, args.n / 200))
         wall = time.perf_counter() - started
+        loop_cpu = _cpu_seconds(arbiter.pid) - cpu_ready
         if profiler is not None:
             arbiter.terminate()
             profiler.wait(timeout=30)
@@ -170,24 +180,57 @@ def main() -> None:
             (line for line in reversed(arbiter.log_text().splitlines()) if "arbiter stopped" in line), ""
         )
 
+    from schemas.signing import Signer
+
+    signer = Signer.generate()
+    began = time.process_time()
+    for record in records[:2000]:
+        signer.header(TABLE, record)
+    sign_us = (time.process_time() - began) / min(2000, len(records)) * 1e6
+    batches = _metric(metrics_line, "batches")
     span = (stamps[-1] - stamps[0]) / 1000.0
     rate = (len(stamps) - 1) / span if span > 0 else float("inf")
     result = {
         "intents": args.n,
         "files_per_intent": args.files,
+        "signed": not args.unsigned,
         "decisions_per_second": round(rate),
         "decision_span_s": round(span, 3),
+        "decisions_per_cpu_second": round(len(stamps) / loop_cpu) if loop_cpu > 0 else None,
+        "cpu_us_per_decision": round(loop_cpu / len(stamps) * 1e6, 1),
+        "transactions": batches,
+        "sign_us": round(sign_us, 1),
+        # signatures made: one per table per transaction (one table here)
+        "signing_us_per_decision": round(sign_us * batches / len(stamps), 3) if batches else None,
         "wall_from_process_start_s": round(wall, 3),
         "broker": "external" if args.bootstrap_servers else "embedded Tansu (in memory)",
     }
     print(
         f"arbiter: {rate:,.0f} decisions/s ({len(stamps) - 1} decisions in {span:.2f} s; "
-        f"{wall:.2f} s from process start)"
+        f"{wall:.2f} s from process start); {loop_cpu / len(stamps) * 1e6:.1f} CPU us/decision "
+        f"({'signed' if not args.unsigned else 'unsigned'})"
     )
     if metrics_line:
         print(metrics_line[metrics_line.index("arbiter stopped") :])
+    print(
+        f"signing: {sign_us:.1f} us per signature x {batches} transaction(s) = "
+        f"{result['signing_us_per_decision']} us per decision"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+
+
+def _metric(line: str, name: str) -> int:
+    """A counter from the arbiter's ``arbiter stopped: {...}`` line (0 when absent)."""
+    if "{" not in line:
+        return 0
+    return int(json.loads(line[line.index("{") :]).get(name, 0))
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux /proc): steadier than wall time on a busy host."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _print_profile(path: Path, top: int = 25) -> None:

@@ -1,6 +1,6 @@
 """Quick consumer figures: catalog apply rate and snapshot-query time at 100k live files.
 
-    .venv/bin/python bench/consumer_quick.py [--decisions 25000] [--no-kafka] [--json PATH]
+    .venv/bin/python bench/consumer_quick.py [--decisions 25000] [--no-kafka] [--sign-every 100] [--json PATH]
 
 1. Apply rate: INSERT decisions with 4 files each, built beforehand by the pure
    arbiter core and encoded, folded into a fresh SQLite catalog by
@@ -9,6 +9,10 @@
    Wall and CPU time are both reported: on a shared machine CPU time is the steadier figure.
 2. The same records produced to a decisions topic on the embedded Tansu broker
    and materialized by ``Materializer`` from offset 0 until caught up.
+   Run twice on the same records: signed as the arbiter signs them (the last
+   record of every ``--sign-every`` records carries an ``ordo-sig`` header) and
+   verified, and unsigned with signatures not required: the cost of verification.
+   ``verify`` times ``ChainVerifier.push`` alone over the same records.
 3. Snapshot queries on the resulting table (``--decisions`` x 4 live files,
    100k by default): the SQL alone, and ``Catalog.snapshot`` (SQL + objects),
    at the head and at an old version; plus a by-timestamp lookup.
@@ -26,6 +30,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -102,21 +107,61 @@ def bench_apply(records: list[LogRecord], path: Path, batch: int = 5000) -> dict
     }
 
 
-def bench_kafka(records: list[LogRecord], path: Path) -> dict[str, float]:
+def signatures(records: list[LogRecord], every: int, signer: Any) -> dict[int, bytes]:
+    """The ``ordo-sig`` header of the last record of every ``every`` records (and of the last one), by offset."""
+    marks = {r.offset for r in records[every - 1 :: every]} | {records[-1].offset}
+    return {r.offset: signer.header(r.table, r.value or b"") for r in records if r.offset in marks}
+
+
+def bench_verify(records: list[LogRecord], every: int) -> dict[str, float]:
+    """``ChainVerifier.push`` over the records, one signature per ``every`` records (the consumer's added work)."""
+    from schemas.signing import ChainVerifier, Signer, Trust
+
+    signer = Signer.generate()
+    headers = signatures(records, every, signer)
+    verifier: ChainVerifier[LogRecord] = ChainVerifier("bench", Trust.of([signer.public_raw]))
+    released = 0
+    start = time.process_time()
+    for record in records:
+        out, refused = verifier.push(record.offset, record.value, headers.get(record.offset), record)
+        released += len(out)
+        assert not refused
+    cpu = time.process_time() - start
+    assert released == len(records)
+    return {
+        "sign_every": every,
+        "cpu_seconds": round(cpu, 3),
+        "us_per_decision": round(cpu / len(records) * 1e6, 2),
+    }
+
+
+def bench_kafka(records: list[LogRecord], path: Path, sign_every: int = 0) -> dict[str, float]:
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient
 
     from consumer.materializer import Materializer
     from ordo.broker import DECISIONS_CONFIG, EmbeddedBroker, create_topics
+    from ordo.keys import embedded_keys
     from ordo.settings import Settings
+    from schemas.signing import SIGNATURE_HEADER, Signer
 
-    with EmbeddedBroker() as broker:
-        settings = Settings(bootstrap_servers=broker.bootstrap_servers, topic_prefix="bench", catalog=str(path))
+    with EmbeddedBroker() as broker, tempfile.TemporaryDirectory() as keys:
+        settings = Settings(
+            bootstrap_servers=broker.bootstrap_servers,
+            topic_prefix="bench",
+            catalog=str(path),
+            require_signatures=bool(sign_every),
+        )
+        headers: dict[int, bytes] = {}
+        if sign_every:
+            settings = embedded_keys(settings, keys)
+            headers = signatures(records, sign_every, Signer.from_file(settings.arbiter_key))
         topic = "bench.bench.decisions"
         create_topics(AdminClient(settings.kafka_config()), {topic: DECISIONS_CONFIG})
         producer = Producer(settings.kafka_config(**{"linger.ms": 20, "enable.idempotence": True}))
         for record in records:
-            producer.produce(topic, record.value)
+            signature = headers.get(record.offset)
+            producer.produce(topic, record.value, headers=[(SIGNATURE_HEADER, signature)] if signature else None)
             producer.poll(0)
         assert producer.flush(60) == 0
         materializer = Materializer(settings)
@@ -132,6 +177,7 @@ def bench_kafka(records: list[LogRecord], path: Path) -> dict[str, float]:
         thread.join(10)
     return {
         "decisions": len(records),
+        "signed_every": sign_every,
         "seconds": round(elapsed, 3),
         "decisions_per_s": round(len(records) / elapsed),
         "note": "includes consumer start-up, topic discovery and Tansu fetches (non-transactional records)",
@@ -174,6 +220,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--decisions", type=int, default=25_000, help="INSERT decisions (x4 files each)")
     parser.add_argument("--no-kafka", action="store_true", help="skip the run through the embedded broker")
+    parser.add_argument(
+        "--sign-every", type=int, default=100, help="one signature per N decisions, as the arbiter's batches"
+    )
     parser.add_argument("--json", default=str(Path(__file__).parent / "results" / "consumer_quick.json"))
     args = parser.parse_args()
     t0 = time.perf_counter()
@@ -187,9 +236,13 @@ def main() -> None:
         results["snapshot"] = bench_snapshot(path, args.decisions)
         print("snapshot:", json.dumps(results["snapshot"], indent=1))
         results["catalog_bytes"] = path.stat().st_size
+        results["verify"] = bench_verify(records, args.sign_every)
+        print("signature verification alone (ChainVerifier):", results["verify"])
         if not args.no_kafka:
-            results["kafka"] = bench_kafka(records, Path(tmp) / "kafka.db")
-            print("apply through Kafka (Tansu):", results["kafka"])
+            results["kafka"] = bench_kafka(records, Path(tmp) / "kafka.db", args.sign_every)
+            print("apply through Kafka (Tansu), signed and verified:", results["kafka"])
+            results["kafka_unsigned"] = bench_kafka(records, Path(tmp) / "kafka-unsigned.db")
+            print("apply through Kafka (Tansu), unsigned, not verified:", results["kafka_unsigned"])
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")

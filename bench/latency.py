@@ -104,6 +104,7 @@ def run() -> list[Result]:
     from confluent_kafka.admin import AdminClient
 
     from ordo.broker import EmbeddedBroker, create_topics
+    from ordo.keys import embedded_keys
     from ordo.settings import Settings
     from ordo.stack import ProcessGroup
     from producer import CommitClient
@@ -116,7 +117,9 @@ def run() -> list[Result]:
     isolate_state(work)
     with EmbeddedBroker() as broker, ProcessGroup(log_dir=work / "logs") as group:
         bootstrap = broker.bootstrap_servers
-        settings = Settings(bootstrap_servers=bootstrap, topic_prefix="lat", state_dir=str(work / "state"))
+        settings = embedded_keys(
+            Settings(bootstrap_servers=bootstrap, topic_prefix="lat", state_dir=str(work / "state")), work
+        )
         group.start_arbiter(settings, timeout=120)
         create_topics(AdminClient({"bootstrap.servers": bootstrap}), {"lat.raw": {}})
         client = CommitClient(settings=settings)

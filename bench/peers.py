@@ -62,6 +62,7 @@ class _OrdoWriter:
     def __init__(self, job: dict[str, Any], writer: int) -> None:
         import pyarrow as pa
 
+        from ordo.keys import embedded_keys
         from ordo.settings import Settings
         from producer import CommitClient
 
@@ -69,7 +70,10 @@ class _OrdoWriter:
         self.writer = writer
         self.partition = job["partition"] or f"w{writer}"
         self.location = Path(job["location"])
-        settings = Settings(bootstrap_servers=job["bootstrap"], topic_prefix=job["prefix"], state_dir=job["state"])
+        settings = embedded_keys(
+            Settings(bootstrap_servers=job["bootstrap"], topic_prefix=job["prefix"], state_dir=job["state"]),
+            job["state"],
+        )
         self.client = CommitClient(settings=settings)
         rows = _rows(writer)
         self.table = rows.append_column("_ordo_op", pa.array(["upsert"] * ROWS)).append_column(
@@ -307,6 +311,7 @@ def _create_iceberg(catalog_uri: str, warehouse: str, name: str) -> None:
 
 def run(systems: tuple[str, ...] = SYSTEMS, scenarios: tuple[str, ...] = SCENARIOS) -> list[Result]:
     from ordo.broker import EmbeddedBroker
+    from ordo.keys import embedded_keys
     from ordo.settings import Settings
     from ordo.stack import ProcessGroup
     from producer import CommitClient
@@ -320,8 +325,11 @@ def run(systems: tuple[str, ...] = SYSTEMS, scenarios: tuple[str, ...] = SCENARI
     pool = _Pool()
     try:
         with EmbeddedBroker() as broker, ProcessGroup(log_dir=work / "logs") as group:
-            settings = Settings(
-                bootstrap_servers=broker.bootstrap_servers, topic_prefix="peers", state_dir=str(work / "state")
+            settings = embedded_keys(
+                Settings(
+                    bootstrap_servers=broker.bootstrap_servers, topic_prefix="peers", state_dir=str(work / "state")
+                ),
+                str(work / "state"),
             )
             group.start_arbiter(settings, timeout=120)
             with CommitClient(settings=settings) as admin_client:

@@ -90,6 +90,7 @@ def profile_arbiter(n: int, lines_of: str | None = None) -> None:
     from confluent_kafka.admin import AdminClient
 
     from ordo.broker import EmbeddedBroker, create_table_topics
+    from ordo.keys import embedded_keys
     from ordo.settings import Settings
     from ordo.stack import ProcessGroup
     from schemas import decisions_topic, intents_topic
@@ -104,7 +105,9 @@ def profile_arbiter(n: int, lines_of: str | None = None) -> None:
         prefix = "prof"
         create_table_topics(AdminClient({"bootstrap.servers": bootstrap}), prefix, TABLE)
         publish(bootstrap, intents_topic(prefix, TABLE), records)
-        settings = Settings(bootstrap_servers=bootstrap, topic_prefix=prefix, state_dir=str(work / "state"))
+        settings = embedded_keys(
+            Settings(bootstrap_servers=bootstrap, topic_prefix=prefix, state_dir=str(work / "state")), work
+        )
         arbiter = group.start_arbiter(settings, wait_ready=True, timeout=120)
         profiler = subprocess.Popen(
             [py_spy, "record", "--pid", str(arbiter.pid), "--format", "raw", "--output", str(out), "--rate", "500"],

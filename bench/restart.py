@@ -41,9 +41,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from arbiter.checkpoint import checkpoint_path, read_checkpoint
 from arbiter.core import apply, evaluate, new_state
 from ordo.broker import EmbeddedBroker, create_table_topics
+from ordo.keys import embedded_keys
 from ordo.settings import Settings
 from ordo.stack import ProcessGroup
 from schemas import CommitIntent, DataFile, Operation, TableMetadata, decisions_topic, encode, intents_topic
+from schemas.signing import SIGNATURE_HEADER, Signer
 
 TABLE = "events"
 TXN_SIZE = 50_000
@@ -141,8 +143,8 @@ def _next(
     return intent
 
 
-def publish(bootstrap: str, prefix: str, decisions: int, partitions: int, seed: int) -> Any:
-    """Build the history and publish it; returns the core's final state."""
+def publish(bootstrap: str, prefix: str, decisions: int, partitions: int, seed: int, signer: Any) -> Any:
+    """Build the history and publish it, signed as the arbiter signs (each transaction's last decision)."""
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient
 
@@ -156,6 +158,7 @@ def publish(bootstrap: str, prefix: str, decisions: int, partitions: int, seed: 
     generator = history(decisions, partitions, seed)
     count = 0
     began = time.perf_counter()
+    held: bytes | None = None  # the newest decision: produced signed at commit, or unsigned once another follows
     while True:
         try:
             intent, stamp, decision = next(generator)
@@ -163,22 +166,30 @@ def publish(bootstrap: str, prefix: str, decisions: int, partitions: int, seed: 
             state = stop.value
             break
         _produce(intents, intents_name, intent, stamp)
-        _produce(decided, decisions_name, decision, None)
+        if held is not None:
+            _produce(decided, decisions_name, held, None)
+        held = decision
         count += 1
         if count % TXN_SIZE == 0:
+            _produce(decided, decisions_name, held, None, signer.header(TABLE, held))
+            held = None
             decided.commit_transaction(120)
             decided.begin_transaction()
             print(f"  {count:,} decisions built and published ({time.perf_counter() - began:.0f} s)", flush=True)
+    if held is not None:
+        _produce(decided, decisions_name, held, None, signer.header(TABLE, held))
     decided.commit_transaction(120)
     if intents.flush(120) or decided.flush(120):
         raise SystemExit("records not delivered")
     return state
 
 
-def _produce(producer: Any, topic: str, value: bytes, timestamp: int | None) -> None:
+def _produce(producer: Any, topic: str, value: bytes, timestamp: int | None, signature: bytes | None = None) -> None:
     while True:
         try:
-            if timestamp is None:
+            if signature is not None:
+                producer.produce(topic, value, headers=[(SIGNATURE_HEADER, signature)])
+            elif timestamp is None:
                 producer.produce(topic, value)
             else:
                 producer.produce(topic, value, timestamp=timestamp)
@@ -207,11 +218,13 @@ def main() -> None:
         broker = stack.enter_context(EmbeddedBroker())
         prefix = f"restart{int(time.time())}"
         work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ordo-bench-restart-")))
-        settings = Settings(
-            bootstrap_servers=broker.bootstrap_servers, topic_prefix=prefix, state_dir=str(work / "state")
+        settings = embedded_keys(
+            Settings(bootstrap_servers=broker.bootstrap_servers, topic_prefix=prefix, state_dir=str(work / "state")),
+            work,
         )
         began = time.perf_counter()
-        state = publish(broker.bootstrap_servers, prefix, args.decisions, args.partitions, args.seed)
+        signer = Signer.from_file(settings.arbiter_key)
+        state = publish(broker.bootstrap_servers, prefix, args.decisions, args.partitions, args.seed, signer)
         result["build_and_publish_s"] = round(time.perf_counter() - began, 1)
         result["state"] = {
             "head_version": state.head_version,

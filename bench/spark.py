@@ -41,6 +41,7 @@ def run() -> list[Result]:
 
     from bench.spark_insert import one_insert, rows_frame
     from ordo.broker import EmbeddedBroker
+    from ordo.keys import embedded_keys
     from ordo.settings import Settings
     from ordo.spark import local_spark_session
     from ordo.stack import ProcessGroup
@@ -63,6 +64,7 @@ def run() -> list[Result]:
             catalog=str(work / "catalog.db"),
             state_dir=str(work / "state"),
         )
+        settings = embedded_keys(settings, work)
         group.start_arbiter(settings, timeout=120)
         consumer = group.start_ordo(settings, "consumer", "--no-http", name="consumer")
         consumer.wait_for_line("consumer ready", timeout=120)

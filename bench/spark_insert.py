@@ -83,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from ordo.broker import EmbeddedBroker
+    from ordo.keys import embedded_keys
     from ordo.settings import Settings
     from ordo.spark import local_spark_session
     from ordo.stack import ProcessGroup
@@ -97,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
             warehouse=str(work / "warehouse"),
             catalog=str(work / "catalog.db"),
         )
+        settings = embedded_keys(settings, work)
         group.start_arbiter(settings, timeout=60)
         consumer = group.start_ordo(settings, "consumer", "--no-http", name="consumer")
         consumer.wait_for_line("consumer ready", timeout=60)

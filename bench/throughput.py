@@ -67,6 +67,7 @@ def run() -> list[Result]:
     from confluent_kafka.admin import AdminClient
 
     from ordo.broker import EmbeddedBroker, create_table_topics, create_topics
+    from ordo.keys import embedded_keys
     from ordo.settings import Settings
     from ordo.stack import ProcessGroup, start_process
     from schemas import decisions_topic, intents_topic
@@ -88,7 +89,9 @@ def run() -> list[Result]:
 
         def ordo_side(round_: int) -> dict[str, Any]:
             prefix = f"tp{round_}"
-            settings = Settings(bootstrap_servers=bootstrap, topic_prefix=prefix, state_dir=str(work / "state"))
+            settings = embedded_keys(
+                Settings(bootstrap_servers=bootstrap, topic_prefix=prefix, state_dir=str(work / "state")), work
+            )
             create_table_topics(admin, prefix, TABLE)
             publish(bootstrap, intents_topic(prefix, TABLE), records)
             arbiter = group.start_arbiter(settings, wait_ready=False)

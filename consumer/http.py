@@ -197,6 +197,7 @@ def create_app(
         body: dict[str, Any] = {"status": "degraded" if broken else "ok", "broken": broken, "tables": health["tables"]}
         if status is not None:
             body["kafka_ok"] = status.kafka_ok
+            body["refused_total"] = status.refused_total
         return JSONResponse(body)
 
     @app.get("/readyz", summary="200 once caught up with the log end seen at start-up, else 503")
@@ -252,6 +253,11 @@ def render_metrics(catalog: Catalog, status: ConsumerStatus | None) -> bytes:
                 yield lag
                 yield CounterMetricFamily(
                     "ordo_consumer_decisions_applied", "Decision records applied", value=snap["applied_total"]
+                )
+                yield CounterMetricFamily(
+                    "ordo_consumer_decisions_refused",
+                    "Decision records refused: no trusted signature vouches for them",
+                    value=snap["refused_total"],
                 )
                 yield CounterMetricFamily(
                     "ordo_consumer_commits_applied", "Accepted commits applied", value=snap["commits_total"]

@@ -12,6 +12,10 @@ consumer that imports ``confluent_kafka``.
   sees, so the hash chain stays whole. See docs/tansu.md.)
 * Each batch of records is applied in one SQLite transaction together with
   each table's next offset: a kill -9 at any moment resumes exactly there.
+* Only signed history is applied (``schemas.signing``): a record is held until a
+  trusted arbiter signature vouches for it; a forged, unsigned or unknown-key
+  record is refused (logged with its offset, counted in ``refused_total``) and
+  never reaches the catalog.
 * A table whose log cannot be applied (hash-chain break, undecodable record,
   inconsistent decision, log shorter than the catalog) is unassigned and
   reported; every other table keeps being served.
@@ -34,8 +38,10 @@ from typing import Any
 from consumer.store import ApplyResult, CatalogWriter, LogRecord
 from kernel.logread import GapChecker, GapStats
 from ordo.errors import BrokerUnavailableError
+from ordo.keys import reader_trust
 from ordo.settings import Settings
 from schemas import chain_hash, decisions_pattern, decisions_topic, parse_topic
+from schemas.signing import ChainVerifier, signature_of
 
 log = logging.getLogger("ordo.consumer")
 
@@ -51,6 +57,7 @@ class ConsumerStatus:
     ready: bool = False
     kafka_ok: bool = False
     applied_total: int = 0
+    refused_total: int = 0  # decision records no trusted signature vouched for (never applied)
     commits_total: int = 0
     batches_total: int = 0
     lag: dict[str, int] = field(default_factory=dict)
@@ -94,6 +101,7 @@ class ConsumerStatus:
                 "kafka_ok": self.kafka_ok,
                 "uptime_s": round(time.time() - self.started_at, 3),
                 "applied_total": self.applied_total,
+                "refused_total": self.refused_total,
                 "commits_total": self.commits_total,
                 "batches_total": self.batches_total,
                 "lag": dict(self.lag),
@@ -129,6 +137,8 @@ class Materializer:
         self.discovery_interval = discovery_interval
         self.poll_timeout = poll_timeout
         self._pattern = re.compile(decisions_pattern(self.prefix))
+        self._trust = reader_trust(settings)  # fails closed on a missing ORDO_TRUSTED_KEYS
+        self._verifiers: dict[str, ChainVerifier[LogRecord]] = {}  # by topic
         self._stop = threading.Event()
         self._consumer: Any = None
         self._topics: dict[str, str] = {}  # assigned topic -> table
@@ -238,10 +248,17 @@ class Materializer:
                     log.warning("reading %s: %s", topic, error)
                 continue
             table = self._topics.get(topic)
-            if table is None:
+            verifier = self._verifiers.get(topic)
+            if table is None or verifier is None:
                 continue
             _, timestamp = message.timestamp()
-            records.append(LogRecord(table, message.offset(), timestamp if timestamp >= 0 else None, message.value()))
+            offset, value = message.offset(), message.value()
+            record = LogRecord(table, offset, timestamp if timestamp >= 0 else None, value)
+            released, refused = verifier.push(offset, value, signature_of(message.headers()), record)
+            records.extend(released)
+            for refusal in refused:
+                self.status.refused_total += 1
+                log.error("table %s: decision at offset %d refused: %s", table, refusal.offset, refusal.reason)
         if records:
             result = self.writer.apply(records)
             self.status.record(result)
@@ -371,6 +388,7 @@ class Materializer:
                 )
                 continue
             self._topics[topic] = table
+            self._verifiers[topic] = ChainVerifier(table, self._trust, anchor=state.last_hash)
             assign.append(TopicPartition(topic, 0, state.next_offset))
             log.info("table %s: following %s from offset %d", table, topic, state.next_offset)
         if assign:
@@ -430,6 +448,7 @@ class Materializer:
     def _unfollow(self, topic: str) -> None:
         from confluent_kafka import TopicPartition
 
+        self._verifiers.pop(topic, None)
         if topic in self._topics:
             del self._topics[topic]
             self._skipped.add(topic)

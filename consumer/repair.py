@@ -173,10 +173,17 @@ def wait_result(catalog: str | Path, table: str, request_id: str, timeout: float
 
 
 def build_fresh(settings: Settings, table: str, path: str | Path, timeout: float = READ_TIMEOUT) -> StreamState:
-    """Materialize ``table`` alone from its decisions log (offset 0 to the end) into a new catalog at ``path``."""
+    """Materialize ``table`` alone from its decisions log (offset 0 to the end) into a new catalog at ``path``.
+
+    Only decisions a trusted signature vouches for are applied (``schemas.signing``), as by the consumer.
+    """
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
+    from ordo.keys import reader_trust
+    from schemas.signing import ChainVerifier, signature_of
+
     topic = decisions_topic(settings.topic_prefix, table)
+    verifier: ChainVerifier[LogRecord] = ChainVerifier(table, reader_trust(settings))
     writer = CatalogWriter(path, settings.topic_prefix)
     consumer = Consumer(
         settings.kafka_config(
@@ -217,7 +224,11 @@ def build_fresh(settings: Settings, table: str, path: str | Path, timeout: float
                 _, stamp = message.timestamp()
                 offset = message.offset()
                 assert offset is not None  # a fetched record always has one
-                records.append(LogRecord(table, offset, stamp if stamp >= 0 else None, message.value()))
+                record = LogRecord(table, offset, stamp if stamp >= 0 else None, message.value())
+                released, refused = verifier.push(offset, message.value(), signature_of(message.headers()), record)
+                records.extend(released)
+                for refusal in refused:
+                    log.error("table %s: decision at offset %d refused: %s", table, refusal.offset, refusal.reason)
             if records:
                 writer.apply(records)
                 deadline = time.monotonic() + timeout

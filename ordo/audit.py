@@ -15,8 +15,15 @@ It lists every problem found (not only the first) and prints the chain head,
 the SHA-256 of the last decision record: it commits to the whole history, so
 an auditor who writes it down can prove later that nothing before it changed.
 
+With ``--verify`` every decision must also be vouched for by a signature of a
+trusted key (``ORDO_TRUSTED_KEYS``, ``schemas.signing``): a forged, unsigned or
+unknown-key record is an ``unsigned`` divergence at its offset.
+``--allow-unsigned`` (``ORDO_REQUIRE_SIGNATURES=false``) accepts unsigned
+records: an upgrade-time tool for a log written by a release without signing.
+
 Exit status: 0 when everything matches, 1 on any divergence or chain break,
-2 when the logs cannot be read (no such topics, broker unreachable).
+2 when the logs cannot be read (no such topics, broker unreachable) or no key
+is trusted.
 
 Topics are read with ``read_committed`` and ``assign()`` (no consumer group),
 from the beginning to the end seen at start. Both topics are checked to exist
@@ -32,10 +39,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from arbiter.replay import DecisionRecord, Divergence, IntentRecord, ReplayReport, replay, verify_chain
+from arbiter.replay import (
+    DecisionRecord,
+    Divergence,
+    IntentRecord,
+    ReplayReport,
+    authenticate,
+    replay,
+    verify_chain,
+)
 from ordo.errors import BrokerUnavailableError, OrdoError
+from ordo.keys import reader_trust
 from ordo.settings import Settings
 from schemas import CodecError, CommitDecision, Outcome, chain_hash, decisions_topic, decode, intents_topic, parse_topic
+from schemas.signing import SigningError, Trust, signature_of
 
 EXIT_OK = 0
 EXIT_DIVERGED = 1
@@ -110,12 +127,13 @@ def _divergence_dict(divergence: Divergence) -> dict[str, Any]:
 
 
 def read_partition(
-    settings: Settings, topic: str, timeout: float = READ_TIMEOUT
+    settings: Settings, topic: str, timeout: float = READ_TIMEOUT, *, signatures: dict[int, bytes] | None = None
 ) -> list[tuple[int, int, bytes | None]]:
     """Every record ``(offset, timestamp ms, value)`` of partition 0 of ``topic`` up to its end (read_committed).
 
     Offsets the fetch skipped are re-read (``kernel.logread``); a decisions
     topic's single-offset gaps after a record are its transaction markers.
+    ``signatures``, when given, receives each record's ``ordo-sig`` header by offset.
     """
     from kernel.logread import LogReadError, read_to_end
 
@@ -134,6 +152,10 @@ def read_partition(
         ):
             _, timestamp = message.timestamp()
             records.append((message.offset(), timestamp, message.value()))
+            if signatures is not None:
+                signature = signature_of(message.headers())
+                if signature is not None:
+                    signatures[message.offset()] = signature
     except LogReadError as exc:
         raise AuditReadError(str(exc)) from exc
     return records
@@ -157,7 +179,9 @@ def read_table_logs(
             f"broker {settings.bootstrap_servers})"
         )
     intents = [IntentRecord(o, t, v) for o, t, v in read_partition(settings, intents_name, timeout)]
-    decisions = [DecisionRecord(o, v) for o, _, v in read_partition(settings, decisions_name, timeout)]
+    signatures: dict[int, bytes] = {}
+    records = read_partition(settings, decisions_name, timeout, signatures=signatures)
+    decisions = [DecisionRecord(o, v, signatures.get(o)) for o, _, v in records]
     return intents, decisions
 
 
@@ -224,10 +248,22 @@ def verify_log(table: str, decisions: list[DecisionRecord]) -> list[Divergence]:
 
 
 def audit(
-    table: str, intents: list[IntentRecord], decisions: list[DecisionRecord], *, verify: bool = True
+    table: str,
+    intents: list[IntentRecord],
+    decisions: list[DecisionRecord],
+    *,
+    verify: bool = True,
+    trust: Trust | None = None,
 ) -> AuditResult:
-    """Replay ``intents`` and compare with ``decisions`` (and with ``verify``, check the log on its own). Pure."""
+    """Replay ``intents`` and compare with ``decisions`` (and with ``verify``, check the log on its own). Pure.
+
+    With ``trust``, only the decisions its keys vouch for are the log; every other record is an
+    ``unsigned`` problem (a forged, unsigned or unknown-key decision).
+    """
     began = time.monotonic()
+    unsigned: list[Divergence] = []
+    if trust is not None:
+        decisions, unsigned = authenticate(table, decisions, trust)
     try:
         report = replay(table, intents, decisions)
     except Exception as exc:  # the core must never raise on a record; if it does, the audit fails, loudly
@@ -235,7 +271,7 @@ def audit(
         report.divergences.append(
             Divergence("undecodable", None, None, f"replay raised {type(exc).__name__}: {exc} (a bug in the core)")
         )
-    result = AuditResult(table, report, problems=list(report.divergences))
+    result = AuditResult(table, report, problems=[*unsigned, *report.divergences])
     if verify:
         known = {(p.kind, p.decision_offset) for p in result.problems}
         for problem in verify_log(table, decisions):
@@ -277,6 +313,12 @@ def render(result: AuditResult, settings: Settings) -> str:
         + (f" ({', '.join(f'{k} {v}' for k, v in sorted(result.rejected.items()))})" if result.rejected else "")
         + f", repeated txn ids {result.duplicates}",
     ]
+    if result.verified_log:
+        forged = [p for p in result.problems if p.kind == "unsigned"]
+        lines.append(
+            "signatures: "
+            + ("every decision vouched for by a trusted key" if not forged else f"{len(forged)} record(s) refused")
+        )
     breaks = [p for p in result.problems if p.kind == "chain"]
     lines.append(
         f"hash chain: {'intact' if not breaks else f'{len(breaks)} break(s)'}"
@@ -311,11 +353,12 @@ def run_replay(
 ) -> int:
     """``ordo replay``: read, audit, print; returns the exit status (0 ok, 1 divergence, 2 unreadable)."""
     try:
+        trust = reader_trust(settings) if verify else None  # fails closed before reading anything
         intents, decisions = read_table_logs(settings, table, timeout)
-    except (AuditReadError, BrokerUnavailableError) as exc:
+    except (AuditReadError, BrokerUnavailableError, SigningError) as exc:
         echo(json.dumps({"table": table, "ok": False, "error": str(exc)}) if as_json else f"error: {exc}")
         return EXIT_UNREADABLE
-    result = audit(table, intents, decisions, verify=verify)
+    result = audit(table, intents, decisions, verify=verify, trust=trust)
     echo(json.dumps(result.to_dict()) if as_json else render(result, settings))
     return EXIT_OK if result.ok else EXIT_DIVERGED
 

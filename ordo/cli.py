@@ -51,7 +51,7 @@ def main(ctx: click.Context, bootstrap_servers: str | None, topic_prefix: str | 
     Run the stack:      ordo up | ordo broker | ordo arbiter | ordo consumer
     Try it:             ordo demo
     Read the catalog:   ordo tables | history | show | changes | tail
-    Operate:            ordo vacuum | ordo replay | ordo repair
+    Operate:            ordo vacuum | ordo replay | ordo repair | ordo keygen
 
     Settings come from ORDO_* environment variables (ORDO_BOOTSTRAP_SERVERS,
     ORDO_TOPIC_PREFIX, ORDO_WAREHOUSE, ORDO_CATALOG, ORDO_KAFKA__*), which the
@@ -368,14 +368,43 @@ def repair(settings: Settings, table: str, timeout: float, as_json: bool) -> Non
 @main.command()
 @click.argument("table")
 @click.option("--verify", is_flag=True, help="audit mode: also check the decisions log on its own, list every problem")
+@click.option(
+    "--allow-unsigned",
+    is_flag=True,
+    help="upgrade only: accept decisions no trusted key signed (a log written by a release without signing)",
+)
 @click.option("--timeout", type=float, default=60.0, show_default=True, help="seconds to read each log to its end")
 @json_option
 @pass_settings
-def replay(settings: Settings, table: str, verify: bool, timeout: float, as_json: bool) -> None:
-    """Re-derive TABLE's decisions from its intents; report the first divergence (exit 1) or OK (exit 0)."""
+def replay(settings: Settings, table: str, verify: bool, allow_unsigned: bool, timeout: float, as_json: bool) -> None:
+    """Re-derive TABLE's decisions from its intents; report the first divergence (exit 1) or OK (exit 0).
+
+    With --verify, every decision must be vouched for by a signature of a key in ORDO_TRUSTED_KEYS.
+    """
     from ordo.audit import run_replay
 
+    if allow_unsigned:
+        settings = settings.with_overrides(require_signatures=False)
     raise SystemExit(run_replay(settings, table, verify=verify, as_json=as_json, timeout=timeout, echo=click.echo))
+
+
+@main.command()
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.option("--force", is_flag=True, help="overwrite an existing key")
+@click.option("--keep", is_flag=True, help="keep an existing key pair and exit 0 (for a one-shot container)")
+def keygen(path: str, force: bool, keep: bool) -> None:
+    """Write a new arbiter signing key to PATH (mode 0600) and its public key to PATH.pub.
+
+    The arbiter signs with PATH (ORDO_ARBITER_KEY); every reader trusts PATH.pub (ORDO_TRUSTED_KEYS).
+    """
+    from schemas.signing import Signer, write_keypair
+
+    if keep and not force and os.path.exists(path) and os.path.exists(f"{path}.pub"):
+        signer = Signer.from_file(path)
+        click.echo(f"kept the existing key {path} (key id {signer.key_id.hex()})")
+        return
+    signer = write_keypair(path, overwrite=force)
+    click.echo(f"private key {path} (keep it secret), public key {path}.pub, key id {signer.key_id.hex()}")
 
 
 if __name__ == "__main__":

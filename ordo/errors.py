@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from schemas.errors import CodecError, InvalidNameError, OrdoError, UnknownSchemaError
+from schemas.errors import CodecError, InvalidNameError, OrdoError, SigningError, UnknownSchemaError
 
 
 class CommitTimeoutError(OrdoError, TimeoutError):
@@ -56,6 +56,7 @@ __all__ = [
     "CommitTimeoutError",
     "InvalidNameError",
     "OrdoError",
+    "SigningError",
     "TableNotFoundError",
     "UnknownSchemaError",
     "VersionNotFoundError",

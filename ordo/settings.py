@@ -42,6 +42,11 @@ class Settings:
     http_port: int = DEFAULT_HTTP_PORT
     state_dir: str = field(default_factory=default_state_dir)  # arbiter checkpoints (a cache of the decisions log)
     kafka: Mapping[str, str] = field(default_factory=dict)
+    # Signed decisions (docs/operations.md "Keys"): the arbiter's private key file, the public key
+    # files or directories readers trust (comma-separated), and whether unsigned decisions are refused.
+    arbiter_key: str = ""
+    trusted_keys: str = ""
+    require_signatures: bool = True
     resubmit_after: float = DEFAULT_RESUBMIT_AFTER  # commit client: publish an intent again when undecided this long
 
     def kafka_config(self, **overrides: Any) -> dict[str, Any]:
@@ -82,6 +87,16 @@ def kafka_passthrough(environ: Mapping[str, str]) -> dict[str, str]:
     return result
 
 
+def parse_bool(text: str) -> bool:
+    """``true/false``, ``1/0``, ``yes/no``, ``on/off`` (any case)."""
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"expected true or false, got {text!r}")
+
+
 def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
     """Build settings from defaults, then ``environ`` (default ``os.environ``), then ``overrides``."""
     env = os.environ if environ is None else environ
@@ -94,6 +109,9 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
         ("http_host", "ORDO_HTTP_HOST", str),
         ("http_port", "ORDO_HTTP_PORT", int),
         ("state_dir", "ORDO_STATE_DIR", str),
+        ("arbiter_key", "ORDO_ARBITER_KEY", str),
+        ("trusted_keys", "ORDO_TRUSTED_KEYS", str),
+        ("require_signatures", "ORDO_REQUIRE_SIGNATURES", parse_bool),
         ("resubmit_after", "ORDO_RESUBMIT_AFTER", float),
     ):
         if env.get(key):

@@ -40,6 +40,9 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "ORDO_HTTP_HOST": settings.http_host,
         "ORDO_HTTP_PORT": str(settings.http_port),
         "ORDO_STATE_DIR": settings.state_dir,
+        "ORDO_ARBITER_KEY": settings.arbiter_key,
+        "ORDO_TRUSTED_KEYS": settings.trusted_keys,
+        "ORDO_REQUIRE_SIGNATURES": "true" if settings.require_signatures else "false",
     }
     if settings.bootstrap_servers:
         env["ORDO_BOOTSTRAP_SERVERS"] = settings.bootstrap_servers

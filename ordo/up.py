@@ -24,6 +24,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from ordo.errors import BrokerUnavailableError, OrdoError
+from ordo.keys import embedded_keys
 from ordo.settings import Settings, load_settings
 
 if TYPE_CHECKING:
@@ -175,6 +176,8 @@ class EmbeddedStack:
                 kafka=kafka,
                 state_dir=str(self.directory / "state"),
             )
+            # Signed decisions with no setup: the stack's own key, trusted by its own readers.
+            self.settings = embedded_keys(self.settings, self.directory / "keys")
             if self.external is not None:
                 check_broker(self.settings)
         except BaseException:
@@ -236,6 +239,7 @@ class EmbeddedStack:
             f"export ORDO_TOPIC_PREFIX={self.settings.topic_prefix}",
             f"export ORDO_WAREHOUSE={self.settings.warehouse}",
             f"export ORDO_CATALOG={self.settings.catalog}",
+            f"export ORDO_TRUSTED_KEYS={self.settings.trusted_keys}",
         ]
         return lines
 

@@ -7,7 +7,10 @@ consumer group) from there and hands each decision to the future waiting for
 its ``intent_offset`` (the offset the broker gave the intent). A repeated
 ``txn_id`` is answered by a decision with ``duplicate_of`` set: that is still
 the answer. A decision may be read before the broker's delivery report for
-its intent arrives; it is held until then.
+its intent arrives; it is held until then. A decision counts only once a
+trusted arbiter signature vouches for it (``schemas.signing``: the signed
+record closes its batch, in the same transaction); a forged or unsigned one is
+never taken as the answer.
 
 Every gap in the decisions log that is not a transaction marker is re-read
 (``kernel.logread``: Tansu's fetch can skip a stored record). And because the
@@ -38,6 +41,8 @@ from ordo.errors import BrokerUnavailableError, CommitTimeoutError, OrdoError, T
 from ordo.settings import Settings, load_settings
 from schemas import CodecError, CommitDecision, CommitIntent, Operation, decisions_topic, decode, encode, intents_topic
 from schemas.codec import DEFAULT_CODEC
+from schemas.signing import GENESIS_HASH as GENESIS
+from schemas.signing import ChainVerifier, Trust, signature_of
 
 log = logging.getLogger("ordo.producer")
 
@@ -82,6 +87,8 @@ class _DecisionReader:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"ordo-decisions-{table}", daemon=True)
         self._consumer: Any = None
+        # Only authentic records count; the chain's continuity is the consumer's concern: unanchored.
+        self._verifier: ChainVerifier[bytes] = ChainVerifier(table, client._reader_trust(), anchored=False)
         self._gaps: GapChecker | None = None
 
     def begin(self) -> None:
@@ -160,15 +167,21 @@ class _DecisionReader:
                 for message in gaps.check(messages):
                     if message.error() is not None:
                         continue  # unknown-topic and transport errors retry on their own
-                    # Only the intent offset is needed to match; a decision is
-                    # validated into a model only when it is one of ours.
-                    try:
-                        model, record = DEFAULT_CODEC.decode_dict(message.value() or b"")
-                    except Exception as exc:
-                        log.warning("%s offset %d is not a decision: %s", self.topic, message.offset(), exc)
-                        continue
-                    if model is CommitDecision:
-                        self._match(record)
+                    released, refused = self._verifier.push(
+                        message.offset(), message.value(), signature_of(message.headers()), message.value()
+                    )
+                    for refusal in refused:
+                        log.warning("%s offset %d refused: %s", self.topic, refusal.offset, refusal.reason)
+                    for value in released:
+                        # Only the intent offset is needed to match; a decision is
+                        # validated into a model only when it is one of ours.
+                        try:
+                            model, record = DEFAULT_CODEC.decode_dict(value)
+                        except Exception as exc:
+                            log.warning("%s: a signed record is not a decision: %s", self.topic, exc)
+                            continue
+                        if model is CommitDecision:
+                            self._match(record)
                 now = time.monotonic()
                 if now >= next_expiry:
                     self._expire(now)
@@ -308,6 +321,7 @@ class CommitClient:
         self._readers: dict[str, _DecisionReader] = {}
         self._known_topics: set[str] = set()
         self._closed = threading.Event()
+        self._trust: Trust | None = None
         self.connect_timeout = connect_timeout
 
     @property
@@ -411,7 +425,8 @@ class CommitClient:
     def decisions(self, table: str, start: int = 0, timeout: float = 30.0) -> list[CommitDecision]:
         """Every decision of ``table`` from log offset ``start`` to the current end (read_committed).
 
-        The raw log, in order: a tool's and a test's view of the history.
+        The history, in log order: a tool's and a test's view of it. Only decisions a trusted
+        signature vouches for are returned (``schemas.signing``); refused records are logged.
         """
         from kernel.logread import LogReadError
 
@@ -425,16 +440,24 @@ class CommitClient:
             **{"group.id": f"{self.prefix}.commit-client", "isolation.level": "read_committed"}
         )
         result: list[CommitDecision] = []
+        verifier: ChainVerifier[bytes] = ChainVerifier(table, self._reader_trust(), anchor=None if start else GENESIS)
         try:
             for message in read_to_end(
                 config, topic, start=start, transactional=True, timeout=timeout, stats=self.gap_stats
             ):
-                decision = decode(message.value() or b"")
-                if not isinstance(decision, CommitDecision):
-                    raise OrdoError(f"{topic} offset {message.offset()} holds a {type(decision).__name__}")
-                result.append(decision)
+                value = message.value() or b""
+                released, refused = verifier.push(message.offset(), value, signature_of(message.headers()), value)
+                for refusal in refused:
+                    log.warning("%s offset %d refused: %s", topic, refusal.offset, refusal.reason)
+                for record in released:
+                    decision = decode(record)
+                    if not isinstance(decision, CommitDecision):
+                        raise OrdoError(f"{topic} holds a signed {type(decision).__name__}")
+                    result.append(decision)
         except LogReadError as exc:
             raise CommitTimeoutError(str(exc)) from exc
+        for refusal in verifier.unvouched():
+            log.warning("%s offset %d refused: %s", topic, refusal.offset, refusal.reason)
         return result
 
     def close(self, timeout: float = 10.0) -> None:
@@ -482,6 +505,7 @@ class CommitClient:
             raise BrokerUnavailableError(
                 f"cannot reach the Kafka broker at {self.bootstrap_servers} (is it running?): {exc.args[0].str()}"
             ) from exc
+        self._reader_trust()  # a signing misconfiguration fails here, before anything is published
         self._admin = admin
         self._producer = Producer(
             self.settings.kafka_config(
@@ -530,6 +554,14 @@ class CommitClient:
             if decisions not in topics:
                 create_topics(self._admin, {decisions: DECISIONS_CONFIG}, ADMIN_TIMEOUT)
         self._known_topics.add(intents)
+
+    def _reader_trust(self) -> Trust:
+        """The keys a decision must be signed with (``ORDO_TRUSTED_KEYS``), loaded once."""
+        if self._trust is None:
+            from ordo.keys import reader_trust
+
+            self._trust = reader_trust(self.settings)
+        return self._trust
 
     def _reader_for(self, table: str) -> _DecisionReader:
         reader = self._readers.get(table)

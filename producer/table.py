@@ -169,6 +169,8 @@ def _connection(settings: Settings) -> _Connection:
         settings.topic_prefix,
         settings.catalog,
         tuple(sorted(settings.kafka.items())),
+        settings.trusted_keys,  # the keys its decision readers trust
+        settings.require_signatures,
     )
     with _CONNECTIONS_LOCK:
         conn = _CONNECTIONS.get(key)

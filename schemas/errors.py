@@ -22,5 +22,9 @@ class UnknownSchemaError(CodecError):
     """Raised when a message's schema fingerprint names no schema this build knows."""
 
 
+class SigningError(OrdoError):
+    """Raised when decision signing is misconfigured: no key where one is required, an unreadable or invalid key."""
+
+
 class InvalidNameError(OrdoError, ValueError):
     """Raised when a table name or topic prefix does not match the allowed pattern."""

@@ -13,7 +13,8 @@ Kafka
         A prefix unique to the test (``t`` + 8 hex chars), so tests never share topics.
     ``settings`` (function)
         ``ordo.settings.Settings`` for ``bootstrap_servers`` and ``topic_prefix``
-        (the developer's ``ORDO_*`` environment is ignored).
+        (the developer's ``ORDO_*`` environment is ignored), signed decisions on: the
+        arbiter signs with one key of the session and every reader trusts it.
     ``make_settings`` (session)
         ``make_settings(prefix=None, **overrides) -> Settings`` with a fresh unique
         prefix: for module- or class-scoped fixtures, which cannot use ``settings``.
@@ -83,6 +84,9 @@ def bootstrap_servers(embedded_broker: Any) -> str:
 @pytest.fixture(scope="session")
 def make_settings(bootstrap_servers: str, tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Settings]:
     """Factory of settings with a fresh unique prefix (for fixtures wider than one test)."""
+    from ordo.keys import embedded_keys
+
+    keys = tmp_path_factory.mktemp("keys")
 
     def make(prefix: str | None = None, **overrides: Any) -> Settings:
         prefix = prefix or new_prefix()
@@ -94,7 +98,7 @@ def make_settings(bootstrap_servers: str, tmp_path_factory: pytest.TempPathFacto
         values["catalog"] = str(Path(values["warehouse"]) / "catalog.db")
         values["state_dir"] = str(Path(values["warehouse"]) / "state")  # arbiter checkpoints stay in the test's tmp
         values.update(overrides)
-        return Settings(**values)
+        return embedded_keys(Settings(**values), keys)
 
     return make
 

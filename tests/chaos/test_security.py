@@ -65,7 +65,10 @@ def test_every_http_route_is_read_only(catalog_path: str) -> None:
 def test_the_http_service_binds_loopback_by_default(bootstrap_servers: str, catalog_path: str, tmp_path: Path) -> None:
     assert Settings().http_host == "127.0.0.1"
     assert load_settings({}).http_host == "127.0.0.1"
+    from ordo.keys import embedded_keys
+
     env = {
+        "ORDO_TRUSTED_KEYS": embedded_keys(Settings(), tmp_path).trusted_keys,
         "ORDO_BOOTSTRAP_SERVERS": bootstrap_servers,
         "ORDO_TOPIC_PREFIX": "p",
         "ORDO_HTTP_HOST": "",  # unset: the default applies

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from ordo.settings import load_settings
 from schemas import CommitIntent, Operation, TableMetadata
 
 pytestmark = pytest.mark.timeout(180)
@@ -114,7 +115,14 @@ def test_up_serves_a_client_and_stops_on_ctrl_c(up: Any, tmp_path: Path) -> None
     assert "discarded the catalog of an earlier run" in stack.output
     assert "in memory only" in stack.output.lower() or "memory only" in stack.output
     exports = stack.exports()
-    assert set(exports) == {"ORDO_BOOTSTRAP_SERVERS", "ORDO_TOPIC_PREFIX", "ORDO_WAREHOUSE", "ORDO_CATALOG"}
+    assert set(exports) == {
+        "ORDO_BOOTSTRAP_SERVERS",
+        "ORDO_TOPIC_PREFIX",
+        "ORDO_WAREHOUSE",
+        "ORDO_CATALOG",
+        "ORDO_TRUSTED_KEYS",  # the stack's own signing key, made by `ordo up`
+    }
+    assert Path(exports["ORDO_TRUSTED_KEYS"]).is_file()
     assert exports["ORDO_BOOTSTRAP_SERVERS"] != "127.0.0.1:1", "ordo up must start its own broker"
     assert exports["ORDO_CATALOG"] == str(data / "catalog.db")
     pids = [int(p) for p in re.findall(r"pid (\d+)", stack.output)]
@@ -130,7 +138,7 @@ def test_up_serves_a_client_and_stops_on_ctrl_c(up: Any, tmp_path: Path) -> None
     metadata = TableMetadata(
         location=str(Path(exports["ORDO_WAREHOUSE"]) / "t"), schema="id BIGINT", primary_key=("id",)
     )
-    with CommitClient(exports["ORDO_BOOTSTRAP_SERVERS"], exports["ORDO_TOPIC_PREFIX"]) as client:
+    with CommitClient(settings=load_settings(exports)) as client:
         decision = client.commit(
             CommitIntent(txn_id="c1", table="t", operation=Operation.CREATE_TABLE, read_version=0, metadata=metadata)
         )

@@ -382,14 +382,19 @@ def test_a_forged_decision_stops_only_its_table(
     commit_client: CommitClient,
     settings: Settings,
 ) -> None:
-    """Fault injection: a decision that does not chain lands on a decisions topic (not written by the arbiter)."""
+    """Fault injection: a decision that does not chain lands on a decisions topic (not written by the arbiter).
+
+    The log is unsigned, so the consumer reads it in the upgrade mode (``ORDO_REQUIRE_SIGNATURES=false``,
+    a log of a release without signing): the hash chain still stops it. (With signatures required the
+    forgery is refused before the chain check: tests/integration/test_signed_decisions.py.)"""
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient
 
     from ordo.broker import DECISIONS_CONFIG, create_topics
 
     arbiter()
-    started = consumer()
+    legacy = settings.with_overrides(require_signatures=False)
+    started = consumer(settings=legacy)
     # Table "forged": its log is written here from the pure core, with one record whose prev_hash is wrong.
     script = Script("forged", seed=60, location=f"{settings.warehouse}/forged").run(12)
     bad_index = 8
@@ -422,7 +427,7 @@ def test_a_forged_decision_stops_only_its_table(
     catalog.wait_for_version("healthy", model.head, timeout=20)
     # After a restart the table stays stopped at the same place; the other one is still followed.
     started.terminate()
-    again = consumer()
+    again = consumer(settings=legacy)
     assert again.catalog().table("forged").error_offset == bad_index
     commit_history(commit_client, source, model, 3, f"{settings.warehouse}/healthy")
     again.catalog().wait_for_version("healthy", model.head, timeout=20)

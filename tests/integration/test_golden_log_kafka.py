@@ -60,11 +60,14 @@ def test_a_golden_log_on_a_real_broker_verifies_and_materializes(
     release: str, settings: Settings, consumer: Callable[..., Any]
 ) -> None:
     offsets = _load(settings, release)
+    # Released logs predate signed decisions: readable with the upgrade switch, refused without it.
+    legacy = settings.with_overrides(require_signatures=False)
     for table in tables(release):
         lines: list[str] = []
-        assert run_replay(settings, table, verify=True, echo=lines.append) == EXIT_OK, "\n".join(lines)
+        assert run_replay(legacy, table, verify=True, echo=lines.append) == EXIT_OK, "\n".join(lines)
         assert "RESULT: OK" in lines[-1]
-    running = consumer()
+        assert run_replay(settings, table, verify=True, echo=lines.append) != EXIT_OK
+    running = consumer(settings=legacy)
     expected = expected_catalog(release)
     for table, mapping in offsets.items():
         expected[table]["log_offset"] = len(mapping)
@@ -76,11 +79,15 @@ def test_a_golden_log_on_a_real_broker_verifies_and_materializes(
 def test_this_arbiter_continues_a_0_1_log_and_the_whole_log_verifies(
     settings: Settings, arbiter: Callable[..., Any], consumer: Callable[..., Any], commit_client: Any
 ) -> None:
-    """The rolling upgrade's arbiter step: a new arbiter rebuilds from 0.1 decisions and appends 0.2 ones."""
+    """The rolling upgrade's arbiter step: a new arbiter rebuilds from 0.1 decisions and appends 0.2 ones.
+
+    The 0.1 log is unsigned: the upgraded arbiter runs once with signatures not required (and its key),
+    and its first signed decision vouches for the whole 0.1 history for every reader that requires them.
+    """
     from schemas import CommitIntent, DataFile, Operation, Outcome
 
     _load(settings, "0.1")
-    arbiter()
+    arbiter(settings=settings.with_overrides(require_signatures=False))
     spec = {"region": "eu", "dt": "2024-01-03"}
     decision = commit_client.commit(
         CommitIntent(

@@ -158,3 +158,16 @@ def test_dockerfile(dockerfile: str) -> None:
         assert package in copied
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert ".venv" in ignored and ".git" in ignored
+
+
+def test_the_stack_makes_and_trusts_its_signing_key(compose: dict[str, Any]) -> None:
+    keys = compose["services"]["keys"]
+    args = parse_ordo(keys["command"])
+    assert args.params["keep"] and args.params["path"] == "/keys/arbiter.key"
+    arbiter = compose["services"]["arbiter"]
+    assert env(arbiter)["ORDO_ARBITER_KEY"] == args.params["path"]
+    for name in ("arbiter", "consumer"):
+        service = compose["services"][name]
+        assert env(service)["ORDO_TRUSTED_KEYS"] == f"{args.params['path']}.pub"
+        assert service["depends_on"]["keys"]["condition"] == "service_completed_successfully"
+        assert any(volume.startswith("keys:") for volume in service["volumes"])
