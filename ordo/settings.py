@@ -22,6 +22,9 @@ DEFAULT_WAREHOUSE = "warehouse"
 DEFAULT_HTTP_HOST = "127.0.0.1"
 DEFAULT_HTTP_PORT = 8765
 DEFAULT_RESUBMIT_AFTER = 5.0
+DEFAULT_FETCH_WAIT_BUSY_MS = 1
+DEFAULT_FETCH_WAIT_IDLE_MS = 100
+DEFAULT_METRICS_HOST = "127.0.0.1"
 
 
 def default_state_dir() -> str:
@@ -48,6 +51,12 @@ class Settings:
     trusted_keys: str = ""
     require_signatures: bool = True
     resubmit_after: float = DEFAULT_RESUBMIT_AFTER  # commit client: publish an intent again when undecided this long
+    # Adaptive fetch waits (docs/operations.md "Latency and idle cost"): readers fetch with the short
+    # wait while work is in flight and fall back to the long one (or pause) when idle.
+    fetch_wait_busy_ms: int = DEFAULT_FETCH_WAIT_BUSY_MS
+    fetch_wait_idle_ms: int = DEFAULT_FETCH_WAIT_IDLE_MS
+    arbiter_metrics_port: int = 0  # Prometheus /metrics of the arbiter; 0 = off
+    arbiter_metrics_host: str = DEFAULT_METRICS_HOST
 
     def kafka_config(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka configuration: bootstrap servers, pass-through settings, then ``overrides``."""
@@ -113,10 +122,19 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
         ("trusted_keys", "ORDO_TRUSTED_KEYS", str),
         ("require_signatures", "ORDO_REQUIRE_SIGNATURES", parse_bool),
         ("resubmit_after", "ORDO_RESUBMIT_AFTER", float),
+        ("fetch_wait_busy_ms", "ORDO_FETCH_WAIT_BUSY_MS", int),
+        ("fetch_wait_idle_ms", "ORDO_FETCH_WAIT_IDLE_MS", int),
+        ("arbiter_metrics_port", "ORDO_ARBITER_METRICS_PORT", int),
+        ("arbiter_metrics_host", "ORDO_ARBITER_METRICS_HOST", str),
     ):
         if env.get(key):
             values[name] = cast(env[key])
     values["kafka"] = kafka_passthrough(env)
     settings = Settings(**values).with_overrides(**overrides)
     validate_prefix(settings.topic_prefix)
+    if settings.fetch_wait_busy_ms < 1 or settings.fetch_wait_idle_ms < settings.fetch_wait_busy_ms:
+        raise ValueError(
+            "fetch waits must satisfy 1 <= ORDO_FETCH_WAIT_BUSY_MS <= ORDO_FETCH_WAIT_IDLE_MS, got "
+            f"{settings.fetch_wait_busy_ms} and {settings.fetch_wait_idle_ms}"
+        )
     return settings

@@ -43,6 +43,11 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "ORDO_ARBITER_KEY": settings.arbiter_key,
         "ORDO_TRUSTED_KEYS": settings.trusted_keys,
         "ORDO_REQUIRE_SIGNATURES": "true" if settings.require_signatures else "false",
+        "ORDO_RESUBMIT_AFTER": str(settings.resubmit_after),
+        "ORDO_FETCH_WAIT_BUSY_MS": str(settings.fetch_wait_busy_ms),
+        "ORDO_FETCH_WAIT_IDLE_MS": str(settings.fetch_wait_idle_ms),
+        "ORDO_ARBITER_METRICS_PORT": str(settings.arbiter_metrics_port),
+        "ORDO_ARBITER_METRICS_HOST": settings.arbiter_metrics_host,
     }
     if settings.bootstrap_servers:
         env["ORDO_BOOTSTRAP_SERVERS"] = settings.bootstrap_servers

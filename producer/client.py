@@ -49,6 +49,7 @@ log = logging.getLogger("ordo.producer")
 CONNECT_TIMEOUT = 10.0
 ADMIN_TIMEOUT = 30.0
 READER_POLL = 0.05
+PAUSE_AFTER = 0.5  # a decision reader with nothing in flight this long stops fetching until the next intent
 MAX_RESUBMIT_INTERVAL = 60.0
 
 
@@ -90,21 +91,31 @@ class _DecisionReader:
         # Only authentic records count; the chain's continuity is the consumer's concern: unanchored.
         self._verifier: ChainVerifier[bytes] = ChainVerifier(table, client._reader_trust(), anchored=False)
         self._gaps: GapChecker | None = None
+        self._paused = False
+        self._idle_since: float | None = None  # when the last commit in flight was answered
+        self.pauses = 0  # how often the reader stopped fetching for want of work
 
-    def begin(self) -> None:
-        from confluent_kafka import Consumer, TopicPartition
-
-        config = self.client.settings.kafka_config(
+    def config(self) -> dict[str, Any]:
+        """The decision reader's librdkafka configuration (``client.id`` names its role)."""
+        return self.client.settings.kafka_config(
             **{
                 "group.id": f"{self.client.prefix}.commit-client",  # never joined: assign() only
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,
                 "isolation.level": "read_committed",
-                "fetch.wait.max.ms": 20,
+                # Tansu answers an empty fetch only after the full wait: the short wait while a
+                # commit is in flight; with nothing in flight the partition is paused (no fetches).
+                "fetch.wait.max.ms": self.client.settings.fetch_wait_busy_ms,
                 "enable.partition.eof": True,  # an end past the last record read is a gap to re-read
                 "allow.auto.create.topics": False,
+                "client.id": f"{self.client.prefix}.commit-client.decisions",
             }
         )
+
+    def begin(self) -> None:
+        from confluent_kafka import Consumer, TopicPartition
+
+        config = self.config()
         self._consumer = Consumer(config)
         self._gaps = GapChecker(
             config,
@@ -124,6 +135,32 @@ class _DecisionReader:
     def add(self, pending: _Pending) -> None:
         with self._lock:
             self._undelivered.add(pending)
+            self._idle_since = None
+            if self._paused:
+                self._set_paused(False)
+
+    def _set_paused(self, paused: bool) -> None:
+        """Pause or resume fetching the decisions topic (under ``_lock``)."""
+        from confluent_kafka import TopicPartition
+
+        partition = [TopicPartition(self.topic, 0)]
+        if paused:
+            self._consumer.pause(partition)
+            self.pauses += 1
+        else:
+            self._consumer.resume(partition)
+        self._paused = paused
+
+    def _maybe_pause(self, now: float) -> None:
+        """Stop fetching once nothing has been in flight for ``PAUSE_AFTER`` seconds (the idle cost is then nil)."""
+        with self._lock:
+            if self._paused or self._waiting or self._undelivered:
+                self._idle_since = None
+                return
+            if self._idle_since is None:
+                self._idle_since = now
+            elif now - self._idle_since >= PAUSE_AFTER:
+                self._set_paused(True)
 
     def delivered(self, pending: _Pending, error: Any, offset: int | None, repeat: bool = False) -> None:
         """Delivery report of ``pending``'s intent or of a ``repeat`` of it (called on the producer's poll thread)."""
@@ -185,6 +222,7 @@ class _DecisionReader:
                 now = time.monotonic()
                 if now >= next_expiry:
                     self._expire(now)
+                    self._maybe_pause(now)
                     next_expiry = now + 0.1
         except Exception:  # a reader must not die silently: fail what it serves
             log.exception("decision reader for %s failed", self.topic)
@@ -498,7 +536,7 @@ class CommitClient:
         from confluent_kafka import KafkaException, Producer
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient(self.settings.kafka_config())
+        admin = AdminClient(self.settings.kafka_config(**{"client.id": f"{self.prefix}.commit-client.admin"}))
         try:
             admin.list_topics(timeout=self.connect_timeout)
         except KafkaException as exc:
@@ -512,8 +550,9 @@ class CommitClient:
                 **{
                     "enable.idempotence": True,
                     "acks": "all",
-                    "linger.ms": 2,
+                    "linger.ms": 0,  # a commit waits on this record; under load batches form while requests are in flight
                     "allow.auto.create.topics": False,
+                    "client.id": f"{self.prefix}.commit-client.producer",
                 }
             )
         )
