@@ -444,7 +444,7 @@ class ArbiterService:
                 "client.id": f"{txn_id}.producer",
                 "enable.idempotence": True,
                 "acks": "all",
-                "linger.ms": 0,  # the batch is produced whole, then committed
+                "linger.ms": 5,  # commit_transaction flushes at once: no wait added, fewer wake-ups per batch
                 "allow.auto.create.topics": False,
                 "error_cb": self._on_kafka_error,
                 "on_delivery": self._on_delivery,
@@ -818,37 +818,39 @@ class ArbiterService:
         return self._gaps.check([first, *consumer.consume(num_messages=room - 1, timeout=0)] if room > 1 else [first])
 
     def _sleep(self) -> None:
-        """Idle: pause the intents consumer and let the doorbell (long fetch wait) watch the logs from its positions.
+        """Idle: unassign the intents consumer and let the doorbell (long fetch wait) watch the logs from there.
 
         Tansu answers an empty fetch only after the full ``fetch.wait.max.ms``:
         the short wait that keeps decisions fast costs the broker a fetch per
         millisecond per idle consumer. The doorbell's records are never decided;
-        the first one wakes the intents consumer, which reads it (gaps checked).
+        the first one wakes the intents consumer, assigned again where it was
+        (``assign()`` fetches within a millisecond; librdkafka's ``resume()``
+        can take a second), which reads it with gaps checked.
         """
         from confluent_kafka import TopicPartition
 
         if not self._tables:
             return
-        partitions = [TopicPartition(t.intents, 0) for t in self._tables.values()]
-        positions = {p.topic: p.offset for p in self._consumer.position(partitions)}
         start = []
         for t in self._tables.values():
-            offset = positions.get(t.intents, -1)
-            start.append(
-                TopicPartition(t.intents, 0, offset if offset is not None and offset >= 0 else t.state.next_offset)
-            )
-        self._consumer.pause(partitions)
+            expected = self._gaps.expected(t.intents)
+            start.append(TopicPartition(t.intents, 0, t.state.next_offset if expected is None else expected))
+        self._consumer.unassign()
         self._doorbell.assign(start)
         self._idle = True
         self.metrics.sleeps += 1
         self.prom.sleeps.inc()
 
     def _wake(self) -> None:
-        """Work arrived (or a table): stop the doorbell, resume the intents consumer."""
+        """Work arrived (or a table): stop the doorbell, assign the intents consumer again where it stopped."""
         from confluent_kafka import TopicPartition
 
         self._doorbell.unassign()
-        self._consumer.resume([TopicPartition(t.intents, 0) for t in self._tables.values()])
+        start = []
+        for t in self._tables.values():
+            expected = self._gaps.expected(t.intents)
+            start.append(TopicPartition(t.intents, 0, t.state.next_offset if expected is None else expected))
+        self._consumer.assign(start)
         self._idle = False
         self._last_work = time.monotonic()
 
