@@ -87,6 +87,14 @@ def main(argv: list[str]) -> int:
     RESULTS.write_text(json.dumps(document, indent=2, default=str) + "\n")
     print("\n" + table(everything))
     print(f"\nwrote {RESULTS.relative_to(ROOT)} ({document['duration_s']:.0f} s, profile {profile()})")
+    try:
+        from bench.plot import draw
+
+        drawn = draw(RESULTS)
+        if drawn is not None:
+            print(f"drew {drawn.relative_to(ROOT)}")
+    except ImportError as exc:  # matplotlib comes with the bench extra
+        print(f"no latency plot: {exc}")
     return 0 if all(r.status != "error" for r in everything) else 1
 
 
