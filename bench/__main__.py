@@ -2,7 +2,7 @@
 
 Prints a Markdown table and writes ``bench/results.json``: one object per
 benchmark with its figures (ours, the peer's, their ratio, the target) and the
-machine they were measured on. Names: core, throughput, latency, peers, scale,
+machine they were measured on. Names: core, throughput, latency, pipeline, peers, scale,
 spark (default: all, in that order; Spark last). Running some of them replaces
 their entries in an existing ``results.json`` of the same profile and keeps the
 others (each entry says when it was measured). A benchmark that fails is
@@ -24,6 +24,7 @@ BENCHMARKS = {
     "core": "pure hot path",
     "throughput": "arbiter throughput",
     "latency": "commit latency",
+    "pipeline": "pipelined commit client",
     "peers": "8 writers vs peers",
     "scale": "scale",
     "spark": "spark",
