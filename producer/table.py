@@ -206,6 +206,19 @@ def _writer_identity(spark: SparkSession) -> str:
     return f"ordo-spark/{app}@{socket.gethostname()}:{os.getpid()}"[:256]
 
 
+_REGISTERED: dict[int, Settings] = {}
+
+
+def _register(spark: SparkSession, settings: Settings) -> None:
+    """Register the ``ordo`` data source with this session, defaulting to these settings (once per change)."""
+    if _REGISTERED.get(id(spark)) == settings:
+        return
+    from ordo.spark import register
+
+    register(spark, settings)
+    _REGISTERED[id(spark)] = settings
+
+
 def _has_scheme(location: str) -> bool:
     head = location.split("/", 1)[0]
     return head.endswith(":") and len(head) > 2
@@ -254,6 +267,7 @@ class DeltaTable:
         self.layout = Layout.of(name, metadata)
         self._conn = _connection(settings)
         self._writer = _writer_identity(spark)
+        _register(spark, settings)
 
     # ------------------------------------------------------------------ construction
 
