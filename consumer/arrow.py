@@ -270,7 +270,7 @@ def plan_commit(commit: Commit, previous_files: Sequence[FileEntry], shape: Tabl
     else:
         converters = _converters(shape)
         touched = by_partition(added, partition_columns)
-        chosen = []
+        chosen: list[FileRef] = []
         for part, refs in by_partition(prev, partition_columns).items():
             if part in touched:
                 chosen.extend(r for r in refs if _may_overlap(r, touched[part], converters))

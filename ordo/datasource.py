@@ -103,7 +103,9 @@ def _truthy(value: str | None) -> bool:
 
 def ddl_columns(ddl: str) -> list[tuple[str, str]]:
     """``(name, type text)`` of each column of a DDL written by ``schema_to_ddl`` (no Spark needed)."""
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for ch in ddl:
         if ch in "<(":
             depth += 1
@@ -163,7 +165,8 @@ class OrdoDataSource(DataSource):
 
     def _settings(self) -> Settings:
         opts = self._options()
-        return load_settings(**{field: opts[key] for key, field in SETTINGS_OPTIONS.items() if opts.get(key)})
+        overrides: dict[str, Any] = {field: opts[key] for key, field in SETTINGS_OPTIONS.items() if opts.get(key)}
+        return load_settings(None, **overrides)
 
     def _table(self) -> _Table:
         from consumer import Catalog
@@ -253,8 +256,9 @@ class SnapshotReader(DataSourceReader):
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
         """Prune files by equality (``=``, ``IN``) on partition columns; every filter is still applied by Spark."""
         for f in filters:
-            column = f.attribute[0] if len(f.attribute) == 1 else None
-            if column in self.shape.partition_columns:
+            attribute: tuple[str, ...] = tuple(getattr(f, "attribute", ()))
+            column = attribute[0] if len(attribute) == 1 else None
+            if column is not None and column in self.shape.partition_columns:
                 values: Sequence[Any] | None = None
                 if isinstance(f, EqualTo):
                     values = [f.value]
@@ -439,11 +443,12 @@ def _static_partition(options: Mapping[str, str], columns: Sequence[str]) -> dic
                 values[key.strip()] = value.strip()
     else:
         assert where is not None
-        values = equality_predicates(where)
-        if values is None:
+        found = equality_predicates(where)
+        if found is None:
             raise DataSourceOptionError(
                 f"replaceWhere {where!r}: only equality on partition columns joined by AND is supported"
             )
+        values = found
     if set(values) != set(columns):
         raise DataSourceOptionError(f"an overwritten partition needs every partition column {list(columns)}: {values}")
     return values
@@ -547,6 +552,7 @@ class _Writing:
         except BaseException:
             delete_files(self.layout, [f.path for f in files])
             raise
+        partitions: list[dict[str, str]] | None
         if not self.layout.partition_columns:
             partitions = None
         elif self.static is not None:
@@ -554,8 +560,7 @@ class _Writing:
         elif self.operation is Operation.INSERT_OVERWRITE:
             partitions = None  # mode("overwrite") without a partition replaces the whole table
         else:
-            partitions = sorted({tuple(sorted(f.partition.items())) for f in files})
-            partitions = [dict(p) for p in partitions]
+            partitions = [dict(p) for p in sorted({tuple(sorted(f.partition.items())) for f in files})]
         # 2. publish; a concurrent INSERT INTO may make a streaming batch retry on the new head (same files)
         txn_id, read_version = self.txn_id, self.table.head
         retries = STREAM_RETRIES if batch_id is not None else 0
@@ -567,7 +572,7 @@ class _Writing:
                     table=self.table.name,
                     operation=self.operation,
                     read_version=read_version,
-                    partitions=partitions,
+                    partitions=None if partitions is None else tuple(partitions),
                     added_files=tuple(files),
                     app_id=app_id,
                     batch_id=batch_id,

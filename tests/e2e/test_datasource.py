@@ -45,7 +45,7 @@ def test_batch_write_read_overwrite_and_change_feed(spark: Any, writer_stack: An
     first = [(i, f"a{i}", "d1" if i % 2 else "d2") for i in range(10)]
     frame(spark, first).write.format("ordo").options(**opts).mode("append").save("ds_events")
     assert head() == 1
-    assert table.history()[0].operation.value == "INSERT_INTO"
+    assert table.decisions()[0].operation.value == "INSERT_INTO"
     for r in first:
         model[r[0]] = r
         changes.append((1, "insert", *r))
