@@ -106,12 +106,15 @@ def ddl_columns(ddl: str) -> list[tuple[str, str]]:
     parts: list[str] = []
     current: list[str] = []
     depth = 0
+    quoted = False  # inside `name` (an escaped `` toggles twice)
     for ch in ddl:
-        if ch in "<(":
+        if ch == "`":
+            quoted = not quoted
+        elif not quoted and ch in "<(":
             depth += 1
-        elif ch in ">)":
+        elif not quoted and ch in ">)":
             depth -= 1
-        if ch == "," and depth == 0:
+        if ch == "," and depth == 0 and not quoted:
             parts.append("".join(current))
             current = []
         else:
