@@ -77,6 +77,7 @@ DEFAULT_WAIT = 60.0
 STREAM_RETRIES = 5
 BATCH_ALREADY_COMMITTED = "BATCH_ALREADY_COMMITTED"
 CONFLICT_LATER_FAILS = "CONFLICT_LATER_FAILS"
+BATCH_ID_PROPERTY = "streaming.sql.batchId"  # the task-local property Spark sets in a micro-batch's tasks
 
 
 class DataSourceOptionError(OrdoError, ValueError):
@@ -423,6 +424,7 @@ class FilesMessage(WriterCommitMessage):
     """What one write task reports to the driver: the files it wrote (DataFile JSON)."""
 
     files: tuple[str, ...]
+    txn_id: str = ""
 
 
 def _static_partition(options: Mapping[str, str], columns: Sequence[str]) -> dict[str, str] | None:
@@ -512,22 +514,29 @@ class _Writing:
             raise DataSourceOptionError("partition/replaceWhere apply to mode('overwrite') only")
         self.operation = Operation.INSERT_OVERWRITE if overwrite else Operation.INSERT_INTO
         self.txn_id = uuid.uuid4().hex
+        self.streaming = False
         self.wait = float(options.get("ordo.committimeout", DEFAULT_WAIT))
+
+    def _txn_for(self, batch_id: Any) -> str:
+        """The transaction id of one write: per micro-batch for the sink (tasks and commit derive the same)."""
+        return self.txn_id if batch_id is None else f"{self.txn_id}-b{int(batch_id)}"
 
     def write(self, iterator: Iterator[Any]) -> FilesMessage:
         import pyarrow as pa
         from pyspark import TaskContext
 
-        from producer.arrow import conform_batch, write_rows
+        from producer.arrow import FILES_PER_TASK, conform_batch, write_rows
 
         batches = [conform_batch(pa.Table.from_batches([b]), self.arrow_schema) for b in iterator]
         rows = pa.concat_tables(batches) if batches else self.arrow_schema.empty_table()
         context = TaskContext.get()
         task = 0 if context is None else context.partitionId() * 100 + min(context.attemptNumber(), 99)
-        from producer.arrow import FILES_PER_TASK
-
-        files = write_rows(rows, self.layout, self.txn_id, task * FILES_PER_TASK, self.static)
-        return FilesMessage(tuple(f.model_dump_json() for f in files))
+        batch_id = None
+        if context is not None and self.streaming:
+            batch_id = context.getLocalProperty(BATCH_ID_PROPERTY)
+        txn_id = self._txn_for(batch_id)
+        files = write_rows(rows, self.layout, txn_id, task * FILES_PER_TASK, self.static)
+        return FilesMessage(tuple(f.model_dump_json() for f in files), txn_id)
 
     def _files(self, messages: Sequence[Any]) -> list[Any]:
         from schemas import DataFile
@@ -565,10 +574,13 @@ class _Writing:
         else:
             partitions = [dict(p) for p in sorted({tuple(sorted(f.partition.items())) for f in files})]
         # 2. publish; a concurrent INSERT INTO may make a streaming batch retry on the new head (same files)
-        txn_id, read_version = self.txn_id, self.table.head
+        ids = {m.txn_id for m in messages if m is not None and m.txn_id}
+        txn_id = ids.pop() if len(ids) == 1 else self._txn_for(batch_id)
         retries = STREAM_RETRIES if batch_id is not None else 0
         settings = self.table.settings
         with CommitClient(settings=settings) as client, Catalog(settings.catalog) as catalog:
+            # a micro-batch reads nothing: it is pinned to the head when it commits, not when the query started
+            read_version = self.table.head if batch_id is None else catalog.head(self.table.name)
             while True:
                 intent = CommitIntent(
                     txn_id=txn_id,
@@ -625,6 +637,7 @@ class OrdoStreamWriter(_Writing, DataSourceStreamArrowWriter):
 
     def __init__(self, table: _Table, schema: StructType, options: Mapping[str, str]) -> None:
         self._setup(table, schema, options, False)
+        self.streaming = True
         app_id = options.get("appid")
         if not app_id:
             checkpoint = options.get("checkpointlocation")
