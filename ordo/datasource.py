@@ -294,9 +294,11 @@ def _partition_text(value: Any) -> str | None:
 
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, int | str) or (isinstance(value, dt.date) and not isinstance(value, dt.datetime)):
-        return str(value) if not isinstance(value, dt.date) else value.isoformat()
-    return None
+    if isinstance(value, int | str):
+        return str(value)
+    if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        return value.isoformat()
+    return None  # floats, timestamps, decimals: Spark's text may differ, so no pruning
 
 
 # --------------------------------------------------------------------------- change feed

@@ -191,3 +191,20 @@ def test_the_arrow_readers_and_writers_import_no_spark() -> None:
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+def test_partition_filters_prune_files_and_stay_applied_by_spark() -> None:
+    from datetime import date
+
+    from pyspark.sql.datasource import EqualTo, GreaterThan, In
+
+    from ordo.datasource import SnapshotReader
+
+    reader = SnapshotReader.__new__(SnapshotReader)  # planning state only; no catalog needed for pruning
+    reader.shape = SHAPE
+    reader.files = [ref(f"f{d}", 1, d) for d in ("2024-05-01", "2024-05-02", "2024-05-03")]
+    filters = [EqualTo(("id",), 3), In(("dt",), (date(2024, 5, 1), "2024-05-03")), GreaterThan(("dt",), "2024")]
+    assert list(reader.pushFilters(filters)) == filters  # Spark still evaluates every filter
+    assert [r.path for r in reader.files] == ["f2024-05-01", "f2024-05-03"]
+    list(reader.pushFilters([EqualTo(("dt",), 1.5)]))  # a literal whose text may differ: no pruning
+    assert len(reader.files) == 2
