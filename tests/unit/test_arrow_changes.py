@@ -208,3 +208,55 @@ def test_partition_filters_prune_files_and_stay_applied_by_spark() -> None:
     assert [r.path for r in reader.files] == ["f2024-05-01", "f2024-05-03"]
     list(reader.pushFilters([EqualTo(("dt",), 1.5)]))  # a literal whose text may differ: no pruning
     assert len(reader.files) == 2
+
+
+def test_task_writes_refuse_bad_rows_before_writing_and_write_the_contract(tmp_path: Path) -> None:
+    from producer.arrow import check_unique, conform_batch, write_rows
+    from producer.data import Layout, PartitionValueError, PrimaryKeyError, SchemaMismatchError
+    from schemas import TableMetadata
+
+    layout = Layout.of(
+        "t",
+        TableMetadata(
+            location=str(tmp_path),
+            schema="`id` bigint, `v` string, `dt` string",
+            primary_key=("id",),
+            partition_columns=("dt",),
+        ),
+    )
+    schema = SHAPE.schema
+
+    def table(rows: list[tuple[Any, ...]]) -> pa.Table:
+        return pa.table({n: [r[i] for r in rows] for i, n in enumerate(schema.names)}, schema=schema)
+
+    with pytest.raises(SchemaMismatchError, match="missing"):
+        conform_batch(pa.table({"id": [1]}), schema)
+    with pytest.raises(PrimaryKeyError, match="duplicate"):
+        write_rows(table([(1, "a", "x"), (1, "b", "x")]), layout, "txn", 0)
+    with pytest.raises(PrimaryKeyError, match="null"):
+        write_rows(table([(None, "a", "x")]), layout, "txn", 0)
+    with pytest.raises(PartitionValueError, match="outside"):
+        write_rows(table([(1, "a", "y")]), layout, "txn", 0, {"dt": "x"})
+    assert not list(tmp_path.rglob("*.parquet")), "a refused write leaves no file"
+
+    files = write_rows(table([(1, "a", "x"), (2, "b", "y"), (3, "c", "x")]), layout, "txn", 500)
+    assert sorted(f.path for f in files) == ["dt=x/txn-500.parquet", "dt=y/txn-501.parquet"]
+    written = pq.read_table(tmp_path / "dt=x" / "txn-500.parquet")
+    assert written.column_names == ["id", "v", "dt", "_ordo_op", "_ordo_seq"]
+    assert written.column("_ordo_op").to_pylist() == ["upsert", "upsert"]
+    assert {f.path: (f.record_count, f.min_key, f.max_key) for f in files}["dt=x/txn-500.parquet"] == (2, "1", "3")
+    other_task = write_rows(table([(3, "z", "x")]), layout, "txn", 100_000)
+    with pytest.raises(PrimaryKeyError, match="duplicate"):
+        check_unique(layout, files + other_task)  # two tasks wrote key 3 in dt=x
+
+
+def test_a_whole_table_scope_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    from producer.delta import log_whole_table
+
+    with caplog.at_level("INFO", logger="ordo.producer"):
+        for _ in range(3):
+            log_whole_table("scope_log_table", "DELETE")
+    assert [r.getMessage() for r in caplog.records].count(
+        "DELETE on scope_log_table has whole-table scope (its condition pins no partition with equality "
+        "predicates): it conflicts with writes in every partition"
+    ) == 1
