@@ -40,7 +40,8 @@ def local_spark_session(app_name: str = "ordo", cores: int = 2, warehouse: str |
         builder = builder.config("spark.sql.warehouse.dir", warehouse)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
+    if id(spark) not in _REGISTERED:  # keep the settings a DeltaTable registered with an existing session
+        register(spark)
     return spark
 
 
@@ -54,3 +55,12 @@ def register(spark: SparkSession, settings: Settings | None = None) -> None:
 
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     spark.dataSource.register(source_class(settings))
+    _REGISTERED[id(spark)] = settings
+
+
+def registered_settings(spark: SparkSession) -> tuple[bool, Settings | None]:
+    """Whether ``register`` ran for this session, and with which settings."""
+    return id(spark) in _REGISTERED, _REGISTERED.get(id(spark))
+
+
+_REGISTERED: dict[int, Settings | None] = {}

@@ -208,17 +208,12 @@ def _writer_identity(spark: SparkSession) -> str:
     return f"ordo-spark/{app}@{socket.gethostname()}:{os.getpid()}"[:256]
 
 
-_REGISTERED: dict[int, Settings] = {}
-
-
 def _register(spark: SparkSession, settings: Settings) -> None:
     """Register the ``ordo`` data source with this session, defaulting to these settings (once per change)."""
-    if _REGISTERED.get(id(spark)) == settings:
-        return
-    from ordo.spark import register
+    from ordo.spark import register, registered_settings
 
-    register(spark, settings)
-    _REGISTERED[id(spark)] = settings
+    if registered_settings(spark) != (True, settings):
+        register(spark, settings)
 
 
 def _has_scheme(location: str) -> bool:
@@ -555,7 +550,7 @@ class DeltaTable:
         if partition is not None:
             return partition
         found = partition_of_condition(condition, self.partition_columns)
-        if found is None:
+        if found is None and self.partition_columns:
             log_whole_table(self.name, operation)
         return found
 
