@@ -89,14 +89,29 @@ def test_delta_spark_calls_against_a_model(spark: Any, writer_stack: Any) -> Non
     assert all(h["outcome"] == "ACCEPTED" for h in history)
     assert table.history().count() == table.version + 1
 
+    # a rejected intent shows in history on request, with its reason
+    from ordo.errors import CommitConflictError
+
+    with table.begin() as first, table.begin() as second:
+        first.update({"amount": "amount + 1"}, "id = 1", partition={"dt": "2024-05-01"})
+        second.update({"amount": "amount + 2"}, "id = 1", partition={"dt": "2024-05-01"})
+        first.commit()
+        with pytest.raises(CommitConflictError) as refused:
+            second.commit()
+    model[1] = (1, model[1][1] + 1, "2024-05-01")
+    merged = dict(model)
+    assert table.history().where("outcome = 'REJECTED'").count() == 0
+    rejected = table.history(include_rejected=True).where("outcome = 'REJECTED'").collect()
+    assert [(r["version"], r["reason"], r["txnId"]) for r in rejected] == [(None, refused.value.reason, second.txn_id)]
+
     # RESTORE: one INSERT OVERWRITE of the old snapshot
-    table.truncate()  # v8
+    table.truncate()  # v9
     assert table.toDF().count() == 0
-    table.restoreToVersion(5)  # v9
+    table.restoreToVersion(8)  # v10
     assert table.decisions(1)[0].operation.value == "INSERT_OVERWRITE"
     assert rows_of(table.toDF()) == sorted(merged.values())
     stamp = table.catalog.snapshot("payments", version=1).time_version
-    table.restoreToTimestamp(stamp)  # v10
+    table.restoreToTimestamp(stamp)  # v11
     first = {i: (i, i * 10 - 30, "2024-05-01" if i % 2 else "2024-05-02") for i in range(8)}
     assert rows_of(table.toDF()) == sorted(first.values())
 
