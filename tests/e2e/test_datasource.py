@@ -104,6 +104,8 @@ def test_batch_write_read_overwrite_and_change_feed(spark: Any, writer_stack: An
     feed = reader().option("readChangeFeed", "true").option("startingVersion", 1).load("ds_events")
     got = rows(feed, "_commit_version", "_change_type", "id", "v", "dt")
     assert got == sorted(changes)
+    stamps = {c.id_version: c.timestamp.replace(tzinfo=None) for c in table.catalog.commits("ds_events", 1)}
+    assert set(rows(feed, "_commit_version", "_commit_timestamp")) == set(stamps.items())  # v5 (compaction): no rows
     window = (
         spark.read.format("ordo")
         .options(**opts)

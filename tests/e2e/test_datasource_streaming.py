@@ -191,3 +191,36 @@ def test_change_feed_stream_resumes_without_loss_or_repeat(
     collected = [tuple(r[c] for c in cols) for r in spark.read.parquet(output).collect()]
     assert sorted(collected) == sorted(expected)
     assert len(collected) == len(set(collected)), "a change row was delivered twice"
+
+    def feed(name: str, **options: Any) -> Any:
+        return (
+            spark.readStream.format("ordo")
+            .options(**opts)
+            .option("readChangeFeed", "true")
+            .options(**options)
+            .load("ds_feed")
+            .writeStream.format("memory")
+            .queryName(name)
+            .start()
+        )
+
+    def seen(name: str) -> list[tuple[Any, ...]]:
+        cols = ["_commit_version", "_change_type", "id", "v", "part"]
+        return sorted(tuple(r[c] for c in cols) for r in spark.table(name).collect())
+
+    # startingTimestamp: from the first commit at or after that time version
+    delete_version = max(v for v, kind, *_ in expected if kind == "delete")
+    stamp = table.catalog.snapshot("ds_feed", version=delete_version).time_version
+    query = feed("feed_from_time", startingTimestamp=stamp.isoformat())
+    query.processAllAvailable()
+    query.stop()
+    assert seen("feed_from_time") == sorted(e for e in expected if e[0] >= delete_version)
+    # "latest": nothing of the past, then what commits while the query runs
+    query = feed("feed_latest", startingVersion="latest")
+    query.processAllAvailable()
+    assert seen("feed_latest") == []
+    already = len(expected)
+    upsert([(9, "d9", "1")])
+    query.processAllAvailable()
+    query.stop()
+    assert seen("feed_latest") == sorted(expected[already:])
