@@ -41,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import secrets
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -537,7 +538,9 @@ class _Writing:
         if context is not None and self.streaming:
             batch_id = context.getLocalProperty(BATCH_ID_PROPERTY)
         txn_id = self._txn_for(batch_id)
-        files = write_rows(rows, self.layout, txn_id, task * FILES_PER_TASK, self.static)
+        # a random block of file numbers per task run: a re-run never writes over a committed file
+        first = (secrets.randbits(40) * 10_000 + task) * FILES_PER_TASK
+        files = write_rows(rows, self.layout, txn_id, first, self.static)
         return FilesMessage(tuple(f.model_dump_json() for f in files), txn_id)
 
     def _files(self, messages: Sequence[Any]) -> list[Any]:
@@ -616,6 +619,10 @@ class _Writing:
                     conflicting_version=decision.conflicting_version,
                     decision=decision,
                 )
+            if decision.duplicate_of is not None:
+                # the same txn id was decided before (a re-run of this batch): its files are the committed ones
+                kept = {f.path for f in decision.added_files}
+                delete_files(self.layout, [f.path for f in files if f.path not in kept])
             # 3. read-your-writes: the catalog shows the version before the write returns
             catalog.wait_for_version(self.table.name, int(decision.id_version or 0), timeout=self.wait)
         return decision

@@ -4,8 +4,10 @@ Spark's Python workers have no SparkSession, so the data source cannot use
 ``FileWriter``; each task writes its rows here instead, under the same
 contract (producer/data.py): ``<partition path>/<txn id>-<n>.parquet`` with
 every table column plus ``_ordo_op`` = ``upsert`` and a null ``_ordo_seq``.
-``n`` is unique across the tasks of one write (task partition id and attempt
-in its high digits). Rows are checked before anything is written: non-null
+``n`` is unique across the tasks of one write: the caller gives each task run
+its own block of ``FILES_PER_TASK`` numbers (the data source: a random block
+plus the task's partition id and attempt), so a re-run never overwrites a file
+a commit already names. Rows are checked before anything is written: non-null
 keys, non-empty partition values (inside a static partition when one is
 given) and no duplicate key within the task; ``check_unique`` checks across
 tasks at commit time.

@@ -135,3 +135,51 @@ def test_batch_write_read_overwrite_and_change_feed(spark: Any, writer_stack: An
         )
     assert head() == 5
     assert issubclass(CommitConflictError, Exception)
+
+
+def test_a_rejected_commit_fails_with_the_reason_and_deletes_its_files(spark: Any, writer_stack: Any) -> None:  # noqa: F811
+    """The writer objects Spark runs, driven by hand: tasks write, then an OVERWRITE commits, then the commit."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from ordo.datasource import source_class
+    from tests.e2e.stack import parquet_files
+
+    settings = writer_stack.settings
+    table = DeltaTable.create(
+        spark, "ds_rejected", schema=SCHEMA, primary_key="id", partitioned_by="dt", settings=settings
+    )
+    schema = spark.createDataFrame([], SCHEMA).schema
+    batch = pa.Table.from_pylist([{"id": 1, "v": "a", "dt": "d1"}], schema=to_arrow_schema(schema)).to_batches()
+    source = source_class(settings)({"path": "ds_rejected"})
+
+    writer = source.writer(schema, False)  # a batch append, pinned to version 0 when planned
+    message = writer.write(iter(batch))
+    assert len(parquet_files(table.location)) == 1
+    table.truncate({"dt": "d1"})  # an OVERWRITE of that partition commits first
+    with pytest.raises(CommitConflictError, match="CONFLICT_LATER_FAILS") as refused:
+        writer.commit([message])
+    assert refused.value.reason == "CONFLICT_LATER_FAILS"
+    assert parquet_files(table.location) == [], "a refused write deletes its files"
+    assert table.version == 1
+
+    # a micro-batch reads nothing: the sink pins it to the head when it commits, so it goes in
+    streamer = source_class(settings)({"path": "ds_rejected", "appId": "hand-driven"}).streamWriter(schema, False)
+    message = streamer.write(iter(batch))
+    table.truncate({"dt": "d1"})
+    streamer.commit([message], 0)
+    assert table.version == 3
+    assert rows(table.read()) == [(1, "a", "d1")]
+    committed = parquet_files(table.location)
+    # the same query re-runs batch 0 (same txn id): the arbiter answers with the first decision, the re-run's
+    # files are deleted and the committed ones are untouched
+    streamer.commit([streamer.write(iter(batch))], 0)
+    assert table.version == 3
+    assert parquet_files(table.location) == committed
+    # a restarted query replays batch 0 (a new writer, a new txn id): refused as already committed, counted as done
+    restarted = source_class(settings)({"path": "ds_rejected", "appId": "hand-driven"}).streamWriter(schema, False)
+    restarted.commit([restarted.write(iter(batch))], 0)
+    assert table.version == 3
+    assert [d.reason for d in table.decisions(1)] == ["BATCH_ALREADY_COMMITTED"]
+    assert parquet_files(table.location) == committed
+    assert rows(table.read()) == [(1, "a", "d1")]
