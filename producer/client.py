@@ -474,7 +474,11 @@ class CommitClient:
         if topic not in existing_topics(self._admin, ADMIN_TIMEOUT):
             return []
         config = self.settings.kafka_config(
-            **{"group.id": f"{self.prefix}.commit-client", "isolation.level": "read_committed"}
+            **{
+                "group.id": f"{self.prefix}.commit-client",
+                "client.id": f"{self.prefix}.commit-client.history",
+                "isolation.level": "read_committed",
+            }
         )
         result: list[CommitDecision] = []
         verifier: ChainVerifier[bytes] = ChainVerifier(table, self._reader_trust(), anchor=None if start else GENESIS)
