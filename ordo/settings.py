@@ -24,6 +24,7 @@ DEFAULT_HTTP_PORT = 8765
 DEFAULT_RESUBMIT_AFTER = 5.0
 DEFAULT_FETCH_WAIT_BUSY_MS = 1
 DEFAULT_FETCH_WAIT_IDLE_MS = 100
+DEFAULT_CLIENT_FETCH_WAIT_MS = 5  # N busy writers cost the broker N fetches per wait: more than the arbiter's 1 ms
 DEFAULT_METRICS_HOST = "127.0.0.1"
 
 
@@ -55,6 +56,7 @@ class Settings:
     # wait while work is in flight and fall back to the long one (or pause) when idle.
     fetch_wait_busy_ms: int = DEFAULT_FETCH_WAIT_BUSY_MS
     fetch_wait_idle_ms: int = DEFAULT_FETCH_WAIT_IDLE_MS
+    client_fetch_wait_ms: int = DEFAULT_CLIENT_FETCH_WAIT_MS  # commit client decision readers while in flight
     arbiter_metrics_port: int = 0  # Prometheus /metrics of the arbiter; 0 = off
     arbiter_metrics_host: str = DEFAULT_METRICS_HOST
 
@@ -124,6 +126,7 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
         ("resubmit_after", "ORDO_RESUBMIT_AFTER", float),
         ("fetch_wait_busy_ms", "ORDO_FETCH_WAIT_BUSY_MS", int),
         ("fetch_wait_idle_ms", "ORDO_FETCH_WAIT_IDLE_MS", int),
+        ("client_fetch_wait_ms", "ORDO_CLIENT_FETCH_WAIT_MS", int),
         ("arbiter_metrics_port", "ORDO_ARBITER_METRICS_PORT", int),
         ("arbiter_metrics_host", "ORDO_ARBITER_METRICS_HOST", str),
     ):
@@ -132,9 +135,13 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
     values["kafka"] = kafka_passthrough(env)
     settings = Settings(**values).with_overrides(**overrides)
     validate_prefix(settings.topic_prefix)
-    if settings.fetch_wait_busy_ms < 1 or settings.fetch_wait_idle_ms < settings.fetch_wait_busy_ms:
+    if (
+        min(settings.fetch_wait_busy_ms, settings.client_fetch_wait_ms) < 1
+        or settings.fetch_wait_idle_ms < settings.fetch_wait_busy_ms
+    ):
         raise ValueError(
-            "fetch waits must satisfy 1 <= ORDO_FETCH_WAIT_BUSY_MS <= ORDO_FETCH_WAIT_IDLE_MS, got "
-            f"{settings.fetch_wait_busy_ms} and {settings.fetch_wait_idle_ms}"
+            "fetch waits must satisfy 1 <= ORDO_FETCH_WAIT_BUSY_MS <= ORDO_FETCH_WAIT_IDLE_MS and "
+            f"ORDO_CLIENT_FETCH_WAIT_MS >= 1, got {settings.fetch_wait_busy_ms}, {settings.fetch_wait_idle_ms} "
+            f"and {settings.client_fetch_wait_ms}"
         )
     return settings

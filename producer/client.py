@@ -104,7 +104,7 @@ class _DecisionReader:
                 "isolation.level": "read_committed",
                 # Tansu answers an empty fetch only after the full wait: the short wait while a
                 # commit is in flight; with nothing in flight the partition is paused (no fetches).
-                "fetch.wait.max.ms": self.client.settings.fetch_wait_busy_ms,
+                "fetch.wait.max.ms": self.client.settings.client_fetch_wait_ms,
                 "enable.partition.eof": True,  # an end past the last record read is a gap to re-read
                 "allow.auto.create.topics": False,
                 "client.id": f"{self.client.prefix}.commit-client.decisions",

@@ -108,7 +108,7 @@ def test_every_kafka_client_names_its_role(settings: Settings) -> None:
 
         config = _DecisionReader(client, "t", 0).config()
         assert config["client.id"] == f"{settings.topic_prefix}.commit-client.decisions"
-        assert config["fetch.wait.max.ms"] == settings.fetch_wait_busy_ms
+        assert config["fetch.wait.max.ms"] == settings.client_fetch_wait_ms
     finally:
         client.close()
 
@@ -121,3 +121,6 @@ def test_fetch_wait_settings_are_validated() -> None:
     with pytest.raises(ValueError, match="fetch waits"):
         load_settings({"ORDO_FETCH_WAIT_BUSY_MS": "50", "ORDO_FETCH_WAIT_IDLE_MS": "10"})
     assert load_settings({"ORDO_ARBITER_METRICS_PORT": "9464"}).arbiter_metrics_port == 9464
+    assert load_settings({"ORDO_CLIENT_FETCH_WAIT_MS": "3"}).client_fetch_wait_ms == 3
+    with pytest.raises(ValueError, match="fetch waits"):
+        load_settings({"ORDO_CLIENT_FETCH_WAIT_MS": "0"})
