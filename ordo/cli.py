@@ -48,7 +48,7 @@ def main(ctx: click.Context, bootstrap_servers: str | None, topic_prefix: str | 
     """ordo: a transaction manager for Delta tables whose commit log lives on Kafka.
 
     \b
-    Run the stack:      ordo up | ordo broker | ordo arbiter | ordo consumer
+    Run the stack:      ordo up | ordo broker | ordo arbiter | ordo consumer | ordo compactor
     Try it:             ordo demo
     Read the catalog:   ordo tables | history | show | changes | tail
     Operate:            ordo vacuum | ordo replay | ordo repair | ordo keygen
@@ -176,6 +176,54 @@ def consumer(
     check_broker(settings, broker_timeout)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     raise SystemExit(run_consumer(settings, http=not no_http))
+
+
+@main.command()
+@click.option("--master", default=None, help="Spark master (default: ORDO_COMPACTOR_MASTER or local[2])")
+@click.option("--tables", "table_names", default=None, help="comma-separated tables to follow (default: all)")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.1),
+    default=None,
+    help="seconds between rounds (default: ORDO_COMPACTOR_INTERVAL or 5)",
+)
+@click.option("--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port (0: any free)")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="address of the metrics server")
+@pass_settings
+def compactor(
+    settings: Settings,
+    master: str | None,
+    table_names: str | None,
+    interval: float | None,
+    metrics_port: int | None,
+    metrics_host: str,
+) -> None:
+    """Run the table service: compact and cluster tables while writers commit (Ctrl-C / SIGTERM stops it).
+
+    Per (partition, bucket): MINOR COMPACT where small files pile up in a hot
+    partition, MAJOR COMPACT (or CLUSTER with ordo.cluster_by) in a cold one,
+    CLUSTER beside INSERT-only writes. Table properties: ordo.compaction.enabled,
+    ordo.compaction.min_files, ordo.compaction.cold_seconds, ordo.cluster_by
+    (docs/operations.md).
+    """
+    import logging
+
+    from ordo.compactor import run_compactor
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    settings = settings.with_overrides(
+        compactor_master=master, compactor_interval=interval, compactor_metrics_port=metrics_port
+    )
+    raise SystemExit(
+        run_compactor(
+            settings,
+            master=settings.compactor_master,
+            tables=[t.strip() for t in (table_names or "").split(",") if t.strip()],
+            interval=settings.compactor_interval,
+            metrics_port=settings.compactor_metrics_port,
+            metrics_host=metrics_host,
+        )
+    )
 
 
 @main.command()
