@@ -234,6 +234,7 @@ def compactor(
     "--http-port", type=int, default=None, help="consumer HTTP port, 0 = any free (default: ORDO_HTTP_PORT or 8765)"
 )
 @click.option("--http-host", default=None, help="consumer HTTP address (default: ORDO_HTTP_HOST or 127.0.0.1)")
+@click.option("--no-compactor", is_flag=True, help="do not start the table service (ordo compactor; it needs Java)")
 @pass_settings
 def up(
     settings: Settings,
@@ -242,8 +243,9 @@ def up(
     broker_port: int | None,
     http_port: int | None,
     http_host: str | None,
+    no_compactor: bool,
 ) -> None:
-    """Run the embedded stack in the foreground: broker, arbiter, consumer (Ctrl-C stops it).
+    """Run the embedded stack in the foreground: broker, arbiter, consumer, compactor (Ctrl-C stops it).
 
     The broker is Tansu, in memory only: every table's log is lost when it
     stops (use --kafka for a real Kafka). Prints the ORDO_* settings clients
@@ -262,6 +264,7 @@ def up(
             http_port=settings.http_port if http_port is None else http_port,
             http_host=http_host or settings.http_host,
             echo=click.echo,
+            compactor=not no_compactor,
         )
     )
 

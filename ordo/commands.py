@@ -9,6 +9,7 @@ message; ``ordo.cli`` prints them as ``error: ...``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -161,32 +162,72 @@ def history_table(decisions: Sequence[DecisionRecord], title: str | None = None,
 
 
 def tables_command(settings: Settings, as_json: bool) -> None:
-    """``ordo tables``."""
+    """``ordo tables``: each table's head, and its layout (files per partition, last compaction, pending work)."""
     from rich.table import Table
+
+    from ordo.compactor import table_layout
 
     catalog = open_catalog(settings)
     infos = catalog.tables()
+    layouts: dict[str, dict[str, Any]] = {}
+    for i in infos:
+        if i.error is None:
+            with contextlib.suppress(OrdoError):
+                layouts[i.name] = table_layout(catalog, i.name)
     if as_json:
-        print_json([i.to_dict() for i in infos])
+        print_json([{**i.to_dict(), "layout": layouts.get(i.name)} for i in infos])
         return
     console = make_console()
     if not infos:
         console.print(f"no tables in the catalog {catalog.location}")
         return
     table = Table(header_style="bold")
-    for name in ("table", "version", "time version", "primary key", "partitioned by", "location", "status"):
+    for name in (
+        "table",
+        "version",
+        "time version",
+        "primary key",
+        "partitioned by",
+        "files (max/partition)",
+        "last compaction",
+        "pending",
+        "location",
+        "status",
+    ):
         table.add_column(name, justify="right" if name == "version" else "left")
     for i in infos:
+        lay = layouts.get(i.name)
         table.add_row(
             i.name,
             str(i.head_version),
             fmt_time(i.head_time_version),
             ", ".join(i.metadata.primary_key),
             ", ".join(i.metadata.partition_columns) or "-",
+            "-" if lay is None else f"{lay['files']} ({lay['max_files_per_partition']})",
+            _fmt_compaction(lay),
+            _fmt_pending(lay),
             i.metadata.location,
             "ok" if i.error is None else f"[red]stopped at offset {i.error_offset}: {i.error}[/red]",
         )
     console.print(table)
+
+
+def _fmt_compaction(layout: Mapping[str, Any] | None) -> str:
+    last = None if layout is None else layout["last_compaction"]
+    if last is None:
+        return "-"
+    return f"{last['operation']} v{last['id_version']} {last['timestamp'][:19]}"
+
+
+def _fmt_pending(layout: Mapping[str, Any] | None) -> str:
+    if layout is None:
+        return "-"
+    if not layout["compaction_enabled"]:
+        return "off" if layout["policy_error"] is None else f"[red]{layout['policy_error']}[/red]"
+    counts: dict[str, int] = {}
+    for action in layout["pending"]:
+        counts[action["operation"]] = counts.get(action["operation"], 0) + 1
+    return ", ".join(f"{op} x{n}" for op, n in sorted(counts.items())) or "none"
 
 
 def history_command(settings: Settings, table: str, limit: int | None, as_json: bool) -> None:
