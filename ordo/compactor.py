@@ -318,6 +318,16 @@ class Metrics:
             "ordo_compactor_pending", "Rewrites planned but not yet done", ["table"], registry=self.registry
         )
 
+    def samples(self) -> dict[str, float]:
+        """Every non-zero sample as ``name{labels}: value`` (for logs and test messages)."""
+        out = {}
+        for family in self.registry.collect():
+            for sample in family.samples:
+                if sample.value and not sample.name.endswith("_created"):
+                    labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+                    out[f"{sample.name}{{{labels}}}"] = sample.value
+        return out
+
     def value(self, counter: Any, **labels: str) -> float:
         """Current value of one labelled counter (0 when never incremented)."""
         name = counter._name + "_total"
