@@ -182,34 +182,34 @@ def tables_command(settings: Settings, as_json: bool) -> None:
         console.print(f"no tables in the catalog {catalog.location}")
         return
     table = Table(header_style="bold")
-    for name in (
-        "table",
-        "version",
-        "time version",
-        "primary key",
-        "partitioned by",
-        "files (max/partition)",
-        "last compaction",
-        "pending",
-        "location",
-        "status",
-    ):
+    for name in ("table", "version", "time version", "primary key", "partitioned by", "location", "status"):
         table.add_column(name, justify="right" if name == "version" else "left")
     for i in infos:
-        lay = layouts.get(i.name)
         table.add_row(
             i.name,
             str(i.head_version),
             fmt_time(i.head_time_version),
             ", ".join(i.metadata.primary_key),
             ", ".join(i.metadata.partition_columns) or "-",
-            "-" if lay is None else f"{lay['files']} ({lay['max_files_per_partition']})",
-            _fmt_compaction(lay),
-            _fmt_pending(lay),
             i.metadata.location,
             "ok" if i.error is None else f"[red]stopped at offset {i.error_offset}: {i.error}[/red]",
         )
     console.print(table)
+    if not layouts:
+        return
+    service = Table(header_style="bold", title="layout and table service (ordo compactor)", title_justify="left")
+    for name in ("table", "files", "partitions", "max files/partition", "last compaction", "pending"):
+        service.add_column(name, justify="right" if name in ("files", "partitions", "max files/partition") else "left")
+    for name, lay in layouts.items():
+        service.add_row(
+            name,
+            str(lay["files"]),
+            str(lay["partitions"]),
+            str(lay["max_files_per_partition"]),
+            _fmt_compaction(lay),
+            _fmt_pending(lay),
+        )
+    console.print(service)
 
 
 def _fmt_compaction(layout: Mapping[str, Any] | None) -> str:
