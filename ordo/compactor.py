@@ -1,7 +1,8 @@
 """``ordo compactor``: the table service that compacts and clusters tables while writers keep committing.
 
 It follows the catalog (the consumer's SQLite file or HTTP service) and, each
-round, plans per (partition, bucket) group of every table's head snapshot:
+round, plans per partition (and per bucket for MINOR) of every table's head
+snapshot:
 
 * MAJOR COMPACT (or CLUSTER when ``ordo.cluster_by`` is set) in a **cold**
   group, one without an INSERT or UPDATE committed in it for
@@ -72,7 +73,8 @@ REWRITE_OPERATIONS = frozenset({MINOR, MAJOR, CLUSTER})
 DIRTY_OPERATIONS = frozenset({"UPDATE", "DELETE", "MERGE", MINOR})
 INSERT_OPERATIONS = frozenset({Operation.INSERT_INTO.value})
 
-GroupKey = tuple[tuple[str, ...], int]
+PartitionValues = tuple[str, ...]
+GroupKey = tuple[PartitionValues, int]  # (partition values, bucket); bucket -1: every bucket of the partition
 
 
 # --------------------------------------------------------------------------- policy and plan (pure)
@@ -118,20 +120,27 @@ class Policy:
 
 @dataclass
 class Heat:
-    """When INSERTs and other data changes last committed, per group and table-wide (epoch seconds)."""
+    """When INSERTs and other data changes last committed, per partition and table-wide (epoch seconds).
 
-    inserts: dict[GroupKey, float] = field(default_factory=dict)
-    updates: dict[GroupKey, float] = field(default_factory=dict)
+    Per partition, not per bucket: the matrix's scope is the partition, so an
+    INSERT into any bucket of a partition fails a MAJOR COMPACT of another.
+    """
+
+    inserts: dict[PartitionValues, float] = field(default_factory=dict)
+    updates: dict[PartitionValues, float] = field(default_factory=dict)
     table_insert: float = 0.0
     table_update: float = 0.0
 
     def observe(self, commit: Commit, partition_columns: Sequence[str]) -> None:
-        """Account one logical commit (its added files' groups; a table-wide scope heats every group)."""
+        """Account one logical commit (its added files' partitions; a table-wide scope heats every partition)."""
         when = commit.timestamp.timestamp()
         insert = commit.operation.value in INSERT_OPERATIONS
         target = self.inserts if insert else self.updates
         for f in commit.added_files:
-            key = group_key(f, partition_columns)
+            key = group_key(f, partition_columns)[0]
+            target[key] = max(target.get(key, 0.0), when)
+        for scope in commit.partitions or ():
+            key = tuple(str(scope.get(c, "")) for c in partition_columns)
             target[key] = max(target.get(key, 0.0), when)
         if commit.partitions is None and commit.operation.value not in REWRITE_OPERATIONS:
             if insert:
@@ -139,12 +148,12 @@ class Heat:
             else:
                 self.table_update = max(self.table_update, when)
 
-    def last_insert(self, key: GroupKey) -> float:
-        """Newest INSERT INTO touching the group."""
+    def last_insert(self, key: PartitionValues) -> float:
+        """Newest INSERT INTO touching the partition."""
         return max(self.inserts.get(key, 0.0), self.table_insert)
 
-    def last_update(self, key: GroupKey) -> float:
-        """Newest other data change touching the group (UPDATE, DELETE, MERGE, OVERWRITE, ...)."""
+    def last_update(self, key: PartitionValues) -> float:
+        """Newest other data change touching the partition (UPDATE, DELETE, MERGE, OVERWRITE, ...)."""
         return max(self.updates.get(key, 0.0), self.table_update)
 
 
@@ -154,15 +163,15 @@ class Action:
 
     operation: str
     partition: Mapping[str, str]
-    bucket: int
+    bucket: int | None  # None: every bucket of the partition
     files: tuple[str, ...]
     input_bytes: int
     reason: str
 
     @property
     def key(self) -> GroupKey:
-        """The group (partition values, bucket)."""
-        return (tuple(self.partition.values()), self.bucket)
+        """The group (partition values, bucket; -1 for every bucket)."""
+        return (tuple(self.partition.values()), -1 if self.bucket is None else self.bucket)
 
 
 def group_key(entry: Any, partition_columns: Sequence[str]) -> GroupKey:
@@ -179,48 +188,58 @@ def group_files(files: Iterable[FileEntry], partition_columns: Sequence[str]) ->
 
 
 def plan(snapshot: Snapshot, policy: Policy, heat: Heat, now: float) -> list[Action]:
-    """The rewrites worth doing in ``snapshot`` now: at most one per (partition, bucket) group."""
+    """The rewrites worth doing in ``snapshot`` now: per partition, one MAJOR/CLUSTER or a MINOR per bucket.
+
+    MAJOR COMPACT and CLUSTER drop delete records, so they rewrite every live
+    file of what they cover; the arbiter checks that per partition, hence they
+    cover one bucket only when the partition's live files are all in it.
+    """
     if not policy.enabled:
         return []
     columns = tuple(snapshot.metadata.partition_columns)
+    by_partition: dict[PartitionValues, dict[int, list[FileEntry]]] = {}
+    for (values, bucket), files in group_files(snapshot.files, columns).items():
+        by_partition.setdefault(values, {})[bucket] = files
     actions = []
-    for key, files in sorted(group_files(snapshot.files, columns).items()):
-        action = _plan_group(key, files, columns, policy, heat, now)
-        if action is not None:
-            actions.append(action)
+    for values, buckets in sorted(by_partition.items()):
+        partition = {c: v for c, v in zip(columns, values, strict=True)}
+        everything = [f for _, files in sorted(buckets.items()) for f in files]
+        whole_bucket = next(iter(buckets)) if len(buckets) == 1 else None
+        insert_hot = now - heat.last_insert(values) < policy.cold_seconds
+        update_hot = now - heat.last_update(values) < policy.cold_seconds
+        rewrite = _plan_rewrite(everything, policy, insert_hot, update_hot)
+        if rewrite is not None:
+            operation, reason = rewrite
+            paths = tuple(sorted(f.path for f in everything))
+            size = sum(f.size_bytes for f in everything)
+            actions.append(Action(operation, partition, whole_bucket, paths, size, reason))
+            continue
+        for bucket, files in sorted(buckets.items()):
+            small = [f for f in files if f.size_bytes < policy.small_file_bytes]
+            if len(small) >= policy.min_files:
+                inputs = tuple(sorted(f.path for f in small))
+                size = sum(f.size_bytes for f in small)
+                actions.append(Action(MINOR, partition, bucket, inputs, size, f"{len(small)} small files"))
     return actions
 
 
-def _plan_group(
-    key: GroupKey, files: list[FileEntry], columns: Sequence[str], policy: Policy, heat: Heat, now: float
-) -> Action | None:
-    partition = {c: v for c, v in zip(columns, key[0], strict=True)}
+def _plan_rewrite(files: list[FileEntry], policy: Policy, insert_hot: bool, update_hot: bool) -> tuple[str, str] | None:
+    """MAJOR COMPACT or CLUSTER of a whole partition, with the reason, or None (then MINOR per bucket may run)."""
     small = [f for f in files if f.size_bytes < policy.small_file_bytes]
-    records = sum(f.record_count for f in files) or 1
-    dirty = [f for f in files if f.operation in DIRTY_OPERATIONS]
-    dirty_records = sum(f.record_count for f in dirty)
     unclustered = [f for f in files if f.operation != CLUSTER] if policy.cluster_by else []
-    insert_hot = now - heat.last_insert(key) < policy.cold_seconds
-    update_hot = now - heat.last_update(key) < policy.cold_seconds
-    everything = tuple(sorted(f.path for f in files))
-    size = sum(f.size_bytes for f in files)
-    if not insert_hot and not update_hot:
+    if not insert_hot and not update_hot:  # cold: nothing expected to commit in it, a MAJOR will complete
         rewrite = CLUSTER if policy.cluster_by else MAJOR
-        if dirty and dirty_records / records >= policy.major_ratio:
-            reason = f"{len(dirty)} files may hold deletes or superseded versions"
-        elif len(small) >= policy.min_files:
-            reason = f"{len(small)} small files"
-        elif unclustered:
-            reason = f"{len(unclustered)} unclustered files"
-        else:
-            return None
-        return Action(rewrite, partition, key[1], everything, size, reason)
+        records = sum(f.record_count for f in files) or 1
+        dirty = [f for f in files if f.operation in DIRTY_OPERATIONS]
+        if dirty and sum(f.record_count for f in dirty) / records >= policy.major_ratio:
+            return rewrite, f"{len(dirty)} files may hold deletes or superseded versions"
+        if len(small) >= policy.min_files:
+            return rewrite, f"{len(small)} small files"
+        if unclustered:
+            return CLUSTER, f"{len(unclustered)} unclustered files"
+        return None
     if not update_hot and policy.cluster_by and len(unclustered) >= policy.min_files:
-        reason = f"{len(unclustered)} unclustered files (INSERT-only writes)"
-        return Action(CLUSTER, partition, key[1], everything, size, reason)
-    if len(small) >= policy.min_files:
-        inputs = tuple(sorted(f.path for f in small))
-        return Action(MINOR, partition, key[1], inputs, sum(f.size_bytes for f in small), f"{len(small)} small files")
+        return CLUSTER, f"{len(unclustered)} unclustered files (INSERT-only writes)"
     return None
 
 
@@ -433,7 +452,7 @@ class Compactor:
             self.metrics.rejected.labels(name, action.operation, reason).inc()
             delay = self._backoff(state, action.key)
             log.info(
-                "%s %s %s bucket %d rejected (%s, conflicting %s); retrying in %.0f s",
+                "%s %s %s bucket %s rejected (%s, conflicting %s); retrying in %.0f s",
                 name,
                 action.operation,
                 action.partition,
@@ -456,7 +475,7 @@ class Compactor:
         self.metrics.committed.labels(name, action.operation).inc()
         self.metrics.bytes_rewritten.labels(name, action.operation).inc(rewritten)
         log.info(
-            "%s v%d %s %s bucket %d: %d -> %d files (%s) in %.1f s",
+            "%s v%d %s %s bucket %s: %d -> %d files (%s) in %.1f s",
             name,
             result.id_version,
             action.operation,

@@ -91,6 +91,20 @@ def test_groups_are_partition_and_bucket() -> None:
     assert all(p.startswith(f"fa{a.bucket}") for a in actions for p in a.files)
 
 
+def test_a_cold_partition_with_several_buckets_gets_one_major_of_every_bucket() -> None:
+    files = [entry(i, bucket=i % 2) for i in range(16)]
+    actions = plan(snap(*files), Policy(), Heat(), NOW)
+    assert [(a.operation, a.bucket, len(a.files)) for a in actions] == [(MAJOR, None, 16)]
+    one_bucket = plan(snap(*[entry(i, bucket=3) for i in range(8)]), Policy(), Heat(), NOW)
+    assert [(a.operation, a.bucket) for a in one_bucket] == [(MAJOR, 3)]
+
+
+def test_heat_is_per_partition_whatever_the_bucket() -> None:
+    files = [entry(i, bucket=0) for i in range(8)] + [entry(100, bucket=1)]
+    heat = hot(Operation.INSERT_INTO, files[-1])  # an INSERT into bucket 1 makes bucket 0 hot too
+    assert [(a.operation, a.bucket) for a in plan(snap(*files), Policy(), heat, NOW)] == [(MINOR, 0)]
+
+
 def test_table_wide_update_heats_every_group() -> None:
     files = [entry(i, part=p) for p in "ab" for i in range(8)]
     heat = Heat()
