@@ -271,7 +271,7 @@ def up(
 
 @main.command()
 def demo() -> None:
-    """Concurrent Spark writers on one table, checked against the conflict matrix (starts its own stack, ~2 min)."""
+    """Concurrent Spark writers checked against the conflict matrix, then the table service beside a stream (~3 min)."""
     from ordo.demo import run_demo
 
     raise SystemExit(run_demo())

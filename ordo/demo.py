@@ -53,7 +53,7 @@ STREAM_BASE = 1_000_000
 POLICY_FILE = "arbiter/policies/maxcompute.csv"
 SERVICE_TABLE = "clicks"
 SERVICE_PROPERTIES = {"ordo.compaction.min_files": "4", "ordo.compaction.cold_seconds": "5"}
-SERVICE_STREAM_SECONDS = 25.0
+SERVICE_STREAM_SECONDS = 20.0
 
 
 def _rows(first: int, count: int, dt: str, amount: int = 0) -> list[tuple[int, str, int, str]]:
@@ -345,7 +345,7 @@ class Demo:
         finally:
             query.stop()
         self.say("stopped the stream: the partitions turn cold, a MAJOR COMPACT may run there now")
-        deadline = time.monotonic() + 45.0
+        deadline = time.monotonic() + 30.0
         with self.narrator.working("waiting for the compactor to finish"):
             while time.monotonic() < deadline:
                 layout = table_layout(table.catalog, SERVICE_TABLE)
