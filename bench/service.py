@@ -10,11 +10,12 @@ catalog, and the time of a full snapshot read. At the end: INSERT rejections
 caused by the service (must be 0), service commits accepted/rejected, and the
 snapshot read against the same rows as plain Parquet with the service on.
 
-Also: a snapshot read after 100 small upsert commits on a base table with the
+Both runs stream the same number of micro-batches (after a warm-up), so the
+plot's x axis is micro-batches committed. Also: a snapshot read after 100 small upsert commits on a base table with the
 service running during the commits (target: <= 1.5x plain Parquet).
 
-Draws ``docs/compactor-service.png`` (matplotlib). Quick profile: ~1 minute
-per run; ``BENCH_PROFILE=full``: 4 minutes per run.
+Draws ``docs/compactor-service.png`` (matplotlib). Quick profile: ~1-2 minutes
+per run (30 micro-batches); ``BENCH_PROFILE=full``: 200 micro-batches per run.
 """
 
 from __future__ import annotations
@@ -41,14 +42,16 @@ def _read_seconds(frame: Any) -> float:
     return time.perf_counter() - started
 
 
-def _ingest(spark: Any, settings: Any, work: Path, name: str, service: bool, seconds: float) -> dict[str, Any]:
+def _ingest(
+    spark: Any, settings: Any, work: Path, name: str, service: bool, batches: int, seconds: float
+) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
     from ordo.compactor import Compactor, table_layout, writer_rejections_by_service
     from producer.streaming import foreach_batch_committer
     from producer.table import DeltaTable
 
-    properties = {"ordo.compaction.min_files": "8", "ordo.compaction.cold_seconds": "10"}
+    properties = {"ordo.compaction.min_files": "4", "ordo.compaction.cold_seconds": "10"}
     if not service:
         properties["ordo.compaction.enabled"] = "false"
     table = DeltaTable.create(
@@ -76,8 +79,8 @@ def _ingest(spark: Any, settings: Any, work: Path, name: str, service: bool, sec
     samples: list[dict[str, Any]] = []
     started = time.monotonic()
     try:
-        while time.monotonic() - started < seconds:
-            time.sleep(pick(5.0, 10.0))
+        while time.monotonic() - started < seconds and len(committer.committed) < batches:
+            time.sleep(pick(3.0, 5.0))
             if query.exception() is not None:
                 raise RuntimeError(f"the stream failed: {query.exception()}")
             layout = table_layout(table.catalog, name)
@@ -110,6 +113,18 @@ def _ingest(spark: Any, settings: Any, work: Path, name: str, service: bool, sec
     }
 
 
+def _warm_up(spark: Any, settings: Any) -> None:
+    """JVM, Kafka clients and Python workers warm before the first measured run."""
+    from producer.table import DeltaTable
+
+    table = DeltaTable.create(
+        spark, "warm_up", schema=SCHEMA, primary_key="id", partitioned_by="part", settings=settings
+    )
+    for i in range(3):
+        table.insert_into(spark.createDataFrame([(i, "w", str(i % PARTITIONS))], SCHEMA))
+    table.read().count()
+
+
 def _plot(runs: dict[str, dict[str, Any]]) -> None:
     import matplotlib
 
@@ -118,11 +133,11 @@ def _plot(runs: dict[str, dict[str, Any]]) -> None:
 
     fig, (files_ax, read_ax) = plt.subplots(1, 2, figsize=(11, 4))
     for label, run in runs.items():
-        t = [s["t"] for s in run["samples"]]
+        t = [s["batches"] for s in run["samples"]]
         files_ax.plot(t, [s["max_files_per_partition"] for s in run["samples"]], marker="o", label=label)
         read_ax.plot(t, [s["read_s"] for s in run["samples"]], marker="o", label=label)
-    files_ax.set(title="files per partition (max) during ingestion", xlabel="seconds", ylabel="live files")
-    read_ax.set(title="snapshot read time during ingestion", xlabel="seconds", ylabel="seconds")
+    files_ax.set(title="files per partition (max)", xlabel="micro-batches committed", ylabel="live files")
+    read_ax.set(title="snapshot read time", xlabel="micro-batches committed", ylabel="seconds")
     for ax in (files_ax, read_ax):
         ax.grid(alpha=0.3)
         ax.legend()
@@ -206,7 +221,8 @@ def run() -> list[Result]:
     from ordo.stack import ProcessGroup
     from producer.table import close_connections
 
-    seconds = pick(60.0, 240.0)
+    batches = pick(30, 200)
+    seconds = pick(180.0, 900.0)  # a run ends after this long even if it committed fewer micro-batches
     work = Path(tempfile.mkdtemp(prefix="ordo-bench-service-"))
     isolate_state(work)
     results: list[Result] = []
@@ -224,9 +240,10 @@ def run() -> list[Result]:
         consumer.wait_for_line("consumer ready", timeout=120)
         spark = local_spark_session("ordo-bench-service", cores=2)
         try:
+            _warm_up(spark, settings)
             runs = {
-                "service off": _ingest(spark, settings, work, "ingest_off", False, seconds),
-                "service on": _ingest(spark, settings, work, "ingest_on", True, seconds),
+                "service off": _ingest(spark, settings, work, "ingest_off", False, batches, seconds),
+                "service on": _ingest(spark, settings, work, "ingest_on", True, batches, seconds),
             }
             on = runs["service on"]
             plain = str(work / "plain-ingest")
@@ -247,7 +264,7 @@ def run() -> list[Result]:
     _plot(runs)
     figures = {label: {k: v for k, v in run.items() if k != "table"} for label, run in runs.items()}
     plain_s, on_s, off_s = (median(reads[k]) for k in ("plain", "on", "off"))
-    common = {"runs": figures, "read_seconds": reads, "plot": str(PLOT.relative_to(ROOT)), "run_seconds": seconds}
+    common = {"runs": figures, "read_seconds": reads, "plot": str(PLOT.relative_to(ROOT)), "batches": batches}
     results.append(
         Result(
             BENCHMARK,
@@ -273,7 +290,7 @@ def run() -> list[Result]:
             if runs["service off"]["samples"]
             else None,
             samples={"plot": common["plot"]},
-            notes=f"{seconds:.0f} s of streaming per run; over time: docs/compactor-service.png",
+            notes=f"{batches} micro-batches per run (at most {seconds:.0f} s); over time: docs/compactor-service.png",
             machine=machine(),
         )
     )
