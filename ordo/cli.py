@@ -147,10 +147,18 @@ def arbiter(
 
 
 @main.command()
-@click.option("--catalog", default=None, help="SQLite catalog file (default: ORDO_CATALOG or ordo-catalog.db)")
+@click.option(
+    "--catalog", default=None, help="SQLite catalog file or postgresql:// URL (default: ORDO_CATALOG or ordo-catalog.db)"
+)
 @click.option("--http-host", default=None, help="HTTP service address (default: ORDO_HTTP_HOST or 127.0.0.1)")
 @click.option("--http-port", type=int, default=None, help="HTTP service port, 0 = any free (default: 8765)")
 @click.option("--no-http", is_flag=True, help="materialize only; serve no HTTP")
+@click.option(
+    "--shard",
+    default=None,
+    help="I/N: follow only the tables with crc32(name) % N == I (several consumers, one PostgreSQL catalog; "
+    "default: ORDO_CONSUMER_SHARD or 0/1)",
+)
 @_broker_timeout_option
 @pass_settings
 def consumer(
@@ -159,6 +167,7 @@ def consumer(
     http_host: str | None,
     http_port: int | None,
     no_http: bool,
+    shard: str | None,
     broker_timeout: float,
 ) -> None:
     """Run the consumer: materialize the catalog from the decisions topics and serve reads over HTTP."""
@@ -167,12 +176,18 @@ def consumer(
     from consumer.service import run_consumer
     from ordo.up import check_broker
 
-    settings = settings.with_overrides(catalog=catalog, http_host=http_host, http_port=http_port)
+    from arbiter.service import parse_shard
+
+    settings = settings.with_overrides(catalog=catalog, http_host=http_host, http_port=http_port, consumer_shard=shard)
     if settings.catalog.startswith(("http://", "https://")):
         raise click.UsageError(
-            f"the consumer writes a SQLite catalog; ORDO_CATALOG/--catalog is a URL ({settings.catalog}): "
-            "pass --catalog PATH"
+            f"the consumer writes a SQLite or PostgreSQL catalog; ORDO_CATALOG/--catalog is the HTTP service "
+            f"({settings.catalog}): pass --catalog PATH or --catalog postgresql://..."
         )
+    try:
+        parse_shard(settings.consumer_shard)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--shard") from exc
     check_broker(settings, broker_timeout)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     raise SystemExit(run_consumer(settings, http=not no_http))
