@@ -22,7 +22,6 @@ log = logging.getLogger("ordo.consumer")
 def run_consumer(settings: Settings, *, http: bool = True, echo: Callable[[str], None] = print) -> int:
     """Run until SIGINT/SIGTERM; returns the exit code. Prints the settings a reader needs."""
     from consumer.repair import consumer_lock
-
     from consumer.stores import is_postgres
 
     if is_postgres(settings.catalog):  # shared by consumers on several hosts: no lock file; repairs run anywhere

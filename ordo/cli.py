@@ -90,6 +90,12 @@ def broker(port: int | None) -> None:
 @main.command()
 @click.option("--shard", default="0/1", show_default=True, help="I/N: decide the tables with crc32(name) % N == I")
 @click.option(
+    "--fleet",
+    is_flag=True,
+    help="share every table with the other arbiters of the Kafka consumer group ORDO_ARBITER_GROUP "
+    "(default <prefix>.arbiters) instead of a static --shard; implied when ORDO_ARBITER_GROUP is set",
+)
+@click.option(
     "--commit-timeout",
     type=float,
     default=30.0,
@@ -116,6 +122,7 @@ def broker(port: int | None) -> None:
 def arbiter(
     settings: Settings,
     shard: str,
+    fleet: bool,
     commit_timeout: float,
     state_dir: str | None,
     checkpoint_every: int,
@@ -125,13 +132,16 @@ def arbiter(
     """Run an arbiter: decide every table's intents (of one shard) until Ctrl-C / SIGTERM."""
     import logging
 
-    from arbiter.service import parse_shard, run_arbiter
+    from arbiter.service import default_group, parse_shard, run_arbiter
     from ordo.up import check_broker
 
     try:
         index_count = parse_shard(shard)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--shard") from exc
+    group = default_group(settings) if fleet or settings.arbiter_group else None
+    if group is not None and index_count != (0, 1):
+        raise click.UsageError("--shard and the arbiter fleet (--fleet / ORDO_ARBITER_GROUP) exclude each other")
     check_broker(settings, broker_timeout)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = settings.with_overrides(state_dir=state_dir)
@@ -142,6 +152,7 @@ def arbiter(
             commit_timeout,
             checkpoint_every=checkpoint_every,
             checkpoint_interval=checkpoint_interval,
+            group=group,
         )
     )
 
@@ -173,10 +184,9 @@ def consumer(
     """Run the consumer: materialize the catalog from the decisions topics and serve reads over HTTP."""
     import logging
 
+    from arbiter.service import parse_shard
     from consumer.service import run_consumer
     from ordo.up import check_broker
-
-    from arbiter.service import parse_shard
 
     settings = settings.with_overrides(catalog=catalog, http_host=http_host, http_port=http_port, consumer_shard=shard)
     if settings.catalog.startswith(("http://", "https://")):

@@ -1,0 +1,157 @@
+"""The arbiter fleet: three ``ordo arbiter --fleet`` share every table through a Kafka consumer group.
+
+Writers commit to many tables while one instance at a time is killed (kill -9)
+or paused (SIGSTOP, then SIGCONT after longer than the group's session
+timeout). The group moves the victim's tables to the others; each new owner's
+per-table producer fences the old one before it rebuilds. Afterwards every
+table's logs are read back: one decision per intent (the first per intent
+offset), contiguous ID versions, and the decisions log equal to what the pure
+core re-derives from the intents log. Figures: for each table of a killed
+instance, the time from the kill to its first decision.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import statistics
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from ordo.settings import Settings
+from ordo.stack import ManagedProcess, ProcessGroup, wait_arbiter_ready
+from producer import CommitClient
+
+from . import figures
+from .common import check_exactly_once, create_intent, insert_intent, read_logs
+
+pytestmark = [pytest.mark.chaos, pytest.mark.timeout(figures.pick(300, 1800))]
+
+INSTANCES = 3
+TABLES = figures.pick(12, 50)
+ROUNDS = figures.pick(1, 3)  # each round: one kill -9, then one pause
+PAUSE = figures.pick(10.0, 30.0)  # longer than session.timeout.ms (6 s)
+WRITERS = 8
+
+
+def owned(process: ManagedProcess) -> set[str]:
+    """The tables ``process`` owned when it stopped, from its log (taken: rebuilt; given up: dropped)."""
+    tables: set[str] = set()
+    for line in process.log_text().splitlines():
+        taken = re.search(r"table (\w+): rebuilt", line)
+        if taken:
+            tables.add(taken.group(1))
+        dropped = re.search(r"table (\w+) dropped", line)
+        if dropped:
+            tables.discard(dropped.group(1))
+    return tables
+
+
+class Writers:
+    """``WRITERS`` threads committing one-file inserts to random tables until stopped."""
+
+    def __init__(self, clients: list[CommitClient], tables: list[str], seed: int) -> None:
+        self.clients = clients
+        self.tables = tables
+        self.errors: list[BaseException] = []
+        self.count = 0
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads = [
+            threading.Thread(target=self._run, args=(i, random.Random(seed * 100 + i)), daemon=True)
+            for i in range(WRITERS)
+        ]
+
+    def _run(self, index: int, rng: random.Random) -> None:
+        client = self.clients[index % len(self.clients)]
+        n = 0
+        while not self._stop.is_set():
+            table = rng.choice(self.tables)
+            try:
+                client.commit(insert_intent(table, f"w{index}-{n}", f"w{index}"), timeout=90)
+            except BaseException as exc:  # surfaced by stop()
+                self.errors.append(exc)
+                return
+            n += 1
+            with self._lock:
+                self.count += 1
+
+    def start(self) -> Writers:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(120)
+        assert not self.errors, self.errors[:3]
+
+
+def first_decision_after_kill(client: CommitClient, tables: set[str], tag: str) -> list[float]:
+    """Commit one intent to each table at once; the seconds each took to be decided."""
+    began = time.monotonic()
+    futures = {t: client.submit(insert_intent(t, f"probe-{tag}-{t}", "probe")) for t in sorted(tables)}
+    return [future.result(timeout=120) is not None and time.monotonic() - began for future in futures.values()]
+
+
+def test_fleet_survives_kill_9_and_pauses_deciding_each_intent_once(
+    processes: ProcessGroup, settings: Settings, tmp_path: Path
+) -> None:
+    def start(i: int) -> ManagedProcess:
+        args = ["--fleet", "--state-dir", str(tmp_path / f"state{i}"), "--commit-timeout", "10"]
+        return processes.start_arbiter(settings, args=args, wait_ready=False)
+
+    fleet = [start(i) for i in range(INSTANCES)]
+    for process in fleet:
+        wait_arbiter_ready(process, 120)
+    tables = [f"f{i:02d}" for i in range(TABLES)]
+    clients = [CommitClient(settings=settings) for _ in range(2)]
+    rng = random.Random(5)
+    handover: list[float] = []
+    started = INSTANCES
+    try:
+        for future in [clients[0].submit(create_intent(t)) for t in tables]:
+            assert future.result(timeout=120).id_version == 0
+        writers = Writers(clients, tables, seed=3).start()
+        for round_ in range(ROUNDS):
+            time.sleep(rng.uniform(1.0, 3.0))
+            victim = fleet.pop(rng.randrange(len(fleet)))
+            assert victim.kill() == -9
+            lost = owned(victim)
+            assert lost, "every instance of the fleet owns some tables"
+            handover += first_decision_after_kill(clients[1], lost, f"k{round_}")
+            fleet.append(start(started))
+            started += 1
+            time.sleep(rng.uniform(1.0, 3.0))
+            paused = rng.choice(fleet)
+            paused.pause()
+            time.sleep(PAUSE)
+            paused.resume()
+            before = writers.count
+            deadline = time.monotonic() + 90
+            while writers.count < before + 30:
+                assert time.monotonic() < deadline, "no decisions after the pause"
+                time.sleep(0.1)
+        writers.stop()
+    finally:
+        for client in clients:
+            client.close()
+    assert any(p.running for p in fleet)
+    later = 0
+    intents = 0
+    for table in tables:
+        checked = check_exactly_once(read_logs(settings, table))
+        later += checked.later
+        intents += checked.intents
+    figures.add("fleet_intents_checked", intents)
+    handover.sort()
+    figures.note(
+        f"arbiter fleet ({INSTANCES} instances, {TABLES} tables, {WRITERS} writers, {ROUNDS} kill -9 + "
+        f"{ROUNDS} pause(s) of {PAUSE:g} s): {intents} intents, each decided once; {later} later decision(s) "
+        f"skipped by readers; first decision after a kill -9 for {len(handover)} table(s): "
+        f"min {handover[0]:.1f} s, median {statistics.median(handover):.1f} s, max {handover[-1]:.1f} s"
+    )
