@@ -422,7 +422,9 @@ class Materializer:
                 continue
             state = self.writer.refresh(parsed[0])
             if state is not None and state.error is None:
-                log.info("table %s: repaired elsewhere; following it again from offset %d", parsed[0], state.next_offset)
+                log.info(
+                    "table %s: repaired elsewhere; following it again from offset %d", parsed[0], state.next_offset
+                )
                 self._skipped.discard(topic)
                 self.status.broken.pop(parsed[0], None)
 

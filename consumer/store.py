@@ -262,6 +262,8 @@ class CatalogWriter:
         self.path = self.store.location
         self.topic_prefix = topic_prefix
         self._conn = self.store.connect()
+        # A decision that cannot be applied: inconsistent by our checks, or by the database's constraints.
+        self._refusals: tuple[type[BaseException], ...] = (_Inconsistent, *self.store.integrity_errors)
         self._init_schema()
         self._streams: dict[str, StreamState] = {}
         self._batches = 0
@@ -409,9 +411,7 @@ class CatalogWriter:
                     "error",
                     "error_offset",
                 )
-                values = fresh.execute(
-                    f"SELECT {', '.join(copied)} FROM tables WHERE id = ?", (source_id,)
-                ).fetchone()
+                values = fresh.execute(f"SELECT {', '.join(copied)} FROM tables WHERE id = ?", (source_id,)).fetchone()
                 conn.execute(
                     f"UPDATE tables SET {', '.join(f'{c} = ?' for c in copied)}, updated_ms = ? WHERE id = ?",
                     (*values, int(time.time() * 1000), target_id),
@@ -568,7 +568,7 @@ class CatalogWriter:
             self._insert_decision(state, decision, record, record_hash, applied)
             if changes_files:
                 conn.execute("RELEASE SAVEPOINT d")
-        except (_Inconsistent, *self.store.integrity_errors) as exc:
+        except self._refusals as exc:
             if changes_files:
                 conn.execute("ROLLBACK TO SAVEPOINT d")
                 conn.execute("RELEASE SAVEPOINT d")

@@ -159,7 +159,9 @@ def arbiter(
 
 @main.command()
 @click.option(
-    "--catalog", default=None, help="SQLite catalog file or postgresql:// URL (default: ORDO_CATALOG or ordo-catalog.db)"
+    "--catalog",
+    default=None,
+    help="SQLite catalog file or postgresql:// URL (default: ORDO_CATALOG or ordo-catalog.db)",
 )
 @click.option("--http-host", default=None, help="HTTP service address (default: ORDO_HTTP_HOST or 127.0.0.1)")
 @click.option("--http-port", type=int, default=None, help="HTTP service port, 0 = any free (default: 8765)")

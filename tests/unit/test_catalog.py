@@ -76,7 +76,9 @@ def dump(path: str) -> dict[str, list[tuple[object, ...]]]:
 
 @pytest.mark.parametrize("partitioned", [True, False])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_snapshot_at_every_version_equals_the_model(catalog_at: Callable[[str], str], seed: int, partitioned: bool) -> None:
+def test_snapshot_at_every_version_equals_the_model(
+    catalog_at: Callable[[str], str], seed: int, partitioned: bool
+) -> None:
     script = Script(seed=seed, partitioned=partitioned).run(150)
     catalog = build(catalog_at("c.db"), script)
     model = script.model
