@@ -19,6 +19,9 @@ otherwise inside the running consumer, asked through a request file next to
 the catalog (``<catalog>.repairs/<table>.request``; the answer comes back as
 ``<table>.<id>.result``), while it keeps materializing and serving every other
 table. The HTTP API stays read-only: a repair needs access to the catalog file.
+On a PostgreSQL catalog there is no file to lock: the repair always runs in the
+calling process (any host), and the consumers take the swapped rows themselves
+(``CatalogWriter.apply`` re-reads each table's row in its transaction).
 """
 
 from __future__ import annotations
