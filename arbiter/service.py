@@ -445,6 +445,7 @@ class ArbiterService:
         """Subscribe the membership consumer and wait for the group's first assignment (on Tansu: seconds)."""
         from confluent_kafka import Consumer
 
+        passthrough = self.settings.kafka  # ORDO_KAFKA__SESSION_TIMEOUT_MS etc. tune the handover
         self._membership = Consumer(
             self.settings.kafka_config(
                 **{
@@ -452,8 +453,9 @@ class ArbiterService:
                     "partition.assignment.strategy": "cooperative-sticky",
                     "enable.auto.commit": False,  # progress is the decisions log, never the group's offsets
                     "enable.auto.offset.store": False,
-                    "session.timeout.ms": 6000,  # a killed member's tables move after this (the broker's minimum)
-                    "heartbeat.interval.ms": 1000,
+                    # A killed member's tables move after this (6 s: Kafka's default group.min.session.timeout.ms).
+                    "session.timeout.ms": passthrough.get("session.timeout.ms", 6000),
+                    "heartbeat.interval.ms": passthrough.get("heartbeat.interval.ms", 1000),
                     "max.poll.interval.ms": 300_000,
                     "topic.metadata.refresh.interval.ms": 1000,  # new intents topics join the pattern within ~1 s
                     "allow.auto.create.topics": False,
