@@ -7,7 +7,9 @@ Endpoints (JSON unless noted; OpenAPI docs at ``/docs``):
 * ``GET /tables/{t}/history?limit=``                        every decision, newest first
 * ``GET /tables/{t}/commits?start=&end=&by=id|time``         accepted commits, bounds inclusive
 * ``GET /tables/{t}/changes/stream?from_version=``          Server-Sent Events of commits; ``id:`` is the
-  ID version, so a client resumes with ``Last-Event-ID`` (= next is id + 1)
+  ID version, so a client resumes with ``Last-Event-ID`` (= next is id + 1). The feed's form is the
+  commit form: one event per commit with its file actions, not rows (rows: ``format("ordo")`` gives
+  Delta's form, ``DeltaTable.changes`` the compact form by default; docs/api.md)
 * ``GET /healthz`` liveness (with the tables the consumer stopped applying),
   ``GET /readyz`` 200 once caught up with the log end seen at start-up, else 503
 * ``GET /metrics`` Prometheus text: lag per table, decisions applied total and rate
@@ -135,7 +137,8 @@ def create_app(
 
     @app.get(
         "/tables/{table}/changes/stream",
-        summary="Server-Sent Events of accepted commits from a cursor (event id = ID version)",
+        summary="Server-Sent Events of accepted commits from a cursor (event id = ID version); "
+        "the commit form: file actions per commit, not change rows",
         response_class=StreamingResponse,
     )
     async def stream(

@@ -14,9 +14,11 @@ whose winner is a delete. A partition needs no merge when its only live file
 is not clustering output, or when all its files come from one MAJOR_COMPACT:
 its keys are already unique, and only delete records are filtered out.
 
-``changes`` returns the records written by logical commits in a version or
-time range (bounds inclusive) plus one ``truncate`` marker row per
-INSERT_OVERWRITE/TRUNCATE commit.
+``changes`` returns the change feed in its compact form: the records written
+by logical commits in a version or time range (bounds inclusive) plus one
+``truncate`` marker row per INSERT_OVERWRITE/TRUNCATE commit. Delta's form
+(``insert``/``update_preimage``/``update_postimage``/``delete`` with full rows)
+comes from ``format("ordo")`` (``consumer.arrow``).
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from ordo.settings import Settings
+
 
 def local_spark_session(app_name: str = "ordo", cores: int = 2, warehouse: str | None = None) -> SparkSession:
     """Get or create a small local-mode SparkSession (UI off, few shuffle partitions, quiet logs)."""
@@ -38,4 +40,27 @@ def local_spark_session(app_name: str = "ordo", cores: int = 2, warehouse: str |
         builder = builder.config("spark.sql.warehouse.dir", warehouse)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    if id(spark) not in _REGISTERED:  # keep the settings a DeltaTable registered with an existing session
+        register(spark)
     return spark
+
+
+def register(spark: SparkSession, settings: Settings | None = None) -> None:
+    """Register the ``ordo`` data source with ``spark`` (``format("ordo")``); ``settings`` become its defaults.
+
+    Also enables Python data source filter pushdown (partition pruning). Calling it again replaces the
+    registration (the last settings given win).
+    """
+    from ordo.datasource import source_class
+
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    spark.dataSource.register(source_class(settings))
+    _REGISTERED[id(spark)] = settings
+
+
+def registered_settings(spark: SparkSession) -> tuple[bool, Settings | None]:
+    """Whether ``register`` ran for this session, and with which settings."""
+    return id(spark) in _REGISTERED, _REGISTERED.get(id(spark))
+
+
+_REGISTERED: dict[int, Settings | None] = {}

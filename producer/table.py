@@ -63,6 +63,8 @@ CONFLICT_LATER_FAILS = "CONFLICT_LATER_FAILS"
 TABLE_EXISTS = "TABLE_EXISTS"
 BATCH_ALREADY_COMMITTED = "BATCH_ALREADY_COMMITTED"
 RETRY_BACKOFF = 0.05
+DEFAULT_RETENTION_HOURS = 168.0  # Delta's vacuum default and safety floor
+RETENTION_CHECK_CONF = "spark.databricks.delta.retentionDurationCheck.enabled"
 # Inputs of one compaction/cluster commit (an intent lists at most MAX_FILES_PER_INTENT files each way).
 MAX_REWRITE_INPUTS = 5_000
 
@@ -208,9 +210,21 @@ def _writer_identity(spark: SparkSession) -> str:
     return f"ordo-spark/{app}@{socket.gethostname()}:{os.getpid()}"[:256]
 
 
+def _register(spark: SparkSession, settings: Settings) -> None:
+    """Register the ``ordo`` data source with this session, defaulting to these settings (once per change)."""
+    from ordo.spark import register, registered_settings
+
+    if registered_settings(spark) != (True, settings):
+        register(spark, settings)
+
+
 def _has_scheme(location: str) -> bool:
     head = location.split("/", 1)[0]
     return head.endswith(":") and len(head) > 2
+
+
+def _stamp_text(value: Any) -> str:
+    return value.isoformat() if isinstance(value, datetime) else str(value)
 
 
 def _conflict_error(decision: CommitDecision, what: str) -> CommitConflictError:
@@ -256,6 +270,7 @@ class DeltaTable:
         self.layout = Layout.of(name, metadata)
         self._conn = _connection(settings)
         self._writer = _writer_identity(spark)
+        _register(spark, settings)
 
     # ------------------------------------------------------------------ construction
 
@@ -361,6 +376,60 @@ class DeltaTable:
             catalog_timeout=catalog_timeout,
         )
 
+    @classmethod
+    def forName(cls, spark: SparkSession, name: str, **options: Any) -> DeltaTable:
+        """Delta's name for ``open``: the table ``name`` (``TableNotFoundError`` if the catalog does not know it)."""
+        return cls.open(spark, name, **options)
+
+    @classmethod
+    def forPath(cls, spark: SparkSession, location: str, **options: Any) -> DeltaTable:
+        """The table whose data lives at ``location`` (``TableNotFoundError`` if no table does)."""
+        from consumer.errors import TableNotFoundError
+
+        resolved = _resolve_settings(
+            options.pop("settings", None),
+            {k: options.pop(k, None) for k in ("bootstrap_servers", "topic_prefix", "catalog")},
+        )
+        wanted = location if _has_scheme(location) else os.path.abspath(location)
+        for info in _connection(resolved).catalog.tables():
+            if info.metadata.location.rstrip("/") == wanted.rstrip("/"):
+                return cls.open(spark, info.name, settings=resolved, **options)
+        raise TableNotFoundError(f"no table has its data at {location!r}")
+
+    @classmethod
+    def exists(cls, spark: SparkSession, name: str, **options: Any) -> bool:
+        """True when the catalog knows table ``name``."""
+        from consumer.errors import TableNotFoundError
+
+        resolved = _resolve_settings(
+            options.pop("settings", None),
+            {k: options.pop(k, None) for k in ("bootstrap_servers", "topic_prefix", "catalog")},
+        )
+        try:
+            _connection(resolved).catalog.table(validate_table_name(name))
+        except TableNotFoundError:
+            return False
+        return True
+
+    @classmethod
+    def createIfNotExists(cls, spark: SparkSession, name: str, **definition: Any) -> DeltaTable:
+        """``open`` the table if it exists, else ``create`` it with ``definition`` (a lost race opens it)."""
+        connection_keys = (
+            "settings",
+            "bootstrap_servers",
+            "topic_prefix",
+            "catalog",
+            "commit_timeout",
+            "catalog_timeout",
+        )
+        opening = {k: definition[k] for k in connection_keys if k in definition}
+        if cls.exists(spark, name, **{k: v for k, v in opening.items() if not k.endswith("_timeout")}):
+            return cls.open(spark, name, **opening)
+        try:
+            return cls.create(spark, name, **definition)
+        except TableExistsError:
+            return cls.open(spark, name, **opening)
+
     # ------------------------------------------------------------------ description
 
     @property
@@ -436,19 +505,101 @@ class DeltaTable:
 
     def update(
         self,
-        set: Mapping[str, str | Column],
-        where: str | Column | None = None,
+        set: Mapping[str, str | Column] | str | Column | None = None,
+        where: str | Column | Mapping[str, str | Column] | None = None,
         *,
+        condition: str | Column | None = None,
         partition: Mapping[str, Any] | None = None,
     ) -> CommitResult | None:
-        """UPDATE: ``set`` maps columns to SQL expressions, for rows matching ``where`` (and ``partition``)."""
-        return self._run(lambda t: t.update(set, where, partition=partition))
+        """UPDATE: ``set`` maps columns to SQL expressions, for rows matching ``where`` (and ``partition``).
+
+        Delta's order is accepted too: ``update(condition, set)``, ``update(condition=..., set=...)``.
+        A condition with equality on every partition column narrows the scope to that partition.
+        """
+        if isinstance(set, Mapping) or set is None:
+            assignments, cond = set, where if condition is None else condition
+        else:  # Delta's positional order: (condition, set)
+            assignments, cond = where, set  # type: ignore[assignment]
+        if not isinstance(assignments, Mapping) or not assignments:
+            raise InvalidOperationError("update needs set= (a mapping of column -> expression)")
+        if condition is not None and where is not None and isinstance(set, Mapping):
+            raise InvalidOperationError("give the condition once: where= or condition=")
+        scope = self._scope_of(cond, partition, "UPDATE")  # type: ignore[arg-type]
+        return self._run(lambda t: t.update(assignments, cond, partition=scope))  # type: ignore[arg-type]
 
     def delete(
-        self, where: str | Column | None = None, *, partition: Mapping[str, Any] | None = None
+        self,
+        where: str | Column | None = None,
+        *,
+        condition: str | Column | None = None,
+        partition: Mapping[str, Any] | None = None,
     ) -> CommitResult | None:
-        """DELETE the rows matching ``where`` (all rows when None), within ``partition`` if given."""
-        return self._run(lambda t: t.delete(where, partition=partition))
+        """DELETE the rows matching ``where`` (Delta: ``condition``; all rows when None), within ``partition``.
+
+        A condition with equality on every partition column narrows the scope to that partition.
+        """
+        if where is not None and condition is not None:
+            raise InvalidOperationError("give the condition once: where= or condition=")
+        cond = where if where is not None else condition
+        scope = self._scope_of(cond, partition, "DELETE")
+        return self._run(lambda t: t.delete(cond, partition=scope))
+
+    def _scope_of(
+        self, condition: str | Column | None, partition: Mapping[str, Any] | None, operation: str
+    ) -> Mapping[str, Any] | None:
+        from producer.delta import log_whole_table, partition_of_condition
+
+        if partition is not None:
+            return partition
+        found = partition_of_condition(condition, self.partition_columns)
+        if found is None and self.partition_columns:
+            log_whole_table(self.name, operation)
+        return found
+
+    def merge(self, source: DataFrame, condition: str | Column) -> Any:
+        """Delta's MERGE builder: ``.whenMatchedUpdate(All)``, ``.whenMatchedDelete``, ``.whenNotMatchedInsert(All)``,
+        then ``.execute()`` (one UPDATE transaction; see producer/delta.py)."""
+        from producer.delta import MergeBuilder
+
+        return MergeBuilder(self, source, condition)
+
+    def optimize(self) -> Any:
+        """Delta's OPTIMIZE builder: ``.where(partition)``, ``.executeCompaction()`` (MAJOR COMPACT) or
+        ``.executeZOrderBy(cols)`` (CLUSTER BY)."""
+        from producer.delta import OptimizeBuilder
+
+        return OptimizeBuilder(self)
+
+    def vacuum(self, retentionHours: float | None = None, *, dry_run: bool = False) -> list[str]:
+        """Delete files no version within ``retentionHours`` (default 168) references; the paths deleted.
+
+        Delta's safety floor: less than 168 hours is refused unless the Spark conf
+        ``spark.databricks.delta.retentionDurationCheck.enabled`` is ``false``.
+        """
+        from ordo.vacuum import VacuumError, apply_vacuum, plan_vacuum
+
+        hours = DEFAULT_RETENTION_HOURS if retentionHours is None else float(retentionHours)
+        if hours < DEFAULT_RETENTION_HOURS:
+            check = self.spark.conf.get(RETENTION_CHECK_CONF, "true")
+            if str(check).lower() != "false":
+                raise VacuumError(
+                    f"vacuum with a retention of {hours:g} hours is below the safety floor of "
+                    f"{DEFAULT_RETENTION_HOURS} hours; set {RETENTION_CHECK_CONF}=false to allow it"
+                )
+        plan = plan_vacuum(self._conn.catalog, self.name, hours)
+        if dry_run:
+            return [f.path for f in plan.files]
+        deleted: list[str] = []
+        apply_vacuum(self._conn.catalog, plan, on_delete=lambda f: deleted.append(f.path))
+        return deleted
+
+    def restoreToVersion(self, version: int) -> CommitResult | None:
+        """Make the table what it was at ID ``version``: one INSERT OVERWRITE of that snapshot."""
+        return self.insert_overwrite(self.read(version=int(version)))
+
+    def restoreToTimestamp(self, timestamp: datetime | str) -> CommitResult | None:
+        """Make the table what it was as of ``timestamp``: one INSERT OVERWRITE of that snapshot."""
+        return self.insert_overwrite(self.read(timestamp=timestamp))
 
     def compact(self, mode: str = "minor", partition: Mapping[str, Any] | None = None) -> CommitResult | None:
         """MINOR or MAJOR COMPACT of one partition or the whole table; None when there was nothing to compact."""
@@ -466,19 +617,57 @@ class DeltaTable:
 
         return read(self.spark, self.name, version=version, timestamp=timestamp, catalog=self._conn.catalog)
 
-    def changes(self, start: Any, end: Any = None, by: str = "id") -> DataFrame:
+    def toDF(self) -> DataFrame:
+        """Delta's name for ``read()``: the table at the head."""
+        return self.read()
+
+    def changes(self, start: Any, end: Any = None, by: str = "id", form: str = "compact") -> DataFrame:
         """The change feed between two ID versions (``by="id"``) or time versions (``by="time"``), both inclusive.
 
-        ``end=None`` is the head. Columns: the table's, ``_change_type``
-        (``upsert``/``delete``/``truncate``), ``_commit_version``, ``_commit_timestamp``.
+        ``end=None`` is the head. ``form="compact"`` (the default, for compatibility): ``_change_type`` is
+        ``upsert``/``delete``/``truncate`` with ``_scope``; ``form="delta"``: Delta's ``insert``,
+        ``update_preimage``, ``update_postimage``, ``delete`` with full rows (what ``format("ordo")`` gives).
+        Both add ``_commit_version`` and ``_commit_timestamp``.
         """
+        from consumer.arrow import DELTA_FORM, check_form
+
+        if check_form(form) == DELTA_FORM:
+            from ordo.datasource import settings_options
+
+            reader = self.spark.read.format("ordo").options(**settings_options(self.settings))
+            reader = reader.option("readChangeFeed", "true")
+            if by == "id":
+                reader = reader.option("startingVersion", int(start))
+                if end is not None:
+                    reader = reader.option("endingVersion", int(end))
+            elif by == "time":
+                reader = reader.option("startingTimestamp", _stamp_text(start))
+                if end is not None:
+                    reader = reader.option("endingTimestamp", _stamp_text(end))
+            else:
+                raise ValueError(f"by must be 'id' or 'time', not {by!r}")
+            return reader.load(self.name)
         from consumer.spark import changes
 
         return changes(self.spark, self.name, start, end, by=by, catalog=self._conn.catalog)
 
-    def history(self) -> list[Any]:
-        """The table's commit records, from the catalog."""
-        return list(self._conn.catalog.history(self.name))
+    def history(self, limit: int | None = None, *, include_rejected: bool = False) -> DataFrame:
+        """Delta's DESCRIBE HISTORY as a DataFrame, newest first: ``version``, ``timestamp``, ``operation``,
+        ``operationParameters``, ``readVersion``, then ordo's ``outcome``, ``reason``, ``rebase`` and more.
+
+        Only accepted commits unless ``include_rejected`` (their ``version`` is null). ``decisions()`` gives
+        the records themselves.
+        """
+        from producer.delta import HISTORY_SCHEMA, history_rows
+
+        records = [d for d in self._conn.catalog.history(self.name) if include_rejected or d.accepted]
+        if limit is not None:
+            records = records[: int(limit)]
+        return self.spark.createDataFrame(history_rows(records), HISTORY_SCHEMA)
+
+    def decisions(self, limit: int | None = None) -> list[Any]:
+        """The table's decision records (accepted and rejected), newest first, from the catalog."""
+        return list(self._conn.catalog.history(self.name, limit))
 
     def snapshot(self, version: int | None = None) -> Any:
         """The catalog's snapshot (live files) at ``version`` (default: head)."""

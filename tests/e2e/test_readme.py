@@ -68,8 +68,10 @@ def test_readme_runs_as_written(spark: Any, tmp_path: Path, monkeypatch: pytest.
         assert "CommitResult(" in text and "id_version=2" in text, text
         assert re.search(r"\|\s*2\|\s*buy\|2024-05-01\|", text), text  # the update, at the head
         assert re.search(r"\|\s*2\|\s*view\|2024-05-01\|", text), text  # version 1, before it
+        assert re.search(r"\|\s*2\|\s*view\|\s*update_preimage\|\s*2\|", text), text  # the feed's pre-image
+        assert re.search(r"\|\s*3\|\s*view\|\s*insert\|\s*3\|", text), text  # the streamed row
         events = namespace["events"]
-        assert events.version == 2 and events.read().count() == 2
+        assert events.version == 3 and events.read().count() == 3
 
         for argv in reads:
             done = subprocess.run(

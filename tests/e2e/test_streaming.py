@@ -88,17 +88,17 @@ def test_stream_restart_commits_every_record_exactly_once(spark: Any, writer_sta
     query.stop()
     assert query.exception() is None
 
-    last = max(c.batch_id for c in table.history() if c.accepted and c.batch_id is not None)
+    last = max(c.batch_id for c in table.decisions() if c.accepted and c.batch_id is not None)
     expected = (last + 1) * ROWS_PER_BATCH
     rows = table.read().collect()
     assert sorted(r.id for r in rows) == list(range(expected)), "a record is missing or appears twice"
     assert all(r.v == f"r{r.id}" and r.part == str(r.id % 2) for r in rows)
     snapshot = table.snapshot()
     assert snapshot.record_count == expected, "some batch was written twice (raw records in the live files)"
-    accepted = [c for c in table.history() if c.accepted and c.batch_id is not None]
+    accepted = [c for c in table.decisions() if c.accepted and c.batch_id is not None]
     assert sorted(c.batch_id for c in accepted) == list(range(last + 1)), "each batch committed exactly once"
     assert {c.app_id for c in accepted} == {str(query_id)}
-    reasons = [c.reason for c in table.history() if not c.accepted]
+    reasons = [c.reason for c in table.decisions() if not c.accepted]
     assert "BATCH_ALREADY_COMMITTED" in reasons, reasons
     # a stop can interrupt a batch mid-commit; a replay racing it may lose an INSERT conflict and retry
     assert set(reasons) <= {"BATCH_ALREADY_COMMITTED", "CONFLICT_LATER_FAILS"}, reasons

@@ -169,7 +169,7 @@ def test_operations_time_travel_changes_and_compaction(spark: Any, writer_stack:
     # rewrites are not changes
     versions = {r._commit_version for r in table.changes(1, clustered.id_version).collect()}
     assert versions == {1, 2, 3, 4, 6, 8}
-    history = table.history()
+    history = table.decisions()
     operations = [h.operation for h in sorted(history, key=lambda h: h.log_offset) if h.accepted]
     assert operations == [
         Operation.CREATE_TABLE,

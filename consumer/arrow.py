@@ -1,0 +1,390 @@
+"""Spark-free reads of ordo tables with pyarrow: merge-on-read and the change feed in both forms.
+
+The ``format("ordo")`` data source runs these functions inside Spark's Python
+workers, where there is no SparkSession: each works on a list of data files
+(``FileEntry``) and returns a ``pyarrow.Table`` with the table's columns.
+
+Merge-on-read follows the writer contract (docs/consumer.md): per partition
+and primary key, the record with the highest effective sequence number
+``coalesce(_ordo_seq, added version)`` wins (an upsert beats a delete of the
+same sequence number); a winning delete hides the key.
+
+The change feed comes in two forms (docs/consumer.md, "Change feed"):
+
+* ``delta`` (Delta's shape): ``_change_type`` is ``insert``,
+  ``update_preimage``, ``update_postimage`` or ``delete``, each with the full
+  row. A pre-image is the key's row in the snapshot before the commit. The
+  previous snapshot is read only where the commit can have touched it: the
+  partitions it wrote, and in them only the files whose key range (file stats)
+  overlaps the commit's keys. An INSERT OVERWRITE or TRUNCATE gives one
+  ``delete`` per row it removed, then its ``insert`` rows.
+* ``compact``: the records as written (``upsert``/``delete``) plus one
+  ``truncate`` marker per INSERT OVERWRITE/TRUNCATE, with its ``_scope``.
+
+Compaction and clustering commits yield no rows in either form.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from consumer.models import Commit, FileEntry
+
+OP_COLUMN = "_ordo_op"
+SEQ_COLUMN = "_ordo_seq"
+CHANGE_TYPE = "_change_type"
+COMMIT_VERSION = "_commit_version"
+COMMIT_TIMESTAMP = "_commit_timestamp"
+SCOPE = "_scope"
+UPSERT, DELETE, TRUNCATE = "upsert", "delete", "truncate"
+INSERT, PREIMAGE, POSTIMAGE = "insert", "update_preimage", "update_postimage"
+DELTA_FORM, COMPACT_FORM = "delta", "compact"
+FORMS = (DELTA_FORM, COMPACT_FORM)
+TRUNCATING_OPERATIONS = frozenset({"INSERT_OVERWRITE", "TRUNCATE"})
+_SEQ = "__ordo_eff_seq"
+_IDX = "__ordo_idx"
+
+
+@dataclass(frozen=True)
+class FileRef:
+    """One data file to read: where it is, the version that added it, its partition and the operation."""
+
+    path: str
+    added_version: int
+    partition: Mapping[str, str]
+    operation: str = ""
+    min_key: str | None = None
+    max_key: str | None = None
+
+    @classmethod
+    def of(cls, entry: FileEntry) -> FileRef:
+        return cls(
+            entry.absolute_path,
+            entry.added_version,
+            dict(entry.partition),
+            entry.operation,
+            entry.min_key,
+            entry.max_key,
+        )
+
+
+@dataclass(frozen=True)
+class TableShape:
+    """What a reader needs of the table: its Arrow schema (table columns), key and partition columns."""
+
+    schema: Any  # pyarrow.Schema of the table columns
+    primary_key: tuple[str, ...]
+    partition_columns: tuple[str, ...]
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self.schema.names)
+
+
+def check_form(form: str) -> str:
+    """``form`` lower-cased if it names a change feed form, else ``ValueError``."""
+    value = str(form).lower()
+    if value not in FORMS:
+        raise ValueError(f"change feed form must be one of {list(FORMS)}, not {form!r}")
+    return value
+
+
+# --------------------------------------------------------------------------- files
+
+
+def _typed(column: Any, value: str, data_type: Any) -> Any:
+    import pyarrow as pa
+
+    try:
+        return pa.array([value] * len(column), pa.string()).cast(data_type)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return column
+
+
+def read_file(ref: FileRef, shape: TableShape, keys: Any = None) -> pa.Table:
+    """One data file as table columns + ``_ordo_op`` + effective sequence, cast to the table's types.
+
+    ``keys`` (a table of primary-key columns) keeps only the records of those keys.
+    Partition columns a delete record left null are filled from the file's partition.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    raw = pq.read_table(ref.path)
+    n = raw.num_rows
+    arrays, names = [], []
+    for field in shape.schema:
+        if field.name in raw.column_names:
+            column = raw.column(field.name)
+            if column.type != field.type:
+                column = column.cast(field.type)
+        else:
+            column = pa.nulls(n, field.type)
+        if field.name in shape.partition_columns and column.null_count and field.name in ref.partition:
+            column = pc.coalesce(column, _typed(column, ref.partition[field.name], field.type))
+        arrays.append(column)
+        names.append(field.name)
+    op = raw.column(OP_COLUMN) if OP_COLUMN in raw.column_names else pa.array([UPSERT] * n, pa.string())
+    seq_source = raw.column(SEQ_COLUMN) if SEQ_COLUMN in raw.column_names else pa.nulls(n, pa.int64())
+    seq = pc.coalesce(seq_source.cast(pa.int64()), pa.scalar(ref.added_version, pa.int64()))
+    table = pa.table([*arrays, op.cast(pa.string()), seq], names=[*names, OP_COLUMN, _SEQ])
+    if keys is not None and table.num_rows:
+        table = table.join(keys, list(shape.primary_key), join_type="left semi")
+    return table
+
+
+def _concat(tables: Sequence[pa.Table], shape: TableShape) -> pa.Table:
+    import pyarrow as pa
+
+    if not tables:
+        fields = [*shape.schema, pa.field(OP_COLUMN, pa.string()), pa.field(_SEQ, pa.int64())]
+        return pa.schema(fields).empty_table()
+    return pa.concat_tables(tables)
+
+
+def latest_records(records: pa.Table, shape: TableShape) -> pa.Table:
+    """Per primary key the record with the highest effective sequence (an upsert wins a tie)."""
+    import pyarrow as pa
+
+    if records.num_rows == 0:
+        return records
+    keys = list(shape.primary_key)
+    ordered = records.sort_by([*[(k, "ascending") for k in keys], (_SEQ, "ascending"), (OP_COLUMN, "descending")])
+    ordered = ordered.append_column(_IDX, pa.array(range(ordered.num_rows), pa.int64()))
+    winners = ordered.group_by(keys, use_threads=False).aggregate([(_IDX, "max")])
+    return ordered.take(winners.column(f"{_IDX}_max")).drop_columns([_IDX])
+
+
+def live_rows(refs: Sequence[FileRef], shape: TableShape, keys: Any = None, merge: bool = True) -> pa.Table:
+    """Merge-on-read of the files of ONE partition: its live rows (table columns), only ``keys`` when given."""
+    import pyarrow.compute as pc
+
+    records = _concat([read_file(r, shape, keys) for r in refs], shape)
+    if merge:
+        records = latest_records(records, shape)
+    live = records.filter(pc.equal(records.column(OP_COLUMN), UPSERT))
+    return live.select(shape.columns)
+
+
+def needs_merge(refs: Sequence[FileRef]) -> bool:
+    """False when a partition's files hold each key at most once (one non-cluster file, or one MAJOR_COMPACT)."""
+    if len(refs) == 1:
+        return refs[0].operation != "CLUSTER"
+    return not (all(r.operation == "MAJOR_COMPACT" for r in refs) and len({r.added_version for r in refs}) == 1)
+
+
+def by_partition(refs: Sequence[FileRef], columns: Sequence[str]) -> dict[tuple[str, ...], list[FileRef]]:
+    """Files grouped by their partition values (in ``columns`` order)."""
+    groups: dict[tuple[str, ...], list[FileRef]] = {}
+    for r in refs:
+        groups.setdefault(tuple(r.partition.get(c, "") for c in columns), []).append(r)
+    return groups
+
+
+# --------------------------------------------------------------------------- change feed
+
+
+@dataclass(frozen=True)
+class CommitChanges:
+    """What computing one commit's change rows needs: the commit, its files, the previous files to look in."""
+
+    id_version: int
+    timestamp: datetime
+    operation: str
+    scope: tuple[Mapping[str, str], ...] | None  # partitions an overwrite/truncate cleared (None: the table)
+    added: tuple[FileRef, ...]
+    previous: tuple[FileRef, ...]  # live files before the commit that may hold a touched key
+
+
+def _key_bounds(ref: FileRef, n_keys: int) -> tuple[tuple[Any, ...], tuple[Any, ...]] | None:
+    if ref.min_key is None or ref.max_key is None:
+        return None
+    if n_keys == 1:
+        return (ref.min_key,), (ref.max_key,)
+    try:
+        low, high = tuple(json.loads(ref.min_key)), tuple(json.loads(ref.max_key))
+    except (ValueError, TypeError):
+        return None
+    return (low, high) if len(low) == len(high) == n_keys else None
+
+
+def _converters(shape: TableShape) -> list[Any] | None:
+    """How to compare each key column's stat text in value order; None when a type has no safe order here."""
+    import pyarrow as pa
+
+    found: list[Any] = []
+    for k in shape.primary_key:
+        t = shape.schema.field(k).type
+        if pa.types.is_integer(t):
+            found.append(int)
+        elif pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_date(t):
+            found.append(str)
+        else:
+            return None
+    return found
+
+
+def _may_overlap(prev: FileRef, added: Sequence[FileRef], converters: list[Any] | None) -> bool:
+    """False only when file stats prove ``prev`` holds no key of any ``added`` file."""
+    if converters is None:
+        return True
+    mine = _key_bounds(prev, len(converters))
+    if mine is None:
+        return True
+    try:
+        low = [c(v) for c, v in zip(converters, mine[0], strict=True)]
+        high = [c(v) for c, v in zip(converters, mine[1], strict=True)]
+        for ref in added:
+            theirs = _key_bounds(ref, len(converters))
+            if theirs is None:
+                return True
+            o_low = [c(v) for c, v in zip(converters, theirs[0], strict=True)]
+            o_high = [c(v) for c, v in zip(converters, theirs[1], strict=True)]
+            # per-column bounds: disjoint in any one column means no common key
+            if all(not (h < ol or oh < lo) for lo, h, ol, oh in zip(low, high, o_low, o_high, strict=True)):
+                return True
+    except (TypeError, ValueError):
+        return True
+    return False
+
+
+def plan_commit(commit: Commit, previous_files: Sequence[FileEntry], shape: TableShape) -> CommitChanges:
+    """The files one commit's change rows need: its own, and the previous snapshot's in the touched scope."""
+    partition_columns = shape.partition_columns
+    added = tuple(FileRef.of(f) for f in commit.added_files if f.data_change)
+    op = commit.operation.value
+    scope = None if commit.partitions is None or not partition_columns else tuple(dict(p) for p in commit.partitions)
+    prev = [FileRef.of(f) for f in previous_files]
+    if op in TRUNCATING_OPERATIONS:
+        if scope is not None:
+            wanted = {tuple(p.get(c, "") for c in partition_columns) for p in scope}
+            prev = [r for r in prev if tuple(r.partition.get(c, "") for c in partition_columns) in wanted]
+    else:
+        converters = _converters(shape)
+        touched = by_partition(added, partition_columns)
+        chosen: list[FileRef] = []
+        for part, refs in by_partition(prev, partition_columns).items():
+            if part in touched:
+                chosen.extend(r for r in refs if _may_overlap(r, touched[part], converters))
+        prev = chosen
+    return CommitChanges(commit.id_version, commit.timestamp, op, scope, added, tuple(prev))
+
+
+def _with_meta(rows: pa.Table, change: str | Any, version: int, timestamp: datetime) -> pa.Table:
+    import pyarrow as pa
+
+    n = rows.num_rows
+    kinds = change if not isinstance(change, str) else pa.array([change] * n, pa.string())
+    rows = rows.append_column(CHANGE_TYPE, kinds)
+    rows = rows.append_column(COMMIT_VERSION, pa.array([version] * n, pa.int64()))
+    stamp = pa.array([timestamp] * n, pa.timestamp("us", tz="UTC"))
+    return rows.append_column(COMMIT_TIMESTAMP, stamp)
+
+
+def change_rows(plan: CommitChanges, shape: TableShape, form: str = DELTA_FORM) -> pa.Table:
+    """The change rows of one commit (table columns + ``_change_type``, ``_commit_version``, ``_commit_timestamp``;
+    the compact form adds ``_scope``)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    form = check_form(form)
+    version, stamp = plan.id_version, plan.timestamp
+    columns = shape.columns
+    parts = shape.partition_columns
+    outputs: list[pa.Table] = []
+    truncating = plan.operation in TRUNCATING_OPERATIONS
+    if form == COMPACT_FORM:
+        if truncating:
+            scope = None
+            if plan.scope is not None:
+                scope = json.dumps([dict(p) for p in plan.scope], sort_keys=True, separators=(",", ":"))
+            marker = pa.table([pa.nulls(1, f.type) for f in shape.schema], schema=shape.schema)
+            marker = _with_meta(marker, TRUNCATE, version, stamp)
+            outputs.append(marker.append_column(SCOPE, pa.array([scope], pa.string())))
+        for ref in plan.added:
+            records = read_file(ref, shape)
+            rows = _with_meta(records.select(columns), records.column(OP_COLUMN), version, stamp)
+            outputs.append(rows.append_column(SCOPE, pa.nulls(rows.num_rows, pa.string())))
+        return _stack(outputs, shape, form)
+    new_by_part = by_partition(plan.added, parts)
+    old_by_part = by_partition(plan.previous, parts)
+    if truncating:
+        for refs in old_by_part.values():
+            removed = live_rows(refs, shape)
+            outputs.append(_with_meta(removed, DELETE, version, stamp))
+        for refs in new_by_part.values():
+            rows = live_rows(refs, shape, merge=len(refs) > 1)
+            outputs.append(_with_meta(rows, INSERT, version, stamp))
+        return _stack(outputs, shape, form)
+    keys = list(shape.primary_key)
+    for part, refs in new_by_part.items():
+        records = latest_records(_concat([read_file(r, shape) for r in refs], shape), shape)
+        key_table = records.select(keys)
+        before = live_rows(old_by_part.get(part, []), shape, keys=key_table) if part in old_by_part else None
+        upserts = records.filter(pc.equal(records.column(OP_COLUMN), UPSERT)).select(columns)
+        deletes = records.filter(pc.equal(records.column(OP_COLUMN), DELETE)).select(keys)
+        if before is None or before.num_rows == 0:
+            outputs.append(_with_meta(upserts, INSERT, version, stamp))
+            continue
+        existed = before.select(keys)
+        inserted = upserts.join(existed, keys, join_type="left anti")
+        updated = upserts.join(existed, keys, join_type="left semi")
+        pre = before.join(updated.select(keys), keys, join_type="left semi")
+        gone = before.join(deletes, keys, join_type="left semi")
+        outputs.append(_with_meta(inserted.select(columns), INSERT, version, stamp))
+        outputs.append(_with_meta(pre.select(columns), PREIMAGE, version, stamp))
+        outputs.append(_with_meta(updated.select(columns), POSTIMAGE, version, stamp))
+        outputs.append(_with_meta(gone.select(columns), DELETE, version, stamp))
+    return _stack(outputs, shape, form)
+
+
+def change_schema(shape: TableShape, form: str = DELTA_FORM) -> pa.Schema:
+    """The Arrow schema of change rows in ``form``."""
+    import pyarrow as pa
+
+    fields = [*shape.schema]
+    fields += [
+        pa.field(CHANGE_TYPE, pa.string()),
+        pa.field(COMMIT_VERSION, pa.int64()),
+        pa.field(COMMIT_TIMESTAMP, pa.timestamp("us", tz="UTC")),
+    ]
+    if check_form(form) == COMPACT_FORM:
+        fields.append(pa.field(SCOPE, pa.string()))
+    return pa.schema(fields)
+
+
+def _stack(outputs: Sequence[pa.Table], shape: TableShape, form: str) -> pa.Table:
+    import pyarrow as pa
+
+    schema = change_schema(shape, form)
+    tables = [t.cast(schema) for t in outputs if t.num_rows]
+    if not tables:
+        return schema.empty_table()
+    return pa.concat_tables(tables)
+
+
+__all__ = [
+    "CHANGE_TYPE",
+    "COMMIT_TIMESTAMP",
+    "COMMIT_VERSION",
+    "COMPACT_FORM",
+    "DELTA_FORM",
+    "CommitChanges",
+    "FileRef",
+    "TableShape",
+    "by_partition",
+    "change_rows",
+    "change_schema",
+    "check_form",
+    "live_rows",
+    "needs_merge",
+    "plan_commit",
+]

@@ -1,0 +1,688 @@
+"""The ``ordo`` Spark data source (``pyspark.sql.datasource``): batch and streaming reads and writes.
+
+Registered by ``ordo.spark.register(spark)`` (and by ``local_spark_session()``
+and every ``DeltaTable`` call)::
+
+    spark.read.format("ordo").load("events")                        # merge-on-read snapshot
+    spark.read.format("ordo").option("versionAsOf", 3).load("events")
+    df.write.format("ordo").mode("append").save("events")           # one INSERT INTO
+    df.write.format("ordo").mode("overwrite").option("replaceWhere", "dt = '2024-05-01'").save("events")
+    df.writeStream.format("ordo").option("checkpointLocation", p).start("events")
+    spark.readStream.format("ordo").option("readChangeFeed", "true").option("startingVersion", 5).load("events")
+
+Where each part runs: Spark calls this module in its Python workers, never in
+the driver's own Python process, so nothing here has a SparkSession. Reads and
+writes of data files use pyarrow (``consumer.arrow``, ``producer.arrow``);
+catalog look-ups use ``consumer.Catalog``; commits use the Spark-free
+``CommitClient``. Planning (``reader``/``writer``/``partitions``) and the
+writers' ``commit`` run in workers on the driver's machine; ``read`` and
+``write`` run in the tasks.
+
+1. A batch write's tasks write Parquet files under the transaction's id; the
+   writer's ``commit`` (on the driver, with every task's files) checks keys
+   across tasks and publishes ONE intent; a rejection deletes the files and
+   fails the write with the arbiter's reason.
+2. The streaming sink does the same per micro-batch with the idempotency pair
+   (``app_id``, batch id): ``app_id`` is the ``appId`` option, else derived
+   from the checkpoint location (stable across restarts). A replayed batch is
+   refused with ``BATCH_ALREADY_COMMITTED`` and counts as done.
+3. The change feed's offsets are ``{"version": v}``: the next ID version to
+   read. A micro-batch reads the commits ``[start, end)``; each commit is one
+   input partition whose change rows are a pure function of the catalog.
+
+Settings (broker, prefix, catalog) come from ``ORDO_*`` in the workers'
+environment, from defaults given to ``register(spark, settings)``, or from the
+options ``ordo.bootstrapServers``, ``ordo.topicPrefix``, ``ordo.catalog``,
+``ordo.warehouse``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import secrets
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    EqualTo,
+    Filter,
+    In,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+from ordo.errors import CommitConflictError, OrdoError
+from ordo.settings import Settings, load_settings, parse_bool
+
+NAME = "ordo"
+SETTINGS_OPTIONS = {
+    "ordo.bootstrapservers": "bootstrap_servers",
+    "ordo.topicprefix": "topic_prefix",
+    "ordo.catalog": "catalog",
+    "ordo.warehouse": "warehouse",
+    "ordo.trustedkeys": "trusted_keys",  # the readers' trusted arbiter keys (signed decisions)
+    "ordo.requiresignatures": "require_signatures",
+}
+FORM_OPTION = "ordo.changefeedform"
+CHANGE_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp", "_scope")
+DEFAULT_WAIT = 60.0
+STREAM_RETRIES = 5
+BATCH_ALREADY_COMMITTED = "BATCH_ALREADY_COMMITTED"
+CONFLICT_LATER_FAILS = "CONFLICT_LATER_FAILS"
+BATCH_ID_PROPERTY = "streaming.sql.batchId"  # the task-local property Spark sets in a micro-batch's tasks
+
+
+class DataSourceOptionError(OrdoError, ValueError):
+    """Raised when a ``format("ordo")`` option is missing, unknown in combination, or malformed."""
+
+
+def settings_options(settings: Settings) -> dict[str, str]:
+    """The data source options that carry ``settings`` (broker, prefix, catalog, warehouse)."""
+    values = {
+        "ordo.bootstrapServers": settings.bootstrap_servers,
+        "ordo.topicPrefix": settings.topic_prefix,
+        "ordo.catalog": settings.catalog,
+        "ordo.warehouse": settings.warehouse,
+        "ordo.trustedKeys": settings.trusted_keys or None,
+        "ordo.requireSignatures": str(settings.require_signatures).lower(),
+    }
+    return {k: str(v) for k, v in values.items() if v is not None}
+
+
+def _truthy(value: str | None) -> bool:
+    return str(value or "").strip().lower() in ("true", "1", "yes")
+
+
+# --------------------------------------------------------------------------- schema text
+
+
+def ddl_columns(ddl: str) -> list[tuple[str, str]]:
+    """``(name, type text)`` of each column of a DDL written by ``schema_to_ddl`` (no Spark needed)."""
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
+    quoted = False  # inside `name` (an escaped `` toggles twice)
+    for ch in ddl:
+        if ch == "`":
+            quoted = not quoted
+        elif not quoted and ch in "<(":
+            depth += 1
+        elif not quoted and ch in ">)":
+            depth -= 1
+        if ch == "," and depth == 0 and not quoted:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    if current:
+        parts.append("".join(current))
+    columns = []
+    for part in parts:
+        match = re.fullmatch(r"\s*`((?:[^`]|``)*)`\s+(.*?)(\s+NOT NULL)?\s*", part, flags=re.S)
+        if match is None:
+            raise DataSourceOptionError(f"cannot read the table schema column {part!r}")
+        columns.append((match.group(1).replace("``", "`"), match.group(2).strip().lower()))
+    return columns
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+# --------------------------------------------------------------------------- the source
+
+
+@dataclass(frozen=True)
+class _Table:
+    """What the workers need of one table (picklable)."""
+
+    name: str
+    settings: Settings
+    metadata: Any  # schemas.TableMetadata
+    head: int
+
+    def layout(self) -> Any:
+        from producer.data import Layout
+
+        return Layout.of(self.name, self.metadata)
+
+
+class OrdoDataSource(DataSource):
+    """``format("ordo")``: an ordo table by name (``load(name)`` / ``save(name)`` / ``start(name)``)."""
+
+    defaults: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def _options(self) -> dict[str, str]:
+        merged = {k.lower(): v for k, v in self.defaults.items()}
+        merged.update({str(k).lower(): str(v) for k, v in self.options.items() if v is not None})
+        return merged
+
+    def _settings(self) -> Settings:
+        opts = self._options()
+        overrides: dict[str, Any] = {field: opts[key] for key, field in SETTINGS_OPTIONS.items() if opts.get(key)}
+        if "require_signatures" in overrides:
+            overrides["require_signatures"] = parse_bool(overrides["require_signatures"])
+        return load_settings(None, **overrides)
+
+    def _table(self) -> _Table:
+        from consumer import Catalog
+
+        opts = self._options()
+        name = opts.get("path") or opts.get("table")
+        if not name:
+            raise DataSourceOptionError('name the table: load("events"), save("events") or option("table", ...)')
+        settings = self._settings()
+        with Catalog(settings.catalog) as catalog:
+            info = catalog.table(name)
+        return _Table(name, settings, info.metadata, int(info.head_version))
+
+    def _form(self) -> str:
+        from consumer.arrow import check_form
+
+        return check_form(self._options().get(FORM_OPTION, "delta"))
+
+    def _change_feed(self) -> bool:
+        return _truthy(self._options().get("readchangefeed"))
+
+    def schema(self) -> str:
+        ddl = self._table().metadata.schema
+        if self._change_feed():
+            ddl += ", `_change_type` STRING, `_commit_version` BIGINT, `_commit_timestamp` TIMESTAMP"
+            if self._form() == "compact":
+                ddl += ", `_scope` STRING"
+        return ddl
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        if self._change_feed():
+            return ChangeFeedReader(self._table(), schema, self._options(), self._form())
+        return SnapshotReader(self._table(), schema, self._options())
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        if not self._change_feed():
+            raise DataSourceOptionError(
+                'a streaming read of an ordo table is its change feed: add option("readChangeFeed", "true")'
+            )
+        return ChangeFeedStreamReader(self._table(), schema, self._options(), self._form())
+
+    def writer(self, schema: StructType, overwrite: bool) -> OrdoWriter:
+        return OrdoWriter(self._table(), schema, self._options(), overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> OrdoStreamWriter:
+        if overwrite:
+            raise DataSourceOptionError("the ordo sink appends (outputMode 'append'); complete mode is not supported")
+        return OrdoStreamWriter(self._table(), schema, self._options())
+
+
+# --------------------------------------------------------------------------- shapes
+
+
+def _shape(table: _Table, schema: StructType) -> Any:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from consumer.arrow import TableShape
+
+    fields = [f for f in schema.fields if f.name not in CHANGE_COLUMNS]
+    arrow = to_arrow_schema(StructType(fields))
+    return TableShape(arrow, tuple(table.metadata.primary_key), tuple(table.metadata.partition_columns))
+
+
+def _batches(table: Any) -> Iterator[Any]:
+    yield from table.to_batches(max_chunksize=65_536)
+
+
+# --------------------------------------------------------------------------- snapshot reads
+
+
+class SnapshotReader(DataSourceReader):
+    """A batch read of the table at the head, ``versionAsOf`` or ``timestampAsOf``; one partition per table partition."""
+
+    def __init__(self, table: _Table, schema: StructType, options: Mapping[str, str]) -> None:
+        from consumer import Catalog
+        from consumer.arrow import FileRef
+
+        version, stamp = options.get("versionasof"), options.get("timestampasof")
+        if version is not None and stamp is not None:
+            raise DataSourceOptionError("give versionAsOf or timestampAsOf, not both")
+        with Catalog(table.settings.catalog) as catalog:
+            snapshot = catalog.snapshot(table.name, version=None if version is None else int(version), timestamp=stamp)
+        self.shape = _shape(table, schema)
+        self.files = [FileRef.of(f) for f in snapshot.files]
+        self.version = snapshot.id_version
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        """Prune files by equality (``=``, ``IN``) on partition columns; every filter is still applied by Spark."""
+        for f in filters:
+            attribute: tuple[str, ...] = tuple(getattr(f, "attribute", ()))
+            column = attribute[0] if len(attribute) == 1 else None
+            if column is not None and column in self.shape.partition_columns:
+                values: Sequence[Any] | None = None
+                if isinstance(f, EqualTo):
+                    values = [f.value]
+                elif isinstance(f, In):
+                    values = list(f.value)
+                texts = None if values is None else {_partition_text(v) for v in values}
+                if texts is not None and None not in texts:
+                    self.files = [r for r in self.files if r.partition.get(column) in texts]
+            yield f
+
+    def partitions(self) -> Sequence[InputPartition]:
+        from consumer.arrow import by_partition, needs_merge
+
+        groups = by_partition(self.files, self.shape.partition_columns)
+        parts = [InputPartition((tuple(refs), needs_merge(refs))) for _, refs in sorted(groups.items())]
+        return parts or [InputPartition(((), False))]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        from consumer.arrow import live_rows
+
+        refs, merge = partition.value
+        if refs:
+            yield from _batches(live_rows(refs, self.shape, merge=merge))
+
+
+def _partition_text(value: Any) -> str | None:
+    """A filter literal as the catalog's partition string, or None when its text form may differ from Spark's."""
+    import datetime as dt
+
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | str):
+        return str(value)
+    if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        return value.isoformat()
+    return None  # floats, timestamps, decimals: Spark's text may differ, so no pruning
+
+
+# --------------------------------------------------------------------------- change feed
+
+
+def _plans(table: _Table, shape: Any, commits: Sequence[Any]) -> list[Any]:
+    """One ``CommitChanges`` per commit: its files and the previous snapshot's files it may touch."""
+    from consumer import Catalog
+    from consumer.arrow import plan_commit
+
+    plans = []
+    with Catalog(table.settings.catalog) as catalog:
+        for commit in commits:
+            previous = catalog.snapshot(table.name, version=commit.id_version - 1).files if commit.id_version else ()
+            plans.append(plan_commit(commit, previous, shape))
+    return plans
+
+
+class _ChangeReading:
+    shape: Any
+    form: str
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        from consumer.arrow import change_rows
+
+        yield from _batches(change_rows(partition.value, self.shape, self.form))
+
+
+class ChangeFeedReader(_ChangeReading, DataSourceReader):
+    """A batch change feed between ``startingVersion``/``endingVersion`` or the timestamps, bounds inclusive."""
+
+    def __init__(self, table: _Table, schema: StructType, options: Mapping[str, str], form: str) -> None:
+        from consumer import Catalog
+
+        self.shape = _shape(table, schema)
+        self.form = form
+        by_id = "startingversion" in options or "endingversion" in options
+        by_time = "startingtimestamp" in options or "endingtimestamp" in options
+        if by_id == by_time:
+            raise DataSourceOptionError(
+                "a batch change feed needs startingVersion (and optionally endingVersion) "
+                "or startingTimestamp (and optionally endingTimestamp), not both"
+            )
+        with Catalog(table.settings.catalog) as catalog:
+            if by_id:
+                start = int(options.get("startingversion", "0"))
+                end = options.get("endingversion")
+                commits = catalog.commits(table.name, start, None if end is None else int(end), by="id")
+            else:
+                commits = catalog.commits(
+                    table.name, options.get("startingtimestamp", 0), options.get("endingtimestamp"), by="time"
+                )
+        self.plans = _plans(table, self.shape, commits)
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return [InputPartition(p) for p in self.plans] or [InputPartition(None)]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        if partition.value is not None:
+            yield from super().read(partition)
+
+
+class ChangeFeedStreamReader(_ChangeReading, DataSourceStreamReader):
+    """The change feed as a stream; offsets are ``{"version": next ID version}``."""
+
+    def __init__(self, table: _Table, schema: StructType, options: Mapping[str, str], form: str) -> None:
+        self.table = table
+        self.shape = _shape(table, schema)
+        self.form = form
+        self.options = dict(options)
+        limit = options.get("maxversionspertrigger")
+        self.max_versions = None if limit is None else int(limit)
+        if self.max_versions is not None and self.max_versions < 1:
+            raise DataSourceOptionError("maxVersionsPerTrigger must be >= 1")
+
+    def _catalog(self) -> Any:
+        from consumer import Catalog
+
+        return Catalog(self.table.settings.catalog)
+
+    def initialOffset(self) -> dict:
+        start = self.options.get("startingversion")
+        stamp = self.options.get("startingtimestamp")
+        with self._catalog() as catalog:
+            head = catalog.head(self.table.name)
+            if stamp is not None:
+                found = catalog.commits(self.table.name, stamp, None, by="time", include_rewrites=True)
+                return {"version": found[0].id_version if found else head + 1}
+        if start is None or start.strip().lower() == "latest":
+            return {"version": head + 1} if start is not None else {"version": 0}
+        return {"version": int(start)}
+
+    def getDefaultReadLimit(self) -> Any:
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+        return ReadAllAvailable() if self.max_versions is None else ReadMaxRows(self.max_versions)
+
+    def latestOffset(self, start: dict, limit: Any) -> dict:
+        from pyspark.sql.streaming.datasource import ReadMaxRows
+
+        with self._catalog() as catalog:
+            end = catalog.head(self.table.name) + 1
+        begin = int(start["version"])
+        if isinstance(limit, ReadMaxRows):  # maxVersionsPerTrigger: versions, not rows
+            end = min(end, begin + int(limit.max_rows))
+        return {"version": max(begin, end)}
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        begin, stop = int(start["version"]), int(end["version"])
+        if stop <= begin:
+            return []
+        with self._catalog() as catalog:
+            commits = catalog.commits(self.table.name, begin, stop - 1, by="id")
+        return [InputPartition(p) for p in _plans(self.table, self.shape, commits)]
+
+    def commit(self, end: dict) -> None:
+        """Nothing to release: the catalog keeps every version."""
+
+
+# --------------------------------------------------------------------------- writes
+
+
+@dataclass
+class FilesMessage(WriterCommitMessage):
+    """What one write task reports to the driver: the files it wrote (DataFile JSON)."""
+
+    files: tuple[str, ...]
+    txn_id: str = ""
+
+
+def _static_partition(options: Mapping[str, str], columns: Sequence[str]) -> dict[str, str] | None:
+    """The partition an overwrite replaces: ``partition`` (JSON object or ``k=v/k=v``) or ``replaceWhere``."""
+    text = options.get("partition")
+    where = options.get("replacewhere")
+    if text is None and where is None:
+        return None
+    if text is not None and where is not None:
+        raise DataSourceOptionError("give partition or replaceWhere, not both")
+    values: dict[str, str] = {}
+    if text is not None:
+        text = text.strip()
+        if text.startswith("{"):
+            values = {str(k): str(v) for k, v in json.loads(text).items()}
+        else:
+            for item in filter(None, text.split("/")):
+                key, sep, value = item.partition("=")
+                if not sep:
+                    raise DataSourceOptionError(f"partition {text!r}: expected k=v/k=v or a JSON object")
+                values[key.strip()] = value.strip()
+    else:
+        assert where is not None
+        found = equality_predicates(where)
+        if found is None:
+            raise DataSourceOptionError(
+                f"replaceWhere {where!r}: only equality on partition columns joined by AND is supported"
+            )
+        values = found
+    if set(values) != set(columns):
+        raise DataSourceOptionError(f"an overwritten partition needs every partition column {list(columns)}: {values}")
+    return values
+
+
+_PREDICATE = re.compile(r"""\s*`?([A-Za-z_][A-Za-z0-9_]*)`?\s*=\s*('(?:[^']|'')*'|-?\d+|true|false)\s*""", re.I)
+
+
+def equality_predicates(condition: str) -> dict[str, str] | None:
+    """``{column: value}`` when ``condition`` is only ``col = literal`` terms joined by AND, else None."""
+    values: dict[str, str] = {}
+    for term in re.split(r"\s+and\s+", condition.strip(), flags=re.I):
+        match = _PREDICATE.fullmatch(term)
+        if match is None:
+            return None
+        literal = match.group(2)
+        value = literal[1:-1].replace("''", "'") if literal.startswith("'") else literal.lower()
+        if values.get(match.group(1), value) != value:
+            return None
+        values[match.group(1)] = value
+    return values
+
+
+def _check_write_schema(table: _Table, schema: StructType) -> Any:
+    """The arrow schema to write (table order); ``SchemaMismatchError`` when the rows' columns differ."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from producer.data import SchemaMismatchError
+
+    wanted = ddl_columns(table.metadata.schema)
+    have = {f.name: f for f in schema.fields}
+    missing = [n for n, _ in wanted if n not in have]
+    extra = sorted(set(have) - {n for n, _ in wanted})
+    wrong = [
+        f"{n}: {have[n].dataType.simpleString()} (table: {t})"
+        for n, t in wanted
+        if n in have and have[n].dataType.simpleString().lower() != t
+    ]
+    if missing or extra or wrong:
+        raise SchemaMismatchError(
+            f"the rows do not match table {table.name}: missing {missing}, unexpected {extra}, wrong types {wrong}"
+        )
+    return to_arrow_schema(StructType([have[n] for n, _ in wanted]))
+
+
+class _Writing:
+    """The part batch and streaming writers share: task writes and the one intent per write."""
+
+    def _setup(self, table: _Table, schema: StructType, options: Mapping[str, str], overwrite: bool) -> None:
+        from schemas import Operation
+
+        self.table = table
+        self.arrow_schema = _check_write_schema(table, schema)
+        self.layout = table.layout()
+        self.overwrite = overwrite
+        self.static = _static_partition(options, self.layout.partition_columns) if overwrite else None
+        if not overwrite and ("partition" in options or "replacewhere" in options):
+            raise DataSourceOptionError("partition/replaceWhere apply to mode('overwrite') only")
+        self.operation = Operation.INSERT_OVERWRITE if overwrite else Operation.INSERT_INTO
+        self.txn_id = uuid.uuid4().hex
+        self.streaming = False
+        self.wait = float(options.get("ordo.committimeout", DEFAULT_WAIT))
+
+    def _txn_for(self, batch_id: Any) -> str:
+        """The transaction id of one write: per micro-batch for the sink (tasks and commit derive the same)."""
+        return self.txn_id if batch_id is None else f"{self.txn_id}-b{int(batch_id)}"
+
+    def write(self, iterator: Iterator[Any]) -> FilesMessage:
+        import pyarrow as pa
+        from pyspark import TaskContext
+
+        from producer.arrow import FILES_PER_TASK, conform_batch, write_rows
+
+        batches = [conform_batch(pa.Table.from_batches([b]), self.arrow_schema) for b in iterator]
+        rows = pa.concat_tables(batches) if batches else self.arrow_schema.empty_table()
+        context = TaskContext.get()
+        task = 0 if context is None else context.partitionId() * 100 + min(context.attemptNumber(), 99)
+        batch_id = None
+        if context is not None and self.streaming:
+            batch_id = context.getLocalProperty(BATCH_ID_PROPERTY)
+        txn_id = self._txn_for(batch_id)
+        # a random block of file numbers per task run: a re-run never writes over a committed file
+        first = (secrets.randbits(40) * 10_000 + task) * FILES_PER_TASK
+        files = write_rows(rows, self.layout, txn_id, first, self.static)
+        return FilesMessage(tuple(f.model_dump_json() for f in files), txn_id)
+
+    def _files(self, messages: Sequence[Any]) -> list[Any]:
+        from schemas import DataFile
+
+        return [DataFile.model_validate_json(text) for m in messages if m is not None for text in m.files]
+
+    def _abort(self, messages: Sequence[Any]) -> None:
+        from producer.arrow import delete_files
+
+        delete_files(self.layout, [f.path for f in self._files(messages)])
+
+    def _publish(self, messages: Sequence[Any], app_id: str | None = None, batch_id: int | None = None) -> Any:
+        """Check keys across tasks, publish the one intent, wait for the decision and the catalog (numbered steps)."""
+        from consumer import Catalog
+        from producer.arrow import check_unique, delete_files
+        from producer.client import CommitClient
+        from schemas import CommitIntent, Operation
+
+        files = self._files(messages)
+        # 1. nothing to append is a no-op (nothing is published); an empty overwrite still clears its scope
+        if not files and self.operation is Operation.INSERT_INTO:
+            return None
+        try:
+            check_unique(self.layout, files)
+        except BaseException:
+            delete_files(self.layout, [f.path for f in files])
+            raise
+        partitions: list[dict[str, str]] | None
+        if not self.layout.partition_columns:
+            partitions = None
+        elif self.static is not None:
+            partitions = [self.static]
+        elif self.operation is Operation.INSERT_OVERWRITE:
+            partitions = None  # mode("overwrite") without a partition replaces the whole table
+        else:
+            partitions = [dict(p) for p in sorted({tuple(sorted(f.partition.items())) for f in files})]
+        # 2. publish; a concurrent INSERT INTO may make a streaming batch retry on the new head (same files)
+        ids = {m.txn_id for m in messages if m is not None and m.txn_id}
+        txn_id = ids.pop() if len(ids) == 1 else self._txn_for(batch_id)
+        retries = STREAM_RETRIES if batch_id is not None else 0
+        settings = self.table.settings
+        with CommitClient(settings=settings) as client, Catalog(settings.catalog) as catalog:
+            # a micro-batch reads nothing: it is pinned to the head when it commits, not when the query started
+            read_version = self.table.head if batch_id is None else catalog.head(self.table.name)
+            while True:
+                intent = CommitIntent(
+                    txn_id=txn_id,
+                    table=self.table.name,
+                    operation=self.operation,
+                    read_version=read_version,
+                    partitions=None if partitions is None else tuple(partitions),
+                    added_files=tuple(files),
+                    app_id=app_id,
+                    batch_id=batch_id,
+                    writer=f"ordo-datasource/{self.table.name}",
+                )
+                decision = client.commit(intent, timeout=self.wait)
+                if decision.accepted or decision.reason != CONFLICT_LATER_FAILS or retries <= 0:
+                    break
+                retries -= 1
+                if decision.conflicting_version is not None:
+                    catalog.wait_for_version(self.table.name, decision.conflicting_version, timeout=self.wait)
+                read_version = max(read_version, catalog.head(self.table.name))
+                txn_id = uuid.uuid4().hex
+                time.sleep(0.05)
+            if not decision.accepted:
+                delete_files(self.layout, [f.path for f in files])
+                if decision.reason == BATCH_ALREADY_COMMITTED:
+                    return None  # a replayed micro-batch: it is in the table already
+                detail = f": {decision.message}" if decision.message else ""
+                raise CommitConflictError(
+                    f"{self.operation.value} into {self.table.name} was rejected ({decision.reason}){detail}",
+                    reason=decision.reason,
+                    conflicting_txn_id=decision.conflicting_txn_id,
+                    conflicting_version=decision.conflicting_version,
+                    decision=decision,
+                )
+            if decision.duplicate_of is not None:
+                # the same txn id was decided before (a re-run of this batch): its files are the committed ones
+                kept = {f.path for f in decision.added_files}
+                delete_files(self.layout, [f.path for f in files if f.path not in kept])
+            # 3. read-your-writes: the catalog shows the version before the write returns
+            catalog.wait_for_version(self.table.name, int(decision.id_version or 0), timeout=self.wait)
+        return decision
+
+
+class OrdoWriter(_Writing, DataSourceArrowWriter):
+    """``df.write.format("ordo")``: append is one INSERT INTO, overwrite one INSERT OVERWRITE."""
+
+    def __init__(self, table: _Table, schema: StructType, options: Mapping[str, str], overwrite: bool) -> None:
+        self._setup(table, schema, options, overwrite)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        self._publish(messages)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        self._abort(messages)
+
+
+class OrdoStreamWriter(_Writing, DataSourceStreamArrowWriter):
+    """``writeStream.format("ordo")``: one idempotent INSERT INTO per micro-batch."""
+
+    def __init__(self, table: _Table, schema: StructType, options: Mapping[str, str]) -> None:
+        self._setup(table, schema, options, False)
+        self.streaming = True
+        app_id = options.get("appid")
+        if not app_id:
+            checkpoint = options.get("checkpointlocation")
+            if not checkpoint:
+                raise DataSourceOptionError(
+                    "the ordo sink needs a checkpointLocation (its exactly-once identity) or an appId option"
+                )
+            app_id = "ordo-sink-" + hashlib.sha256(checkpoint.rstrip("/").encode()).hexdigest()[:32]
+        self.app_id = app_id
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        self._publish(messages, self.app_id, int(batchId))
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        self._abort(messages)
+
+
+def source_class(settings: Settings | None = None) -> type[OrdoDataSource]:
+    """The data source class to register, with ``settings`` as default options (pickled by value)."""
+    if settings is None:
+        return OrdoDataSource
+    defaults = settings_options(settings)
+    # a class made here is not importable by name, so cloudpickle ships it by value, defaults included
+    return type("OrdoDataSource", (OrdoDataSource,), {"defaults": defaults, "__qualname__": "_ordo_configured"})
+
+
+__all__ = [
+    "DataSourceOptionError",
+    "OrdoDataSource",
+    "equality_predicates",
+    "settings_options",
+    "source_class",
+]

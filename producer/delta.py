@@ -1,0 +1,351 @@
+"""What a delta-spark user reaches for, on ordo: MERGE, OPTIMIZE builders, scope from conditions, history rows.
+
+``DeltaTable.merge`` returns a ``MergeBuilder``; ``DeltaTable.optimize`` an
+``OptimizeBuilder``. Both end in one ordo transaction. Spark is imported on use.
+
+A MERGE is one UPDATE transaction: it reads the pinned snapshot (the join with
+the source), then writes upsert records (matched updates, not-matched inserts)
+and delete records (matched deletes) in one commit. Its row of the conflict
+matrix is UPDATE's, scoped to the partitions it writes (or to the partitions
+its condition pins with equality predicates, or the whole table for an
+unpartitioned one). Delta's merge on a table without a primary key has no
+equivalent: every ordo table has one, and a merge condition should match it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from producer.data import InvalidOperationError
+from schemas import Operation
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+    from producer.table import CommitResult, DeltaTable
+
+log = logging.getLogger("ordo.producer")
+
+_LOGGED_WHOLE_TABLE: set[tuple[str, str]] = set()
+_TERM = re.compile(r"""\s*\(?\s*`?([A-Za-z_][A-Za-z0-9_]*)`?\s*=\s*('(?:[^']|'')*'|-?\d+|true|false)\s*\)?\s*""", re.I)
+
+
+def _top_level_split(condition: str) -> list[str] | None:
+    """The AND-ed terms of ``condition`` at the top level; None when it has a top-level OR."""
+    terms, depth, quoted, start, i = [], 0, False, 0, 0
+    text = condition
+    while i < len(text):
+        ch = text[i]
+        if ch == "'":
+            quoted = not quoted
+        elif not quoted and ch == "(":
+            depth += 1
+        elif not quoted and ch == ")":
+            depth -= 1
+        elif not quoted and depth == 0:
+            word = re.match(r"(?i)\b(and|or)\b", text[i:])
+            if word and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")):
+                if word.group(1).lower() == "or":
+                    return None
+                terms.append(text[start:i])
+                i += 3
+                start = i
+                continue
+        i += 1
+    terms.append(text[start:])
+    return terms
+
+
+def partition_of_condition(condition: Any, partition_columns: Sequence[str]) -> dict[str, str] | None:
+    """The partition a condition pins: ``col = literal`` for every partition column among its AND-ed terms."""
+    if not isinstance(condition, str) or not partition_columns:
+        return None
+    terms = _top_level_split(condition)
+    if terms is None:
+        return None
+    found: dict[str, str] = {}
+    for term in terms:
+        match = _TERM.fullmatch(term)
+        if match is None or match.group(1) not in partition_columns:
+            continue
+        literal = match.group(2)
+        value = literal[1:-1].replace("''", "'") if literal.startswith("'") else literal.lower()
+        if found.get(match.group(1), value) != value:
+            return None  # contradictory: leave the scope alone
+        found[match.group(1)] = value
+    return found if set(found) == set(partition_columns) else None
+
+
+def log_whole_table(table: str, operation: str) -> None:
+    """Log once per table and operation that a write's scope is the whole table (it conflicts everywhere)."""
+    key = (table, operation)
+    if key not in _LOGGED_WHOLE_TABLE:
+        _LOGGED_WHOLE_TABLE.add(key)
+        log.info(
+            "%s on %s has whole-table scope (its condition pins no partition with equality predicates): "
+            "it conflicts with writes in every partition",
+            operation,
+            table,
+        )
+
+
+# --------------------------------------------------------------------------- MERGE
+
+
+@dataclass
+class _Clause:
+    kind: str  # "update", "update_all", "delete", "insert", "insert_all"
+    condition: str | Column | None = None
+    assignments: Mapping[str, str | Column] | None = None
+
+
+@dataclass
+class MergeBuilder:
+    """Delta's ``merge`` builder: add ``whenMatched*``/``whenNotMatched*`` clauses, then ``execute()``.
+
+    Clauses apply in order; a row takes the first clause whose condition holds.
+    The source is aliased ``source`` and the table ``target`` unless the caller
+    aliased them (use those names in conditions and assignments).
+    """
+
+    table: DeltaTable
+    source: DataFrame
+    condition: str | Column
+    source_alias: str = "source"
+    target_alias: str = "target"
+    clauses: list[_Clause] = field(default_factory=list)
+
+    def whenMatchedUpdate(self, condition: Any = None, set: Mapping[str, Any] | None = None) -> MergeBuilder:
+        """Update matched rows: ``set`` maps table columns to expressions over source and target."""
+        if not set:
+            raise InvalidOperationError("whenMatchedUpdate needs set= (column -> expression)")
+        self.clauses.append(_Clause("update", condition, set))
+        return self
+
+    def whenMatchedUpdateAll(self, condition: Any = None) -> MergeBuilder:
+        """Update matched rows with the source row's values."""
+        self.clauses.append(_Clause("update_all", condition))
+        return self
+
+    def whenMatchedDelete(self, condition: Any = None) -> MergeBuilder:
+        """Delete matched rows."""
+        self.clauses.append(_Clause("delete", condition))
+        return self
+
+    def whenNotMatchedInsert(self, condition: Any = None, values: Mapping[str, Any] | None = None) -> MergeBuilder:
+        """Insert source rows without a match: ``values`` maps table columns to expressions over the source."""
+        if not values:
+            raise InvalidOperationError("whenNotMatchedInsert needs values= (column -> expression)")
+        self.clauses.append(_Clause("insert", condition, values))
+        return self
+
+    def whenNotMatchedInsertAll(self, condition: Any = None) -> MergeBuilder:
+        """Insert source rows without a match, as they are."""
+        self.clauses.append(_Clause("insert_all", condition))
+        return self
+
+    def execute(self) -> CommitResult | None:
+        """Run the merge as one UPDATE transaction; None when no clause applied to any row."""
+        if not self.clauses:
+            raise InvalidOperationError("a merge needs at least one whenMatched*/whenNotMatched* clause")
+        with self.table.begin() as txn:
+            _stage_merge(txn, self)
+            return txn.commit()
+
+
+def _expr(value: Any) -> Column:
+    from pyspark.sql import Column as SparkColumn
+    from pyspark.sql import functions as F
+
+    return value if isinstance(value, SparkColumn) else F.expr(str(value))
+
+
+def _stage_merge(txn: Any, merge: MergeBuilder) -> None:
+    from pyspark.sql import functions as F
+
+    from producer.data import conform, delete_records, upsert_records
+
+    table = merge.table
+    layout = table.layout
+    names = [f.name for f in layout.schema().fields]
+    src, tgt = merge.source_alias, merge.target_alias
+    for clause in merge.clauses:
+        unknown = [c for c in (clause.assignments or {}) if c not in names]
+        if unknown:
+            raise InvalidOperationError(f"merge assigns unknown columns {unknown}; table columns are {names}")
+        if clause.kind == "update":
+            frozen = [c for c in clause.assignments or {} if c in layout.identity]
+            if frozen:
+                raise InvalidOperationError(f"a matched update cannot change key or partition columns {frozen}")
+    static = partition_of_condition(merge.condition, layout.partition_columns)
+    with txn._stage(Operation.UPDATE):
+        target = txn._read_pinned(txn._static(static) if static else None)
+        target = target.withColumn("__ordo_matched", F.lit(True)).alias(tgt)
+        joined = merge.source.alias(src).join(target, _expr(merge.condition), "left")
+        matched = F.col(f"{tgt}.__ordo_matched").isNotNull()
+        action = None
+        for i, clause in enumerate(merge.clauses):
+            when = matched if clause.kind in ("update", "update_all", "delete") else ~matched
+            if clause.condition is not None:
+                when = when & _expr(clause.condition)
+            action = F.when(when, F.lit(i)) if action is None else action.when(when, F.lit(i))
+        assert action is not None
+        joined = joined.withColumn("__ordo_action", action).where(F.col("__ordo_action").isNotNull())
+        upserts, deletes = [], []
+        for i, clause in enumerate(merge.clauses):
+            rows = joined.where(F.col("__ordo_action") == i)
+            if clause.kind == "delete":
+                deletes.append(rows.select(*[F.col(f"{tgt}.`{c}`").alias(c) for c in names]))
+                continue
+            columns = []
+            for c in names:
+                if clause.kind == "update":
+                    given = (clause.assignments or {}).get(c)
+                    columns.append((_expr(given) if given is not None else F.col(f"{tgt}.`{c}`")).alias(c))
+                elif clause.kind == "update_all" or clause.kind == "insert_all":
+                    columns.append(F.col(f"{src}.`{c}`").alias(c))
+                else:
+                    given = (clause.assignments or {}).get(c)
+                    columns.append((_expr(given) if given is not None else F.lit(None)).alias(c))
+            upserts.append(rows.select(*columns))
+        schema = layout.schema()
+        written = [conform(df, schema) for df in upserts]
+        removed = [conform(df, schema) for df in deletes]
+        every = written + removed
+        if not every:
+            txn._staged((), None, noop=True)
+            return
+        union = every[0]
+        for other in every[1:]:
+            union = union.unionByName(other)
+        union = union.persist()
+        try:
+            txn._validate(union)
+            records = None
+            for df in written:
+                part = upsert_records(df)
+                records = part if records is None else records.unionByName(part)
+            for df in removed:
+                part = delete_records(df, layout)
+                records = part if records is None else records.unionByName(part)
+            assert records is not None
+            files = txn._write(records)
+        finally:
+            union.unpersist()
+        if not layout.partition_columns:
+            scope = None
+            log_whole_table(table.name, "MERGE")
+        elif static is not None:
+            scope = [txn._static(static)]
+        else:
+            scope = txn._partitions_of(files)
+        txn._staged(files, scope, noop=not files)
+
+
+# --------------------------------------------------------------------------- OPTIMIZE
+
+
+@dataclass
+class OptimizeBuilder:
+    """Delta's ``optimize()``: ``where(partition predicate)``, then ``executeCompaction()`` or ``executeZOrderBy``."""
+
+    table: DeltaTable
+    partition: dict[str, str] | None = None
+
+    def where(self, condition: str) -> OptimizeBuilder:
+        """Restrict to one partition, named by equality predicates on every partition column."""
+        found = partition_of_condition(condition, self.table.partition_columns)
+        if found is None:
+            raise InvalidOperationError(
+                f"optimize().where({condition!r}): name one partition with equality on every partition column "
+                f"{list(self.table.partition_columns)}"
+            )
+        self.partition = found
+        return self
+
+    def executeCompaction(self) -> CommitResult | None:
+        """Bin-packing: a MAJOR COMPACT (base files of live rows) of each partition in scope."""
+        return self.table.compact("major", self.partition)
+
+    def executeZOrderBy(self, *columns: str | Sequence[str]) -> CommitResult | None:
+        """Data layout by ``columns``: a CLUSTER (sorted by the columns in that order; not a Z-curve)."""
+        flat: list[str] = []
+        for c in columns:
+            flat.extend([c] if isinstance(c, str) else list(c))
+        return self.table.cluster(flat, self.partition)
+
+
+# --------------------------------------------------------------------------- history
+
+
+HISTORY_COLUMNS = (
+    "version",
+    "timestamp",
+    "operation",
+    "operationParameters",
+    "readVersion",
+    "outcome",
+    "reason",
+    "rebase",
+    "txnId",
+    "appId",
+    "batchId",
+    "userName",
+    "numFiles",
+    "numOutputRows",
+    "numOutputBytes",
+)
+HISTORY_SCHEMA = (
+    "version BIGINT, timestamp TIMESTAMP, operation STRING, operationParameters MAP<STRING, STRING>, "
+    "readVersion BIGINT, outcome STRING, reason STRING, rebase STRING, txnId STRING, appId STRING, "
+    "batchId BIGINT, userName STRING, numFiles BIGINT, numOutputRows BIGINT, numOutputBytes BIGINT"
+)
+
+
+def history_rows(records: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """One row per decision record, in ``HISTORY_COLUMNS`` order (newest first as given)."""
+    import json
+
+    rows = []
+    for d in records:
+        params: dict[str, str] = {}
+        if d.partitions is not None:
+            params["partitions"] = json.dumps([dict(p) for p in d.partitions], sort_keys=True)
+        if d.message:
+            params["message"] = d.message
+        if d.conflicting_version is not None:
+            params["conflictingVersion"] = str(d.conflicting_version)
+        rows.append(
+            (
+                d.id_version,
+                d.timestamp or d.log_timestamp,
+                d.operation.value if d.operation is not None else None,
+                params,
+                d.read_version,
+                d.outcome.value,
+                d.reason,
+                d.rebase.value if d.rebase is not None else None,
+                d.txn_id,
+                d.app_id,
+                d.batch_id,
+                d.writer,
+                d.files_added,
+                d.records_added,
+                d.bytes_added,
+            )
+        )
+    return rows
+
+
+__all__ = [
+    "HISTORY_COLUMNS",
+    "MergeBuilder",
+    "OptimizeBuilder",
+    "history_rows",
+    "log_whole_table",
+    "partition_of_condition",
+]

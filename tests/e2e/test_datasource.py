@@ -1,0 +1,185 @@
+"""The ``format("ordo")`` data source end to end: batch reads and writes, and the change feed in Delta's shape.
+
+Each check compares with ``DeltaTable`` (the reference writer and reader) or
+with a Python model of the table: a dict key -> row folded over the commits.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ordo.datasource import settings_options
+from ordo.errors import CommitConflictError
+from producer.table import DeltaTable
+from tests.e2e.stack import writer_stack  # noqa: F401
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
+
+SCHEMA = "id BIGINT, v STRING, dt STRING"
+
+
+def rows(df: Any, *cols: str) -> list[tuple[Any, ...]]:
+    names = cols or tuple(df.columns)
+    return sorted(tuple(r[c] for c in names) for r in df.collect())
+
+
+def frame(spark: Any, data: list[tuple[Any, ...]]) -> Any:
+    return spark.createDataFrame(data, SCHEMA)
+
+
+def test_batch_write_read_overwrite_and_change_feed(spark: Any, writer_stack: Any) -> None:  # noqa: F811
+    settings = writer_stack.settings
+    opts = settings_options(settings)
+    table = DeltaTable.create(
+        spark, "ds_events", schema=SCHEMA, primary_key="id", partitioned_by="dt", settings=settings
+    )
+    model: dict[int, tuple[Any, ...]] = {}
+    changes: list[tuple[Any, ...]] = []  # (version, change type, id, v, dt)
+
+    def head() -> int:
+        return table.version
+
+    # v1: append through the data source = one INSERT INTO
+    first = [(i, f"a{i}", "d1" if i % 2 else "d2") for i in range(10)]
+    frame(spark, first).write.format("ordo").options(**opts).mode("append").save("ds_events")
+    assert head() == 1
+    assert table.decisions()[0].operation.value == "INSERT_INTO"
+    for r in first:
+        model[r[0]] = r
+        changes.append((1, "insert", *r))
+    assert rows(table.read()) == sorted(model.values())
+    read = spark.read.format("ordo").options(**opts).load("ds_events")
+    assert rows(read) == sorted(model.values())
+
+    # v2: DeltaTable upsert of existing and new keys -> pre/post images and inserts
+    second = [(1, "b1", "d1"), (2, "b2", "d2"), (20, "b20", "d1")]
+    table.insert_into(frame(spark, second))
+    for r in second:
+        if r[0] in model:
+            changes.append((2, "update_preimage", *model[r[0]]))
+            changes.append((2, "update_postimage", *r))
+        else:
+            changes.append((2, "insert", *r))
+        model[r[0]] = r
+
+    # v3: DELETE carries the deleted values
+    table.delete("id = 3 OR id = 4")
+    for k in (3, 4):
+        changes.append((3, "delete", *model.pop(k)))
+
+    # v4: overwrite of one partition through the data source: deletes of its rows, then inserts
+    new_d1 = [(100, "c100", "d1"), (1, "c1", "d1")]
+    (
+        frame(spark, new_d1)
+        .write.format("ordo")
+        .options(**opts)
+        .mode("overwrite")
+        .option("replaceWhere", "dt = 'd1'")
+        .save("ds_events")
+    )
+    assert head() == 4
+    for k in sorted(k for k, r in model.items() if r[2] == "d1"):
+        changes.append((4, "delete", *model.pop(k)))
+    for r in new_d1:
+        model[r[0]] = r
+        changes.append((4, "insert", *r))
+    assert rows(table.read()) == sorted(model.values())
+
+    # v5: a compaction yields no change rows
+    table.compact("major")
+    assert head() == 5
+
+    # reads: head, versionAsOf, partition pruning
+    def reader() -> Any:
+        return spark.read.format("ordo").options(**opts)  # a DataFrameReader keeps its options: one per read
+
+    assert rows(reader().load("ds_events")) == sorted(model.values())
+    assert rows(reader().option("versionAsOf", 2).load("ds_events")) == rows(table.read(version=2))
+    pruned = reader().load("ds_events").where("dt = 'd2'")
+    assert rows(pruned) == sorted(r for r in model.values() if r[2] == "d2")
+
+    # the batch change feed, Delta's shape, bounds inclusive
+    feed = reader().option("readChangeFeed", "true").option("startingVersion", 1).load("ds_events")
+    got = rows(feed, "_commit_version", "_change_type", "id", "v", "dt")
+    assert got == sorted(changes)
+    stamps = {c.id_version: c.timestamp.replace(tzinfo=None) for c in table.catalog.commits("ds_events", 1)}
+    assert set(rows(feed, "_commit_version", "_commit_timestamp")) == set(stamps.items())  # v5 (compaction): no rows
+    window = (
+        spark.read.format("ordo")
+        .options(**opts)
+        .option("readChangeFeed", "true")
+        .option("startingVersion", 2)
+        .option("endingVersion", 3)
+        .load("ds_events")
+    )
+    assert rows(window, "_commit_version", "_change_type", "id", "v", "dt") == sorted(
+        c for c in changes if 2 <= c[0] <= 3
+    )
+    compact = (
+        spark.read.format("ordo")
+        .options(**opts)
+        .option("readChangeFeed", "true")
+        .option("ordo.changeFeedForm", "compact")
+        .option("startingVersion", 4)
+        .load("ds_events")
+    )
+    kinds = sorted(r["_change_type"] for r in compact.collect())
+    assert kinds == ["truncate", "upsert", "upsert"]
+
+    # a rejected write fails with the reason, and nothing is committed
+    with pytest.raises(Exception, match="duplicate primary keys"):
+        frame(spark, [(7, "x", "d2"), (7, "y", "d2")]).write.format("ordo").options(**opts).mode("append").save(
+            "ds_events"
+        )
+    assert head() == 5
+    assert issubclass(CommitConflictError, Exception)
+
+
+def test_a_rejected_commit_fails_with_the_reason_and_deletes_its_files(spark: Any, writer_stack: Any) -> None:  # noqa: F811
+    """The writer objects Spark runs, driven by hand: tasks write, then an OVERWRITE commits, then the commit."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from ordo.datasource import source_class
+    from tests.e2e.stack import parquet_files
+
+    settings = writer_stack.settings
+    table = DeltaTable.create(
+        spark, "ds_rejected", schema=SCHEMA, primary_key="id", partitioned_by="dt", settings=settings
+    )
+    schema = spark.createDataFrame([], SCHEMA).schema
+    batch = pa.Table.from_pylist([{"id": 1, "v": "a", "dt": "d1"}], schema=to_arrow_schema(schema)).to_batches()
+    source = source_class(settings)({"path": "ds_rejected"})
+
+    writer = source.writer(schema, False)  # a batch append, pinned to version 0 when planned
+    message = writer.write(iter(batch))
+    assert len(parquet_files(table.location)) == 1
+    table.truncate({"dt": "d1"})  # an OVERWRITE of that partition commits first
+    with pytest.raises(CommitConflictError, match="CONFLICT_LATER_FAILS") as refused:
+        writer.commit([message])
+    assert refused.value.reason == "CONFLICT_LATER_FAILS"
+    assert parquet_files(table.location) == [], "a refused write deletes its files"
+    assert table.version == 1
+
+    # a micro-batch reads nothing: the sink pins it to the head when it commits, so it goes in
+    streamer = source_class(settings)({"path": "ds_rejected", "appId": "hand-driven"}).streamWriter(schema, False)
+    message = streamer.write(iter(batch))
+    table.truncate({"dt": "d1"})
+    streamer.commit([message], 0)
+    assert table.version == 3
+    assert rows(table.read()) == [(1, "a", "d1")]
+    committed = parquet_files(table.location)
+    # the same query re-runs batch 0 (same txn id): the arbiter answers with the first decision, the re-run's
+    # files are deleted and the committed ones are untouched
+    streamer.commit([streamer.write(iter(batch))], 0)
+    assert table.version == 3
+    assert parquet_files(table.location) == committed
+    # a restarted query replays batch 0 (a new writer, a new txn id): refused as already committed, counted as done
+    restarted = source_class(settings)({"path": "ds_rejected", "appId": "hand-driven"}).streamWriter(schema, False)
+    restarted.commit([restarted.write(iter(batch))], 0)
+    assert table.version == 3
+    assert [d.reason for d in table.decisions(1)] == ["BATCH_ALREADY_COMMITTED"]
+    assert parquet_files(table.location) == committed
+    assert rows(table.read()) == [(1, "a", "d1")]

@@ -1,0 +1,126 @@
+"""The delta-spark calls on ``DeltaTable``: lookup, history, update/delete with Delta's arguments, MERGE,
+OPTIMIZE, VACUUM's floor and RESTORE, each checked against a Python model of the table (key -> row)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from consumer.errors import TableNotFoundError
+from ordo.vacuum import VacuumError
+from producer.table import DeltaTable
+from tests.e2e.stack import writer_stack  # noqa: F401
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
+
+SCHEMA = "id BIGINT, amount BIGINT, dt STRING"
+
+
+def rows_of(df: Any) -> list[tuple[Any, ...]]:
+    return sorted((r["id"], r["amount"], r["dt"]) for r in df.collect())
+
+
+def test_delta_spark_calls_against_a_model(spark: Any, writer_stack: Any) -> None:  # noqa: F811
+    settings = writer_stack.settings
+    assert not DeltaTable.exists(spark, "payments", settings=settings)
+    table = DeltaTable.createIfNotExists(
+        spark, "payments", schema=SCHEMA, primary_key="id", partitioned_by="dt", settings=settings
+    )
+    again = DeltaTable.createIfNotExists(
+        spark, "payments", schema=SCHEMA, primary_key="id", partitioned_by="dt", settings=settings
+    )
+    assert again.location == table.location
+    assert DeltaTable.exists(spark, "payments", settings=settings)
+    assert DeltaTable.forName(spark, "payments", settings=settings).name == "payments"
+    assert DeltaTable.forPath(spark, table.location, settings=settings).name == "payments"
+    with pytest.raises(TableNotFoundError):
+        DeltaTable.forPath(spark, table.location + "-elsewhere", settings=settings)
+
+    model = {i: (i, i * 10 - 30, "2024-05-01" if i % 2 else "2024-05-02") for i in range(8)}
+    table.insert_into(spark.createDataFrame(list(model.values()), SCHEMA))  # v1
+    assert rows_of(table.toDF()) == sorted(model.values())
+
+    # Delta's argument order: update(condition, set); the condition pins one partition -> scoped to it
+    result = table.update("dt = '2024-05-01' AND amount < 0", {"amount": "0"})  # v2
+    assert result is not None
+    for k, r in list(model.items()):
+        if r[2] == "2024-05-01" and r[1] < 0:
+            model[k] = (k, 0, r[2])
+    assert rows_of(table.toDF()) == sorted(model.values())
+    assert table.decisions(1)[0].partitions == ({"dt": "2024-05-01"},)
+
+    result = table.delete("dt = '2024-05-02' AND amount < 0")  # v3
+    assert result is not None
+    model = {k: r for k, r in model.items() if not (r[2] == "2024-05-02" and r[1] < 0)}
+    assert rows_of(table.toDF()) == sorted(model.values())
+    assert table.decisions(1)[0].partitions == ({"dt": "2024-05-02"},)
+    table.delete(condition="amount > 1000 OR id = 7")  # v4: an OR pins nothing -> whole-table scope
+    model.pop(7, None)
+    assert table.decisions(1)[0].partitions is None
+
+    # MERGE: update matched with a condition, delete other matches, insert the rest (one transaction)
+    source = spark.createDataFrame([(1, 111, "2024-05-01"), (3, -1, "2024-05-01"), (40, 400, "2024-05-02")], SCHEMA)
+    before = table.version
+    (
+        table.merge(source, "target.id = source.id AND target.dt = source.dt")
+        .whenMatchedDelete(condition="source.amount < 0")
+        .whenMatchedUpdate(set={"amount": "source.amount + target.amount"})
+        .whenNotMatchedInsertAll()
+        .execute()
+    )  # v5
+    assert table.version == before + 1
+    assert table.decisions(1)[0].operation.value == "UPDATE"
+    model.pop(3)
+    model[1] = (1, 111 + model[1][1], "2024-05-01")
+    model[40] = (40, 400, "2024-05-02")
+    assert rows_of(table.toDF()) == sorted(model.values())
+    merged = dict(model)
+
+    # OPTIMIZE maps onto compaction and clustering; data unchanged
+    assert table.optimize().where("dt = '2024-05-01'").executeCompaction() is not None  # v6
+    assert table.optimize().executeZOrderBy("amount") is not None  # v7
+    assert rows_of(table.toDF()) == sorted(model.values())
+
+    # history as a DataFrame with Delta's columns, newest first, limit honoured
+    history = table.history(3).collect()
+    assert [h["version"] for h in history] == [7, 6, 5]
+    assert [h["operation"] for h in history] == ["CLUSTER", "MAJOR_COMPACT", "UPDATE"]
+    assert all(h["outcome"] == "ACCEPTED" for h in history)
+    assert table.history().count() == table.version + 1
+
+    # a rejected intent shows in history on request, with its reason
+    from ordo.errors import CommitConflictError
+
+    with table.begin() as first, table.begin() as second:
+        first.update({"amount": "amount + 1"}, "id = 1", partition={"dt": "2024-05-01"})
+        second.update({"amount": "amount + 2"}, "id = 1", partition={"dt": "2024-05-01"})
+        first.commit()
+        with pytest.raises(CommitConflictError) as refused:
+            second.commit()
+    model[1] = (1, model[1][1] + 1, "2024-05-01")
+    merged = dict(model)
+    assert table.history().where("outcome = 'REJECTED'").count() == 0
+    rejected = table.history(include_rejected=True).where("outcome = 'REJECTED'").collect()
+    assert [(r["version"], r["reason"], r["txnId"]) for r in rejected] == [(None, refused.value.reason, second.txn_id)]
+
+    # RESTORE: one INSERT OVERWRITE of the old snapshot
+    table.truncate()  # v9
+    assert table.toDF().count() == 0
+    table.restoreToVersion(8)  # v10
+    assert table.decisions(1)[0].operation.value == "INSERT_OVERWRITE"
+    assert rows_of(table.toDF()) == sorted(merged.values())
+    stamp = table.catalog.snapshot("payments", version=1).time_version
+    table.restoreToTimestamp(stamp)  # v11
+    first = {i: (i, i * 10 - 30, "2024-05-01" if i % 2 else "2024-05-02") for i in range(8)}
+    assert rows_of(table.toDF()) == sorted(first.values())
+
+    # the change feed in Delta's form, through DeltaTable.changes
+    feed = table.changes(5, 5, form="delta").collect()
+    kinds = sorted((r["_change_type"], r["id"]) for r in feed)
+    assert kinds == [("delete", 3), ("insert", 40), ("update_postimage", 1), ("update_preimage", 1)]
+
+    # VACUUM: Delta's safety floor
+    with pytest.raises(VacuumError, match="safety floor"):
+        table.vacuum(1)
+    assert table.vacuum(dry_run=True) == []

@@ -1,0 +1,262 @@
+"""The Spark-free pieces of ``format("ordo")``: change rows in both forms, pre-image pruning, option parsing.
+
+Data files are real Parquet written here with pyarrow in the writer's format
+(table columns + ``_ordo_op`` + ``_ordo_seq``); no Spark, no broker.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from consumer.arrow import CommitChanges, FileRef, TableShape, change_rows, live_rows, plan_commit
+from consumer.models import Commit, FileEntry
+from producer.delta import partition_of_condition
+from schemas import Operation, Rebase
+
+SHAPE = TableShape(pa.schema([("id", pa.int64()), ("v", pa.string()), ("dt", pa.string())]), ("id",), ("dt",))
+STAMP = datetime(2024, 5, 1, tzinfo=UTC)
+
+
+def write(tmp: Path, name: str, records: list[tuple[Any, ...]], seq: list[int | None] | None = None) -> str:
+    """A data file: rows ``(id, v, dt, op)``."""
+    ids, vs, dts, ops = (list(c) for c in zip(*records, strict=True)) if records else ([], [], [], [])
+    table = pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "v": pa.array(vs, pa.string()),
+            "dt": pa.array(dts, pa.string()),
+            "_ordo_op": pa.array(ops, pa.string()),
+            "_ordo_seq": pa.array(seq or [None] * len(ids), pa.int64()),
+        }
+    )
+    path = tmp / name
+    pq.write_table(table, path)
+    return str(path)
+
+
+def ref(path: str, version: int, dt: str, low: int | None = None, high: int | None = None) -> FileRef:
+    return FileRef(
+        path, version, {"dt": dt}, "INSERT_INTO", None if low is None else str(low), None if high is None else str(high)
+    )
+
+
+def kinds(table: pa.Table) -> list[tuple[Any, ...]]:
+    cols = ["_change_type", "id", "v", "dt"]
+    return sorted(tuple(r[c] for c in cols) for r in table.select(cols).to_pylist())
+
+
+def test_upserts_and_deletes_give_delta_change_types_with_full_rows(tmp_path: Path) -> None:
+    before = write(
+        tmp_path, "a.parquet", [(1, "a1", "x", "upsert"), (2, "a2", "x", "upsert"), (3, "a3", "x", "upsert")]
+    )
+    newer = write(tmp_path, "b.parquet", [(1, "b1", "x", "upsert")])  # v2 replaced key 1
+    commit = write(
+        tmp_path, "c.parquet", [(1, "c1", "x", "upsert"), (9, "c9", "x", "upsert"), (3, None, "x", "delete")]
+    )
+    plan = CommitChanges(3, STAMP, "UPDATE", None, (ref(commit, 3, "x"),), (ref(before, 1, "x"), ref(newer, 2, "x")))
+    rows = change_rows(plan, SHAPE)
+    assert kinds(rows) == [
+        ("delete", 3, "a3", "x"),  # the deleted values, not the delete record's nulls
+        ("insert", 9, "c9", "x"),
+        ("update_postimage", 1, "c1", "x"),
+        ("update_preimage", 1, "b1", "x"),  # the row at v2, the snapshot before the commit
+    ]
+    assert set(rows.column("_commit_version").to_pylist()) == {3}
+
+
+def test_overwrite_deletes_what_it_removed_then_inserts(tmp_path: Path) -> None:
+    before = write(tmp_path, "a.parquet", [(1, "a1", "x", "upsert"), (2, "a2", "x", "upsert")])
+    gone = write(tmp_path, "d.parquet", [(2, None, "x", "delete")], seq=[None])
+    new = write(tmp_path, "n.parquet", [(5, "n5", "x", "upsert")])
+    plan = CommitChanges(
+        4, STAMP, "INSERT_OVERWRITE", ({"dt": "x"},), (ref(new, 4, "x"),), (ref(before, 1, "x"), ref(gone, 2, "x"))
+    )
+    assert kinds(change_rows(plan, SHAPE)) == [("delete", 1, "a1", "x"), ("insert", 5, "n5", "x")]
+    compact = change_rows(plan, SHAPE, form="compact")
+    assert sorted(compact.column("_change_type").to_pylist()) == ["truncate", "upsert"]
+    assert [s for s in compact.column("_scope").to_pylist() if s] == ['[{"dt":"x"}]']
+
+
+def test_merge_on_read_keeps_the_newest_record_and_hides_deletes(tmp_path: Path) -> None:
+    a = write(tmp_path, "a.parquet", [(1, "a1", "x", "upsert"), (2, "a2", "x", "upsert")])
+    b = write(tmp_path, "b.parquet", [(1, None, "x", "delete"), (2, "b2", "x", "upsert")])
+    rows = live_rows([ref(a, 1, "x"), ref(b, 2, "x")], SHAPE)
+    assert rows.to_pylist() == [{"id": 2, "v": "b2", "dt": "x"}]
+    # a compaction output keeps the original sequence in _ordo_seq: an older record stays older
+    c = write(tmp_path, "c.parquet", [(2, "a2-old", "x", "upsert")], seq=[1])
+    rows = live_rows([ref(b, 2, "x"), ref(c, 5, "x")], SHAPE)
+    assert rows.to_pylist() == [{"id": 2, "v": "b2", "dt": "x"}]
+
+
+def entry(path: str, version: int, dt: str, low: int, high: int) -> FileEntry:
+    return FileEntry(path, path, {"dt": dt}, 1, 1, str(low), str(high), version, True, "INSERT_INTO")
+
+
+def test_pre_images_are_looked_up_only_where_the_commit_touched(tmp_path: Path) -> None:
+    added = entry("new", 9, "x", 100, 120)
+    previous = [
+        entry("same-part-overlap", 1, "x", 110, 200),
+        entry("same-part-disjoint", 2, "x", 1, 99),
+        entry("other-part", 3, "y", 100, 120),
+    ]
+    commit = Commit(
+        "t",
+        9,
+        STAMP,
+        STAMP,
+        Operation.INSERT_INTO,
+        True,
+        "txn",
+        8,
+        Rebase.NONE,
+        ({"dt": "x"},),
+        None,
+        None,
+        None,
+        0,
+        0,
+        (added,),
+        (),
+    )
+    plan = plan_commit(commit, previous, SHAPE)
+    assert [r.path for r in plan.previous] == ["same-part-overlap"]
+    truncate = Commit(
+        "t",
+        10,
+        STAMP,
+        STAMP,
+        Operation.TRUNCATE,
+        True,
+        "txn2",
+        9,
+        Rebase.NONE,
+        ({"dt": "y"},),
+        None,
+        None,
+        None,
+        0,
+        0,
+        (),
+        (),
+    )
+    assert [r.path for r in plan_commit(truncate, previous, SHAPE).previous] == ["other-part"]
+
+
+@pytest.mark.parametrize(
+    ("condition", "expected"),
+    [
+        ("dt = '2024-05-01' AND amount < 0", {"dt": "2024-05-01"}),
+        ("amount < 0 and `dt`='2024-05-01'", {"dt": "2024-05-01"}),
+        ("dt = '2024-05-01' OR amount < 0", None),
+        ("(dt = '2024-05-01' OR dt = '2024-05-02') AND amount < 0", None),
+        ("dt > '2024-05-01'", None),
+        ("dt = 'a' AND dt = 'b'", None),
+        ("note = 'x AND dt = ''y''' AND dt = 'z'", {"dt": "z"}),
+        (None, None),
+    ],
+)
+def test_equality_on_every_partition_column_pins_the_scope(condition: str | None, expected: Any) -> None:
+    assert partition_of_condition(condition, ("dt",)) == expected
+
+
+def test_data_source_option_parsing_needs_no_spark_session() -> None:
+    probe = (
+        "from ordo.datasource import ddl_columns, equality_predicates\n"
+        "assert ddl_columns('`id` bigint NOT NULL, `a,b<` decimal(10,2), `m``x` map<string,int>') == "
+        "[('id', 'bigint'), ('a,b<', 'decimal(10,2)'), ('m`x', 'map<string,int>')]\n"
+        "assert equality_predicates(\"dt = '2024-05-01' AND region = 'eu'\") == {'dt': '2024-05-01', 'region': 'eu'}\n"
+        "assert equality_predicates(\"dt >= '2024-05-01'\") is None\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+
+
+def test_the_arrow_readers_and_writers_import_no_spark() -> None:
+    probe = (
+        "import sys\n"
+        "import consumer.arrow, producer.arrow\n"
+        "assert not [m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j')], 'spark imported'\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+
+
+def test_partition_filters_prune_files_and_stay_applied_by_spark() -> None:
+    from datetime import date
+
+    from pyspark.sql.datasource import EqualTo, GreaterThan, In
+
+    from ordo.datasource import SnapshotReader
+
+    reader = SnapshotReader.__new__(SnapshotReader)  # planning state only; no catalog needed for pruning
+    reader.shape = SHAPE
+    reader.files = [ref(f"f{d}", 1, d) for d in ("2024-05-01", "2024-05-02", "2024-05-03")]
+    filters = [EqualTo(("id",), 3), In(("dt",), (date(2024, 5, 1), "2024-05-03")), GreaterThan(("dt",), "2024")]
+    assert list(reader.pushFilters(filters)) == filters  # Spark still evaluates every filter
+    assert [r.path for r in reader.files] == ["f2024-05-01", "f2024-05-03"]
+    list(reader.pushFilters([EqualTo(("dt",), 1.5)]))  # a literal whose text may differ: no pruning
+    assert len(reader.files) == 2
+
+
+def test_task_writes_refuse_bad_rows_before_writing_and_write_the_contract(tmp_path: Path) -> None:
+    from producer.arrow import check_unique, conform_batch, write_rows
+    from producer.data import Layout, PartitionValueError, PrimaryKeyError, SchemaMismatchError
+    from schemas import TableMetadata
+
+    layout = Layout.of(
+        "t",
+        TableMetadata(
+            location=str(tmp_path),
+            schema="`id` bigint, `v` string, `dt` string",
+            primary_key=("id",),
+            partition_columns=("dt",),
+        ),
+    )
+    schema = SHAPE.schema
+
+    def table(rows: list[tuple[Any, ...]]) -> pa.Table:
+        return pa.table({n: [r[i] for r in rows] for i, n in enumerate(schema.names)}, schema=schema)
+
+    with pytest.raises(SchemaMismatchError, match="missing"):
+        conform_batch(pa.table({"id": [1]}), schema)
+    with pytest.raises(PrimaryKeyError, match="duplicate"):
+        write_rows(table([(1, "a", "x"), (1, "b", "x")]), layout, "txn", 0)
+    with pytest.raises(PrimaryKeyError, match="null"):
+        write_rows(table([(None, "a", "x")]), layout, "txn", 0)
+    with pytest.raises(PartitionValueError, match="outside"):
+        write_rows(table([(1, "a", "y")]), layout, "txn", 0, {"dt": "x"})
+    assert not list(tmp_path.rglob("*.parquet")), "a refused write leaves no file"
+
+    files = write_rows(table([(1, "a", "x"), (2, "b", "y"), (3, "c", "x")]), layout, "txn", 500)
+    assert sorted(f.path for f in files) == ["dt=x/txn-500.parquet", "dt=y/txn-501.parquet"]
+    written = pq.read_table(tmp_path / "dt=x" / "txn-500.parquet")
+    assert written.column_names == ["id", "v", "dt", "_ordo_op", "_ordo_seq"]
+    assert written.column("_ordo_op").to_pylist() == ["upsert", "upsert"]
+    assert {f.path: (f.record_count, f.min_key, f.max_key) for f in files}["dt=x/txn-500.parquet"] == (2, "1", "3")
+    other_task = write_rows(table([(3, "z", "x")]), layout, "txn", 100_000)
+    with pytest.raises(PrimaryKeyError, match="duplicate"):
+        check_unique(layout, files + other_task)  # two tasks wrote key 3 in dt=x
+
+
+def test_a_whole_table_scope_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    from producer.delta import log_whole_table
+
+    with caplog.at_level("INFO", logger="ordo.producer"):
+        for _ in range(3):
+            log_whole_table("scope_log_table", "DELETE")
+    assert [r.getMessage() for r in caplog.records].count(
+        "DELETE on scope_log_table has whole-table scope (its condition pins no partition with equality "
+        "predicates): it conflicts with writes in every partition"
+    ) == 1
