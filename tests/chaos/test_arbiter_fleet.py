@@ -12,12 +12,13 @@ instance, the time from the kill to its first decision.
 
 from __future__ import annotations
 
+import multiprocessing
 import random
 import re
 import statistics
-import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,7 +35,7 @@ INSTANCES = 3
 TABLES = figures.pick(12, 50)
 ROUNDS = figures.pick(1, 3)  # each round: one kill -9, then one pause
 PAUSE = figures.pick(10.0, 30.0)  # longer than session.timeout.ms (6 s)
-WRITERS = 8
+WRITERS = 8  # processes
 
 
 def owned(process: ManagedProcess) -> set[str]:
@@ -50,45 +51,58 @@ def owned(process: ManagedProcess) -> set[str]:
     return tables
 
 
-class Writers:
-    """``WRITERS`` threads committing one-file inserts to random tables until stopped."""
+def _write(settings: Settings, tables: list[str], index: int, stop: Any, count: Any, errors: Any) -> None:
+    """One writer process: commit one-file inserts to random tables until ``stop`` is set."""
+    rng = random.Random(300 + index)
+    n = 0
+    with CommitClient(settings=settings) as client:
+        while not stop.is_set():
+            table = rng.choice(tables)
+            try:
+                client.commit(insert_intent(table, f"w{index}-{n}", f"w{index}"), timeout=90)
+            except BaseException as exc:  # reported to the test
+                errors.put(f"writer {index}: {type(exc).__name__}: {exc}")
+                return
+            n += 1
+            with count.get_lock():
+                count.value += 1
 
-    def __init__(self, clients: list[CommitClient], tables: list[str], seed: int) -> None:
-        self.clients = clients
-        self.tables = tables
-        self.errors: list[BaseException] = []
-        self.count = 0
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._threads = [
-            threading.Thread(target=self._run, args=(i, random.Random(seed * 100 + i)), daemon=True)
+
+class Writers:
+    """``WRITERS`` processes, each with its own ``CommitClient``, committing to random tables until stopped."""
+
+    def __init__(self, settings: Settings, tables: list[str]) -> None:
+        context = multiprocessing.get_context("spawn")
+        self._stop = context.Event()
+        self._count = context.Value("q", 0)
+        self._errors = context.Queue()
+        self._processes = [
+            context.Process(
+                target=_write, args=(settings, tables, i, self._stop, self._count, self._errors), daemon=True
+            )
             for i in range(WRITERS)
         ]
 
-    def _run(self, index: int, rng: random.Random) -> None:
-        client = self.clients[index % len(self.clients)]
-        n = 0
-        while not self._stop.is_set():
-            table = rng.choice(self.tables)
-            try:
-                client.commit(insert_intent(table, f"w{index}-{n}", f"w{index}"), timeout=90)
-            except BaseException as exc:  # surfaced by stop()
-                self.errors.append(exc)
-                return
-            n += 1
-            with self._lock:
-                self.count += 1
+    @property
+    def count(self) -> int:
+        return int(self._count.value)
 
     def start(self) -> Writers:
-        for thread in self._threads:
-            thread.start()
+        for process in self._processes:
+            process.start()
         return self
 
     def stop(self) -> None:
         self._stop.set()
-        for thread in self._threads:
-            thread.join(120)
-        assert not self.errors, self.errors[:3]
+        for process in self._processes:
+            process.join(120)
+            if process.is_alive():
+                process.kill()
+        errors = []
+        while not self._errors.empty():
+            errors.append(self._errors.get())
+        assert not errors, errors[:3]
+        assert all(p.exitcode == 0 for p in self._processes), [p.exitcode for p in self._processes]
 
 
 def first_decision_after_kill(client: CommitClient, tables: set[str], tag: str, killed_at: float) -> list[float]:
@@ -128,7 +142,7 @@ def test_fleet_survives_kill_9_and_pauses_deciding_each_intent_once(
     try:
         for future in [clients[0].submit(create_intent(t)) for t in tables]:
             assert future.result(timeout=120).id_version == 0
-        writers = Writers(clients, tables, seed=3).start()
+        writers = Writers(settings, tables).start()
         for round_ in range(ROUNDS):
             wait_all_own_tables(fleet)
             time.sleep(rng.uniform(1.0, 3.0))
