@@ -187,7 +187,9 @@ class PostgresConnection:
         self.raw = conn
 
     def execute(self, sql: str, parameters: Sequence[Any] = (), /) -> Any:
-        return self.raw.execute(_pg_sql(sql), parameters or None)
+        if not parameters:
+            return self.raw.execute(sql)  # no placeholders: psycopg sends the text as it is
+        return self.raw.execute(_pg_sql(sql), parameters)
 
     def executemany(self, sql: str, parameters: Iterable[Sequence[Any]], /) -> Any:
         cursor = self.raw.cursor()
