@@ -481,7 +481,7 @@ def test_several_consumers_share_one_postgresql_catalog(
     tables = {name: (IntentSource(name, seed=60 + i), LiveModel()) for i, name in enumerate(names)}
     for name, (source, model) in tables.items():
         commit_history(commit_client, source, model, 0, f"{settings.warehouse}/{name}")
-    consumer(http=False, settings=shared, extra=("--shard", "0/2"))
+    served = consumer(settings=shared, extra=("--shard", "0/2"))  # its HTTP service reads the whole catalog
     consumer(http=False, settings=shared, extra=("--shard", "1/2"))
     overlapping = consumer(http=False, settings=shared, extra=("--shard", "0/1"))
     for _ in range(4):
@@ -494,6 +494,7 @@ def test_several_consumers_share_one_postgresql_catalog(
     for name, (_, model) in tables.items():
         catalog.wait_for_version(name, model.head, timeout=60)
         assert {f.path: f.seq for f in catalog.snapshot(name).files} == model.live(model.head)
+        assert served.remote().snapshot(name) == catalog.snapshot(name)  # tables of both shards over HTTP
     alone = consumer(http=False, catalog=tmp_path / "alone.db")
     for name, (_, model) in tables.items():
         alone.catalog().wait_for_version(name, model.head, timeout=60)
