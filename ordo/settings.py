@@ -48,6 +48,10 @@ class Settings:
     trusted_keys: str = ""
     require_signatures: bool = True
     resubmit_after: float = DEFAULT_RESUBMIT_AFTER  # commit client: publish an intent again when undecided this long
+    # Consumer scale-out: I/N, follow only the tables with crc32(name) % N == I (one catalog, N consumers).
+    consumer_shard: str = "0/1"
+    # Arbiter fleet: the Kafka consumer group the arbiters share tables through ("" = <prefix>.arbiters).
+    arbiter_group: str = ""
 
     def kafka_config(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka configuration: bootstrap servers, pass-through settings, then ``overrides``."""
@@ -113,6 +117,8 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
         ("trusted_keys", "ORDO_TRUSTED_KEYS", str),
         ("require_signatures", "ORDO_REQUIRE_SIGNATURES", parse_bool),
         ("resubmit_after", "ORDO_RESUBMIT_AFTER", float),
+        ("consumer_shard", "ORDO_CONSUMER_SHARD", str),
+        ("arbiter_group", "ORDO_ARBITER_GROUP", str),
     ):
         if env.get(key):
             values[name] = cast(env[key])
