@@ -90,6 +90,12 @@ def broker(port: int | None) -> None:
 @main.command()
 @click.option("--shard", default="0/1", show_default=True, help="I/N: decide the tables with crc32(name) % N == I")
 @click.option(
+    "--fleet",
+    is_flag=True,
+    help="share every table with the other arbiters of the Kafka consumer group ORDO_ARBITER_GROUP "
+    "(default <prefix>.arbiters) instead of a static --shard; implied when ORDO_ARBITER_GROUP is set",
+)
+@click.option(
     "--commit-timeout",
     type=float,
     default=30.0,
@@ -116,6 +122,7 @@ def broker(port: int | None) -> None:
 def arbiter(
     settings: Settings,
     shard: str,
+    fleet: bool,
     commit_timeout: float,
     state_dir: str | None,
     checkpoint_every: int,
@@ -125,13 +132,16 @@ def arbiter(
     """Run an arbiter: decide every table's intents (of one shard) until Ctrl-C / SIGTERM."""
     import logging
 
-    from arbiter.service import parse_shard, run_arbiter
+    from arbiter.service import default_group, parse_shard, run_arbiter
     from ordo.up import check_broker
 
     try:
         index_count = parse_shard(shard)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--shard") from exc
+    group = default_group(settings) if fleet or settings.arbiter_group else None
+    if group is not None and index_count != (0, 1):
+        raise click.UsageError("--shard and the arbiter fleet (--fleet / ORDO_ARBITER_GROUP) exclude each other")
     check_broker(settings, broker_timeout)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = settings.with_overrides(state_dir=state_dir)
@@ -142,15 +152,26 @@ def arbiter(
             commit_timeout,
             checkpoint_every=checkpoint_every,
             checkpoint_interval=checkpoint_interval,
+            group=group,
         )
     )
 
 
 @main.command()
-@click.option("--catalog", default=None, help="SQLite catalog file (default: ORDO_CATALOG or ordo-catalog.db)")
+@click.option(
+    "--catalog",
+    default=None,
+    help="SQLite catalog file or postgresql:// URL (default: ORDO_CATALOG or ordo-catalog.db)",
+)
 @click.option("--http-host", default=None, help="HTTP service address (default: ORDO_HTTP_HOST or 127.0.0.1)")
 @click.option("--http-port", type=int, default=None, help="HTTP service port, 0 = any free (default: 8765)")
 @click.option("--no-http", is_flag=True, help="materialize only; serve no HTTP")
+@click.option(
+    "--shard",
+    default=None,
+    help="I/N: follow only the tables with crc32(name) % N == I (several consumers, one PostgreSQL catalog; "
+    "default: ORDO_CONSUMER_SHARD or 0/1)",
+)
 @_broker_timeout_option
 @pass_settings
 def consumer(
@@ -159,20 +180,26 @@ def consumer(
     http_host: str | None,
     http_port: int | None,
     no_http: bool,
+    shard: str | None,
     broker_timeout: float,
 ) -> None:
     """Run the consumer: materialize the catalog from the decisions topics and serve reads over HTTP."""
     import logging
 
+    from arbiter.service import parse_shard
     from consumer.service import run_consumer
     from ordo.up import check_broker
 
-    settings = settings.with_overrides(catalog=catalog, http_host=http_host, http_port=http_port)
+    settings = settings.with_overrides(catalog=catalog, http_host=http_host, http_port=http_port, consumer_shard=shard)
     if settings.catalog.startswith(("http://", "https://")):
         raise click.UsageError(
-            f"the consumer writes a SQLite catalog; ORDO_CATALOG/--catalog is a URL ({settings.catalog}): "
-            "pass --catalog PATH"
+            f"the consumer writes a SQLite or PostgreSQL catalog; ORDO_CATALOG/--catalog is the HTTP service "
+            f"({settings.catalog}): pass --catalog PATH or --catalog postgresql://..."
         )
+    try:
+        parse_shard(settings.consumer_shard)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--shard") from exc
     check_broker(settings, broker_timeout)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     raise SystemExit(run_consumer(settings, http=not no_http))

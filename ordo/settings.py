@@ -54,6 +54,10 @@ class Settings:
     compactor_master: str = DEFAULT_COMPACTOR_MASTER
     compactor_interval: float = DEFAULT_COMPACTOR_INTERVAL
     compactor_metrics_port: int | None = None
+    # Consumer scale-out: I/N, follow only the tables with crc32(name) % N == I (one catalog, N consumers).
+    consumer_shard: str = "0/1"
+    # Arbiter fleet: the Kafka consumer group the arbiters share tables through ("" = <prefix>.arbiters).
+    arbiter_group: str = ""
 
     def kafka_config(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka configuration: bootstrap servers, pass-through settings, then ``overrides``."""
@@ -122,6 +126,8 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
         ("compactor_master", "ORDO_COMPACTOR_MASTER", str),
         ("compactor_interval", "ORDO_COMPACTOR_INTERVAL", float),
         ("compactor_metrics_port", "ORDO_COMPACTOR_METRICS_PORT", int),
+        ("consumer_shard", "ORDO_CONSUMER_SHARD", str),
+        ("arbiter_group", "ORDO_ARBITER_GROUP", str),
     ):
         if env.get(key):
             values[name] = cast(env[key])

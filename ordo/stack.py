@@ -43,6 +43,8 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "ORDO_ARBITER_KEY": settings.arbiter_key,
         "ORDO_TRUSTED_KEYS": settings.trusted_keys,
         "ORDO_REQUIRE_SIGNATURES": "true" if settings.require_signatures else "false",
+        "ORDO_ARBITER_GROUP": settings.arbiter_group,
+        "ORDO_CONSUMER_SHARD": settings.consumer_shard,
     }
     if settings.bootstrap_servers:
         env["ORDO_BOOTSTRAP_SERVERS"] = settings.bootstrap_servers
