@@ -48,7 +48,7 @@ def main(ctx: click.Context, bootstrap_servers: str | None, topic_prefix: str | 
     """ordo: a transaction manager for Delta tables whose commit log lives on Kafka.
 
     \b
-    Run the stack:      ordo up | ordo broker | ordo arbiter | ordo consumer
+    Run the stack:      ordo up | ordo broker | ordo arbiter | ordo consumer | ordo compactor
     Try it:             ordo demo
     Read the catalog:   ordo tables | history | show | changes | tail
     Operate:            ordo vacuum | ordo replay | ordo repair | ordo keygen
@@ -206,6 +206,54 @@ def consumer(
 
 
 @main.command()
+@click.option("--master", default=None, help="Spark master (default: ORDO_COMPACTOR_MASTER or local[2])")
+@click.option("--tables", "table_names", default=None, help="comma-separated tables to follow (default: all)")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.1),
+    default=None,
+    help="seconds between rounds (default: ORDO_COMPACTOR_INTERVAL or 5)",
+)
+@click.option("--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port (0: any free)")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="address of the metrics server")
+@pass_settings
+def compactor(
+    settings: Settings,
+    master: str | None,
+    table_names: str | None,
+    interval: float | None,
+    metrics_port: int | None,
+    metrics_host: str,
+) -> None:
+    """Run the table service: compact and cluster tables while writers commit (Ctrl-C / SIGTERM stops it).
+
+    Per (partition, bucket): MINOR COMPACT where small files pile up in a hot
+    partition, MAJOR COMPACT (or CLUSTER with ordo.cluster_by) in a cold one,
+    CLUSTER beside INSERT-only writes. Table properties: ordo.compaction.enabled,
+    ordo.compaction.min_files, ordo.compaction.cold_seconds, ordo.cluster_by
+    (docs/operations.md).
+    """
+    import logging
+
+    from ordo.compactor import run_compactor
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    settings = settings.with_overrides(
+        compactor_master=master, compactor_interval=interval, compactor_metrics_port=metrics_port
+    )
+    raise SystemExit(
+        run_compactor(
+            settings,
+            master=settings.compactor_master,
+            tables=[t.strip() for t in (table_names or "").split(",") if t.strip()],
+            interval=settings.compactor_interval,
+            metrics_port=settings.compactor_metrics_port,
+            metrics_host=metrics_host,
+        )
+    )
+
+
+@main.command()
 @click.option("--dir", "directory", default=None, help="catalog, warehouse and logs here (default: a temporary dir)")
 @click.option("--kafka", "kafka_servers", default=None, help="use this Kafka (bootstrap servers) instead of Tansu")
 @click.option("--broker-port", type=int, default=None, help="Tansu's port on 127.0.0.1 (default: a free one)")
@@ -213,6 +261,7 @@ def consumer(
     "--http-port", type=int, default=None, help="consumer HTTP port, 0 = any free (default: ORDO_HTTP_PORT or 8765)"
 )
 @click.option("--http-host", default=None, help="consumer HTTP address (default: ORDO_HTTP_HOST or 127.0.0.1)")
+@click.option("--no-compactor", is_flag=True, help="do not start the table service (ordo compactor; it needs Java)")
 @pass_settings
 def up(
     settings: Settings,
@@ -221,8 +270,9 @@ def up(
     broker_port: int | None,
     http_port: int | None,
     http_host: str | None,
+    no_compactor: bool,
 ) -> None:
-    """Run the embedded stack in the foreground: broker, arbiter, consumer (Ctrl-C stops it).
+    """Run the embedded stack in the foreground: broker, arbiter, consumer, compactor (Ctrl-C stops it).
 
     The broker is Tansu, in memory only: every table's log is lost when it
     stops (use --kafka for a real Kafka). Prints the ORDO_* settings clients
@@ -241,13 +291,14 @@ def up(
             http_port=settings.http_port if http_port is None else http_port,
             http_host=http_host or settings.http_host,
             echo=click.echo,
+            compactor=not no_compactor,
         )
     )
 
 
 @main.command()
 def demo() -> None:
-    """Concurrent Spark writers on one table, checked against the conflict matrix (starts its own stack, ~2 min)."""
+    """Concurrent Spark writers checked against the conflict matrix, then the table service beside a stream (~3 min)."""
     from ordo.demo import run_demo
 
     raise SystemExit(run_demo())

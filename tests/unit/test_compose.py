@@ -193,3 +193,15 @@ def test_the_stack_makes_and_trusts_its_signing_key(compose: dict[str, Any]) -> 
         assert env(service)["ORDO_TRUSTED_KEYS"] == f"{args.params['path']}.pub"
         assert service["depends_on"]["keys"]["condition"] == "service_completed_successfully"
         assert any(volume.startswith("keys:") for volume in service["volumes"])
+
+
+def test_the_stack_runs_the_table_service(compose: dict[str, Any]) -> None:
+    """The compactor follows the consumer's catalog over HTTP, sees the warehouse, and exposes its metrics."""
+    service = compose["services"]["compactor"]
+    args = parse_ordo(service["command"]).params
+    assert args["metrics_port"] and f"{args['metrics_port']}:{args['metrics_port']}" in service["ports"]
+    settings = env(service)
+    consumer_port = parse_ordo(compose["services"]["consumer"]["command"]).params["http_port"]
+    assert settings["ORDO_CATALOG"] == f"http://consumer:{consumer_port}"
+    assert any(v.endswith(":" + settings["ORDO_WAREHOUSE"]) for v in service["volumes"])
+    assert service["depends_on"]["consumer"]["condition"] == "service_healthy"
