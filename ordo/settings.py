@@ -26,6 +26,8 @@ DEFAULT_FETCH_WAIT_BUSY_MS = 20
 DEFAULT_FETCH_WAIT_IDLE_MS = 100
 DEFAULT_CLIENT_FETCH_WAIT_MS = 20
 DEFAULT_METRICS_HOST = "127.0.0.1"
+DEFAULT_COMPACTOR_MASTER = "local[2]"
+DEFAULT_COMPACTOR_INTERVAL = 5.0
 
 
 def default_state_dir() -> str:
@@ -59,6 +61,14 @@ class Settings:
     client_fetch_wait_ms: int = DEFAULT_CLIENT_FETCH_WAIT_MS  # commit client decision readers while in flight
     arbiter_metrics_port: int = 0  # Prometheus /metrics of the arbiter; 0 = off
     arbiter_metrics_host: str = DEFAULT_METRICS_HOST
+    # `ordo compactor`: its Spark master, seconds between rounds, Prometheus port (None: no metrics server)
+    compactor_master: str = DEFAULT_COMPACTOR_MASTER
+    compactor_interval: float = DEFAULT_COMPACTOR_INTERVAL
+    compactor_metrics_port: int | None = None
+    # Consumer scale-out: I/N, follow only the tables with crc32(name) % N == I (one catalog, N consumers).
+    consumer_shard: str = "0/1"
+    # Arbiter fleet: the Kafka consumer group the arbiters share tables through ("" = <prefix>.arbiters).
+    arbiter_group: str = ""
 
     def kafka_config(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka configuration: bootstrap servers, pass-through settings, then ``overrides``."""
@@ -129,6 +139,11 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
         ("client_fetch_wait_ms", "ORDO_CLIENT_FETCH_WAIT_MS", int),
         ("arbiter_metrics_port", "ORDO_ARBITER_METRICS_PORT", int),
         ("arbiter_metrics_host", "ORDO_ARBITER_METRICS_HOST", str),
+        ("compactor_master", "ORDO_COMPACTOR_MASTER", str),
+        ("compactor_interval", "ORDO_COMPACTOR_INTERVAL", float),
+        ("compactor_metrics_port", "ORDO_COMPACTOR_METRICS_PORT", int),
+        ("consumer_shard", "ORDO_CONSUMER_SHARD", str),
+        ("arbiter_group", "ORDO_ARBITER_GROUP", str),
     ):
         if env.get(key):
             values[name] = cast(env[key])

@@ -920,41 +920,64 @@ class Transaction:
             files = self._write(delete_records(filtered(self._read_pinned(static), layout, where, static), layout))
             return self._staged(files, None if static is None else [static])
 
-    def compact(self, mode: str = "minor", partition: Mapping[str, Any] | None = None) -> Transaction:
+    def compact(
+        self,
+        mode: str = "minor",
+        partition: Mapping[str, Any] | None = None,
+        *,
+        bucket: int | None = None,
+        files: Sequence[str] | None = None,
+    ) -> Transaction:
         """Stage MINOR or MAJOR COMPACT of each partition in scope holding at least two live files.
 
         MINOR keeps per key the newest record, delete records included; MAJOR
         writes base files of live rows only. Output records keep their
         effective sequence number in ``_ordo_seq``; the inputs are the removed
-        files. With nothing to compact the transaction is a no-op.
+        files. With nothing to compact the transaction is a no-op. ``bucket``
+        limits the inputs to that bucket's files (a key lives in one bucket, so
+        MAJOR stays correct); ``files`` (MINOR only) to those live paths.
         """
         operation = {"minor": Operation.MINOR_COMPACT, "major": Operation.MAJOR_COMPACT}.get(str(mode).lower())
         if operation is None:
             raise InvalidOperationError(f"compact mode must be 'minor' or 'major', not {mode!r}")
+        if files is not None and operation is not Operation.MINOR_COMPACT:
+            raise InvalidOperationError("only a MINOR compaction may take a subset of a partition's files")
         with self._stage(operation):
-            return self._rewrite(str(mode).lower(), partition, min_files=2, sort_by=())
+            return self._rewrite(str(mode).lower(), partition, min_files=2, sort_by=(), bucket=bucket, files=files)
 
-    def cluster(self, by: str | Sequence[str], partition: Mapping[str, Any] | None = None) -> Transaction:
-        """Stage CLUSTER BY: rewrite the live rows of each partition in scope sorted by ``by``."""
+    def cluster(
+        self, by: str | Sequence[str], partition: Mapping[str, Any] | None = None, *, bucket: int | None = None
+    ) -> Transaction:
+        """Stage CLUSTER BY: rewrite the live rows of each partition in scope (of ``bucket`` when given) sorted by ``by``."""
         columns = (by,) if isinstance(by, str) else tuple(by)
         names = [f.name for f in self.table.schema.fields]
         unknown = [c for c in columns if c not in names]
         if not columns or unknown:
             raise InvalidOperationError(f"cluster by needs table columns; unknown {unknown or 'none given'} in {names}")
         with self._stage(Operation.CLUSTER):
-            return self._rewrite("cluster", partition, min_files=1, sort_by=columns)
+            return self._rewrite("cluster", partition, min_files=1, sort_by=columns, bucket=bucket)
 
     def _rewrite(
-        self, mode: str, partition: Mapping[str, Any] | None, *, min_files: int, sort_by: Sequence[str]
+        self,
+        mode: str,
+        partition: Mapping[str, Any] | None,
+        *,
+        min_files: int,
+        sort_by: Sequence[str],
+        bucket: int | None = None,
+        files: Sequence[str] | None = None,
     ) -> Transaction:
         from producer.data import read_files, rewrite_records, target_file_count
 
         layout = self.table.layout
         static = self._static(partition)
+        wanted = None if files is None else set(files)
         groups: dict[tuple[str, ...], list[Any]] = {}
         for entry in self.pinned_snapshot().files:
             key = tuple(entry.partition.get(c, "") for c in layout.partition_columns)
             if static is not None and key != tuple(static[c] for c in layout.partition_columns):
+                continue
+            if (bucket is not None and entry.bucket != bucket) or (wanted is not None and entry.path not in wanted):
                 continue
             groups.setdefault(key, []).append(entry)
         inputs = self._rewrite_inputs(mode, [files for _, files in sorted(groups.items()) if len(files) >= min_files])
@@ -965,8 +988,8 @@ class Transaction:
             read_files(self.table.spark, layout, [(e.absolute_path, e.added_version) for e in inputs]), layout, mode
         )
         target = None if layout.partition_columns else target_file_count(sum(e.size_bytes for e in inputs), layout)
-        files = self._write(records, sort_by=sort_by, target_files=target)
-        return self._staged(files, scope, removed=sorted(e.path for e in inputs))
+        written = self._write(records, sort_by=sort_by, target_files=target)
+        return self._staged(written, scope, removed=sorted(e.path for e in inputs))
 
     @staticmethod
     def _rewrite_inputs(mode: str, groups: list[list[Any]]) -> list[Any]:
