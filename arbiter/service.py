@@ -92,7 +92,7 @@ DEFAULT_CHECKPOINT_INTERVAL = 10.0
 CHECKPOINT_DUTY = 5
 KAFKA_TIMEOUT = 30.0
 LAG_INTERVAL = 1.0  # seconds between updates of the intents-lag gauges
-IDLE_AFTER = float("inf")  # seconds without an intent before the doorbell takes over: off (see docs/operations.md)
+IDLE_AFTER = 1.0  # seconds without an intent before the intents consumer unassigns and the doorbell watches
 TAKE_CONCURRENCY = 16  # tables whose producers are initialised at once when many appear (start-up)
 READY_MESSAGE = "arbiter ready"
 

@@ -48,7 +48,7 @@ log = logging.getLogger("ordo.producer")
 CONNECT_TIMEOUT = 10.0
 ADMIN_TIMEOUT = 30.0
 READER_POLL = 0.05
-PAUSE_AFTER = float("inf")  # idle decision readers unassign after this long: off (see docs/operations.md)
+PAUSE_AFTER = 0.5  # a decision reader with nothing in flight this long unassigns until the next intent
 MAX_RESUBMIT_INTERVAL = 60.0
 
 

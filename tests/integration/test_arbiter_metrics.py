@@ -1,4 +1,4 @@
-"""The arbiter's Prometheus endpoint, ``client.id`` per role, the fetch-wait settings."""
+"""The arbiter's Prometheus endpoint, its idle doorbell, the commit client's idle pause, and ``client.id`` per role."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from ordo.broker import free_port
 from ordo.settings import Settings, load_settings
 from ordo.stack import ManagedProcess
 from producer import CommitClient
+from producer.client import PAUSE_AFTER
 from schemas import Outcome
 from tests.integration.test_arbiter_service import create_intent, insert_intent
 
@@ -38,7 +39,7 @@ def sample(text: str, name: str, **labels: str) -> float:
     return 0.0
 
 
-def test_metrics_endpoint_counts_decisions(
+def test_metrics_endpoint_counts_decisions_and_the_arbiter_wakes_from_idle(
     settings: Settings, arbiter: Callable[..., ManagedProcess], commit_client: CommitClient
 ) -> None:
     port = free_port()
@@ -56,7 +57,14 @@ def test_metrics_endpoint_counts_decisions(
     assert sample(text, "ordo_arbiter_batch_decisions_sum") == 5.0
     assert sample(text, "ordo_arbiter_tables") == 1.0
     assert 'ordo_arbiter_rebuild_seconds{table="pm"}' in text
-    assert commit_client.commit(insert_intent("pm", "after", "a", read_version=3), timeout=30).accepted
+    # Idle for longer than the arbiter's idle delay: its intents consumer pauses, the doorbell watches.
+    deadline = time.monotonic() + 20
+    while sample(scrape(port), "ordo_arbiter_idle_sleeps_total") < 1.0:
+        assert time.monotonic() < deadline, "the arbiter never went idle"
+        time.sleep(0.2)
+    started = time.monotonic()
+    assert commit_client.commit(insert_intent("pm", "after-idle", "a", read_version=3), timeout=30).accepted
+    assert time.monotonic() - started < 5.0
     text = scrape(port)
     assert sample(text, "ordo_arbiter_decisions_total", table="pm", outcome="ACCEPTED", reason="") == 5.0
     deadline = time.monotonic() + 10  # the lag gauges are refreshed every second
@@ -64,6 +72,22 @@ def test_metrics_endpoint_counts_decisions(
         assert time.monotonic() < deadline, "no intents-lag gauge of 0 for table pm"
         time.sleep(0.2)
         text = scrape(port)
+
+
+def test_an_idle_commit_client_pauses_its_reader_and_resumes_on_the_next_commit(
+    settings: Settings, arbiter: Callable[..., ManagedProcess], commit_client: CommitClient
+) -> None:
+    arbiter()
+    assert commit_client.commit(create_intent("pc"), timeout=30).accepted
+    reader = commit_client._readers["pc"]
+    deadline = time.monotonic() + PAUSE_AFTER + 10
+    while reader.pauses < 1:
+        assert time.monotonic() < deadline, "the idle decision reader never paused"
+        time.sleep(0.05)
+    for n in range(3):  # each answered although the reader was paused when it was submitted
+        assert commit_client.commit(insert_intent("pc", f"i{n}", "a", read_version=n), timeout=30).accepted
+        time.sleep(PAUSE_AFTER + 0.3)
+    assert reader.pauses >= 3
 
 
 def test_every_kafka_client_names_its_role(settings: Settings) -> None:
