@@ -64,6 +64,7 @@ from typing import Any
 
 from arbiter import checkpoint as checkpoints
 from arbiter.core import GENESIS_HASH, TableState, apply, evaluate_record, new_state, reject_malformed
+from arbiter.prom import ArbiterPrometheus
 from kernel.logread import GapChecker, GapStats
 from ordo.broker import DECISIONS_CONFIG, create_topics, existing_topics
 from ordo.errors import ArbiterFencedError, BrokerUnavailableError, OrdoError
@@ -90,6 +91,8 @@ DEFAULT_CHECKPOINT_INTERVAL = 10.0
 # A checkpoint child may use at most 1/CHECKPOINT_DUTY of the time between two checkpoints.
 CHECKPOINT_DUTY = 5
 KAFKA_TIMEOUT = 30.0
+LAG_INTERVAL = 1.0  # seconds between updates of the intents-lag gauges
+IDLE_AFTER = 1.0  # seconds without an intent before the intents consumer unassigns and the doorbell watches
 TAKE_CONCURRENCY = 16  # tables whose producers are initialised at once when many appear (start-up)
 READY_MESSAGE = "arbiter ready"
 
@@ -150,6 +153,7 @@ class ArbiterMetrics:
     aborts: int = 0
     internal_errors: int = 0
     skipped_duplicates: int = 0
+    sleeps: int = 0  # times the intents consumer paused for want of work (the doorbell watched instead)
     chain_breaks: int = 0
     refused_unsigned: int = 0  # decisions-log records no trusted signature vouched for (never folded)
     tables: int = 0
@@ -178,6 +182,7 @@ class ArbiterMetrics:
             "aborts": self.aborts,
             "internal_errors": self.internal_errors,
             "skipped_duplicates": self.skipped_duplicates,
+            "sleeps": self.sleeps,
             "chain_breaks": self.chain_breaks,
             "refused_unsigned": self.refused_unsigned,
             "tables": self.tables,
@@ -286,6 +291,7 @@ class ArbiterService:
         discovery_interval: float = 0.5,
         metrics_interval: float = 10.0,
         poll_timeout: float = 0.05,
+        idle_after: float = IDLE_AFTER,
         commit_timeout: float = KAFKA_TIMEOUT,
         state_dir: str | None = None,
         checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
@@ -310,6 +316,7 @@ class ArbiterService:
         self.discovery_interval = discovery_interval
         self.metrics_interval = metrics_interval
         self.poll_timeout = poll_timeout
+        self.idle_after = idle_after
         self.commit_timeout = commit_timeout
         self.state_dir = settings.state_dir if state_dir is None else state_dir
         self.checkpoint_every = checkpoint_every
@@ -319,6 +326,9 @@ class ArbiterService:
         if bool(self.state_dir) and checkpoint_every > 0 and not self.checkpoints:
             log.warning("checkpoints disabled: the arbiter core's state has fields arbiter.checkpoint does not know")
         self.metrics = ArbiterMetrics()
+        self.prom = ArbiterPrometheus()
+        self.metrics_port: int | None = None  # the /metrics port once serving
+        self._batch_started = 0.0
         self._pattern = re.compile(intents_pattern(self.prefix))
         self._stop = threading.Event()
         self._tables: dict[str, _Table] = {}  # by intents topic
@@ -327,6 +337,9 @@ class ArbiterService:
         self._producers: dict[str, Any] = {}  # one transactional producer per owned table, by table name
         self._consumer: Any = None
         self._reader: Any = None
+        self._doorbell: Any = None  # while idle: the only fetcher of the intents logs, with the long wait
+        self._idle = False
+        self._last_work = time.monotonic()
         self._gaps: Any = None  # GapChecker of the intents consumer
         self._reader_gaps: Any = None  # GapChecker of the rebuild reader
         self._admin: Any = None
@@ -392,7 +405,9 @@ class ArbiterService:
         self._trust = reader_trust(self.settings, extra=own)
         if self._signer is None:
             log.warning("signatures not required and no ORDO_ARBITER_KEY: writing UNSIGNED decisions")
-        self._admin = AdminClient(config(logger=kafka_log))
+        if self.settings.arbiter_metrics_port:
+            self.metrics_port = self.prom.serve(self.settings.arbiter_metrics_port, self.settings.arbiter_metrics_host)
+        self._admin = AdminClient(config(logger=kafka_log, **{"client.id": f"{self.prefix}.arbiter.admin"}))
         # 1. Fence an arbiter of an older version with this shard (it used one per-shard
         #    transactional id) and end its open transaction. Each table is then taken
         #    through its own producer (``_take``) before its state is rebuilt.
@@ -400,11 +415,12 @@ class ArbiterService:
         self._init_transactions(legacy, f"shard {self.shard[0]}/{self.shard[1]}")
         legacy.flush(1.0)
         del legacy
-        self._consumer = Consumer(self._consumer_config())
-        self._reader = Consumer(self._consumer_config())
+        self._consumer = Consumer(self._consumer_config("intents"))
+        self._reader = Consumer(self._consumer_config("rebuild"))
+        self._doorbell = Consumer(self._consumer_config("doorbell", self.settings.fetch_wait_idle_ms))
         # Every record the consumers skip is re-read (Tansu skips some under concurrent appends; docs/tansu.md).
         self._gaps = GapChecker(
-            self._consumer_config(),
+            self._consumer_config("intents-reread"),
             transactional=False,
             consumer=self._consumer,
             name="arbiter intents",
@@ -412,7 +428,7 @@ class ArbiterService:
             stats=self.metrics.intent_gaps,
         )
         self._reader_gaps = GapChecker(
-            self._consumer_config(),
+            self._consumer_config("rebuild-reread"),
             transactional=True,
             consumer=self._reader,
             name="arbiter rebuild",
@@ -568,7 +584,7 @@ class ArbiterService:
             except Exception:
                 log.debug("closing the membership consumer failed", exc_info=True)
             self._membership = None
-        for client in (self._consumer, self._reader):
+        for client in (self._consumer, self._reader, self._doorbell):
             if client is not None:
                 try:
                     client.close()
@@ -577,30 +593,34 @@ class ArbiterService:
         for checker in (self._gaps, self._reader_gaps):
             if checker is not None:
                 checker.close()
-        self._consumer = self._reader = self._admin = None
+        self._consumer = self._reader = self._doorbell = self._admin = None
         for producer in self._producers.values():
             try:
                 producer.flush(1.0)
             except Exception:  # a fenced producer refuses even that; nothing of ours is lost
                 log.debug("flushing a producer failed", exc_info=True)
         self._producers.clear()
+        self.prom.close()
 
     def _new_producer(self, txn_id: str) -> Any:
         from confluent_kafka import Producer
 
-        return Producer(
-            self.settings.kafka_config(
-                **{
-                    "transactional.id": txn_id,
-                    "enable.idempotence": True,
-                    "acks": "all",
-                    "linger.ms": 2,
-                    "allow.auto.create.topics": False,
-                    "error_cb": self._on_kafka_error,
-                    "on_delivery": self._on_delivery,
-                    "logger": kafka_log,
-                }
-            )
+        return Producer(self._producer_config(txn_id))
+
+    def _producer_config(self, txn_id: str) -> dict[str, Any]:
+        """The transactional producer of ``txn_id`` (its ``client.id`` names it)."""
+        return self.settings.kafka_config(
+            **{
+                "transactional.id": txn_id,
+                "client.id": f"{txn_id}.producer",
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 5,  # commit_transaction flushes at once: no wait added, fewer wake-ups per batch
+                "allow.auto.create.topics": False,
+                "error_cb": self._on_kafka_error,
+                "on_delivery": self._on_delivery,
+                "logger": kafka_log,
+            }
         )
 
     def _init_transactions(self, producer: Any, what: str) -> None:
@@ -680,14 +700,16 @@ class ArbiterService:
             create_topics(self._admin, missing, timeout=KAFKA_TIMEOUT)
         # A consumer assigned a topic it has no metadata for waits ~1 s for
         # librdkafka's leader query; a full metadata request fills the cache now.
-        for consumer in (self._reader, self._consumer):
+        for consumer in (self._reader, self._consumer, self._doorbell):
             _warm_metadata(consumer)
         self._take_all([name for name, _ in new if name not in self._producers])
         for name, topic in new:
             table = _Table(name, topic, decisions_topic(self.prefix, name), new_state(name))
             try:
                 self._take(name)  # fence the table's previous owner before reading what it wrote
+                rebuild_started = time.monotonic()
                 table.state = self._load_state(table)
+                self.prom.rebuild_seconds.labels(name).set(time.monotonic() - rebuild_started)
             except ArbiterStateError as exc:
                 log.error("table %s left undecided until restart: %s", name, exc)
                 self._broken.add(name)
@@ -707,6 +729,9 @@ class ArbiterService:
                 table.origin,
             )
         self.metrics.tables = len(self._tables)
+        self.prom.tables.set(len(self._tables))
+        if self._idle:
+            self._wake()  # a new table: fetch everything with the short wait again
         self._maybe_checkpoint(after_rebuild=True)
         return [name for name, _ in new]
 
@@ -912,6 +937,7 @@ class ArbiterService:
         now = time.monotonic()
         next_discovery = now + self.discovery_interval
         next_metrics = now + self.metrics_interval
+        next_lag = now + LAG_INTERVAL
         consumer = self._consumer
         while not self._stop.is_set():
             if self._membership is not None and not self._in_txn:
@@ -934,10 +960,16 @@ class ArbiterService:
             if now >= next_metrics:
                 self._log_metrics()
                 next_metrics = now + self.metrics_interval
+            elif now >= next_lag:
+                self._update_lag()
+                next_lag = now + LAG_INTERVAL
             messages = self._next_messages(consumer, self.batch_cap - self._txn_records)
             if messages:
+                self._last_work = now
                 self._guard(self._process, messages)
                 consumer = self._consumer
+            elif not self._in_txn and not self._idle and now - self._last_work >= self.idle_after:
+                self._sleep()
             if self._in_txn and (not messages or self._txn_records >= self.batch_cap):
                 self._guard(self._commit)
                 consumer = self._consumer
@@ -952,10 +984,54 @@ class ArbiterService:
         """
         if self._in_txn:
             return self._gaps.check(consumer.consume(num_messages=room, timeout=0))
-        first = consumer.poll(self.poll_timeout)
+        if self._idle:
+            ring = self._doorbell.poll(self.poll_timeout)
+            if ring is None or ring.error() is not None:
+                return []
+            self._wake()
+            first = consumer.poll(self.poll_timeout)
+        else:
+            first = consumer.poll(self.poll_timeout)
         if first is None:
             return []
         return self._gaps.check([first, *consumer.consume(num_messages=room - 1, timeout=0)] if room > 1 else [first])
+
+    def _sleep(self) -> None:
+        """Idle: unassign the intents consumer and let the doorbell (long fetch wait) watch the logs from there.
+
+        Tansu answers an empty fetch only after the full ``fetch.wait.max.ms``:
+        the short wait that keeps decisions fast costs the broker a fetch per
+        millisecond per idle consumer. The doorbell's records are never decided;
+        the first one wakes the intents consumer, assigned again where it was
+        (``assign()`` fetches within a millisecond; librdkafka's ``resume()``
+        can take a second), which reads it with gaps checked.
+        """
+        from confluent_kafka import TopicPartition
+
+        if not self._tables:
+            return
+        start = []
+        for t in self._tables.values():
+            expected = self._gaps.expected(t.intents)
+            start.append(TopicPartition(t.intents, 0, t.state.next_offset if expected is None else expected))
+        self._consumer.unassign()
+        self._doorbell.assign(start)
+        self._idle = True
+        self.metrics.sleeps += 1
+        self.prom.sleeps.inc()
+
+    def _wake(self) -> None:
+        """Work arrived (or a table): stop the doorbell, assign the intents consumer again where it stopped."""
+        from confluent_kafka import TopicPartition
+
+        self._doorbell.unassign()
+        start = []
+        for t in self._tables.values():
+            expected = self._gaps.expected(t.intents)
+            start.append(TopicPartition(t.intents, 0, t.state.next_offset if expected is None else expected))
+        self._consumer.assign(start)
+        self._idle = False
+        self._last_work = time.monotonic()
 
     def _guard(self, step: Any, *args: Any) -> None:
         """Run one loop step; on an abortable failure abort, rebuild and re-seek; on fencing raise."""
@@ -1010,6 +1086,8 @@ class ArbiterService:
         producers = self._producers
         open_tables = self._txn_tables
         metrics = self.metrics
+        prom = self.prom
+        clock = time.perf_counter
         for message in messages:
             error = message.error()
             if error is not None:
@@ -1026,7 +1104,9 @@ class ArbiterService:
             producer = producers[table.name]
             if table.name not in open_tables:
                 self._begin(table.name, producer)
+            started = clock()
             decision, data = self._decide(table, message, offset)
+            prom.decide_seconds.observe(clock() - started)
             try:
                 apply(state, decision, data)
             except Exception:
@@ -1041,6 +1121,7 @@ class ArbiterService:
             self._held[table.name] = (table.decisions, data, key)
             self._txn_records += 1
             metrics.decided += 1
+            prom.decided(table.name, decision.outcome.value, decision.reason or "")
             if decision.outcome is Outcome.ACCEPTED:
                 metrics.accepted += 1
             else:
@@ -1091,6 +1172,8 @@ class ArbiterService:
                 raise self._fenced(exc.args[0], table) from exc
             raise
         self._txn_tables.add(table)
+        if not self._in_txn:
+            self._batch_started = time.perf_counter()
         self._in_txn = True
 
     def _produce(
@@ -1124,6 +1207,8 @@ class ArbiterService:
         self.metrics.batches += 1
         self.metrics.batched_records += records
         self.metrics.max_batch = max(self.metrics.max_batch, records)
+        self.prom.batch_seconds.observe(time.perf_counter() - self._batch_started)
+        self.prom.batch_size.observe(records)
         self._in_txn = False
         self._txn_tables.clear()
         self._txn_records = 0
@@ -1171,6 +1256,10 @@ class ArbiterService:
         from confluent_kafka import Consumer, TopicPartition
 
         self.metrics.aborts += 1
+        self.prom.aborts.inc()
+        if self._idle:
+            self._doorbell.unassign()
+            self._idle = False
         touched = set(self._txn_tables)
         self._held.clear()
         for name in sorted(touched):
@@ -1187,11 +1276,13 @@ class ArbiterService:
         self._txn_records = 0
         for table in self._tables.values():
             if table.name in touched:
+                rebuild_started = time.monotonic()
                 table.state = self._load_state(table)
+                self.prom.rebuild_seconds.labels(table.name).set(time.monotonic() - rebuild_started)
         # The intents consumer may hold prefetched records past the rebuilt
         # positions; a fresh one assigned at each table's resume offset is simplest.
         old = self._consumer
-        self._consumer = Consumer(self._consumer_config())
+        self._consumer = Consumer(self._consumer_config("intents"))
         _warm_metadata(self._consumer)
         self._consumer.incremental_assign(
             [TopicPartition(t.intents, 0, t.state.next_offset) for t in self._tables.values()]
@@ -1318,15 +1409,17 @@ class ArbiterService:
         self._wait_checkpointer(60.0)
         self._maybe_checkpoint(final=True)
 
-    def _consumer_config(self) -> dict[str, Any]:
+    def _consumer_config(self, role: str, wait_ms: int | None = None) -> dict[str, Any]:
+        """A consumer of ``role`` (its ``client.id``), fetching with the short wait unless ``wait_ms`` says."""
         return self.settings.kafka_config(
             **{
                 "group.id": f"{self.prefix}.arbiter",
+                "client.id": f"{self.prefix}.arbiter.{role}",
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,
                 "isolation.level": "read_committed",
                 "auto.offset.reset": "earliest",
-                "fetch.wait.max.ms": 20,
+                "fetch.wait.max.ms": self.settings.fetch_wait_busy_ms if wait_ms is None else wait_ms,
                 "enable.partition.eof": True,  # an end beyond the last record read is a gap (kernel.logread)
                 "error_cb": self._on_kafka_error,
                 "logger": kafka_log,
@@ -1336,6 +1429,11 @@ class ArbiterService:
     # ------------------------------------------------------------------ metrics
 
     def _log_metrics(self) -> None:
+        self._update_lag()
+        log.info(json.dumps({"event": "metrics", **self.metrics.snapshot()}))
+
+    def _update_lag(self) -> None:
+        """Intents lag per table from the consumer's cached high watermarks (no broker round trip)."""
         from confluent_kafka import TopicPartition
 
         lag: dict[str, int] = {}
@@ -1346,8 +1444,9 @@ class ArbiterService:
                 continue
             if high is not None and high >= 0:
                 lag[table.name] = max(0, high - table.state.next_offset)
+                self.prom.lag.labels(table.name).set(lag[table.name])
         self.metrics.lag = lag
-        log.info(json.dumps({"event": "metrics", **self.metrics.snapshot()}))
+        self.prom.intent_rereads.set(self.metrics.intent_gaps.rereads)
 
 
 def run_arbiter(

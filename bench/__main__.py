@@ -2,7 +2,7 @@
 
 Prints a Markdown table and writes ``bench/results.json``: one object per
 benchmark with its figures (ours, the peer's, their ratio, the target) and the
-machine they were measured on. Names: core, throughput, latency, peers, scale,
+machine they were measured on. Names: core, throughput, latency, pipeline, peers, scale,
 spark, service (default: all, in that order; Spark last). Running some of them replaces
 their entries in an existing ``results.json`` of the same profile and keeps the
 others (each entry says when it was measured). A benchmark that fails is
@@ -24,6 +24,7 @@ BENCHMARKS = {
     "core": "pure hot path",
     "throughput": "arbiter throughput",
     "latency": "commit latency",
+    "pipeline": "pipelined commit client",
     "peers": "8 writers vs peers",
     "scale": "scale",
     "spark": "spark",
@@ -88,6 +89,14 @@ def main(argv: list[str]) -> int:
     RESULTS.write_text(json.dumps(document, indent=2, default=str) + "\n")
     print("\n" + table(everything))
     print(f"\nwrote {RESULTS.relative_to(ROOT)} ({document['duration_s']:.0f} s, profile {profile()})")
+    try:
+        from bench.plot import draw
+
+        drawn = draw(RESULTS)
+        if drawn is not None:
+            print(f"drew {drawn.relative_to(ROOT)}")
+    except ImportError as exc:  # matplotlib comes with the bench extra
+        print(f"no latency plot: {exc}")
     return 0 if all(r.status != "error" for r in everything) else 1
 
 

@@ -395,6 +395,7 @@ def _results(outcomes: dict[str, dict[str, list[dict[str, Any]]]], duration: flo
                 "p99_ms": round(percentile(latencies, 99), 1) if latencies else None,
                 "rejects_per_s": round(median(r["rejects"] / duration for r in system_runs), 1),
                 "resubmits": sum(r["resubmits"] for r in system_runs),
+                "latency_samples_ms": [round(x, 2) for x in latencies],  # for the CDF plot (bench.plot)
             }
         peers = [s for s in runs if s != "ordo"]
         best = max(peers, key=lambda s: summary[s]["commits_per_s"]) if peers else None

@@ -190,6 +190,7 @@ class Materializer:
             **{
                 # Never joins (assign() only) nor commits: the catalog holds the offsets.
                 "group.id": f"{self.prefix}.consumer.{uuid.uuid4().hex[:12]}",
+                "client.id": f"{self.prefix}.consumer",
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,
                 "isolation.level": "read_committed",
@@ -444,6 +445,7 @@ class Materializer:
             self.settings.kafka_config(
                 **{
                     "group.id": f"{self.prefix}.consumer-probe.{uuid.uuid4().hex[:12]}",
+                    "client.id": f"{self.prefix}.consumer.probe",
                     "enable.auto.commit": False,
                     "isolation.level": "read_uncommitted",
                     "auto.offset.reset": "error",

@@ -193,6 +193,7 @@ def build_fresh(settings: Settings, table: str, path: str | Path, timeout: float
         settings.kafka_config(
             **{
                 "group.id": f"{settings.topic_prefix}.repair",  # never joined: assign() only
+                "client.id": f"{settings.topic_prefix}.repair",
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,
                 "isolation.level": "read_committed",  # what the consumer reads

@@ -305,6 +305,7 @@ class GapChecker:
                     "enable.partition.eof": True,
                     "auto.offset.reset": "earliest",
                     "fetch.wait.max.ms": 10,
+                    "client.id": f"{config.get('client.id', 'ordo')}.reread",
                 }
             )
             self._rereader = Consumer(config)
@@ -369,6 +370,7 @@ def read_to_end(
         }
     )
     own.setdefault("group.id", "ordo.read-to-end")  # never joined
+    own.setdefault("client.id", "ordo.read-to-end")
     own.setdefault("auto.offset.reset", "earliest")  # a start below the log's first offset reads from its first
     own.setdefault("fetch.wait.max.ms", 20)
     consumer = Consumer(own)

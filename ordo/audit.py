@@ -141,6 +141,7 @@ def read_partition(
     config = settings.kafka_config(
         **{
             "group.id": f"{settings.topic_prefix}.audit",  # never joined: assign() only
+            "client.id": f"{settings.topic_prefix}.audit",
             "isolation.level": "read_committed",
             "fetch.wait.max.ms": 20,
         }
@@ -171,7 +172,9 @@ def read_table_logs(
 
     intents_name = intents_topic(settings.topic_prefix, table)
     decisions_name = decisions_topic(settings.topic_prefix, table)
-    topics = existing_topics(AdminClient(settings.kafka_config()), timeout=timeout)
+    topics = existing_topics(
+        AdminClient(settings.kafka_config(**{"client.id": f"{settings.topic_prefix}.audit.admin"})), timeout=timeout
+    )
     missing = [name for name in (intents_name, decisions_name) if name not in topics]
     if missing:
         raise AuditReadError(

@@ -57,7 +57,13 @@ def metadata_ready(bootstrap_servers: str, timeout: float = 2.0) -> bool:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers, "socket.connection.setup.timeout.ms": 1000})
+    admin = AdminClient(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "socket.connection.setup.timeout.ms": 1000,
+            "client.id": "ordo.broker-probe",
+        }
+    )
     try:
         metadata = admin.list_topics(timeout=timeout)
     except KafkaException:

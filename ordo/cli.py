@@ -117,6 +117,15 @@ def broker(port: int | None) -> None:
     show_default=True,
     help="at most one checkpoint per this many seconds",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(min=0, max=65535),
+    default=None,
+    help="serve Prometheus /metrics on this port (default: ORDO_ARBITER_METRICS_PORT; 0 or unset: off)",
+)
+@click.option(
+    "--metrics-host", default=None, help="address of /metrics (default: ORDO_ARBITER_METRICS_HOST or 127.0.0.1)"
+)
 @_broker_timeout_option
 @pass_settings
 def arbiter(
@@ -127,6 +136,8 @@ def arbiter(
     state_dir: str | None,
     checkpoint_every: int,
     checkpoint_interval: float,
+    metrics_port: int | None,
+    metrics_host: str | None,
     broker_timeout: float,
 ) -> None:
     """Run an arbiter: decide every table's intents (of one shard) until Ctrl-C / SIGTERM."""
@@ -144,7 +155,9 @@ def arbiter(
         raise click.UsageError("--shard and the arbiter fleet (--fleet / ORDO_ARBITER_GROUP) exclude each other")
     check_broker(settings, broker_timeout)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    settings = settings.with_overrides(state_dir=state_dir)
+    settings = settings.with_overrides(
+        state_dir=state_dir, arbiter_metrics_port=metrics_port, arbiter_metrics_host=metrics_host
+    )
     raise SystemExit(
         run_arbiter(
             settings,

@@ -22,6 +22,10 @@ DEFAULT_WAREHOUSE = "warehouse"
 DEFAULT_HTTP_HOST = "127.0.0.1"
 DEFAULT_HTTP_PORT = 8765
 DEFAULT_RESUBMIT_AFTER = 5.0
+DEFAULT_FETCH_WAIT_BUSY_MS = 20
+DEFAULT_FETCH_WAIT_IDLE_MS = 100
+DEFAULT_CLIENT_FETCH_WAIT_MS = 20
+DEFAULT_METRICS_HOST = "127.0.0.1"
 DEFAULT_COMPACTOR_MASTER = "local[2]"
 DEFAULT_COMPACTOR_INTERVAL = 5.0
 
@@ -50,6 +54,13 @@ class Settings:
     trusted_keys: str = ""
     require_signatures: bool = True
     resubmit_after: float = DEFAULT_RESUBMIT_AFTER  # commit client: publish an intent again when undecided this long
+    # Adaptive fetch waits (docs/operations.md "Latency and idle cost"): readers fetch with the short
+    # wait while work is in flight and fall back to the long one (or pause) when idle.
+    fetch_wait_busy_ms: int = DEFAULT_FETCH_WAIT_BUSY_MS
+    fetch_wait_idle_ms: int = DEFAULT_FETCH_WAIT_IDLE_MS
+    client_fetch_wait_ms: int = DEFAULT_CLIENT_FETCH_WAIT_MS  # commit client decision readers while in flight
+    arbiter_metrics_port: int = 0  # Prometheus /metrics of the arbiter; 0 = off
+    arbiter_metrics_host: str = DEFAULT_METRICS_HOST
     # `ordo compactor`: its Spark master, seconds between rounds, Prometheus port (None: no metrics server)
     compactor_master: str = DEFAULT_COMPACTOR_MASTER
     compactor_interval: float = DEFAULT_COMPACTOR_INTERVAL
@@ -123,6 +134,11 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
         ("trusted_keys", "ORDO_TRUSTED_KEYS", str),
         ("require_signatures", "ORDO_REQUIRE_SIGNATURES", parse_bool),
         ("resubmit_after", "ORDO_RESUBMIT_AFTER", float),
+        ("fetch_wait_busy_ms", "ORDO_FETCH_WAIT_BUSY_MS", int),
+        ("fetch_wait_idle_ms", "ORDO_FETCH_WAIT_IDLE_MS", int),
+        ("client_fetch_wait_ms", "ORDO_CLIENT_FETCH_WAIT_MS", int),
+        ("arbiter_metrics_port", "ORDO_ARBITER_METRICS_PORT", int),
+        ("arbiter_metrics_host", "ORDO_ARBITER_METRICS_HOST", str),
         ("compactor_master", "ORDO_COMPACTOR_MASTER", str),
         ("compactor_interval", "ORDO_COMPACTOR_INTERVAL", float),
         ("compactor_metrics_port", "ORDO_COMPACTOR_METRICS_PORT", int),
@@ -134,4 +150,13 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
     values["kafka"] = kafka_passthrough(env)
     settings = Settings(**values).with_overrides(**overrides)
     validate_prefix(settings.topic_prefix)
+    if (
+        min(settings.fetch_wait_busy_ms, settings.client_fetch_wait_ms) < 1
+        or settings.fetch_wait_idle_ms < settings.fetch_wait_busy_ms
+    ):
+        raise ValueError(
+            "fetch waits must satisfy 1 <= ORDO_FETCH_WAIT_BUSY_MS <= ORDO_FETCH_WAIT_IDLE_MS and "
+            f"ORDO_CLIENT_FETCH_WAIT_MS >= 1, got {settings.fetch_wait_busy_ms}, {settings.fetch_wait_idle_ms} "
+            f"and {settings.client_fetch_wait_ms}"
+        )
     return settings

@@ -43,6 +43,12 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "ORDO_ARBITER_KEY": settings.arbiter_key,
         "ORDO_TRUSTED_KEYS": settings.trusted_keys,
         "ORDO_REQUIRE_SIGNATURES": "true" if settings.require_signatures else "false",
+        "ORDO_RESUBMIT_AFTER": str(settings.resubmit_after),
+        "ORDO_FETCH_WAIT_BUSY_MS": str(settings.fetch_wait_busy_ms),
+        "ORDO_FETCH_WAIT_IDLE_MS": str(settings.fetch_wait_idle_ms),
+        "ORDO_CLIENT_FETCH_WAIT_MS": str(settings.client_fetch_wait_ms),
+        "ORDO_ARBITER_METRICS_PORT": str(settings.arbiter_metrics_port),
+        "ORDO_ARBITER_METRICS_HOST": settings.arbiter_metrics_host,
         "ORDO_ARBITER_GROUP": settings.arbiter_group,
         "ORDO_CONSUMER_SHARD": settings.consumer_shard,
     }

@@ -73,7 +73,11 @@ def check_broker(settings: Settings, timeout: float = 10.0) -> None:
         raise BrokerUnavailableError(
             "no Kafka broker configured: set ORDO_BOOTSTRAP_SERVERS or pass --bootstrap-servers"
         )
-    admin = AdminClient(settings.kafka_config(**{"socket.connection.setup.timeout.ms": 2000}))
+    admin = AdminClient(
+        settings.kafka_config(
+            **{"socket.connection.setup.timeout.ms": 2000, "client.id": f"{settings.topic_prefix}.up.admin"}
+        )
+    )
     deadline = time.monotonic() + timeout
     while True:
         try:

@@ -165,7 +165,10 @@ def read_pending_intents(settings: Any, table: str, from_offset: int, timeout: f
 
     topic = intents_topic(settings.topic_prefix, table)
     try:
-        topics = existing_topics(AdminClient(settings.kafka_config()), timeout=timeout)
+        topics = existing_topics(
+            AdminClient(settings.kafka_config(**{"client.id": f"{settings.topic_prefix}.vacuum.admin"})),
+            timeout=timeout,
+        )
     except OrdoError as exc:
         raise VacuumError(f"cannot read the intents log of {table!r} to protect undecided intents: {exc}") from exc
     if topic not in topics:
@@ -174,6 +177,7 @@ def read_pending_intents(settings: Any, table: str, from_offset: int, timeout: f
         settings.kafka_config(
             **{
                 "group.id": f"{settings.topic_prefix}.vacuum",  # never joined: assign() only
+                "client.id": f"{settings.topic_prefix}.vacuum",
                 "enable.auto.commit": False,
                 "isolation.level": "read_uncommitted",
                 "enable.partition.eof": True,

@@ -39,8 +39,7 @@ from kernel.logread import GapChecker, GapStats, read_to_end
 from ordo.broker import DECISIONS_CONFIG, INTENTS_CONFIG, create_table_topics, create_topics, existing_topics
 from ordo.errors import BrokerUnavailableError, CommitTimeoutError, OrdoError, TableNotFoundError
 from ordo.settings import Settings, load_settings
-from schemas import CodecError, CommitDecision, CommitIntent, Operation, decisions_topic, decode, encode, intents_topic
-from schemas.codec import DEFAULT_CODEC
+from schemas import CommitDecision, CommitIntent, Operation, decisions_topic, decode, encode, intents_topic
 from schemas.signing import GENESIS_HASH as GENESIS
 from schemas.signing import ChainVerifier, Trust, signature_of
 
@@ -49,6 +48,7 @@ log = logging.getLogger("ordo.producer")
 CONNECT_TIMEOUT = 10.0
 ADMIN_TIMEOUT = 30.0
 READER_POLL = 0.05
+PAUSE_AFTER = 0.5  # a decision reader with nothing in flight this long unassigns until the next intent
 MAX_RESUBMIT_INTERVAL = 60.0
 
 
@@ -83,28 +83,38 @@ class _DecisionReader:
         self._lock = threading.Lock()
         self._undelivered: set[_Pending] = set()
         self._waiting: dict[int, _Pending] = {}
-        self._early: dict[int, dict[str, Any]] = {}  # decision records read before their delivery report
+        self._early: dict[int, CommitDecision] = {}  # decisions read before their intent's delivery report
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"ordo-decisions-{table}", daemon=True)
         self._consumer: Any = None
         # Only authentic records count; the chain's continuity is the consumer's concern: unanchored.
         self._verifier: ChainVerifier[bytes] = ChainVerifier(table, client._reader_trust(), anchored=False)
         self._gaps: GapChecker | None = None
+        self._paused = False
+        self._idle_since: float | None = None  # when the last commit in flight was answered
+        self.pauses = 0  # how often the reader stopped fetching for want of work
 
-    def begin(self) -> None:
-        from confluent_kafka import Consumer, TopicPartition
-
-        config = self.client.settings.kafka_config(
+    def config(self) -> dict[str, Any]:
+        """The decision reader's librdkafka configuration (``client.id`` names its role)."""
+        return self.client.settings.kafka_config(
             **{
                 "group.id": f"{self.client.prefix}.commit-client",  # never joined: assign() only
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,
                 "isolation.level": "read_committed",
-                "fetch.wait.max.ms": 20,
+                # Tansu answers an empty fetch only after the full wait: the short wait while a
+                # commit is in flight; with nothing in flight the partition is paused (no fetches).
+                "fetch.wait.max.ms": self.client.settings.client_fetch_wait_ms,
                 "enable.partition.eof": True,  # an end past the last record read is a gap to re-read
                 "allow.auto.create.topics": False,
+                "client.id": f"{self.client.prefix}.commit-client.decisions",
             }
         )
+
+    def begin(self) -> None:
+        from confluent_kafka import Consumer, TopicPartition
+
+        config = self.config()
         self._consumer = Consumer(config)
         self._gaps = GapChecker(
             config,
@@ -124,6 +134,38 @@ class _DecisionReader:
     def add(self, pending: _Pending) -> None:
         with self._lock:
             self._undelivered.add(pending)
+            self._idle_since = None
+            if self._paused:
+                self._set_paused(False)
+
+    def _set_paused(self, paused: bool) -> None:
+        """Stop or restart fetching the decisions topic (under ``_lock``).
+
+        By unassigning and assigning again at the next expected offset: librdkafka's
+        ``resume()`` takes up to a second to fetch again, ``assign()`` about a millisecond.
+        """
+        from confluent_kafka import TopicPartition
+
+        assert self._gaps is not None
+        if paused:
+            self._consumer.unassign()
+            self.pauses += 1
+        else:
+            expected = self._gaps.expected(self.topic)
+            start = self.start if expected is None else expected
+            self._consumer.assign([TopicPartition(self.topic, 0, start)])
+        self._paused = paused
+
+    def _maybe_pause(self, now: float) -> None:
+        """Stop fetching once nothing has been in flight for ``PAUSE_AFTER`` seconds (the idle cost is then nil)."""
+        with self._lock:
+            if self._paused or self._waiting or self._undelivered:
+                self._idle_since = None
+                return
+            if self._idle_since is None:
+                self._idle_since = now
+            elif now - self._idle_since >= PAUSE_AFTER:
+                self._set_paused(True)
 
     def delivered(self, pending: _Pending, error: Any, offset: int | None, repeat: bool = False) -> None:
         """Delivery report of ``pending``'s intent or of a ``repeat`` of it (called on the producer's poll thread)."""
@@ -173,18 +215,18 @@ class _DecisionReader:
                     for refusal in refused:
                         log.warning("%s offset %d refused: %s", self.topic, refusal.offset, refusal.reason)
                     for value in released:
-                        # Only the intent offset is needed to match; a decision is
-                        # validated into a model only when it is one of ours.
+                        # The codec's own model path: cheaper than a dict plus pydantic validation.
                         try:
-                            model, record = DEFAULT_CODEC.decode_dict(value)
+                            decision = decode(value)
                         except Exception as exc:
-                            log.warning("%s: a signed record is not a decision: %s", self.topic, exc)
+                            log.warning("%s: a signed record is not a valid decision: %s", self.topic, exc)
                             continue
-                        if model is CommitDecision:
-                            self._match(record)
+                        if isinstance(decision, CommitDecision):
+                            self._match(decision)
                 now = time.monotonic()
                 if now >= next_expiry:
                     self._expire(now)
+                    self._maybe_pause(now)
                     next_expiry = now + 0.1
         except Exception:  # a reader must not die silently: fail what it serves
             log.exception("decision reader for %s failed", self.topic)
@@ -193,8 +235,8 @@ class _DecisionReader:
             gaps.close()
             consumer.close()
 
-    def _match(self, record: dict[str, Any]) -> None:
-        offset = record["intent_offset"]
+    def _match(self, record: CommitDecision) -> None:
+        offset = record.intent_offset
         with self._lock:
             pending = self._waiting.pop(offset, None)
             if pending is None:
@@ -259,13 +301,8 @@ def _warm_metadata(consumer: Any) -> None:
         log.debug("metadata request failed (assign() will retry): %s", exc)
 
 
-def _resolve(future: Future[CommitDecision], record: dict[str, Any]) -> None:
+def _resolve(future: Future[CommitDecision], decision: CommitDecision) -> None:
     if future.done():
-        return
-    try:
-        decision = CommitDecision.model_validate(record)
-    except ValueError as exc:
-        _fail(future, CodecError(f"the decision for this intent is invalid: {exc}"))
         return
     try:
         future.set_result(decision)
@@ -437,7 +474,11 @@ class CommitClient:
         if topic not in existing_topics(self._admin, ADMIN_TIMEOUT):
             return []
         config = self.settings.kafka_config(
-            **{"group.id": f"{self.prefix}.commit-client", "isolation.level": "read_committed"}
+            **{
+                "group.id": f"{self.prefix}.commit-client",
+                "client.id": f"{self.prefix}.commit-client.history",
+                "isolation.level": "read_committed",
+            }
         )
         result: list[CommitDecision] = []
         verifier: ChainVerifier[bytes] = ChainVerifier(table, self._reader_trust(), anchor=None if start else GENESIS)
@@ -498,7 +539,7 @@ class CommitClient:
         from confluent_kafka import KafkaException, Producer
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient(self.settings.kafka_config())
+        admin = AdminClient(self.settings.kafka_config(**{"client.id": f"{self.prefix}.commit-client.admin"}))
         try:
             admin.list_topics(timeout=self.connect_timeout)
         except KafkaException as exc:
@@ -512,8 +553,9 @@ class CommitClient:
                 **{
                     "enable.idempotence": True,
                     "acks": "all",
-                    "linger.ms": 2,
+                    "linger.ms": 0,  # a commit waits on this record; under load batches form while requests are in flight
                     "allow.auto.create.topics": False,
+                    "client.id": f"{self.prefix}.commit-client.producer",
                 }
             )
         )

@@ -456,6 +456,53 @@ def test_inconsistent_records_stop_the_table_with_a_reason(catalog_at: Callable[
     assert len(catalog.snapshot("t").files) == 3  # nothing of the bad record was applied
 
 
+def test_a_half_written_inconsistent_decision_in_a_batch_leaves_no_row_behind(tmp_path: Path) -> None:
+    """The batch's fast attempt (no savepoint per decision) is rolled back whole and applied again carefully."""
+    script = Script(offset_step=1)
+    for i in range(3):
+        script.submit(
+            CommitIntent(
+                txn_id=f"i{i}",
+                table="t",
+                operation=Operation.INSERT_INTO,
+                read_version=i,
+                added_files=script.files(f"i{i}", "a"),
+            )
+        )
+    live = script.decisions[-1].added_files[0].path
+    # Removes one live file and one that never existed: the first UPDATE succeeds before the check fails.
+    bad = _rechained(
+        script.decisions[-1],
+        script.state.chain,
+        id_version=4,
+        txn_id="z",
+        operation=Operation.MINOR_COMPACT,
+        time_version=None,
+        added_files=(),
+        removed_files=(live, "dt=a/nope.parquet"),
+    )
+    script.records.append(LogRecord("t", len(script.records), 0, bad))
+    other = Script("u", seed=21).run(10)
+    writer = CatalogWriter(tmp_path / "c.db", "ordo")
+    result = writer.apply([*script.records, *other.records])  # one batch: good, bad, then another table
+    writer.close()
+    assert result.broken and result.broken[0][0] == "t"
+    catalog = Catalog(tmp_path / "c.db")
+    assert live in {f.path for f in catalog.snapshot("t").files}
+    conn = sqlite3.connect(tmp_path / "c.db")
+    try:  # the UPDATE of the bad decision was undone, not merely hidden behind the head version
+        assert (
+            conn.execute(
+                "SELECT count(*) FROM files WHERE removed_version IS NOT NULL AND table_id = (SELECT id FROM tables WHERE name = 't')"
+            ).fetchone()[0]
+            == 0
+        )
+    finally:
+        conn.close()
+    assert len(catalog.snapshot("t").files) == 3 and catalog.head("t") == 3
+    assert catalog.head("u") == other.model.head  # the rest of the batch is applied
+
+
 # ---------------------------------------------------------------------- reads while writing
 
 
