@@ -62,6 +62,7 @@ class FileRef:
     operation: str = ""
     min_key: str | None = None
     max_key: str | None = None
+    bucket: int = 0
 
     @classmethod
     def of(cls, entry: FileEntry) -> FileRef:
@@ -72,6 +73,7 @@ class FileRef:
             entry.operation,
             entry.min_key,
             entry.max_key,
+            entry.bucket,
         )
 
 
@@ -164,7 +166,8 @@ def latest_records(records: pa.Table, shape: TableShape) -> pa.Table:
 
 
 def live_rows(refs: Sequence[FileRef], shape: TableShape, keys: Any = None, merge: bool = True) -> pa.Table:
-    """Merge-on-read of the files of ONE partition: its live rows (table columns), only ``keys`` when given."""
+    """Merge-on-read of the files of ONE partition (or one bucket of it): its live rows (table columns),
+    only ``keys`` when given."""
     import pyarrow.compute as pc
 
     records = _concat([read_file(r, shape, keys) for r in refs], shape)
@@ -187,6 +190,24 @@ def by_partition(refs: Sequence[FileRef], columns: Sequence[str]) -> dict[tuple[
     for r in refs:
         groups.setdefault(tuple(r.partition.get(c, "") for c in columns), []).append(r)
     return groups
+
+
+def by_bucket(refs: Sequence[FileRef], columns: Sequence[str]) -> dict[tuple[tuple[str, ...], int], list[FileRef]]:
+    """Files grouped by (partition values in ``columns`` order, bucket): the unit of merge-on-read.
+
+    Every record of a key is in its bucket's files (``producer.buckets``), so a
+    group's live rows are a pure function of the group's files.
+    """
+    groups: dict[tuple[tuple[str, ...], int], list[FileRef]] = {}
+    for r in refs:
+        groups.setdefault((tuple(r.partition.get(c, "") for c in columns), r.bucket), []).append(r)
+    return groups
+
+
+def merge_groups(refs: Sequence[FileRef], columns: Sequence[str]) -> list[tuple[tuple[FileRef, ...], bool]]:
+    """The (partition, bucket) groups of ``refs`` in a stable order, each with whether it needs a merge."""
+    groups = by_bucket(refs, columns)
+    return [(tuple(group), needs_merge(group)) for _, group in sorted(groups.items())]
 
 
 # --------------------------------------------------------------------------- change feed
@@ -380,11 +401,13 @@ __all__ = [
     "CommitChanges",
     "FileRef",
     "TableShape",
+    "by_bucket",
     "by_partition",
     "change_rows",
     "change_schema",
     "check_form",
     "live_rows",
+    "merge_groups",
     "needs_merge",
     "plan_commit",
 ]

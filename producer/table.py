@@ -285,6 +285,7 @@ class DeltaTable:
         partitioned_by: str | Sequence[str] = (),
         location: str | None = None,
         properties: Mapping[str, Any] | None = None,
+        buckets: int | None = None,
         settings: Settings | None = None,
         bootstrap_servers: str | None = None,
         topic_prefix: str | None = None,
@@ -297,9 +298,12 @@ class DeltaTable:
 
         ``schema`` is a Spark DDL string (``"id BIGINT, v STRING"``) or a
         StructType. ``location`` defaults to ``<warehouse>/<name>`` as an
-        absolute path. Raises ``TableExistsError`` if the table exists and
-        ``InvalidTableError`` for a definition that cannot be a table.
+        absolute path. ``buckets`` (also the property ``ordo.buckets``) is the
+        number of buckets per partition (default 4; 1 when a key type has no
+        canonical text, see ``producer.buckets``). Raises ``TableExistsError`` if
+        the table exists and ``InvalidTableError`` for a definition that cannot be a table.
         """
+        from producer.buckets import BUCKETS_PROPERTY, BucketError, choose_buckets
         from producer.data import check_definition, parse_schema, schema_to_ddl
 
         validate_table_name(name)
@@ -316,6 +320,17 @@ class DeltaTable:
         key = (primary_key,) if isinstance(primary_key, str) else tuple(primary_key)
         parts = (partitioned_by,) if isinstance(partitioned_by, str) else tuple(partitioned_by)
         check_definition(spark_schema, key, parts)
+        props = {str(k): str(v) for k, v in (properties or {}).items()}
+        given = props.get(BUCKETS_PROPERTY)
+        if buckets is not None and given is not None and str(buckets) != given:
+            raise InvalidTableError(f"buckets={buckets} and property {BUCKETS_PROPERTY}={given!r} disagree")
+        try:
+            count = choose_buckets(
+                buckets if buckets is not None else given, [spark_schema[k].dataType.simpleString() for k in key]
+            )
+        except BucketError as exc:
+            raise InvalidTableError(str(exc)) from exc
+        props[BUCKETS_PROPERTY] = str(count)
         if location is None:
             location = resolved.warehouse.rstrip("/") + "/" + name
         if not _has_scheme(location):
@@ -325,7 +340,7 @@ class DeltaTable:
             schema=schema_to_ddl(spark_schema),
             primary_key=key,
             partition_columns=parts,
-            properties={str(k): str(v) for k, v in (properties or {}).items()},
+            properties=props,
         )
         table = cls(
             spark,
@@ -601,21 +616,34 @@ class DeltaTable:
         """Make the table what it was as of ``timestamp``: one INSERT OVERWRITE of that snapshot."""
         return self.insert_overwrite(self.read(timestamp=timestamp))
 
-    def compact(self, mode: str = "minor", partition: Mapping[str, Any] | None = None) -> CommitResult | None:
-        """MINOR or MAJOR COMPACT of one partition or the whole table; None when there was nothing to compact."""
-        return self._run(lambda t: t.compact(mode, partition))
+    def compact(
+        self, mode: str = "minor", partition: Mapping[str, Any] | None = None, *, bucket: int | None = None
+    ) -> CommitResult | None:
+        """MINOR or MAJOR COMPACT of one partition or the whole table (one bucket of each when ``bucket`` is given);
+        None when there was nothing to compact."""
+        return self._run(lambda t: t.compact(mode, partition, bucket=bucket))
 
-    def cluster(self, by: str | Sequence[str], partition: Mapping[str, Any] | None = None) -> CommitResult | None:
+    def cluster(
+        self, by: str | Sequence[str], partition: Mapping[str, Any] | None = None, *, bucket: int | None = None
+    ) -> CommitResult | None:
         """CLUSTER BY ``by``: rewrite live rows sorted by those columns; None when there are no files."""
-        return self._run(lambda t: t.cluster(by, partition))
+        return self._run(lambda t: t.cluster(by, partition, bucket=bucket))
 
     # ------------------------------------------------------------------ reads (delegated to the consumer)
 
-    def read(self, version: int | None = None, timestamp: datetime | str | None = None) -> DataFrame:
-        """The table as a DataFrame at the head, an ID ``version`` or a ``timestamp`` (time travel)."""
+    def read(
+        self, version: int | None = None, timestamp: datetime | str | None = None, *, merge: str = "bucket"
+    ) -> DataFrame:
+        """The table as a DataFrame at the head, an ID ``version`` or a ``timestamp`` (time travel).
+
+        ``merge="bucket"`` merges each (partition, bucket) in one task (no shuffle);
+        ``merge="shuffle"`` is the older plan (one ``groupBy`` over the records to merge).
+        """
         from consumer.spark import read
 
-        return read(self.spark, self.name, version=version, timestamp=timestamp, catalog=self._conn.catalog)
+        return read(
+            self.spark, self.name, version=version, timestamp=timestamp, catalog=self._conn.catalog, merge=merge
+        )
 
     def toDF(self) -> DataFrame:
         """Delta's name for ``read()``: the table at the head."""
@@ -920,43 +948,60 @@ class Transaction:
             files = self._write(delete_records(filtered(self._read_pinned(static), layout, where, static), layout))
             return self._staged(files, None if static is None else [static])
 
-    def compact(self, mode: str = "minor", partition: Mapping[str, Any] | None = None) -> Transaction:
-        """Stage MINOR or MAJOR COMPACT of each partition in scope holding at least two live files.
+    def compact(
+        self, mode: str = "minor", partition: Mapping[str, Any] | None = None, *, bucket: int | None = None
+    ) -> Transaction:
+        """Stage MINOR or MAJOR COMPACT of each (partition, bucket) in scope holding at least two live files.
 
         MINOR keeps per key the newest record, delete records included; MAJOR
         writes base files of live rows only. Output records keep their
         effective sequence number in ``_ordo_seq``; the inputs are the removed
-        files. With nothing to compact the transaction is a no-op.
+        files. ``bucket`` limits the rewrite to that bucket of each partition
+        in scope (a key's records are all in its bucket). With nothing to
+        compact the transaction is a no-op.
         """
         operation = {"minor": Operation.MINOR_COMPACT, "major": Operation.MAJOR_COMPACT}.get(str(mode).lower())
         if operation is None:
             raise InvalidOperationError(f"compact mode must be 'minor' or 'major', not {mode!r}")
         with self._stage(operation):
-            return self._rewrite(str(mode).lower(), partition, min_files=2, sort_by=())
+            return self._rewrite(str(mode).lower(), partition, bucket, min_files=2, sort_by=())
 
-    def cluster(self, by: str | Sequence[str], partition: Mapping[str, Any] | None = None) -> Transaction:
-        """Stage CLUSTER BY: rewrite the live rows of each partition in scope sorted by ``by``."""
+    def cluster(
+        self, by: str | Sequence[str], partition: Mapping[str, Any] | None = None, *, bucket: int | None = None
+    ) -> Transaction:
+        """Stage CLUSTER BY: rewrite the live rows of each (partition, bucket) in scope sorted by ``by``."""
         columns = (by,) if isinstance(by, str) else tuple(by)
         names = [f.name for f in self.table.schema.fields]
         unknown = [c for c in columns if c not in names]
         if not columns or unknown:
             raise InvalidOperationError(f"cluster by needs table columns; unknown {unknown or 'none given'} in {names}")
         with self._stage(Operation.CLUSTER):
-            return self._rewrite("cluster", partition, min_files=1, sort_by=columns)
+            return self._rewrite("cluster", partition, bucket, min_files=1, sort_by=columns)
 
     def _rewrite(
-        self, mode: str, partition: Mapping[str, Any] | None, *, min_files: int, sort_by: Sequence[str]
+        self,
+        mode: str,
+        partition: Mapping[str, Any] | None,
+        bucket: int | None,
+        *,
+        min_files: int,
+        sort_by: Sequence[str],
     ) -> Transaction:
         from producer.data import read_files, rewrite_records, target_file_count
 
         layout = self.table.layout
         static = self._static(partition)
-        groups: dict[tuple[str, ...], list[Any]] = {}
+        if bucket is not None and (type(bucket) is not int or not 0 <= bucket < layout.buckets):
+            raise InvalidOperationError(f"bucket {bucket!r} is not a bucket of this table (0..{layout.buckets - 1})")
+        # the unit of a rewrite is a (partition, bucket): all records of a key are in its bucket's files
+        groups: dict[tuple[tuple[str, ...], int], list[Any]] = {}
         for entry in self.pinned_snapshot().files:
             key = tuple(entry.partition.get(c, "") for c in layout.partition_columns)
             if static is not None and key != tuple(static[c] for c in layout.partition_columns):
                 continue
-            groups.setdefault(key, []).append(entry)
+            if bucket is not None and entry.bucket != bucket:
+                continue
+            groups.setdefault((key, entry.bucket), []).append(entry)
         inputs = self._rewrite_inputs(mode, [files for _, files in sorted(groups.items()) if len(files) >= min_files])
         scope = None if static is None else [static]
         if not inputs:
@@ -970,10 +1015,10 @@ class Transaction:
 
     @staticmethod
     def _rewrite_inputs(mode: str, groups: list[list[Any]]) -> list[Any]:
-        """Whole partitions up to MAX_REWRITE_INPUTS files; MINOR may take the oldest files of a larger one.
+        """Whole (partition, bucket) groups up to MAX_REWRITE_INPUTS files; MINOR may take the oldest files of a larger one.
 
         MAJOR and CLUSTER drop delete records and superseded rows, which is
-        only correct when every live file of the partition is an input.
+        only correct when every live file of the (partition, bucket) is an input.
         """
         inputs: list[Any] = []
         for files in groups:
