@@ -174,7 +174,7 @@ def live_rows(refs: Sequence[FileRef], shape: TableShape, keys: Any = None, merg
     if merge:
         records = latest_records(records, shape)
     live = records.filter(pc.equal(records.column(OP_COLUMN), UPSERT))
-    return live.select(shape.columns)
+    return live.select(shape.columns).cast(shape.schema)  # the schema's nullability too (NOT NULL columns)
 
 
 def needs_merge(refs: Sequence[FileRef]) -> bool:

@@ -162,23 +162,6 @@ def _no_merge_needed(files: Sequence[FileEntry]) -> bool:
     return all(f.operation == "MAJOR_COMPACT" for f in files) and len({f.added_version for f in files}) == 1
 
 
-class _BucketMerge:
-    """The ``mapInArrow`` function of a no-shuffle read: each input id is a task's bin of (partition, bucket) groups."""
-
-    def __init__(self, bins: list[list[tuple[Any, ...]]], shape: Any) -> None:
-        self.bins = bins
-        self.shape = shape
-
-    def __call__(self, batches: Any) -> Any:
-        from consumer.arrow import live_rows
-
-        for batch in batches:
-            for task in batch.column(0).to_pylist():
-                for refs in self.bins[task]:
-                    table = live_rows(refs, self.shape, merge=True)
-                    yield from table.to_batches(max_chunksize=65_536)
-
-
 def _bins(groups: list[list[FileEntry]], tasks: int) -> list[list[list[FileEntry]]]:
     """Groups packed into ``tasks`` bins of about equal bytes (largest first; deterministic)."""
     bins: list[list[list[FileEntry]]] = [[] for _ in range(tasks)]
@@ -192,18 +175,22 @@ def _bins(groups: list[list[FileEntry]], tasks: int) -> list[list[list[FileEntry
 
 
 def _merge_by_bucket(spark: SparkSession, groups: list[list[FileEntry]], schema: Any, metadata: Any) -> DataFrame:
-    """Merge-on-read of whole (partition, bucket) groups, each in one task with pyarrow: no Exchange."""
-    from pyspark.sql.pandas.types import to_arrow_schema
+    """Merge-on-read of whole (partition, bucket) groups, each in one task with pyarrow: no Exchange.
 
-    from consumer.arrow import FileRef, TableShape
+    The groups are packed into tasks of about ``TASK_BYTES`` (at least two per
+    core when there are enough groups) and read through the ``ordo_files``
+    data source (``consumer.files_source``).
+    """
+    from consumer.arrow import FileRef
+    from consumer.files_source import NAME, groups_option, register
 
     total = sum(f.size_bytes for g in groups for f in g)
     parallelism = max(1, int(spark.sparkContext.defaultParallelism))
     tasks = max(1, min(len(groups), max(2 * parallelism, -(-total // TASK_BYTES))))
     bins = [[tuple(FileRef.of(f) for f in g) for g in b] for b in _bins(groups, tasks)]
-    shape = TableShape(to_arrow_schema(schema), tuple(metadata.primary_key), tuple(metadata.partition_columns))
-    ids = spark.range(0, len(bins), 1, numPartitions=len(bins))
-    return ids.mapInArrow(_BucketMerge(bins, shape), schema)
+    register(spark)
+    option = groups_option(bins, metadata.primary_key, metadata.partition_columns)
+    return spark.read.format(NAME).schema(schema).option("groups", option).load()
 
 
 def read_snapshot(spark: SparkSession, snapshot: Snapshot, merge: str = "bucket") -> DataFrame:

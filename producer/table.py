@@ -619,8 +619,8 @@ class DeltaTable:
     def compact(
         self, mode: str = "minor", partition: Mapping[str, Any] | None = None, *, bucket: int | None = None
     ) -> CommitResult | None:
-        """MINOR or MAJOR COMPACT of one partition or the whole table (one bucket of each when ``bucket`` is given);
-        None when there was nothing to compact."""
+        """MINOR or MAJOR COMPACT of one partition or the whole table (MINOR: one bucket of each when ``bucket``
+        is given); None when there was nothing to compact."""
         return self._run(lambda t: t.compact(mode, partition, bucket=bucket))
 
     def cluster(
@@ -951,14 +951,15 @@ class Transaction:
     def compact(
         self, mode: str = "minor", partition: Mapping[str, Any] | None = None, *, bucket: int | None = None
     ) -> Transaction:
-        """Stage MINOR or MAJOR COMPACT of each (partition, bucket) in scope holding at least two live files.
+        """Stage MINOR or MAJOR COMPACT of the (partition, bucket) groups in scope holding at least two live files.
 
-        MINOR keeps per key the newest record, delete records included; MAJOR
-        writes base files of live rows only. Output records keep their
-        effective sequence number in ``_ordo_seq``; the inputs are the removed
-        files. ``bucket`` limits the rewrite to that bucket of each partition
-        in scope (a key's records are all in its bucket). With nothing to
-        compact the transaction is a no-op.
+        MINOR keeps per key the newest record, delete records included, and
+        rewrites each such (partition, bucket) alone; ``bucket`` limits it to
+        that bucket of each partition in scope. MAJOR writes base files of live
+        rows only and rewrites every file of each partition holding such a
+        group (``bucket`` is refused). Output records keep their effective
+        sequence number in ``_ordo_seq`` and are split by bucket; the inputs
+        are the removed files. With nothing to compact the transaction is a no-op.
         """
         operation = {"minor": Operation.MINOR_COMPACT, "major": Operation.MAJOR_COMPACT}.get(str(mode).lower())
         if operation is None:
@@ -969,7 +970,8 @@ class Transaction:
     def cluster(
         self, by: str | Sequence[str], partition: Mapping[str, Any] | None = None, *, bucket: int | None = None
     ) -> Transaction:
-        """Stage CLUSTER BY: rewrite the live rows of each (partition, bucket) in scope sorted by ``by``."""
+        """Stage CLUSTER BY: rewrite the live rows of each partition in scope sorted by ``by`` (one file per bucket
+        at least; ``bucket`` is refused, as for MAJOR)."""
         columns = (by,) if isinstance(by, str) else tuple(by)
         names = [f.name for f in self.table.schema.fields]
         unknown = [c for c in columns if c not in names]
@@ -993,7 +995,13 @@ class Transaction:
         static = self._static(partition)
         if bucket is not None and (type(bucket) is not int or not 0 <= bucket < layout.buckets):
             raise InvalidOperationError(f"bucket {bucket!r} is not a bucket of this table (0..{layout.buckets - 1})")
-        # the unit of a rewrite is a (partition, bucket): all records of a key are in its bucket's files
+        if bucket is not None and mode != "minor":
+            raise InvalidOperationError(
+                f"{mode} rewrites every live file of each partition it touches (the arbiter refuses less: "
+                "INCOMPLETE_REWRITE); bucket= applies to compact('minor') only"
+            )
+        # MINOR works per (partition, bucket): all records of a key are in its bucket's files. MAJOR and
+        # CLUSTER take whole partitions (every bucket) that hold a (partition, bucket) with min_files files.
         groups: dict[tuple[tuple[str, ...], int], list[Any]] = {}
         for entry in self.pinned_snapshot().files:
             key = tuple(entry.partition.get(c, "") for c in layout.partition_columns)
@@ -1002,7 +1010,16 @@ class Transaction:
             if bucket is not None and entry.bucket != bucket:
                 continue
             groups.setdefault((key, entry.bucket), []).append(entry)
-        inputs = self._rewrite_inputs(mode, [files for _, files in sorted(groups.items()) if len(files) >= min_files])
+        if mode == "minor":
+            chosen = [files for _, files in sorted(groups.items()) if len(files) >= min_files]
+        else:
+            wanted = {key for (key, _), files in groups.items() if len(files) >= min_files}
+            whole: dict[tuple[str, ...], list[Any]] = {}
+            for (key, _), files in sorted(groups.items()):
+                if key in wanted:
+                    whole.setdefault(key, []).extend(files)
+            chosen = [files for _, files in sorted(whole.items())]
+        inputs = self._rewrite_inputs(mode, chosen)
         scope = None if static is None else [static]
         if not inputs:
             return self._staged((), scope, noop=True)
@@ -1015,10 +1032,12 @@ class Transaction:
 
     @staticmethod
     def _rewrite_inputs(mode: str, groups: list[list[Any]]) -> list[Any]:
-        """Whole (partition, bucket) groups up to MAX_REWRITE_INPUTS files; MINOR may take the oldest files of a larger one.
+        """Whole groups up to MAX_REWRITE_INPUTS files; MINOR may take the oldest files of a larger one.
 
-        MAJOR and CLUSTER drop delete records and superseded rows, which is
-        only correct when every live file of the (partition, bucket) is an input.
+        A group is a (partition, bucket) for MINOR, a partition for MAJOR and
+        CLUSTER: they drop delete records and superseded rows, which is only
+        correct when every live file holding the group's keys is an input (the
+        arbiter checks it per partition).
         """
         inputs: list[Any] = []
         for files in groups:
