@@ -63,7 +63,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from ordo.errors import CommitConflictError, OrdoError
-from ordo.settings import Settings, load_settings
+from ordo.settings import Settings, load_settings, parse_bool
 
 NAME = "ordo"
 SETTINGS_OPTIONS = {
@@ -71,6 +71,8 @@ SETTINGS_OPTIONS = {
     "ordo.topicprefix": "topic_prefix",
     "ordo.catalog": "catalog",
     "ordo.warehouse": "warehouse",
+    "ordo.trustedkeys": "trusted_keys",  # the readers' trusted arbiter keys (signed decisions)
+    "ordo.requiresignatures": "require_signatures",
 }
 FORM_OPTION = "ordo.changefeedform"
 CHANGE_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp", "_scope")
@@ -92,6 +94,8 @@ def settings_options(settings: Settings) -> dict[str, str]:
         "ordo.topicPrefix": settings.topic_prefix,
         "ordo.catalog": settings.catalog,
         "ordo.warehouse": settings.warehouse,
+        "ordo.trustedKeys": settings.trusted_keys or None,
+        "ordo.requireSignatures": str(settings.require_signatures).lower(),
     }
     return {k: str(v) for k, v in values.items() if v is not None}
 
@@ -171,6 +175,8 @@ class OrdoDataSource(DataSource):
     def _settings(self) -> Settings:
         opts = self._options()
         overrides: dict[str, Any] = {field: opts[key] for key, field in SETTINGS_OPTIONS.items() if opts.get(key)}
+        if "require_signatures" in overrides:
+            overrides["require_signatures"] = parse_bool(overrides["require_signatures"])
         return load_settings(None, **overrides)
 
     def _table(self) -> _Table:

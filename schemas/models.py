@@ -92,7 +92,7 @@ class DataFile(_Frozen):
     size_bytes: Version
     min_key: Annotated[str, Field(max_length=MAX_PATH_LENGTH)] | None = None
     max_key: Annotated[str, Field(max_length=MAX_PATH_LENGTH)] | None = None
-    bucket: int = Field(0, ge=0, le=MAX_BUCKET)  # of the primary-key hash; 0 for unbucketed tables
+    bucket: Annotated[int, Field(ge=0, le=MAX_BUCKET)] = 0  # of the primary-key hash; 0 for unbucketed tables
 
 
 with warnings.catch_warnings():

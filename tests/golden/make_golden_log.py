@@ -358,6 +358,9 @@ def main() -> None:
             }
             _wait_for_catalog(stack.catalog_path, {t: len(logs[(t, "decisions")]) for t in TABLES})
             catalog = dump_catalog(stack.catalog_path, list(TABLES))
+            # The public key that signed the log (releases from 0.2 on sign decisions): readers of the golden
+            # log trust it, and only it, so a later version verifies the signatures too.
+            public_key = Path(f"{settings.arbiter_key}.pub").read_bytes() if settings.arbiter_key else None
         if out.exists():
             shutil.rmtree(out)
         out.mkdir(parents=True)
@@ -365,6 +368,8 @@ def main() -> None:
             lines = [json.dumps(record_to_json(r), sort_keys=True) for r in records]
             (out / f"{table}.{kind}.jsonl").write_text("\n".join(lines) + "\n")
         (out / "catalog.json").write_text(json.dumps(catalog, indent=1, sort_keys=True) + "\n")
+        if public_key is not None:
+            (out / "arbiter.pub").write_bytes(public_key)
         (out / "manifest.json").write_text(
             json.dumps(
                 {

@@ -18,7 +18,7 @@ from ordo.audit import EXIT_OK, run_replay
 from ordo.broker import DECISIONS_CONFIG, create_topics
 from ordo.settings import Settings
 from schemas import decisions_topic, intents_topic
-from tests.unit.golden_log import RELEASES, dump_catalog, expected_catalog, read_topic, tables
+from tests.unit.golden_log import RELEASES, dump_catalog, expected_catalog, read_topic, tables, trusted_key
 
 
 def _load(settings: Settings, release: str) -> dict[str, dict[int, int]]:
@@ -60,14 +60,19 @@ def test_a_golden_log_on_a_real_broker_verifies_and_materializes(
     release: str, settings: Settings, consumer: Callable[..., Any]
 ) -> None:
     offsets = _load(settings, release)
-    # Released logs predate signed decisions: readable with the upgrade switch, refused without it.
-    legacy = settings.with_overrides(require_signatures=False)
+    key = trusted_key(release)
+    if key is None:
+        # A log of 0.1 predates signed decisions: readable with the upgrade switch, refused without it.
+        readers = settings.with_overrides(require_signatures=False)
+    else:
+        # A signed log: verified trusting the key that signed it (and refused trusting only the fixture's key).
+        readers = settings.with_overrides(trusted_keys=str(key), require_signatures=True)
     for table in tables(release):
         lines: list[str] = []
-        assert run_replay(legacy, table, verify=True, echo=lines.append) == EXIT_OK, "\n".join(lines)
+        assert run_replay(readers, table, verify=True, echo=lines.append) == EXIT_OK, "\n".join(lines)
         assert "RESULT: OK" in lines[-1]
         assert run_replay(settings, table, verify=True, echo=lines.append) != EXIT_OK
-    running = consumer(settings=legacy)
+    running = consumer(settings=readers)
     expected = expected_catalog(release)
     for table, mapping in offsets.items():
         expected[table]["log_offset"] = len(mapping)

@@ -25,6 +25,7 @@ from typing import Any
 
 from arbiter.replay import DecisionRecord, IntentRecord
 from ordo.audit import AuditResult, audit
+from schemas.signing import Trust
 
 GOLDEN_DIR = Path(__file__).resolve().parents[1] / "golden"
 RELEASES = ("0.1",)  # every release that committed a golden log
@@ -106,13 +107,23 @@ def decision_records(release: str, table: str) -> list[DecisionRecord]:
     return [DecisionRecord(r.offset, r.value) for r in read_topic(release, table, "decisions")]
 
 
+def trusted_key(release: str) -> Path | None:
+    """The public key that signed ``release``'s golden log, or None for a log that predates signatures (0.1)."""
+    path = log_dir(release) / "arbiter.pub"
+    return path if path.exists() else None
+
+
 def verify_table(release: str, table: str) -> AuditResult:
     """``ordo replay TABLE --verify`` on one table of a golden log: the one place the audit of old logs is run.
 
-    Logs of release 0.1 predate decision signatures: a switch that accepts
-    unsigned legacy decisions belongs here, and only here.
+    A log that carries the key that signed it is verified with signatures
+    required, trusting that key only. Logs of release 0.1 predate decision
+    signatures: they are audited as ``--allow-unsigned`` does (chain and
+    re-derivation, no signatures), and only here.
     """
-    return audit(table, intent_records(release, table), decision_records(release, table), verify=True)
+    key = trusted_key(release)
+    trust = None if key is None else Trust.from_spec(str(key), required=True)
+    return audit(table, intent_records(release, table), decision_records(release, table), verify=True, trust=trust)
 
 
 # --------------------------------------------------------------------------- the catalog
