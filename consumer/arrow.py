@@ -49,6 +49,7 @@ DELTA_FORM, COMPACT_FORM = "delta", "compact"
 FORMS = (DELTA_FORM, COMPACT_FORM)
 TRUNCATING_OPERATIONS = frozenset({"INSERT_OVERWRITE", "TRUNCATE"})
 _SEQ = "__ordo_eff_seq"
+READ_THREADS = 4  # files of one merge group read at once
 _IDX = "__ordo_idx"
 
 
@@ -170,7 +171,14 @@ def live_rows(refs: Sequence[FileRef], shape: TableShape, keys: Any = None, merg
     only ``keys`` when given."""
     import pyarrow.compute as pc
 
-    records = _concat([read_file(r, shape, keys) for r in refs], shape)
+    if len(refs) > 2:  # many small files (merge-on-read records): read them on threads (pyarrow drops the GIL)
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
+            tables = list(pool.map(lambda r: read_file(r, shape, keys), refs))
+    else:
+        tables = [read_file(r, shape, keys) for r in refs]
+    records = _concat(tables, shape)
     if merge:
         records = latest_records(records, shape)
     live = records.filter(pc.equal(records.column(OP_COLUMN), UPSERT))
