@@ -20,6 +20,20 @@ decision for that table and exits (code 3). One Kafka transaction per table
 and batch: a batch that touched several tables commits each table's
 transaction in turn.
 
+An arbiter fleet (``group`` / ``ORDO_ARBITER_GROUP`` / ``ordo arbiter --fleet``)
+replaces the static shard by a Kafka consumer group: a membership consumer
+subscribes to the intents topics by pattern with the cooperative-sticky
+assignor and never fetches (its partitions stay paused); its assignment is the
+set of tables this arbiter owns. A table assigned is taken as above (its
+producer fences the previous owner, then the rebuild); a table revoked is
+committed and dropped; a table lost (session expired) or fenced is dropped
+without committing -- the new owner's ``init_transactions`` aborted or will
+abort it -- and is not taken again until the group assigns it anew. Intents
+are still read through ``assign()`` at the rebuilt resume offset: the
+decisions log, not the group's committed offsets, is the progress marker.
+Why a previous owner can never publish a decision for a table it lost is in
+docs/scaling.md ("Fencing").
+
 Tansu (the embedded broker) does not hide aborted records from read_committed
 readers. That is safe here: the arbiter rebuilds from exactly what every reader
 sees, so a decision that landed in an aborted transaction is, on Tansu, simply
@@ -84,6 +98,14 @@ class ArbiterStateError(OrdoError):
     """Raised when a table's decisions log cannot be folded into state (corrupt or foreign records)."""
 
 
+class TableFencedError(ArbiterFencedError):
+    """Raised when a newer owner fenced this arbiter's producer of ``table`` (None: one of the open transactions)."""
+
+    def __init__(self, message: str, table: str | None) -> None:
+        super().__init__(message)
+        self.table = table
+
+
 def shard_of(table: str, shards: int) -> int:
     """The shard that owns ``table``: ``crc32(table) % shards`` (stable across processes and versions)."""
     return zlib.crc32(table.encode()) % shards
@@ -98,6 +120,11 @@ def parse_shard(text: str) -> tuple[int, int]:
     if count < 1 or not 0 <= index < count:
         raise ValueError(f"shard {text!r}: need 0 <= I < N")
     return index, count
+
+
+def default_group(settings: Settings) -> str:
+    """The arbiter fleet's consumer group: ``ORDO_ARBITER_GROUP``, else ``<prefix>.arbiters``."""
+    return settings.arbiter_group or f"{settings.topic_prefix}.arbiters"
 
 
 def transactional_id(prefix: str, shard: tuple[int, int]) -> str:
@@ -264,12 +291,18 @@ class ArbiterService:
         checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
         checkpoint_interval: float = DEFAULT_CHECKPOINT_INTERVAL,
         checkpoint_fork: bool | None = None,
+        group: str | None = None,
     ) -> None:
-        """``state_dir`` (default ``settings.state_dir``; ``""`` or ``checkpoint_every=0`` turn checkpoints off)
+        """``group``: share tables with every arbiter of this Kafka consumer group instead of a static ``shard``.
+
+        ``state_dir`` (default ``settings.state_dir``; ``""`` or ``checkpoint_every=0`` turn checkpoints off)
         holds ``<prefix>/<table>.ckpt``; ``checkpoint_fork`` (default: where ``os.fork`` exists) writes
         periodic checkpoints from a child process."""
         if not 0 <= shard[0] < shard[1]:
             raise ValueError(f"invalid shard {shard}: need 0 <= index < count")
+        if group is not None and shard != (0, 1):
+            raise ValueError("an arbiter of a group owns what the group assigns it: give a group or a shard, not both")
+        self.group = group
         self.settings = settings
         self.prefix = settings.topic_prefix
         self.shard = shard
@@ -312,6 +345,12 @@ class ArbiterService:
         self._next_checkpoint = 0.0
         self._checkpoint_cost = 0.0
         self._started_at = time.monotonic()
+        self._membership: Any = None  # the group mode's consumer: its assignment is what this arbiter owns
+        self._assigned: set[str] = set()  # tables the group assigned to this arbiter
+        self._lost: set[str] = set()  # assigned tables fenced away: not taken again until assigned anew
+        self._rebalanced = False  # the assignment changed: discover now
+        self._first_assignment = False
+        self.rebalances = 0
 
     @property
     def transactional_id(self) -> str:
@@ -381,22 +420,154 @@ class ArbiterService:
         )
         if self.checkpoints:
             checkpoints.remove_stale_temporaries(os.path.join(self.state_dir, self.prefix))
+        if self.group is not None:
+            self._join_group()
         # 2.-4. Tables: discover, rebuild (from a checkpoint and the log's tail), assign.
         self._discover()
         log.info(
-            "%s: shard %d/%d, transactional ids %s, prefix %r, %d table(s), %.3f s after start",
+            "%s: %s, transactional ids %s, prefix %r, %d table(s), %.3f s after start",
             READY_MESSAGE,
-            self.shard[0],
-            self.shard[1],
+            self._ownership(),
             table_transactional_id(self.prefix, "<table>"),
             self.prefix,
             len(self._tables),
             time.monotonic() - self._started_at,
         )
 
+    def _ownership(self) -> str:
+        if self.group is not None:
+            return f"group {self.group!r}"
+        return f"shard {self.shard[0]}/{self.shard[1]}"
+
+    # ------------------------------------------------------------------ group membership
+
+    def _join_group(self) -> None:
+        """Subscribe the membership consumer and wait for the group's first assignment (on Tansu: seconds)."""
+        from confluent_kafka import Consumer
+
+        passthrough = self.settings.kafka  # ORDO_KAFKA__SESSION_TIMEOUT_MS etc. tune the handover
+        self._membership = Consumer(
+            self.settings.kafka_config(
+                **{
+                    "group.id": self.group,
+                    "partition.assignment.strategy": "cooperative-sticky",
+                    "enable.auto.commit": False,  # progress is the decisions log, never the group's offsets
+                    "enable.auto.offset.store": False,
+                    # A killed member's tables move after this (6 s: Kafka's default group.min.session.timeout.ms).
+                    "session.timeout.ms": passthrough.get("session.timeout.ms", 6000),
+                    "heartbeat.interval.ms": passthrough.get("heartbeat.interval.ms", 1000),
+                    "max.poll.interval.ms": 300_000,
+                    "topic.metadata.refresh.interval.ms": 1000,  # new intents topics join the pattern within ~1 s
+                    "allow.auto.create.topics": False,
+                    "logger": kafka_log,
+                }
+            )
+        )
+        self._membership.subscribe(
+            [intents_pattern(self.prefix)],
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
+        # librdkafka joins only once the pattern matches a topic: with none yet there is nothing to wait for.
+        if not any(self._pattern.match(t) for t in existing_topics(self._admin, timeout=KAFKA_TIMEOUT)):
+            return
+        deadline = time.monotonic() + 120.0
+        while not self._first_assignment:
+            if self._stop.is_set():
+                raise _Stopped()
+            if time.monotonic() > deadline:
+                raise BrokerUnavailableError(f"no assignment from arbiter group {self.group!r} within 120 s")
+            self._membership.poll(0.1)
+
+    def _tables_of(self, partitions: list[Any]) -> list[str]:
+        names = []
+        for tp in partitions:
+            parsed = parse_topic(self.prefix, tp.topic)
+            if parsed is not None and parsed[1] == "intents":
+                names.append(parsed[0])
+        return sorted(names)
+
+    def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
+        """Group callback: the tables in ``partitions`` are this arbiter's now (taken by the next discovery)."""
+        self._first_assignment = True
+        if partitions:
+            consumer.pause(partitions)  # membership only: intents are read by the assign()-based consumer
+        names = self._tables_of(partitions)
+        self._assigned.update(names)
+        self._lost.difference_update(names)
+        self._rebalanced = True
+        self.rebalances += 1
+        if names:
+            log.info("group %s assigned table(s) %s", self.group, ", ".join(names))
+
+    def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
+        """Group callback: finish the open transactions, then drop the revoked tables."""
+        names = self._tables_of(partitions)
+        if not names:
+            return
+        if self._in_txn and self._txn_tables & set(names):
+            try:
+                self._guard(self._commit)
+            except ArbiterFencedError:  # static mode raises; here a fenced table is dropped by ``_guard``
+                pass
+        for name in names:
+            self._drop(name, "revoked by the group")
+        log.info("group %s revoked table(s) %s", self.group, ", ".join(names))
+
+    def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
+        """Group callback: this member was expelled; its tables may already be decided elsewhere: drop, never commit."""
+        names = self._tables_of(partitions)
+        open_tables = set(self._txn_tables)
+        for name in names:
+            self._drop(name, "lost (this arbiter left the group: paused or partitioned away)")
+        if open_tables - set(names):
+            self._abort_and_rebuild()
+        log.warning("group %s: lost table(s) %s", self.group, ", ".join(names))
+
+    def _drop(self, name: str, why: str) -> None:
+        """Stop deciding ``name``: forget its state and producer (an open transaction is the broker's to abort)."""
+        from confluent_kafka import TopicPartition
+
+        self._assigned.discard(name)
+        self._held.pop(name, None)
+        if name in self._txn_tables:
+            self._txn_tables.discard(name)
+            if not self._txn_tables:
+                self._in_txn = False
+                self._txn_records = 0
+        topic = next((t for t, table in self._tables.items() if table.name == name), None)
+        if topic is not None:
+            table = self._tables.pop(topic)
+            self._last_record.pop(table.decisions, None)
+            self._gaps.forget(topic)
+            try:
+                self._consumer.incremental_unassign([TopicPartition(topic, 0)])
+            except Exception:  # not assigned
+                log.debug("unassign %s failed", topic, exc_info=True)
+        producer = self._producers.pop(name, None)
+        if producer is not None:
+            try:
+                producer.flush(0)
+            except Exception:  # fenced: nothing of ours is pending that matters
+                pass
+        self.metrics.tables = len(self._tables)
+        log.info("table %s dropped: %s", name, why)
+
+    def _poll_membership(self) -> None:
+        """Serve the group (heartbeats run in librdkafka; rebalance callbacks run here, between batches)."""
+        if self._membership is not None:
+            self._membership.poll(0)
+
     def close(self) -> None:
         """Close the Kafka clients (an open transaction is left for the broker to abort)."""
         self._wait_checkpointer(10.0)
+        if self._membership is not None:
+            try:
+                self._membership.close()  # leaves the group: the others take its tables at once
+            except Exception:
+                log.debug("closing the membership consumer failed", exc_info=True)
+            self._membership = None
         for client in (self._consumer, self._reader):
             if client is not None:
                 try:
@@ -484,6 +655,8 @@ class ArbiterService:
     # ------------------------------------------------------------------ tables
 
     def _owns(self, table: str) -> bool:
+        if self.group is not None:
+            return table in self._assigned and table not in self._lost
         return shard_of(table, self.shard[1]) == self.shard[0]
 
     def _discover(self) -> list[str]:
@@ -741,6 +914,12 @@ class ArbiterService:
         next_metrics = now + self.metrics_interval
         consumer = self._consumer
         while not self._stop.is_set():
+            if self._membership is not None and not self._in_txn:
+                self._poll_membership()
+                if self._rebalanced:
+                    self._rebalanced = False
+                    next_discovery = 0.0
+                consumer = self._consumer
             now = time.monotonic()
             if now >= next_discovery:
                 try:
@@ -783,7 +962,26 @@ class ArbiterService:
         from confluent_kafka import KafkaException
 
         try:
-            step(*args)
+            try:
+                step(*args)
+            except KafkaException as exc:
+                if self.group is not None and _is_fenced(exc.args[0]):
+                    raise self._fenced(exc.args[0]) from exc
+                raise
+        except TableFencedError as exc:
+            if self.group is None:
+                raise
+            # A newer owner took the table(s): drop them, abort and rebuild the others' open transactions.
+            # A table named by the error is not taken again until the group assigns it anew; when the
+            # error names none, every open one is dropped and the next discovery takes back what is ours.
+            lost = [exc.table] if exc.table is not None else sorted(self._txn_tables)
+            for name in lost:
+                if exc.table is not None:
+                    self._lost.add(name)
+                self._drop(name, f"fenced by its new owner ({exc})")
+            if self._txn_tables:
+                self._abort_and_rebuild()
+            return
         except KafkaException as exc:
             error = exc.args[0]
             if _is_fenced(error):
@@ -795,11 +993,14 @@ class ArbiterService:
         except _Rebuild:
             self._abort_and_rebuild()
 
-    def _fenced(self, error: Any, table: str | None = None) -> ArbiterFencedError:
+    def _fenced(self, error: Any, table: str | None = None) -> TableFencedError:
         where = f"table {table}" if table is not None else f"one of tables {sorted(self._txn_tables)}"
-        return ArbiterFencedError(
+        if self.group is not None:
+            return TableFencedError(f"fenced on {where} by its new owner ({error.str()})", table)
+        return TableFencedError(
             f"arbiter (shard {self.shard[0]}/{self.shard[1]}) was fenced on {where} by a newer arbiter owning it "
-            f"(same or overlapping --shard setting; {error.str()}); exiting without deciding anything more"
+            f"(same or overlapping --shard setting; {error.str()}); exiting without deciding anything more",
+            table,
         )
 
     def _process(self, messages: list[Any]) -> None:
@@ -956,11 +1157,12 @@ class ArbiterService:
                 if not error.retriable():
                     raise
                 if time.monotonic() >= deadline:
-                    raise ArbiterFencedError(
-                        f"arbiter (shard {self.shard[0]}/{self.shard[1]}) could not {verb} the transaction of table "
+                    raise TableFencedError(
+                        f"arbiter ({self._ownership()}) could not {verb} the transaction of table "
                         f"{table} within {self.commit_timeout:g} s ({error.str()}): most likely fenced by a newer "
                         "arbiter owning the table (Tansu drops the connection instead of answering PRODUCER_FENCED), "
-                        "or the broker is unreachable; exiting without deciding anything more"
+                        "or the broker is unreachable; exiting without deciding anything more",
+                        table,
                     ) from exc
                 log.warning("%s_transaction: %s; retrying", verb, error)
 
@@ -972,7 +1174,14 @@ class ArbiterService:
         touched = set(self._txn_tables)
         self._held.clear()
         for name in sorted(touched):
-            self._end_transaction(name, commit=False)
+            try:
+                self._end_transaction(name, commit=False)
+            except TableFencedError as exc:
+                if self.group is None:
+                    raise
+                self._lost.add(name)
+                self._drop(name, f"fenced by its new owner ({exc})")
+                touched.discard(name)
         self._in_txn = False
         self._txn_tables.clear()
         self._txn_records = 0
@@ -1148,6 +1357,7 @@ def run_arbiter(
     *,
     checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
     checkpoint_interval: float = DEFAULT_CHECKPOINT_INTERVAL,
+    group: str | None = None,
 ) -> int:
     """Run an arbiter in the foreground until SIGINT/SIGTERM (``ordo arbiter``); returns the exit code."""
     import signal
@@ -1158,6 +1368,7 @@ def run_arbiter(
         commit_timeout=commit_timeout,
         checkpoint_every=checkpoint_every,
         checkpoint_interval=checkpoint_interval,
+        group=group,
     )
 
     def _on_signal(signum: int, frame: object) -> None:
@@ -1183,6 +1394,8 @@ __all__ = [
     "ArbiterMetrics",
     "ArbiterService",
     "ArbiterStateError",
+    "TableFencedError",
+    "default_group",
     "parse_shard",
     "run_arbiter",
     "shard_of",

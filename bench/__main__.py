@@ -3,7 +3,7 @@
 Prints a Markdown table and writes ``bench/results.json``: one object per
 benchmark with its figures (ours, the peer's, their ratio, the target) and the
 machine they were measured on. Names: core, throughput, latency, peers, scale,
-spark (default: all, in that order; Spark last). Running some of them replaces
+spark, service (default: all, in that order; Spark last). Running some of them replaces
 their entries in an existing ``results.json`` of the same profile and keeps the
 others (each entry says when it was measured). A benchmark that fails is
 recorded as an error with its reason, and the others still run.
@@ -27,6 +27,7 @@ BENCHMARKS = {
     "peers": "8 writers vs peers",
     "scale": "scale",
     "spark": "spark",
+    "service": "table service",
 }
 RESULTS = ROOT / "bench" / "results.json"
 

@@ -1,8 +1,9 @@
 """``Catalog``: the one read interface over the consumer's catalog, local or over HTTP.
 
-``Catalog(location)`` opens the SQLite file directly, or talks to the
-consumer's HTTP service when ``location`` starts with ``http://`` or
-``https://``; the default is ``ORDO_CATALOG``. Both return the same models
+``Catalog(location)`` opens the SQLite file or the PostgreSQL database
+(``postgresql://...``) directly, or talks to the consumer's HTTP service when
+``location`` starts with ``http://`` or ``https://``; the default is
+``ORDO_CATALOG``. Both return the same models
 (``consumer.models``) and raise the same errors:
 
 * ``ordo.errors.TableNotFoundError`` for a table the catalog does not know;
@@ -20,20 +21,18 @@ Semantics (see docs/consumer.md):
 * ``subscribe(t, from_version)`` yields commits with ``id_version >= from_version``
   in order, blocking for new ones: resume with ``last.id_version + 1``.
 
-Thread- and process-safe: each thread gets its own SQLite connection; the
-consumer writes concurrently in WAL mode.
+Thread- and process-safe: each thread gets its own database connection; the
+consumers write concurrently (SQLite in WAL mode, or PostgreSQL).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from consumer import store
@@ -47,6 +46,7 @@ from consumer.models import (
     datetime_to_ms,
     ms_to_datetime,
 )
+from consumer.stores import CatalogStore, open_store
 from ordo.errors import TableNotFoundError, VersionNotFoundError
 from schemas import Operation, Outcome, Rebase, TableMetadata
 
@@ -93,8 +93,8 @@ def _check_by(by: str) -> str:
 class Catalog:
     """Snapshots, time travel, history and change feeds of the tables the consumer materialized.
 
-    ``location``: a SQLite catalog path or the consumer's ``http://host:port``
-    URL; default ``ORDO_CATALOG`` (settings ``catalog``).
+    ``location``: a SQLite catalog path, a ``postgresql://`` URL, or the
+    consumer's ``http://host:port`` URL; default ``ORDO_CATALOG`` (settings ``catalog``).
     """
 
     def __init__(self, location: str | os.PathLike[str] | None = None, *, timeout: float = 30.0) -> None:
@@ -234,14 +234,15 @@ class Catalog:
         return f"Catalog({self.location!r})"
 
 
-# ---------------------------------------------------------------------- local (SQLite) backend
+# ---------------------------------------------------------------------- local (SQLite/PostgreSQL) backend
 
 
 class LocalBackend:
-    """Reads the SQLite catalog file directly; one connection per thread (and per process)."""
+    """Reads the catalog database directly (SQLite file or PostgreSQL); one connection per thread (and per process)."""
 
     def __init__(self, path: str) -> None:
-        self.path = path
+        self.store: CatalogStore = open_store(path)
+        self.path = self.store.describe()
         self._local = threading.local()
         self._all: list[Any] = []
         self._lock = threading.Lock()
@@ -250,11 +251,11 @@ class LocalBackend:
         conn = getattr(self._local, "conn", None)
         if conn is not None and self._local.pid == os.getpid():
             return conn
-        if not Path(self.path).exists():
+        if not self.store.exists():
             raise CatalogUnavailableError(
                 f"catalog file {self.path} does not exist (start the consumer: ordo consumer, or set ORDO_CATALOG)"
             )
-        conn = store.connect(self.path, readonly=True)
+        conn = self.store.connect(readonly=True)
         self._local.conn = conn
         self._local.pid = os.getpid()
         with self._lock:
@@ -274,7 +275,7 @@ class LocalBackend:
     # -- helpers -------------------------------------------------------------------------
 
     def _read(self) -> _ReadTxn:
-        return _ReadTxn(self._conn())
+        return _ReadTxn(self.store, self._conn())
 
     def _row(self, conn: Any, name: str, *, created: bool = True) -> tuple[Any, ...]:
         row = store.query_table(conn, name)
@@ -524,18 +525,19 @@ def _decision(name: str, r: tuple[Any, ...]) -> DecisionRecord:
 
 
 class _ReadTxn:
-    """``with`` block running its queries in one SQLite read transaction (a consistent view)."""
+    """``with`` block running its queries in one read transaction (a consistent view)."""
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, catalog_store: CatalogStore, conn: Any) -> None:
+        self.store = catalog_store
         self.conn = conn
 
     def __enter__(self) -> Any:
-        self.conn.execute("BEGIN")
+        self.store.begin_read(self.conn)
         return self.conn
 
-    def __exit__(self, kind: object, exc: object, tb: object) -> None:
-        self.conn.execute("COMMIT")
-        if isinstance(exc, sqlite3.OperationalError) and "no such table" in str(exc):
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        self.conn.execute("COMMIT" if exc is None else "ROLLBACK")
+        if exc is not None and self.store.is_missing_schema(exc):
             # the consumer created the file but not yet its schema (start-up)
             raise CatalogUnavailableError(f"the catalog is not initialized yet ({exc})") from exc
 

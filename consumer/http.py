@@ -4,6 +4,8 @@ Endpoints (JSON unless noted; OpenAPI docs at ``/docs``):
 
 * ``GET /tables``, ``GET /tables/{t}``                      tables, one table (metadata, head, error)
 * ``GET /tables/{t}/snapshot?version=&timestamp=``          live files at a version / as of a time / head
+* ``GET /tables/{t}/layout``                                files per partition, last compaction, pending
+  work of the table service (``ordo compactor``)
 * ``GET /tables/{t}/history?limit=``                        every decision, newest first
 * ``GET /tables/{t}/commits?start=&end=&by=id|time``         accepted commits, bounds inclusive
 * ``GET /tables/{t}/changes/stream?from_version=``          Server-Sent Events of commits; ``id:`` is the
@@ -107,6 +109,12 @@ def create_app(
     @app.get("/tables/{table}", summary="One table: metadata, head versions, materialization error")
     def table(table: str) -> JSONResponse:
         return JSONResponse(catalog.table(table).to_dict())
+
+    @app.get("/tables/{table}/layout", summary="Files per partition, last compaction, pending table-service work")
+    def layout(table: str) -> JSONResponse:
+        from ordo.compactor import table_layout
+
+        return JSONResponse(table_layout(catalog, table))
 
     @app.get("/tables/{table}/snapshot", summary="Live files at an ID version, as of a timestamp, or at the head")
     def snapshot(

@@ -19,6 +19,13 @@ consumer that imports ``confluent_kafka``.
 * A table whose log cannot be applied (hash-chain break, undecodable record,
   inconsistent decision, log shorter than the catalog) is unassigned and
   reported; every other table keeps being served.
+* Scale-out (a PostgreSQL catalog): ``ORDO_CONSUMER_SHARD=I/N`` follows only
+  the tables with ``crc32(name) % N == I``, so N consumers on any hosts share
+  one catalog. Correctness does not rest on the split: ``CatalogWriter.apply``
+  re-reads (and locks) each table's row in its transaction, so two consumers
+  following one table (overlapping settings, a rolling change of N) take turns
+  and never apply a record twice. A repaired table is followed again at the
+  next discovery.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import re
 import threading
 import time
 import uuid
+import zlib
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -137,6 +145,7 @@ class Materializer:
         self.discovery_interval = discovery_interval
         self.poll_timeout = poll_timeout
         self._pattern = re.compile(decisions_pattern(self.prefix))
+        self._shard = _parse_shard(settings.consumer_shard)
         self._trust = reader_trust(settings)  # fails closed on a missing ORDO_TRUSTED_KEYS
         self._verifiers: dict[str, ChainVerifier[LogRecord]] = {}  # by topic
         self._stop = threading.Event()
@@ -302,6 +311,8 @@ class Materializer:
         """Start the repairs ``ordo repair`` asked for (request files next to the catalog); answer each in a file."""
         from consumer.repair import take_requests, write_result
 
+        if self.writer.store.shared:  # ``ordo repair`` on a PostgreSQL catalog swaps the rows itself
+            return
         try:
             requests = take_requests(self.writer.path)
         except OSError as exc:
@@ -352,6 +363,8 @@ class Materializer:
         except KafkaException as exc:
             raise BrokerUnavailableError(f"cannot list topics: {exc.args[0]}") from exc
         self.status.kafka_ok = True
+        if self.writer.store.shared:
+            self._retry_repaired()
         found = sorted(
             name
             for name, topic in metadata.topics.items()
@@ -363,6 +376,8 @@ class Materializer:
             if parsed is None or topic in self._skipped:
                 continue
             table = parsed[0]
+            if zlib.crc32(table.encode()) % self._shard[1] != self._shard[0]:
+                continue  # another consumer's table
             state = self.writer.ensure_stream(table, topic)
             if state.error is not None:
                 self._skipped.add(topic)
@@ -398,6 +413,20 @@ class Materializer:
         if self._awaiting_eof is None:
             self._awaiting_eof = {tp.topic for tp in assign}
             self._check_ready()
+
+    def _retry_repaired(self) -> None:
+        """Follow again the stopped tables whose rows a repair (run on another host) replaced."""
+        for topic in sorted(self._skipped):
+            parsed = parse_topic(self.prefix, topic)
+            if parsed is None:
+                continue
+            state = self.writer.refresh(parsed[0])
+            if state is not None and state.error is None:
+                log.info(
+                    "table %s: repaired elsewhere; following it again from offset %d", parsed[0], state.next_offset
+                )
+                self._skipped.discard(topic)
+                self.status.broken.pop(parsed[0], None)
 
     def _log_still_holds(self, topic: str, next_offset: int, last_hash: bytes) -> bool:
         """True when the record the catalog applied last is still in the log, unchanged.
@@ -501,3 +530,15 @@ class Materializer:
 
 
 __all__ = ["READY_MESSAGE", "ConsumerStatus", "Materializer"]
+
+
+def _parse_shard(text: str) -> tuple[int, int]:
+    """``I/N`` as ``(I, N)`` with ``0 <= I < N``; ``ValueError`` otherwise."""
+    index, sep, count = text.partition("/")
+    try:
+        shard = (int(index), int(count))
+    except ValueError:
+        shard = (-1, 0)
+    if not sep or not 0 <= shard[0] < shard[1]:
+        raise ValueError(f"consumer shard must look like I/N with 0 <= I < N (e.g. 0/2), got {text!r}")
+    return shard

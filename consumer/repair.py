@@ -19,6 +19,9 @@ otherwise inside the running consumer, asked through a request file next to
 the catalog (``<catalog>.repairs/<table>.request``; the answer comes back as
 ``<table>.<id>.result``), while it keeps materializing and serving every other
 table. The HTTP API stays read-only: a repair needs access to the catalog file.
+On a PostgreSQL catalog there is no file to lock: the repair always runs in the
+calling process (any host), and the consumers take the swapped rows themselves
+(``CatalogWriter.apply`` re-reads each table's row in its transaction).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from typing import Any
 
 from consumer.errors import CatalogError
 from consumer.store import CatalogWriter, LogRecord, StreamState
+from consumer.stores import is_postgres
 from ordo.errors import TableNotFoundError
 from ordo.settings import Settings
 from schemas import decisions_topic, validate_table_name
@@ -245,10 +249,13 @@ def build_fresh(settings: Settings, table: str, path: str | Path, timeout: float
 
 @contextmanager
 def scratch_dir(catalog: str | Path) -> Iterator[Path]:
-    """A temporary directory next to the catalog file (same filesystem), removed afterwards."""
-    parent = Path(catalog).absolute().parent
-    parent.mkdir(parents=True, exist_ok=True)
-    path = Path(tempfile.mkdtemp(prefix=".ordo-repair-", dir=parent))
+    """A temporary directory next to the catalog file (same filesystem; PostgreSQL: the system's), removed afterwards."""
+    if is_postgres(str(catalog)):
+        path = Path(tempfile.mkdtemp(prefix="ordo-repair-"))
+    else:
+        parent = Path(catalog).absolute().parent
+        parent.mkdir(parents=True, exist_ok=True)
+        path = Path(tempfile.mkdtemp(prefix=".ordo-repair-", dir=parent))
     try:
         yield path
     finally:
@@ -267,6 +274,10 @@ def repair(settings: Settings, table: str, timeout: float = 600.0) -> dict[str, 
             "consumer's host with ORDO_CATALOG=<the catalog file>"
         )
     validate_table_name(table)
+    if is_postgres(catalog):
+        # Any host may repair a PostgreSQL catalog: the swap locks the table's row, and the consumer
+        # following the table takes the rebuilt state at its next batch (``CatalogWriter.apply``).
+        return _repair_here(settings, table, catalog, timeout)
     if not Path(catalog).exists():
         raise RepairError(f"no catalog file {catalog}: start the consumer, it builds every table from the log")
     fd = _exclusive(catalog)
@@ -277,16 +288,20 @@ def repair(settings: Settings, table: str, timeout: float = 600.0) -> dict[str, 
             raise kind(data["message"])
         return data
     try:
-        with scratch_dir(catalog) as scratch:
-            fresh = scratch / "table.db"
-            build_fresh(settings, table, fresh, min(timeout, READ_TIMEOUT))
-            writer = CatalogWriter(catalog, settings.topic_prefix)
-            try:
-                state = writer.replace_table(table, fresh)
-            finally:
-                writer.close()
+        return _repair_here(settings, table, catalog, timeout)
     finally:
         os.close(fd)
+
+
+def _repair_here(settings: Settings, table: str, catalog: str, timeout: float) -> dict[str, Any]:
+    with scratch_dir(catalog) as scratch:
+        fresh = scratch / "table.db"
+        build_fresh(settings, table, fresh, min(timeout, READ_TIMEOUT))
+        writer = CatalogWriter(catalog, settings.topic_prefix)
+        try:
+            state = writer.replace_table(table, fresh)
+        finally:
+            writer.close()
     log.info("table %s: re-materialized from its decisions log (%s)", table, RepairResult.of(state))
     return RepairResult.of(state).to_json()
 

@@ -22,7 +22,10 @@ log = logging.getLogger("ordo.consumer")
 def run_consumer(settings: Settings, *, http: bool = True, echo: Callable[[str], None] = print) -> int:
     """Run until SIGINT/SIGTERM; returns the exit code. Prints the settings a reader needs."""
     from consumer.repair import consumer_lock
+    from consumer.stores import is_postgres
 
+    if is_postgres(settings.catalog):  # shared by consumers on several hosts: no lock file; repairs run anywhere
+        return _run(settings, settings.catalog, http, echo)
     catalog_path = str(Path(settings.catalog).absolute())
     Path(catalog_path).parent.mkdir(parents=True, exist_ok=True)
     with consumer_lock(catalog_path):  # ``ordo repair`` then asks this consumer instead of writing the file itself

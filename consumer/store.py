@@ -1,6 +1,8 @@
-"""The catalog's SQLite store: schema, the writer that folds decisions in, and the read queries.
+"""The catalog: schema, the writer that folds decisions in, and the read queries.
 
-One SQLite file (WAL mode) holds every table of one topic prefix:
+One database holds every table of one topic prefix: a SQLite file (WAL mode,
+the embedded default) or a PostgreSQL database (``consumer.stores``; the same
+SQL, rows and guarantees):
 
 * ``tables``    one row per decisions topic followed: the Kafka offset to resume
                 from, the hash of the last applied decision record, the table's
@@ -13,10 +15,16 @@ One SQLite file (WAL mode) holds every table of one topic prefix:
                 ``removed_version`` (NULL while live). The snapshot at version v
                 is ``added_version <= v AND (removed_version IS NULL OR removed_version > v)``.
 
-``CatalogWriter.apply`` folds a batch of decision records in ONE SQLite
+``CatalogWriter.apply`` folds a batch of decision records in ONE database
 transaction that also stores, per table, the next Kafka offset: the catalog
 and its position in the log can never disagree, so a consumer killed at any
-moment resumes exactly where it stopped. See docs/consumer.md.
+moment resumes exactly where it stopped. The same transaction first reads
+(and on PostgreSQL locks) the ``tables`` rows of the batch's tables and checks
+them against the writer's own view: when another consumer (or a repair)
+advanced a table meanwhile, the writer takes the stored state and skips what
+is already applied. Several consumers may therefore write one catalog, each
+following its own tables, and a table's rows are never written twice or out
+of order even when two of them follow it at once. See docs/consumer.md.
 """
 
 from __future__ import annotations
@@ -24,7 +32,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import sqlite3
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -34,6 +41,7 @@ from typing import Any, NamedTuple
 
 from consumer.errors import repair_hint
 from consumer.models import datetime_to_ms
+from consumer.stores import CatalogStore, Connection, open_store
 from schemas import CodecError, CommitDecision, Operation, Outcome, TableMetadata, decode
 
 log = logging.getLogger("ordo.consumer.store")
@@ -123,6 +131,31 @@ CREATE INDEX IF NOT EXISTS files_added ON files (table_id, added_version);
 """
 
 
+_STREAM_COLUMNS = (
+    "id, name, topic, next_offset, last_hash, decisions, metadata, created_time_ms, head_version,"
+    " head_time_ms, error, error_offset"
+)
+
+
+def _stream_state(row: Any) -> StreamState:
+    """The ``StreamState`` of a ``tables`` row selected with ``_STREAM_COLUMNS``."""
+    return StreamState(
+        table_id=row[0],
+        name=row[1],
+        topic=row[2],
+        next_offset=row[3],
+        last_hash=bytes(row[4]),
+        decisions=row[5],
+        metadata=TableMetadata.model_validate_json(row[6]) if row[6] else None,
+        metadata_json=row[6],
+        created_time_ms=row[7],
+        head_version=row[8],
+        head_time_ms=row[9],
+        error=row[10],
+        error_offset=row[11],
+    )
+
+
 class LogRecord(NamedTuple):
     """One record of a decisions topic, as the materializer hands it to the writer."""
 
@@ -186,21 +219,9 @@ class _Inconsistent(Exception):
     """A decision that cannot be applied on top of the catalog (the table stops here)."""
 
 
-def connect(path: str | Path, *, readonly: bool = False) -> sqlite3.Connection:
-    """An autocommit connection to the catalog file (WAL mode); readers never create the file."""
-    if readonly:
-        uri = Path(path).absolute().as_uri() + "?mode=rw"
-        conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=30.0)
-        conn.execute("PRAGMA query_only = ON")
-    else:
-        conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=30.0)
-        conn.execute("PRAGMA journal_mode = WAL")
-        # NORMAL in WAL mode loses nothing on a process crash (kill -9); only an OS crash
-        # or power loss may drop the last transactions, which are then re-read from Kafka.
-        conn.execute("PRAGMA synchronous = NORMAL")
-    conn.execute("PRAGMA busy_timeout = 30000")
-    conn.execute("PRAGMA cache_size = -65536")
-    return conn
+def connect(location: str | Path, *, readonly: bool = False) -> Connection:
+    """An autocommit connection to the catalog (a SQLite file in WAL mode, or PostgreSQL); readers never create it."""
+    return open_store(location).connect(readonly=readonly)
 
 
 def partition_json(columns: tuple[str, ...], spec: Mapping[str, str]) -> str:
@@ -229,17 +250,20 @@ def _ms(value: datetime | None) -> int | None:
 
 
 class CatalogWriter:
-    """Folds decision records into the SQLite catalog. Single writer per catalog file.
+    """Folds decision records into the catalog (SQLite file or PostgreSQL database).
 
     Not thread-safe; the materializer owns one. Readers use ``consumer.Catalog``
-    on their own connections concurrently (WAL).
+    on their own connections concurrently. Several writers (consumer
+    processes) may share one catalog: see ``apply``.
     """
 
     def __init__(self, path: str | Path, topic_prefix: str) -> None:
-        self.path = str(path)
+        self.store: CatalogStore = open_store(path)
+        self.path = self.store.location
         self.topic_prefix = topic_prefix
-        Path(self.path).absolute().parent.mkdir(parents=True, exist_ok=True)
-        self._conn = connect(self.path)
+        self._conn = self.store.connect()
+        # A decision that cannot be applied: inconsistent by our checks, or by the database's constraints.
+        self._refusals: tuple[type[BaseException], ...] = (_Inconsistent, *self.store.integrity_errors)
         self._init_schema()
         self._streams: dict[str, StreamState] = {}
         self._batches = 0
@@ -249,26 +273,27 @@ class CatalogWriter:
 
     def _init_schema(self) -> None:
         conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
+        store = self.store
+        store.begin_write(conn)
         try:
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            store.lock_schema(conn)
+            version = store.schema_version(conn)
             if version not in (0, 1, SCHEMA_VERSION):
                 raise RuntimeError(
-                    f"catalog {self.path} has schema version {version}; this build reads {SCHEMA_VERSION}"
+                    f"catalog {store.describe()} has schema version {version}; this build reads {SCHEMA_VERSION}"
                 )
-            for statement in SCHEMA.split(";"):
-                if statement.strip():
-                    conn.execute(statement)
+            for statement in store.schema_statements(SCHEMA):
+                conn.execute(statement)
             if version == 1:  # written before DataFile.bucket: every file it holds is in bucket 0
                 conn.execute("ALTER TABLE files ADD COLUMN bucket INTEGER NOT NULL DEFAULT 0")
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            store.set_schema_version(conn, SCHEMA_VERSION)
             row = conn.execute("SELECT value FROM catalog_info WHERE key = 'topic_prefix'").fetchone()
             if row is None:
                 conn.execute("INSERT INTO catalog_info (key, value) VALUES ('topic_prefix', ?)", (self.topic_prefix,))
             elif row[0] != self.topic_prefix:
                 raise RuntimeError(
-                    f"catalog {self.path} belongs to topic prefix {row[0]!r}, not {self.topic_prefix!r}: "
-                    "use one catalog file per prefix"
+                    f"catalog {store.describe()} belongs to topic prefix {row[0]!r}, not {self.topic_prefix!r}: "
+                    "use one catalog per prefix"
                 )
             conn.execute("COMMIT")
         except BaseException:
@@ -276,32 +301,23 @@ class CatalogWriter:
             raise
 
     def _load_streams(self) -> None:
-        rows = self._conn.execute(
-            "SELECT id, name, topic, next_offset, last_hash, decisions, metadata, created_time_ms, head_version,"
-            " head_time_ms, error, error_offset FROM tables"
-        ).fetchall()
-        for row in rows:
-            metadata = TableMetadata.model_validate_json(row[6]) if row[6] else None
-            self._streams[row[1]] = StreamState(
-                table_id=row[0],
-                name=row[1],
-                topic=row[2],
-                next_offset=row[3],
-                last_hash=bytes(row[4]),
-                decisions=row[5],
-                metadata=metadata,
-                metadata_json=row[6],
-                created_time_ms=row[7],
-                head_version=row[8],
-                head_time_ms=row[9],
-                error=row[10],
-                error_offset=row[11],
-            )
+        for row in self._conn.execute(f"SELECT {_STREAM_COLUMNS} FROM tables").fetchall():
+            state = _stream_state(row)
+            self._streams[state.name] = state
+
+    def refresh(self, table: str) -> StreamState | None:
+        """Re-read ``table``'s state from the catalog (another consumer or a repair may have moved it); a copy."""
+        row = self._conn.execute(f"SELECT {_STREAM_COLUMNS} FROM tables WHERE name = ?", (table,)).fetchone()
+        if row is None:
+            self._streams.pop(table, None)
+            return None
+        state = self._streams[table] = _stream_state(row)
+        return replace(state)
 
     def close(self) -> None:
         """Refresh the query planner's statistics and close the connection."""
         try:
-            self._conn.execute("PRAGMA optimize")
+            self.store.optimize(self._conn)
         finally:
             self._conn.close()
 
@@ -321,7 +337,7 @@ class CatalogWriter:
         state = self._streams.get(table)
         if state is None:
             conn = self._conn
-            conn.execute("BEGIN IMMEDIATE")
+            self.store.begin_write(conn)
             try:
                 state = self._insert_stream(table, topic)
                 conn.execute("COMMIT")
@@ -336,7 +352,7 @@ class CatalogWriter:
         state = self._streams[table]
         error = f"{error} ({repair_hint(table)})"
         conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
+        self.store.begin_write(conn)
         try:
             conn.execute(
                 "UPDATE tables SET error = ?, error_offset = ?, updated_ms = ? WHERE id = ?",
@@ -350,37 +366,40 @@ class CatalogWriter:
         state.error_offset = state.next_offset
 
     def replace_table(self, table: str, source: str | Path) -> StreamState:
-        """Replace every row of ``table`` by those of the catalog file ``source``, in ONE transaction.
+        """Replace every row of ``table`` by those of the SQLite catalog file ``source``, in ONE transaction.
 
         ``source`` is a catalog of the same prefix built from the table's log
         alone (``consumer.repair``). Readers see the old rows or the new ones,
-        never a mix: SQLite commits the deletes and inserts at once.
+        never a mix: the deletes and inserts commit at once (on either store).
         """
+        fresh = open_store(Path(source)).connect(readonly=True)
         conn = self._conn
-        conn.execute("ATTACH DATABASE ? AS fresh", (str(source),))
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            row = fresh.execute("SELECT id, topic FROM tables WHERE name = ?", (table,)).fetchone()
+            if row is None:
+                raise ValueError(f"the rebuilt catalog {source} has no table {table!r}")
+            source_id, topic = row
+            self.store.begin_write(conn)
             try:
-                row = conn.execute(
-                    "SELECT id, topic FROM fresh.tables WHERE name = ?",
-                    (table,),
-                ).fetchone()
-                if row is None:
-                    raise ValueError(f"the rebuilt catalog {source} has no table {table!r}")
-                source_id, topic = row
+                self._claim([table])
                 known = self._streams.get(table)
                 target_id = known.table_id if known is not None else self._insert_stream(table, topic).table_id
                 for name in ("decisions", "commits", "files"):
-                    columns = [
-                        c[1] for c in conn.execute(f"PRAGMA fresh.table_info({name})").fetchall() if c[1] != "id"
+                    columns = [c[1] for c in fresh.execute(f"PRAGMA table_info({name})").fetchall() if c[1] != "id"]
+                    at = columns.index("table_id")
+                    order = " ORDER BY id" if name == "files" else ""  # file ids keep their order (readers sort by id)
+                    rows = [
+                        (*r[:at], target_id, *r[at + 1 :])
+                        for r in fresh.execute(
+                            f"SELECT {', '.join(columns)} FROM {name} WHERE table_id = ?{order}", (source_id,)
+                        ).fetchall()
                     ]
-                    selected = ", ".join("?" if c == "table_id" else c for c in columns)
-                    conn.execute(f"DELETE FROM main.{name} WHERE table_id = ?", (target_id,))
-                    conn.execute(
-                        f"INSERT INTO main.{name} ({', '.join(columns)}) SELECT {selected} FROM fresh.{name}"
-                        " WHERE table_id = ?",
-                        (target_id, source_id),
-                    )
+                    conn.execute(f"DELETE FROM {name} WHERE table_id = ?", (target_id,))
+                    if rows:
+                        conn.executemany(
+                            f"INSERT INTO {name} ({', '.join(columns)}) VALUES ({','.join('?' * len(columns))})",
+                            rows,
+                        )
                 copied = (
                     "next_offset",
                     "last_hash",
@@ -392,28 +411,58 @@ class CatalogWriter:
                     "error",
                     "error_offset",
                 )
+                values = fresh.execute(f"SELECT {', '.join(copied)} FROM tables WHERE id = ?", (source_id,)).fetchone()
                 conn.execute(
-                    f"UPDATE main.tables SET ({', '.join(copied)}, updated_ms) = "
-                    f"(SELECT {', '.join(copied)}, ? FROM fresh.tables WHERE id = ?) WHERE id = ?",
-                    (int(time.time() * 1000), source_id, target_id),
+                    f"UPDATE tables SET {', '.join(f'{c} = ?' for c in copied)}, updated_ms = ? WHERE id = ?",
+                    (*values, int(time.time() * 1000), target_id),
                 )
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
         finally:
-            conn.execute("DETACH DATABASE fresh")
+            fresh.close()
             self._streams.clear()
             self._load_streams()
         return replace(self._streams[table])
 
     def _insert_stream(self, table: str, topic: str) -> StreamState:
-        cursor = self._conn.execute(
-            "INSERT INTO tables (name, topic, last_hash, updated_ms) VALUES (?, ?, ?, ?)",
+        row = self._conn.execute(
+            "INSERT INTO tables (name, topic, last_hash, updated_ms) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT (name) DO NOTHING RETURNING id",
             (table, topic, GENESIS_HASH, int(time.time() * 1000)),
-        )
-        assert cursor.lastrowid is not None
-        return StreamState(table_id=cursor.lastrowid, name=table, topic=topic)
+        ).fetchone()
+        if row is None:  # another consumer registered it first
+            found = self._conn.execute(f"SELECT {_STREAM_COLUMNS} FROM tables WHERE name = ?", (table,)).fetchone()
+            return _stream_state(found)
+        return StreamState(table_id=int(row[0]), name=table, topic=topic)
+
+    def _claim(self, names: Iterable[str]) -> None:
+        """Read (and lock, on PostgreSQL) the ``tables`` rows of ``names`` in the open transaction.
+
+        Where the stored offset, hash or error differs from this writer's view,
+        another writer (a second consumer, a repair) moved the table: take the
+        stored state, so records already applied are skipped and the hash chain
+        continues from the stored hash. Holding the row lock until COMMIT makes
+        two writers of one table take turns instead of interleaving.
+        """
+        wanted = sorted(set(names))  # one lock order for every writer: no deadlock between two consumers
+        for start in range(0, len(wanted), 500):
+            chunk = wanted[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            rows = self._conn.execute(
+                f"SELECT {_STREAM_COLUMNS} FROM tables WHERE name IN ({marks}) ORDER BY name{self.store.lock_rows}",
+                chunk,
+            ).fetchall()
+            for row in rows:
+                known = self._streams.get(row[1])
+                if (
+                    known is None
+                    or known.next_offset != row[3]
+                    or known.last_hash != bytes(row[4])
+                    or known.error != row[10]
+                ):
+                    self._streams[row[1]] = _stream_state(row)
 
     # ------------------------------------------------------------------ apply
 
@@ -430,8 +479,10 @@ class CatalogWriter:
         result = ApplyResult()
         conn = self._conn
         work: dict[str, StreamState] = {}
-        conn.execute("BEGIN IMMEDIATE")
+        records = list(records)
+        self.store.begin_write(conn)
         try:
+            self._claim(r.table for r in records)
             for record in records:
                 state = work.get(record.table)
                 if state is None:
@@ -472,7 +523,7 @@ class CatalogWriter:
         result.touched.update(work)
         self._batches += 1
         if self._batches % 2000 == 0:
-            conn.execute("PRAGMA optimize")  # keeps index statistics current as tables grow
+            self.store.optimize(conn)  # keeps index statistics current as tables grow
         return result
 
     def _break(self, state: StreamState, record: LogRecord, error: str, result: ApplyResult) -> None:
@@ -516,11 +567,11 @@ class CatalogWriter:
             applied = self._apply_decision(state, decision, record)
             self._insert_decision(state, decision, record, record_hash, applied)
             if changes_files:
-                conn.execute("RELEASE d")
-        except (_Inconsistent, sqlite3.IntegrityError) as exc:
+                conn.execute("RELEASE SAVEPOINT d")
+        except self._refusals as exc:
             if changes_files:
-                conn.execute("ROLLBACK TO d")
-                conn.execute("RELEASE d")
+                conn.execute("ROLLBACK TO SAVEPOINT d")
+                conn.execute("RELEASE SAVEPOINT d")
             self._break(state, record, f"inconsistent decision: {exc}", result)
             return
         for name, value in applied.updates.items():
@@ -697,8 +748,10 @@ FILE_COLUMNS = (
 _FILE_COLUMNS_V1 = FILE_COLUMNS.replace(", bucket", ", 0 AS bucket")  # a catalog no writer has migrated yet
 
 
-def _file_columns(conn: sqlite3.Connection) -> str:
+def _file_columns(conn: Connection) -> str:
     """The file columns to select: a version-1 catalog (read before its consumer was upgraded) has no bucket."""
+    if getattr(conn, "kind", "sqlite") != "sqlite":
+        return FILE_COLUMNS  # PostgreSQL catalogs start at version 2
     return FILE_COLUMNS if conn.execute("PRAGMA user_version").fetchone()[0] >= 2 else _FILE_COLUMNS_V1
 
 
@@ -710,29 +763,29 @@ DECISION_COLUMNS = (
 )
 
 
-def query_table(conn: sqlite3.Connection, name: str) -> tuple[Any, ...] | None:
+def query_table(conn: Connection, name: str) -> tuple[Any, ...] | None:
     """The ``tables`` row of ``name`` (created or not), or None."""
     return conn.execute(f"SELECT {TABLE_COLUMNS} FROM tables WHERE name = ?", (name,)).fetchone()  # type: ignore[no-any-return]
 
 
-def query_tables(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+def query_tables(conn: Connection) -> list[tuple[Any, ...]]:
     """Every created table's row, by name."""
     return conn.execute(f"SELECT {TABLE_COLUMNS} FROM tables WHERE metadata IS NOT NULL ORDER BY name").fetchall()
 
 
-def query_streams(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+def query_streams(conn: Connection) -> list[tuple[Any, ...]]:
     """Every followed topic's row, created or not (for health and metrics)."""
     return conn.execute(f"SELECT {TABLE_COLUMNS} FROM tables ORDER BY name").fetchall()
 
 
-def query_commit(conn: sqlite3.Connection, table_id: int, version: int) -> tuple[Any, ...] | None:
+def query_commit(conn: Connection, table_id: int, version: int) -> tuple[Any, ...] | None:
     """``(id_version, effective_time_ms)`` of one ID version, or None."""
     return conn.execute(  # type: ignore[no-any-return]
         "SELECT id_version, effective_time_ms FROM commits WHERE table_id = ? AND id_version = ?", (table_id, version)
     ).fetchone()
 
 
-def query_version_at(conn: sqlite3.Connection, table_id: int, millis: int) -> tuple[Any, ...] | None:
+def query_version_at(conn: Connection, table_id: int, millis: int) -> tuple[Any, ...] | None:
     """``(id_version, effective_time_ms)`` of the highest ID version whose (inherited) time version <= ``millis``."""
     return conn.execute(  # type: ignore[no-any-return]
         "SELECT id_version, effective_time_ms FROM commits WHERE table_id = ? AND effective_time_ms <= ?"
@@ -741,19 +794,19 @@ def query_version_at(conn: sqlite3.Connection, table_id: int, millis: int) -> tu
     ).fetchone()
 
 
-def query_snapshot_files(conn: sqlite3.Connection, table_id: int, version: int) -> list[tuple[Any, ...]]:
+def query_snapshot_files(conn: Connection, table_id: int, version: int) -> list[tuple[Any, ...]]:
     """Rows of the files live at ``version`` (one indexed query; see ``files_removed``)."""
     columns = _file_columns(conn)
     return conn.execute(
-        f"SELECT {columns} FROM files WHERE table_id = ?1 AND removed_version IS NULL AND added_version <= ?2"
-        f" UNION ALL SELECT {columns} FROM files WHERE table_id = ?1 AND removed_version > ?2"
-        " AND added_version <= ?2",
-        (table_id, version),
+        f"SELECT {columns} FROM files WHERE table_id = ? AND removed_version IS NULL AND added_version <= ?"
+        f" UNION ALL SELECT {columns} FROM files WHERE table_id = ? AND removed_version > ?"
+        " AND added_version <= ?",
+        (table_id, version, table_id, version, version),
     ).fetchall()
 
 
 def query_commits(
-    conn: sqlite3.Connection, table_id: int, column: str, low: int, high: int, include_rewrites: bool
+    conn: Connection, table_id: int, column: str, low: int, high: int, include_rewrites: bool
 ) -> list[tuple[Any, ...]]:
     """Commit rows (joined with their decision) with ``column`` in ``[low, high]``, by ID version."""
     assert column in ("id_version", "effective_time_ms")
@@ -767,7 +820,7 @@ def query_commits(
     ).fetchall()
 
 
-def query_added_files(conn: sqlite3.Connection, table_id: int, low: int, high: int) -> list[tuple[Any, ...]]:
+def query_added_files(conn: Connection, table_id: int, low: int, high: int) -> list[tuple[Any, ...]]:
     """Rows of files added by ID versions ``low..high``."""
     return conn.execute(
         f"SELECT {_file_columns(conn)} FROM files WHERE table_id = ? AND added_version BETWEEN ? AND ? ORDER BY id",
@@ -775,7 +828,7 @@ def query_added_files(conn: sqlite3.Connection, table_id: int, low: int, high: i
     ).fetchall()
 
 
-def query_removed_paths(conn: sqlite3.Connection, table_id: int, low: int, high: int) -> list[tuple[Any, ...]]:
+def query_removed_paths(conn: Connection, table_id: int, low: int, high: int) -> list[tuple[Any, ...]]:
     """``(removed_version, path)`` of files removed by ID versions ``low..high``."""
     return conn.execute(
         "SELECT removed_version, path FROM files WHERE table_id = ? AND removed_version BETWEEN ? AND ?"
@@ -784,7 +837,7 @@ def query_removed_paths(conn: sqlite3.Connection, table_id: int, low: int, high:
     ).fetchall()
 
 
-def query_decisions(conn: sqlite3.Connection, table_id: int, limit: int | None) -> list[tuple[Any, ...]]:
+def query_decisions(conn: Connection, table_id: int, limit: int | None) -> list[tuple[Any, ...]]:
     """Decision rows of a table, newest first."""
     sql = f"SELECT {DECISION_COLUMNS} FROM decisions WHERE table_id = ? ORDER BY log_offset DESC"
     if limit is not None:

@@ -48,7 +48,7 @@ def main(ctx: click.Context, bootstrap_servers: str | None, topic_prefix: str | 
     """ordo: a transaction manager for Delta tables whose commit log lives on Kafka.
 
     \b
-    Run the stack:      ordo up | ordo broker | ordo arbiter | ordo consumer
+    Run the stack:      ordo up | ordo broker | ordo arbiter | ordo consumer | ordo compactor
     Try it:             ordo demo
     Read the catalog:   ordo tables | history | show | changes | tail
     Operate:            ordo vacuum | ordo replay | ordo repair | ordo keygen
@@ -90,6 +90,12 @@ def broker(port: int | None) -> None:
 @main.command()
 @click.option("--shard", default="0/1", show_default=True, help="I/N: decide the tables with crc32(name) % N == I")
 @click.option(
+    "--fleet",
+    is_flag=True,
+    help="share every table with the other arbiters of the Kafka consumer group ORDO_ARBITER_GROUP "
+    "(default <prefix>.arbiters) instead of a static --shard; implied when ORDO_ARBITER_GROUP is set",
+)
+@click.option(
     "--commit-timeout",
     type=float,
     default=30.0,
@@ -116,6 +122,7 @@ def broker(port: int | None) -> None:
 def arbiter(
     settings: Settings,
     shard: str,
+    fleet: bool,
     commit_timeout: float,
     state_dir: str | None,
     checkpoint_every: int,
@@ -125,13 +132,16 @@ def arbiter(
     """Run an arbiter: decide every table's intents (of one shard) until Ctrl-C / SIGTERM."""
     import logging
 
-    from arbiter.service import parse_shard, run_arbiter
+    from arbiter.service import default_group, parse_shard, run_arbiter
     from ordo.up import check_broker
 
     try:
         index_count = parse_shard(shard)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--shard") from exc
+    group = default_group(settings) if fleet or settings.arbiter_group else None
+    if group is not None and index_count != (0, 1):
+        raise click.UsageError("--shard and the arbiter fleet (--fleet / ORDO_ARBITER_GROUP) exclude each other")
     check_broker(settings, broker_timeout)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = settings.with_overrides(state_dir=state_dir)
@@ -142,15 +152,26 @@ def arbiter(
             commit_timeout,
             checkpoint_every=checkpoint_every,
             checkpoint_interval=checkpoint_interval,
+            group=group,
         )
     )
 
 
 @main.command()
-@click.option("--catalog", default=None, help="SQLite catalog file (default: ORDO_CATALOG or ordo-catalog.db)")
+@click.option(
+    "--catalog",
+    default=None,
+    help="SQLite catalog file or postgresql:// URL (default: ORDO_CATALOG or ordo-catalog.db)",
+)
 @click.option("--http-host", default=None, help="HTTP service address (default: ORDO_HTTP_HOST or 127.0.0.1)")
 @click.option("--http-port", type=int, default=None, help="HTTP service port, 0 = any free (default: 8765)")
 @click.option("--no-http", is_flag=True, help="materialize only; serve no HTTP")
+@click.option(
+    "--shard",
+    default=None,
+    help="I/N: follow only the tables with crc32(name) % N == I (several consumers, one PostgreSQL catalog; "
+    "default: ORDO_CONSUMER_SHARD or 0/1)",
+)
 @_broker_timeout_option
 @pass_settings
 def consumer(
@@ -159,23 +180,77 @@ def consumer(
     http_host: str | None,
     http_port: int | None,
     no_http: bool,
+    shard: str | None,
     broker_timeout: float,
 ) -> None:
     """Run the consumer: materialize the catalog from the decisions topics and serve reads over HTTP."""
     import logging
 
+    from arbiter.service import parse_shard
     from consumer.service import run_consumer
     from ordo.up import check_broker
 
-    settings = settings.with_overrides(catalog=catalog, http_host=http_host, http_port=http_port)
+    settings = settings.with_overrides(catalog=catalog, http_host=http_host, http_port=http_port, consumer_shard=shard)
     if settings.catalog.startswith(("http://", "https://")):
         raise click.UsageError(
-            f"the consumer writes a SQLite catalog; ORDO_CATALOG/--catalog is a URL ({settings.catalog}): "
-            "pass --catalog PATH"
+            f"the consumer writes a SQLite or PostgreSQL catalog; ORDO_CATALOG/--catalog is the HTTP service "
+            f"({settings.catalog}): pass --catalog PATH or --catalog postgresql://..."
         )
+    try:
+        parse_shard(settings.consumer_shard)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--shard") from exc
     check_broker(settings, broker_timeout)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     raise SystemExit(run_consumer(settings, http=not no_http))
+
+
+@main.command()
+@click.option("--master", default=None, help="Spark master (default: ORDO_COMPACTOR_MASTER or local[2])")
+@click.option("--tables", "table_names", default=None, help="comma-separated tables to follow (default: all)")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.1),
+    default=None,
+    help="seconds between rounds (default: ORDO_COMPACTOR_INTERVAL or 5)",
+)
+@click.option("--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port (0: any free)")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="address of the metrics server")
+@pass_settings
+def compactor(
+    settings: Settings,
+    master: str | None,
+    table_names: str | None,
+    interval: float | None,
+    metrics_port: int | None,
+    metrics_host: str,
+) -> None:
+    """Run the table service: compact and cluster tables while writers commit (Ctrl-C / SIGTERM stops it).
+
+    Per (partition, bucket): MINOR COMPACT where small files pile up in a hot
+    partition, MAJOR COMPACT (or CLUSTER with ordo.cluster_by) in a cold one,
+    CLUSTER beside INSERT-only writes. Table properties: ordo.compaction.enabled,
+    ordo.compaction.min_files, ordo.compaction.cold_seconds, ordo.cluster_by
+    (docs/operations.md).
+    """
+    import logging
+
+    from ordo.compactor import run_compactor
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    settings = settings.with_overrides(
+        compactor_master=master, compactor_interval=interval, compactor_metrics_port=metrics_port
+    )
+    raise SystemExit(
+        run_compactor(
+            settings,
+            master=settings.compactor_master,
+            tables=[t.strip() for t in (table_names or "").split(",") if t.strip()],
+            interval=settings.compactor_interval,
+            metrics_port=settings.compactor_metrics_port,
+            metrics_host=metrics_host,
+        )
+    )
 
 
 @main.command()
@@ -186,6 +261,7 @@ def consumer(
     "--http-port", type=int, default=None, help="consumer HTTP port, 0 = any free (default: ORDO_HTTP_PORT or 8765)"
 )
 @click.option("--http-host", default=None, help="consumer HTTP address (default: ORDO_HTTP_HOST or 127.0.0.1)")
+@click.option("--no-compactor", is_flag=True, help="do not start the table service (ordo compactor; it needs Java)")
 @pass_settings
 def up(
     settings: Settings,
@@ -194,8 +270,9 @@ def up(
     broker_port: int | None,
     http_port: int | None,
     http_host: str | None,
+    no_compactor: bool,
 ) -> None:
-    """Run the embedded stack in the foreground: broker, arbiter, consumer (Ctrl-C stops it).
+    """Run the embedded stack in the foreground: broker, arbiter, consumer, compactor (Ctrl-C stops it).
 
     The broker is Tansu, in memory only: every table's log is lost when it
     stops (use --kafka for a real Kafka). Prints the ORDO_* settings clients
@@ -214,13 +291,14 @@ def up(
             http_port=settings.http_port if http_port is None else http_port,
             http_host=http_host or settings.http_host,
             echo=click.echo,
+            compactor=not no_compactor,
         )
     )
 
 
 @main.command()
 def demo() -> None:
-    """Concurrent Spark writers on one table, checked against the conflict matrix (starts its own stack, ~2 min)."""
+    """Concurrent Spark writers checked against the conflict matrix, then the table service beside a stream (~3 min)."""
     from ordo.demo import run_demo
 
     raise SystemExit(run_demo())

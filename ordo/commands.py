@@ -9,6 +9,7 @@ message; ``ordo.cli`` prints them as ``error: ...``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -161,13 +162,20 @@ def history_table(decisions: Sequence[DecisionRecord], title: str | None = None,
 
 
 def tables_command(settings: Settings, as_json: bool) -> None:
-    """``ordo tables``."""
+    """``ordo tables``: each table's head, and its layout (files per partition, last compaction, pending work)."""
     from rich.table import Table
+
+    from ordo.compactor import table_layout
 
     catalog = open_catalog(settings)
     infos = catalog.tables()
+    layouts: dict[str, dict[str, Any]] = {}
+    for i in infos:
+        if i.error is None:
+            with contextlib.suppress(OrdoError):
+                layouts[i.name] = table_layout(catalog, i.name)
     if as_json:
-        print_json([i.to_dict() for i in infos])
+        print_json([{**i.to_dict(), "layout": layouts.get(i.name)} for i in infos])
         return
     console = make_console()
     if not infos:
@@ -187,6 +195,39 @@ def tables_command(settings: Settings, as_json: bool) -> None:
             "ok" if i.error is None else f"[red]stopped at offset {i.error_offset}: {i.error}[/red]",
         )
     console.print(table)
+    if not layouts:
+        return
+    service = Table(header_style="bold", title="layout and table service (ordo compactor)", title_justify="left")
+    for name in ("table", "files", "partitions", "max files/partition", "last compaction", "pending"):
+        service.add_column(name, justify="right" if name in ("files", "partitions", "max files/partition") else "left")
+    for name, lay in layouts.items():
+        service.add_row(
+            name,
+            str(lay["files"]),
+            str(lay["partitions"]),
+            str(lay["max_files_per_partition"]),
+            _fmt_compaction(lay),
+            _fmt_pending(lay),
+        )
+    console.print(service)
+
+
+def _fmt_compaction(layout: Mapping[str, Any] | None) -> str:
+    last = None if layout is None else layout["last_compaction"]
+    if last is None:
+        return "-"
+    return f"{last['operation']} v{last['id_version']} {last['timestamp'][:19]}"
+
+
+def _fmt_pending(layout: Mapping[str, Any] | None) -> str:
+    if layout is None:
+        return "-"
+    if not layout["compaction_enabled"]:
+        return "off" if layout["policy_error"] is None else f"[red]{layout['policy_error']}[/red]"
+    counts: dict[str, int] = {}
+    for action in layout["pending"]:
+        counts[action["operation"]] = counts.get(action["operation"], 0) + 1
+    return ", ".join(f"{op} x{n}" for op, n in sorted(counts.items())) or "none"
 
 
 def history_command(settings: Settings, table: str, limit: int | None, as_json: bool) -> None:

@@ -12,7 +12,10 @@ Spark session:
 4. on ``dt=2024-05-03``: a Structured Streaming query inserting micro-batches
    while an INSERT OVERWRITE and a late batch load commit, and, at the same
    time in two threads, a compaction and an update of ``dt=2024-05-02``;
-5. reads: the history, the conflict summary checked against the policy file
+5. the table service: ``ordo compactor`` (started by the stack, following
+   the table ``clicks`` only) compacts while a streaming query writes it;
+   files per partition are shown as it goes;
+6. reads: the history, the conflict summary checked against the policy file
    (``arbiter/policies/maxcompute.csv``), a time-travel read, and the change
    feed between two time versions.
 
@@ -48,6 +51,9 @@ D1, D2, D3 = "2024-05-01", "2024-05-02", "2024-05-03"
 KINDS = ("click", "view", "buy")
 STREAM_BASE = 1_000_000
 POLICY_FILE = "arbiter/policies/maxcompute.csv"
+SERVICE_TABLE = "clicks"
+SERVICE_PROPERTIES = {"ordo.compaction.min_files": "4", "ordo.compaction.cold_seconds": "5"}
+SERVICE_STREAM_SECONDS = 20.0
 
 
 def _rows(first: int, count: int, dt: str, amount: int = 0) -> list[tuple[int, str, int, str]]:
@@ -215,6 +221,9 @@ class Demo:
         n.heading("4. dt=2024-05-03: a streaming query, an overwrite, a late load; two jobs on dt=05-02 in threads")
         self.streaming_act()
 
+        n.heading("5. the table service: `ordo compactor` compacts a second table while a stream writes it")
+        self.service_act()
+
     def streaming_act(self) -> None:
         from pyspark.sql import functions as F
 
@@ -280,6 +289,80 @@ class Demo:
         finally:
             query.stop()
         self.say(f"stopped the stream after {len([c for c in committed if c[1] is not None])} committed micro-batches")
+
+    def service_act(self) -> None:
+        """A stream into ``clicks`` (two partitions) with the stack's compactor running; files per partition shown."""
+        from pyspark.sql import functions as F
+
+        from ordo.compactor import table_layout, writer_rejections_by_service
+        from producer.streaming import foreach_batch_committer
+        from producer.table import DeltaTable
+
+        with self.narrator.working(f"creating table {SERVICE_TABLE}"):
+            table = DeltaTable.create(
+                self.spark,
+                SERVICE_TABLE,
+                schema=SCHEMA,
+                primary_key="id",
+                partitioned_by="dt",
+                properties=SERVICE_PROPERTIES,
+                settings=self.settings,
+            )
+        props = ", ".join(f"{k}={v}" for k, v in SERVICE_PROPERTIES.items())
+        self.say(f"created {SERVICE_TABLE} ({props}); the stack's compactor follows it")
+        committer = foreach_batch_committer(table, app_id="demo-clicks", retries=5)
+        source = self.spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 20).load()
+        rows = source.select(
+            (F.col("value") + STREAM_BASE).alias("id"),
+            F.element_at(F.array(*[F.lit(k) for k in KINDS]), (F.col("value") % 3 + 1).cast("int")).alias("kind"),
+            (F.col("value") % 100).alias("amount"),
+            F.when(F.col("value") % 2 == 0, F.lit(D1)).otherwise(F.lit(D2)).alias("dt"),
+        )
+        query = (
+            rows.writeStream.foreachBatch(committer)
+            .option("checkpointLocation", str(self.workdir / "clicks-checkpoint"))
+            .trigger(processingTime="1 second")
+            .queryName("demo_clicks")
+            .start()
+        )
+
+        def show(label: str) -> dict[str, Any]:
+            layout = table_layout(table.catalog, SERVICE_TABLE)
+            last = layout["last_compaction"]
+            done = f"last {last['operation']} at v{last['id_version']}" if last else "no compaction yet"
+            per = ", ".join(f"dt={k}: {v}" for k, v in layout["files_per_partition"].items())
+            self.say(f"{label}: v{layout['version']}, files per partition {per or '-'}; {done}")
+            return layout
+
+        started = time.monotonic()
+        try:
+            while time.monotonic() - started < SERVICE_STREAM_SECONDS:
+                if query.exception() is not None:
+                    raise RuntimeError(f"the streaming query failed: {query.exception()}")
+                with self.narrator.working("streaming into clicks, the compactor running beside it"):
+                    time.sleep(5.0)
+                show(f"stream {len(committer.committed)} batches")
+        finally:
+            query.stop()
+        self.say("stopped the stream: the partitions turn cold, a MAJOR COMPACT may run there now")
+        deadline = time.monotonic() + 30.0
+        with self.narrator.working("waiting for the compactor to finish"):
+            while time.monotonic() < deadline:
+                layout = table_layout(table.catalog, SERVICE_TABLE)
+                if not layout["pending"] and layout["max_files_per_partition"] <= 1:
+                    break
+                time.sleep(1.0)
+        show("after the stream")
+        decisions = table.decisions()
+        rewrites = [d for d in decisions if d.operation is not None and d.operation.rewrites]
+        accepted = [d for d in rewrites if d.accepted]
+        kinds = ", ".join(sorted({d.operation.value for d in accepted if d.operation is not None})) or "none"
+        self.say(
+            f"compactor commits: {len(accepted)} accepted ({kinds}), {len(rewrites) - len(accepted)} rejected; "
+            f"INSERTs rejected because of it: {len(writer_rejections_by_service(decisions))}"
+        )
+        table.client.close()
+        table.catalog.close()
 
     def _wait(self, condition: Callable[[], bool], query: Any, what: str, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
@@ -469,7 +552,14 @@ def run_demo(console: Console | None = None) -> int:
     console.rule("[bold]ordo demo[/bold]: concurrent Spark writers, one Kafka commit log", align="left")
     with tempfile.TemporaryDirectory(prefix="ordo-demo-") as tmp:
         workdir = Path(tmp)
-        stack = EmbeddedStack(workdir / "stack", topic_prefix="demo", echo=narrator.say)
+        # the table service follows `clicks` only: the story of `events` commits its own compactions in a fixed order
+        stack = EmbeddedStack(
+            workdir / "stack",
+            topic_prefix="demo",
+            echo=narrator.say,
+            compactor=True,
+            compactor_args=("--tables", SERVICE_TABLE, "--interval", "2"),
+        )
         failure: list[BaseException] = []
 
         def start_services() -> None:
@@ -496,7 +586,8 @@ def run_demo(console: Console | None = None) -> int:
             assert stack.settings is not None and stack.arbiter is not None and stack.consumer is not None
             narrator.say(
                 f"stack up: Tansu broker {stack.settings.bootstrap_servers} (in memory only), "
-                f"arbiter pid {stack.arbiter.pid}, consumer pid {stack.consumer.pid} at {stack.url}"
+                f"arbiter pid {stack.arbiter.pid}, consumer pid {stack.consumer.pid} at {stack.url}, "
+                f"compactor pid {stack.compactor.pid if stack.compactor else '-'}"
             )
             narrator.say(f"catalog {stack.catalog_path}, warehouse {stack.warehouse}")
             demo = Demo(spark, stack.settings, narrator, workdir)

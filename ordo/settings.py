@@ -22,6 +22,8 @@ DEFAULT_WAREHOUSE = "warehouse"
 DEFAULT_HTTP_HOST = "127.0.0.1"
 DEFAULT_HTTP_PORT = 8765
 DEFAULT_RESUBMIT_AFTER = 5.0
+DEFAULT_COMPACTOR_MASTER = "local[2]"
+DEFAULT_COMPACTOR_INTERVAL = 5.0
 
 
 def default_state_dir() -> str:
@@ -48,6 +50,14 @@ class Settings:
     trusted_keys: str = ""
     require_signatures: bool = True
     resubmit_after: float = DEFAULT_RESUBMIT_AFTER  # commit client: publish an intent again when undecided this long
+    # `ordo compactor`: its Spark master, seconds between rounds, Prometheus port (None: no metrics server)
+    compactor_master: str = DEFAULT_COMPACTOR_MASTER
+    compactor_interval: float = DEFAULT_COMPACTOR_INTERVAL
+    compactor_metrics_port: int | None = None
+    # Consumer scale-out: I/N, follow only the tables with crc32(name) % N == I (one catalog, N consumers).
+    consumer_shard: str = "0/1"
+    # Arbiter fleet: the Kafka consumer group the arbiters share tables through ("" = <prefix>.arbiters).
+    arbiter_group: str = ""
 
     def kafka_config(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka configuration: bootstrap servers, pass-through settings, then ``overrides``."""
@@ -113,6 +123,11 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
         ("trusted_keys", "ORDO_TRUSTED_KEYS", str),
         ("require_signatures", "ORDO_REQUIRE_SIGNATURES", parse_bool),
         ("resubmit_after", "ORDO_RESUBMIT_AFTER", float),
+        ("compactor_master", "ORDO_COMPACTOR_MASTER", str),
+        ("compactor_interval", "ORDO_COMPACTOR_INTERVAL", float),
+        ("compactor_metrics_port", "ORDO_COMPACTOR_METRICS_PORT", int),
+        ("consumer_shard", "ORDO_CONSUMER_SHARD", str),
+        ("arbiter_group", "ORDO_ARBITER_GROUP", str),
     ):
         if env.get(key):
             values[name] = cast(env[key])

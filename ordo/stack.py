@@ -43,6 +43,8 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "ORDO_ARBITER_KEY": settings.arbiter_key,
         "ORDO_TRUSTED_KEYS": settings.trusted_keys,
         "ORDO_REQUIRE_SIGNATURES": "true" if settings.require_signatures else "false",
+        "ORDO_ARBITER_GROUP": settings.arbiter_group,
+        "ORDO_CONSUMER_SHARD": settings.consumer_shard,
     }
     if settings.bootstrap_servers:
         env["ORDO_BOOTSTRAP_SERVERS"] = settings.bootstrap_servers
@@ -345,8 +347,35 @@ def start_consumer(
     return process, url
 
 
+COMPACTOR_METRICS = r"compactor metrics at (\S+)"
+
+
+def start_compactor(
+    settings: Settings,
+    *,
+    timeout: float = 60.0,
+    log_dir: str | os.PathLike[str] | None = None,
+    args: Sequence[str] = (),
+) -> tuple[ManagedProcess, str]:
+    """Start ``ordo compactor --metrics-port 0 [args]``; returns the process and its metrics URL.
+
+    Returns once the metrics server listens (before Spark has started: the
+    service logs ``compactor ready`` when its session is up).
+    """
+    process = start_ordo(
+        settings, "compactor", "--metrics-port", "0", *args, name=f"compactor-{settings.topic_prefix}", log_dir=log_dir
+    )
+    try:
+        url = process.wait_for_line(COMPACTOR_METRICS, timeout=timeout).group(1)
+    except ProcessError:
+        process.kill()
+        raise
+    return process, url
+
+
 __all__ = [
     "ARBITER_READY",
+    "COMPACTOR_METRICS",
     "CONSUMER_READY",
     "ManagedProcess",
     "ProcessError",
@@ -355,6 +384,7 @@ __all__ = [
     "ordo_args",
     "settings_env",
     "start_arbiter",
+    "start_compactor",
     "start_consumer",
     "start_ordo",
     "start_process",

@@ -2,7 +2,8 @@
 
 ``EmbeddedStack`` starts, in this order, the broker (the embedded Tansu, or an
 existing Kafka), an ``ordo arbiter`` process and an ``ordo consumer`` process
-(with its HTTP service), waiting for each to be ready before the next. The
+(with its HTTP service), waiting for each to be ready before the next, then,
+unless turned off, the table service ``ordo compactor`` (Spark in local mode). The
 demo uses it too. Tansu keeps everything in memory: when the stack stops,
 every table's log is gone, so a catalog left by an earlier run no longer
 matches any log and is discarded at start.
@@ -53,6 +54,12 @@ def _quiet_stderr() -> Iterator[None]:
         os.close(devnull)
 
 
+def java_available() -> bool:
+    """True when a ``java`` is on PATH or under ``JAVA_HOME`` (Spark, hence the compactor, needs one)."""
+    java_home = os.environ.get("JAVA_HOME")
+    return shutil.which("java") is not None or bool(java_home and Path(java_home, "bin", "java").exists())
+
+
 def check_broker(settings: Settings, timeout: float = 10.0) -> None:
     """``BrokerUnavailableError`` unless the broker answers a metadata request within ``timeout`` seconds.
 
@@ -88,7 +95,8 @@ class EmbeddedStack:
     ``directory`` holds the catalog (``catalog.db``), the warehouse and the
     process logs; default: a fresh temporary directory, removed at ``stop()``.
     ``bootstrap_servers`` uses that Kafka instead of starting Tansu.
-    ``http_port`` 0 picks a free port.
+    ``http_port`` 0 picks a free port. ``compactor`` also starts the table
+    service (``compactor_args`` are its extra command-line arguments).
     """
 
     def __init__(
@@ -102,6 +110,8 @@ class EmbeddedStack:
         http_host: str = "127.0.0.1",
         kafka: dict[str, str] | None = None,
         echo: Echo | None = None,
+        compactor: bool = False,
+        compactor_args: tuple[str, ...] = (),
     ) -> None:
         self._temporary = directory is None
         self.directory = Path(tempfile.mkdtemp(prefix="ordo-")) if directory is None else Path(directory).absolute()
@@ -115,6 +125,10 @@ class EmbeddedStack:
         self.broker: EmbeddedBroker | None = None
         self.arbiter: ManagedProcess | None = None
         self.consumer: ManagedProcess | None = None
+        self.with_compactor = compactor
+        self.compactor_args = compactor_args
+        self.compactor: ManagedProcess | None = None
+        self.compactor_metrics: str | None = None
         self.url: str | None = None
         self.settings: Settings | None = None
 
@@ -186,8 +200,8 @@ class EmbeddedStack:
         return self.settings
 
     def start_services(self) -> None:
-        """Start the arbiter and the consumer side by side; return once both are ready."""
-        from ordo.stack import ProcessError, start_arbiter, start_consumer, wait_arbiter_ready
+        """Start the arbiter and the consumer side by side, then the compactor; return once they are ready."""
+        from ordo.stack import ProcessError, start_arbiter, start_compactor, start_consumer, wait_arbiter_ready
 
         assert self.settings is not None, "start_broker() first"
         try:
@@ -196,6 +210,10 @@ class EmbeddedStack:
             )
             self.consumer, self.url = start_consumer(self.settings, timeout=60.0, log_dir=self.log_dir)
             wait_arbiter_ready(arbiter, timeout=60.0)
+            if self.with_compactor:
+                self.compactor, self.compactor_metrics = start_compactor(
+                    self.settings, log_dir=self.log_dir, args=self.compactor_args
+                )
         except ProcessError as exc:
             self.stop()
             raise StackError(str(exc)) from exc
@@ -216,14 +234,14 @@ class EmbeddedStack:
         """A description of the first part that stopped unexpectedly, else None."""
         if self.broker is not None and not self.broker.running:
             return f"the Tansu broker exited: {self.broker.stderr_tail() or '(no output)'}"
-        for name, process in (("arbiter", self.arbiter), ("consumer", self.consumer)):
+        for name, process in (("arbiter", self.arbiter), ("consumer", self.consumer), ("compactor", self.compactor)):
             if process is not None and not process.running:
                 return f"the {name} exited with code {process.returncode}; last lines of {process.log_path}:\n{process.tail(20)}"
         return None
 
     def stop(self) -> None:
-        """Stop consumer, arbiter, then broker (each waits for a clean exit); remove a temporary directory."""
-        for process in (self.consumer, self.arbiter):
+        """Stop compactor, consumer, arbiter, then broker (each waits for a clean exit); remove a temporary directory."""
+        for process in (self.compactor, self.consumer, self.arbiter):
             if process is not None:
                 process.terminate(timeout=10.0)
         if self.broker is not None:
@@ -262,6 +280,7 @@ def run_up(
     http_port: int,
     http_host: str,
     echo: Echo = print,
+    compactor: bool = True,
 ) -> int:
     """Run the stack until SIGINT/SIGTERM; returns the exit code (1 when a part died)."""
     from ordo.broker import MEMORY_WARNING
@@ -281,7 +300,11 @@ def run_up(
         http_host=http_host,
         kafka=kafka,
         echo=echo,
+        compactor=compactor,
     )
+    if compactor and not java_available():
+        echo("compactor off: Spark needs Java 17+ and none was found (install it, or pass --no-compactor)")
+        stack.with_compactor = False
     if kafka_servers is None:
         # The children inherit this environment: Kafka security settings meant for a real cluster
         # would make them fail against the plain-text loopback Tansu.
@@ -306,6 +329,10 @@ def run_up(
             echo(f"broker    Kafka at {stack.settings.bootstrap_servers}")
         echo(f"arbiter   pid {stack.arbiter.pid}, prefix {stack.settings.topic_prefix!r}")
         echo(f"consumer  pid {stack.consumer.pid}, HTTP {stack.url} (API docs {stack.url}/docs)")
+        if stack.compactor is not None:
+            echo(f"compactor pid {stack.compactor.pid}, Spark local[2], metrics {stack.compactor_metrics}")
+        else:
+            echo("compactor off (--no-compactor): nothing compacts tables on its own")
         kept = "removed when the stack stops" if stack._temporary else "kept"
         echo(f"data      {stack.directory} (catalog.db, warehouse/, logs/; {kept})")
         echo("")

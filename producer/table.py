@@ -619,8 +619,8 @@ class DeltaTable:
     def compact(
         self, mode: str = "minor", partition: Mapping[str, Any] | None = None, *, bucket: int | None = None
     ) -> CommitResult | None:
-        """MINOR or MAJOR COMPACT of one partition or the whole table (MINOR: one bucket of each when ``bucket``
-        is given); None when there was nothing to compact."""
+        """MINOR or MAJOR COMPACT of one partition or the whole table (one bucket of each when ``bucket`` is
+        given; see ``Transaction.compact``); None when there was nothing to compact."""
         return self._run(lambda t: t.compact(mode, partition, bucket=bucket))
 
     def cluster(
@@ -949,45 +949,56 @@ class Transaction:
             return self._staged(files, None if static is None else [static])
 
     def compact(
-        self, mode: str = "minor", partition: Mapping[str, Any] | None = None, *, bucket: int | None = None
+        self,
+        mode: str = "minor",
+        partition: Mapping[str, Any] | None = None,
+        *,
+        bucket: int | None = None,
+        files: Sequence[str] | None = None,
     ) -> Transaction:
         """Stage MINOR or MAJOR COMPACT of the (partition, bucket) groups in scope holding at least two live files.
 
         MINOR keeps per key the newest record, delete records included, and
         rewrites each such (partition, bucket) alone; ``bucket`` limits it to
-        that bucket of each partition in scope. MAJOR writes base files of live
-        rows only and rewrites every file of each partition holding such a
-        group (``bucket`` is refused). Output records keep their effective
-        sequence number in ``_ordo_seq`` and are split by bucket; the inputs
-        are the removed files. With nothing to compact the transaction is a no-op.
+        that bucket of each partition in scope, ``files`` to those live paths
+        (taken together per partition). MAJOR writes base files of live rows
+        only and rewrites every file of each partition holding such a group, or
+        with ``bucket`` that bucket's files (the arbiter refuses it while another
+        bucket of the partition holds data it read: INCOMPLETE_REWRITE). Output
+        records keep their effective sequence number in ``_ordo_seq`` and are
+        split by bucket; the inputs are the removed files. With nothing to
+        compact the transaction is a no-op.
         """
         operation = {"minor": Operation.MINOR_COMPACT, "major": Operation.MAJOR_COMPACT}.get(str(mode).lower())
         if operation is None:
             raise InvalidOperationError(f"compact mode must be 'minor' or 'major', not {mode!r}")
+        if files is not None and operation is not Operation.MINOR_COMPACT:
+            raise InvalidOperationError("only a MINOR compaction may take a subset of a partition's files")
         with self._stage(operation):
-            return self._rewrite(str(mode).lower(), partition, bucket, min_files=2, sort_by=())
+            return self._rewrite(str(mode).lower(), partition, min_files=2, sort_by=(), bucket=bucket, files=files)
 
     def cluster(
         self, by: str | Sequence[str], partition: Mapping[str, Any] | None = None, *, bucket: int | None = None
     ) -> Transaction:
-        """Stage CLUSTER BY: rewrite the live rows of each partition in scope sorted by ``by`` (one file per bucket
-        at least; ``bucket`` is refused, as for MAJOR)."""
+        """Stage CLUSTER BY: rewrite the live rows of each partition in scope (of ``bucket`` when given) sorted by
+        ``by``, split by bucket."""
         columns = (by,) if isinstance(by, str) else tuple(by)
         names = [f.name for f in self.table.schema.fields]
         unknown = [c for c in columns if c not in names]
         if not columns or unknown:
             raise InvalidOperationError(f"cluster by needs table columns; unknown {unknown or 'none given'} in {names}")
         with self._stage(Operation.CLUSTER):
-            return self._rewrite("cluster", partition, bucket, min_files=1, sort_by=columns)
+            return self._rewrite("cluster", partition, min_files=1, sort_by=columns, bucket=bucket)
 
     def _rewrite(
         self,
         mode: str,
         partition: Mapping[str, Any] | None,
-        bucket: int | None,
         *,
         min_files: int,
         sort_by: Sequence[str],
+        bucket: int | None = None,
+        files: Sequence[str] | None = None,
     ) -> Transaction:
         from producer.data import read_files, rewrite_records, target_file_count
 
@@ -995,30 +1006,32 @@ class Transaction:
         static = self._static(partition)
         if bucket is not None and (type(bucket) is not int or not 0 <= bucket < layout.buckets):
             raise InvalidOperationError(f"bucket {bucket!r} is not a bucket of this table (0..{layout.buckets - 1})")
-        if bucket is not None and mode != "minor":
-            raise InvalidOperationError(
-                f"{mode} rewrites every live file of each partition it touches (the arbiter refuses less: "
-                "INCOMPLETE_REWRITE); bucket= applies to compact('minor') only"
-            )
-        # MINOR works per (partition, bucket): all records of a key are in its bucket's files. MAJOR and
-        # CLUSTER take whole partitions (every bucket) that hold a (partition, bucket) with min_files files.
+        wanted_paths = None if files is None else set(files)
+        # Groups are (partition, bucket): all records of a key are in its bucket's files. MINOR rewrites each
+        # group with min_files files alone (with ``files``: the given files of each partition together). MAJOR
+        # and CLUSTER take whole partitions (every bucket, or only ``bucket`` when given: the arbiter refuses
+        # it with INCOMPLETE_REWRITE while another bucket of the partition holds data the rewrite read).
         groups: dict[tuple[tuple[str, ...], int], list[Any]] = {}
         for entry in self.pinned_snapshot().files:
             key = tuple(entry.partition.get(c, "") for c in layout.partition_columns)
             if static is not None and key != tuple(static[c] for c in layout.partition_columns):
                 continue
-            if bucket is not None and entry.bucket != bucket:
+            if (bucket is not None and entry.bucket != bucket) or (
+                wanted_paths is not None and entry.path not in wanted_paths
+            ):
                 continue
             groups.setdefault((key, entry.bucket), []).append(entry)
-        if mode == "minor":
-            chosen = [files for _, files in sorted(groups.items()) if len(files) >= min_files]
+        if mode == "minor" and wanted_paths is None:
+            chosen = [group for _, group in sorted(groups.items()) if len(group) >= min_files]
         else:
-            wanted = {key for (key, _), files in groups.items() if len(files) >= min_files}
             whole: dict[tuple[str, ...], list[Any]] = {}
-            for (key, _), files in sorted(groups.items()):
-                if key in wanted:
-                    whole.setdefault(key, []).extend(files)
-            chosen = [files for _, files in sorted(whole.items())]
+            for (key, _), group in sorted(groups.items()):
+                whole.setdefault(key, []).extend(group)
+            if mode == "minor":
+                chosen = [group for _, group in sorted(whole.items()) if len(group) >= min_files]
+            else:
+                busy = {key for (key, _), group in groups.items() if len(group) >= min_files}
+                chosen = [group for key, group in sorted(whole.items()) if key in busy]
         inputs = self._rewrite_inputs(mode, chosen)
         scope = None if static is None else [static]
         if not inputs:
@@ -1027,8 +1040,8 @@ class Transaction:
             read_files(self.table.spark, layout, [(e.absolute_path, e.added_version) for e in inputs]), layout, mode
         )
         target = None if layout.partition_columns else target_file_count(sum(e.size_bytes for e in inputs), layout)
-        files = self._write(records, sort_by=sort_by, target_files=target)
-        return self._staged(files, scope, removed=sorted(e.path for e in inputs))
+        written = self._write(records, sort_by=sort_by, target_files=target)
+        return self._staged(written, scope, removed=sorted(e.path for e in inputs))
 
     @staticmethod
     def _rewrite_inputs(mode: str, groups: list[list[Any]]) -> list[Any]:

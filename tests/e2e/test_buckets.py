@@ -115,8 +115,6 @@ def test_bucketed_table_through_every_operation(spark: Any, writer_stack: Any) -
     assert len(table.snapshot().files) == 6  # one base file per (partition, bucket)
     check(spark, table, model)
 
-    with pytest.raises(InvalidOperationError, match="minor"):
-        table.compact("major", bucket=0)  # MAJOR and CLUSTER rewrite whole partitions (the arbiter's rule)
     with pytest.raises(InvalidOperationError, match="not a bucket"):
         table.compact("minor", bucket=3)
     clustered = table.cluster("v", {"dt": "x"})

@@ -20,6 +20,7 @@ import pytest
 
 from consumer import Catalog
 from consumer.materializer import READY_MESSAGE
+from consumer.stores import is_postgres
 from ordo.settings import Settings
 from ordo.stack import ManagedProcess, ProcessGroup
 
@@ -72,9 +73,11 @@ def consumer(processes: ProcessGroup, settings: Settings) -> Callable[..., Consu
         port: int = 0,
         wait_ready: bool = True,
         timeout: float = 30.0,
+        extra: tuple[str, ...] = (),
     ) -> ConsumerProcess:
-        catalog_path = str(Path(catalog if catalog is not None else settings.catalog).absolute())
-        args = ["consumer", "--catalog", catalog_path]
+        location = str(catalog if catalog is not None else settings.catalog)
+        catalog_path = location if is_postgres(location) else str(Path(location).absolute())
+        args = ["consumer", "--catalog", catalog_path, *extra]
         args += ["--http-port", str(port), "--http-host", "127.0.0.1"] if http else ["--no-http"]
         process = processes.start_ordo(settings, *args, name=f"consumer-{settings.topic_prefix}")
         url = None

@@ -126,10 +126,13 @@ def test_up_serves_a_client_and_stops_on_ctrl_c(up: Any, tmp_path: Path) -> None
     assert exports["ORDO_BOOTSTRAP_SERVERS"] != "127.0.0.1:1", "ordo up must start its own broker"
     assert exports["ORDO_CATALOG"] == str(data / "catalog.db")
     pids = [int(p) for p in re.findall(r"pid (\d+)", stack.output)]
-    assert len(pids) == 3, stack.output  # broker, arbiter, consumer
+    assert len(pids) == 4, stack.output  # broker, arbiter, consumer, compactor (the table service)
     url = re.search(r"HTTP (http://\S+)", stack.output).group(1)  # type: ignore[union-attr]
     with urllib.request.urlopen(f"{url}/readyz", timeout=10) as response:
         assert response.status == 200
+    metrics = re.search(r"compactor pid \d+, .* metrics (http://\S+)", stack.output).group(1)  # type: ignore[union-attr]
+    with urllib.request.urlopen(metrics, timeout=10) as response:
+        assert b"ordo_compactor_commits" in response.read()
 
     # a client with exactly the printed settings commits, and the catalog shows it
     from consumer import Catalog

@@ -24,6 +24,7 @@ import pytest
 
 from arbiter.core import datetime_to_millis
 from consumer import Catalog, TableNotFoundError, VersionNotFoundError
+from consumer.store import connect
 from ordo.settings import Settings
 from ordo.stack import ProcessGroup
 from producer import CommitClient
@@ -219,8 +220,8 @@ def test_health_readiness_and_metrics(history: History) -> None:
 
 
 def dump(path: str) -> dict[str, list[tuple[object, ...]]]:
-    """The catalog's rows keyed by table name (ids may differ between catalogs)."""
-    conn = sqlite3.connect(path)
+    """The catalog's rows keyed by table name (ids may differ between catalogs, and so may their stores)."""
+    conn = connect(path, readonly=True)
     try:
         return {
             "tables": conn.execute(
@@ -248,10 +249,11 @@ def test_catalog_after_kill_9_restarts_equals_one_rebuilt_from_scratch(
     consumer: Callable[..., ConsumerProcess],
     commit_client: CommitClient,
     settings: Settings,
-    tmp_path: Path,
+    catalog_at: Callable[[str], str],
 ) -> None:
     arbiter()
-    first = consumer(http=False)
+    settings = settings.with_overrides(catalog=catalog_at("c.db"))
+    first = consumer(http=False, settings=settings)
     tables = {name: (IntentSource(name, seed=40 + i, partitioned=i != 1), LiveModel()) for i, name in enumerate("tuv")}
     for name, (source, model) in tables.items():
         commit_history(commit_client, source, model, 0, f"{settings.warehouse}/{name}")
@@ -280,7 +282,7 @@ def test_catalog_after_kill_9_restarts_equals_one_rebuilt_from_scratch(
             time.sleep(rng.uniform(0.2, 0.8))
             assert current.kill() == -9
             kills += 1
-            current = consumer(http=False)
+            current = consumer(http=False, settings=settings)
     finally:
         done.set()
         writer.join(120)
@@ -289,7 +291,7 @@ def test_catalog_after_kill_9_restarts_equals_one_rebuilt_from_scratch(
     catalog = current.catalog()
     for name, (_, model) in tables.items():
         catalog.wait_for_version(name, model.head, timeout=30)
-    rebuilt = consumer(http=False, catalog=tmp_path / "rebuilt.db")
+    rebuilt = consumer(http=False, catalog=catalog_at("rebuilt.db"))
     for name, (_, model) in tables.items():
         rebuilt.catalog().wait_for_version(name, model.head, timeout=30)
         assert {f.path: f.seq for f in catalog.snapshot(name).files} == model.live(model.head)
@@ -454,3 +456,47 @@ def test_a_log_shorter_than_the_catalog_stops_the_table(
     info = again.catalog().table("t")
     assert info.error is not None and "the broker lost records or the topic was recreated" in info.error
     assert info.head_version == model.head
+
+
+def test_several_consumers_share_one_postgresql_catalog(
+    arbiter: Callable[..., object],
+    consumer: Callable[..., ConsumerProcess],
+    commit_client: CommitClient,
+    settings: Settings,
+    postgres_server: object,
+    tmp_path: Path,
+) -> None:
+    """Two consumers (shards 0/2 and 1/2) and a third following every table (0/1) write one PostgreSQL catalog.
+
+    The third overlaps both: the row claim in each batch's transaction makes them take turns, so the
+    shared catalog equals a SQLite catalog built by one consumer alone, row for row, and a second
+    machine's reader (a plain ``Catalog`` on the URL) sees every table.
+    """
+    from tests.conftest import create_database
+
+    url = create_database(postgres_server)
+    shared = settings.with_overrides(catalog=url)
+    arbiter()
+    names = [f"s{i}" for i in range(6)]
+    tables = {name: (IntentSource(name, seed=60 + i), LiveModel()) for i, name in enumerate(names)}
+    for name, (source, model) in tables.items():
+        commit_history(commit_client, source, model, 0, f"{settings.warehouse}/{name}")
+    served = consumer(settings=shared, extra=("--shard", "0/2"))  # its HTTP service reads the whole catalog
+    consumer(http=False, settings=shared, extra=("--shard", "1/2"))
+    overlapping = consumer(http=False, settings=shared, extra=("--shard", "0/1"))
+    for _ in range(4):
+        for name, (source, model) in tables.items():
+            commit_history(commit_client, source, model, 4, f"{settings.warehouse}/{name}")
+    overlapping.kill()  # a writer dying mid-batch leaves nothing half-applied for the others
+    for name, (source, model) in tables.items():
+        commit_history(commit_client, source, model, 3, f"{settings.warehouse}/{name}")
+    catalog = Catalog(url)
+    for name, (_, model) in tables.items():
+        catalog.wait_for_version(name, model.head, timeout=60)
+        assert {f.path: f.seq for f in catalog.snapshot(name).files} == model.live(model.head)
+        assert served.remote().snapshot(name) == catalog.snapshot(name)  # tables of both shards over HTTP
+    alone = consumer(http=False, catalog=tmp_path / "alone.db")
+    for name, (_, model) in tables.items():
+        alone.catalog().wait_for_version(name, model.head, timeout=60)
+    time.sleep(1.5)  # every consumer has read the transaction markers after the last decisions
+    assert dump(url) == dump(alone.catalog_path)

@@ -197,3 +197,49 @@ def test_repair_of_a_table_without_a_log_is_a_clear_error(settings: Settings, tm
     CatalogWriter(path, settings.topic_prefix).close()
     result = cli(settings, str(path), "repair", "nothing")
     assert result.exit_code == 1 and "has no decisions log" in result.output, result.output
+
+
+def test_repair_of_a_postgresql_catalog_runs_where_it_is_called_and_the_consumer_follows_again(
+    settings: Settings,
+    tmp_path: Any,
+    postgres_server: Any,
+    arbiter: Callable[..., ManagedProcess],
+    consumer: Callable[..., ConsumerProcess],
+    commit_client: CommitClient,
+) -> None:
+    """No lock file and no request file on a shared catalog: the caller swaps the rows, the consumer takes them."""
+    from consumer.store import connect
+    from tests.conftest import create_database
+
+    url = create_database(postgres_server)
+    arbiter()
+    populate(commit_client, "hurt", 5)
+    populate(commit_client, "fine", 2)
+    consumer(catalog=url, http=False)
+    with Catalog(url) as catalog:
+        wait_for(lambda: head(catalog, "hurt") == 5 and head(catalog, "fine") == 2, "the consumer to catch up")
+    conn = connect(url)  # damage the rows by hand while the consumer runs
+    conn.execute("BEGIN")
+    (table_id,) = conn.execute("SELECT id FROM tables WHERE name = ?", ("hurt",)).fetchone()
+    conn.execute("DELETE FROM files WHERE table_id = ? AND added_version = 5", (table_id,))
+    conn.execute(
+        "UPDATE tables SET error = 'rows damaged by hand', error_offset = next_offset WHERE id = ?", (table_id,)
+    )
+    conn.execute("COMMIT")
+    conn.close()
+    with Catalog(url) as catalog:
+        assert catalog.table("hurt").error == "rows damaged by hand"
+        assert len(catalog.snapshot("hurt").files) == 4
+    answer = cli(settings, url, "repair", "hurt", "--json")
+    assert answer.exit_code == 0, answer.output
+    result = json.loads(answer.output)
+    assert result["served"] and result["head_version"] == 5 and result["error"] is None
+    fresh = consumer(catalog=tmp_path / "fresh.db", http=False)
+    with Catalog(url) as repaired, Catalog(fresh.catalog_path) as rebuilt:
+        wait_for(lambda: head(rebuilt, "hurt") == 5, "the fresh consumer to catch up")
+        assert repaired.table("hurt").error is None
+        assert view(repaired, "hurt") == view(rebuilt, "hurt")
+        commit_client.commit(insert_intent("hurt", "hurt-after", "9", read_version=5), timeout=30)
+        wait_for(lambda: head(repaired, "hurt") == 6, "the consumer to follow the repaired table again")
+        wait_for(lambda: head(rebuilt, "hurt") == 6, "the fresh consumer to follow")
+        assert view(repaired, "hurt") == view(rebuilt, "hurt")

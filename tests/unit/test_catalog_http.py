@@ -138,3 +138,20 @@ def test_remote_subscribe_follows_the_stream(served: tuple[Catalog, Catalog, Scr
     got = [c.id_version for c in remote.subscribe("t", 10, idle_timeout=0.5)]
     assert got == script.model.logical(10, script.model.head)
     assert [c for c in remote.subscribe("t", 10, idle_timeout=0.5)] == local.commits("t", 10)
+
+
+def test_layout_endpoint_answers_like_the_local_function(
+    served: tuple[Catalog, Catalog, Script, ConsumerStatus],
+) -> None:
+    from ordo.compactor import table_layout
+
+    local, remote, _, _ = served
+    now = time.time()
+    assert table_layout(remote, "t", now) == table_layout(local, "t", now)
+    response = httpx.get(f"{remote.location}/tables/t/layout")
+    assert response.status_code == 200
+    body = response.json()
+    assert (
+        body["files"] == len(local.snapshot("t").files) and sum(body["files_per_partition"].values()) == body["files"]
+    )
+    assert httpx.get(f"{remote.location}/tables/nope/layout").status_code == 404

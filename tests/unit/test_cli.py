@@ -196,6 +196,31 @@ def test_tables_lists_the_table_with_its_head(built: Builder) -> None:
     assert [(t["name"], t["head_version"]) for t in data] == [("events", built.head)]
 
 
+def test_tables_shows_files_per_partition_last_compaction_and_pending_work(built: Builder) -> None:
+    from consumer import Catalog
+
+    with Catalog(built.catalog_path) as catalog:
+        snapshot = catalog.snapshot("events")
+        rewrites = [c for c in catalog.commits("events", 0, include_rewrites=True) if c.operation.rewrites]
+    per_partition: dict[str, int] = {}
+    for f in snapshot.files:
+        key = "/".join(f.partition[c] for c in snapshot.metadata.partition_columns) or "-"
+        per_partition[key] = per_partition.get(key, 0) + 1
+    layout = json.loads(run(built, "tables", "--json").output)[0]["layout"]
+    assert layout["files"] == len(snapshot.files) and layout["files_per_partition"] == per_partition
+    assert layout["max_files_per_partition"] == max(per_partition.values())
+    live_rewrites = {
+        f.added_version for f in snapshot.files if f.operation in ("MINOR_COMPACT", "MAJOR_COMPACT", "CLUSTER")
+    }
+    if live_rewrites:
+        assert layout["last_compaction"]["id_version"] == max(live_rewrites)
+    else:
+        assert layout["last_compaction"] is None, rewrites
+    assert layout["compaction_enabled"] is True and isinstance(layout["pending"], list)
+    text = run(built, "tables").output
+    assert "max files/partition" in text and str(layout["files"]) in text
+
+
 def test_history_shows_every_decision_newest_first(built: Builder) -> None:
     result = run(built, "history", "events")
     assert result.exit_code == 0, result.output

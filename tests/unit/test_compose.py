@@ -134,10 +134,32 @@ def test_every_ordo_command_exists(compose: dict[str, Any], dockerfile: str) -> 
         parse_ordo(args)  # raises on an unknown command or option
     consumer = parse_ordo(compose["services"]["consumer"]["command"])
     catalog = consumer.params["catalog"]
-    mounts = [m.split(":", 1)[1] for m in compose["services"]["consumer"]["volumes"]]
-    assert any(catalog.startswith(m.rstrip("/") + "/") for m in mounts), "the catalog must be on a volume"
+    if catalog.startswith("postgresql://"):
+        host = catalog.split("@", 1)[1].split(":", 1)[0].split("/", 1)[0]
+        assert host in compose["services"], "the catalog database is a service of the stack"
+        assert compose["services"]["consumer"]["depends_on"][host]["condition"] == "service_healthy"
+        volumes = [m.split(":", 1)[0] for m in compose["services"][host]["volumes"]]
+        assert any(v in (compose.get("volumes") or {}) for v in volumes), "the database must be on a volume"
+    else:
+        mounts = [m.split(":", 1)[1] for m in compose["services"]["consumer"]["volumes"]]
+        assert any(catalog.startswith(m.rstrip("/") + "/") for m in mounts), "the catalog must be on a volume"
     assert consumer.params["http_host"] == "0.0.0.0"
     assert env(compose["services"]["consumer"])["ORDO_CATALOG"] == catalog, "`exec consumer ordo tables` reads it"
+
+
+def test_the_stack_runs_an_arbiter_fleet_and_consumers_sharing_one_catalog(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    arbiters = [s for s in services.values() if s.get("command", [None])[0] == "arbiter"]
+    consumers = [s for s in services.values() if s.get("command", [None])[0] == "consumer"]
+    assert len(arbiters) >= 2 and len(consumers) >= 2
+    for service in arbiters:
+        assert parse_ordo(service["command"]).params["fleet"], "arbiters share tables through the group"
+        assert env(service)["ORDO_ARBITER_GROUP"] == env(arbiters[0])["ORDO_ARBITER_GROUP"]
+    parsed = [parse_ordo(s["command"]).params for s in consumers]
+    assert len({p["catalog"] for p in parsed}) == 1, "one catalog database for every consumer"
+    shards = sorted(p["shard"] for p in parsed)
+    count = int(shards[0].split("/")[1])
+    assert shards == [f"{i}/{count}" for i in range(count)], "the consumers' shards cover every table once"
 
 
 def test_a_wrong_command_would_be_caught() -> None:
@@ -171,3 +193,15 @@ def test_the_stack_makes_and_trusts_its_signing_key(compose: dict[str, Any]) -> 
         assert env(service)["ORDO_TRUSTED_KEYS"] == f"{args.params['path']}.pub"
         assert service["depends_on"]["keys"]["condition"] == "service_completed_successfully"
         assert any(volume.startswith("keys:") for volume in service["volumes"])
+
+
+def test_the_stack_runs_the_table_service(compose: dict[str, Any]) -> None:
+    """The compactor follows the consumer's catalog over HTTP, sees the warehouse, and exposes its metrics."""
+    service = compose["services"]["compactor"]
+    args = parse_ordo(service["command"]).params
+    assert args["metrics_port"] and f"{args['metrics_port']}:{args['metrics_port']}" in service["ports"]
+    settings = env(service)
+    consumer_port = parse_ordo(compose["services"]["consumer"]["command"]).params["http_port"]
+    assert settings["ORDO_CATALOG"] == f"http://consumer:{consumer_port}"
+    assert any(v.endswith(":" + settings["ORDO_WAREHOUSE"]) for v in service["volumes"])
+    assert service["depends_on"]["consumer"]["condition"] == "service_healthy"
