@@ -49,6 +49,7 @@ DELTA_FORM, COMPACT_FORM = "delta", "compact"
 FORMS = (DELTA_FORM, COMPACT_FORM)
 TRUNCATING_OPERATIONS = frozenset({"INSERT_OVERWRITE", "TRUNCATE"})
 _SEQ = "__ordo_eff_seq"
+READ_THREADS = 4  # files of one merge group read at once
 _IDX = "__ordo_idx"
 
 
@@ -62,6 +63,7 @@ class FileRef:
     operation: str = ""
     min_key: str | None = None
     max_key: str | None = None
+    bucket: int = 0
 
     @classmethod
     def of(cls, entry: FileEntry) -> FileRef:
@@ -72,6 +74,7 @@ class FileRef:
             entry.operation,
             entry.min_key,
             entry.max_key,
+            entry.bucket,
         )
 
 
@@ -164,14 +167,22 @@ def latest_records(records: pa.Table, shape: TableShape) -> pa.Table:
 
 
 def live_rows(refs: Sequence[FileRef], shape: TableShape, keys: Any = None, merge: bool = True) -> pa.Table:
-    """Merge-on-read of the files of ONE partition: its live rows (table columns), only ``keys`` when given."""
+    """Merge-on-read of the files of ONE partition (or one bucket of it): its live rows (table columns),
+    only ``keys`` when given."""
     import pyarrow.compute as pc
 
-    records = _concat([read_file(r, shape, keys) for r in refs], shape)
+    if len(refs) > 2:  # many small files (merge-on-read records): read them on threads (pyarrow drops the GIL)
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
+            tables = list(pool.map(lambda r: read_file(r, shape, keys), refs))
+    else:
+        tables = [read_file(r, shape, keys) for r in refs]
+    records = _concat(tables, shape)
     if merge:
         records = latest_records(records, shape)
     live = records.filter(pc.equal(records.column(OP_COLUMN), UPSERT))
-    return live.select(shape.columns)
+    return live.select(shape.columns).cast(shape.schema)  # the schema's nullability too (NOT NULL columns)
 
 
 def needs_merge(refs: Sequence[FileRef]) -> bool:
@@ -187,6 +198,24 @@ def by_partition(refs: Sequence[FileRef], columns: Sequence[str]) -> dict[tuple[
     for r in refs:
         groups.setdefault(tuple(r.partition.get(c, "") for c in columns), []).append(r)
     return groups
+
+
+def by_bucket(refs: Sequence[FileRef], columns: Sequence[str]) -> dict[tuple[tuple[str, ...], int], list[FileRef]]:
+    """Files grouped by (partition values in ``columns`` order, bucket): the unit of merge-on-read.
+
+    Every record of a key is in its bucket's files (``producer.buckets``), so a
+    group's live rows are a pure function of the group's files.
+    """
+    groups: dict[tuple[tuple[str, ...], int], list[FileRef]] = {}
+    for r in refs:
+        groups.setdefault((tuple(r.partition.get(c, "") for c in columns), r.bucket), []).append(r)
+    return groups
+
+
+def merge_groups(refs: Sequence[FileRef], columns: Sequence[str]) -> list[tuple[tuple[FileRef, ...], bool]]:
+    """The (partition, bucket) groups of ``refs`` in a stable order, each with whether it needs a merge."""
+    groups = by_bucket(refs, columns)
+    return [(tuple(group), needs_merge(group)) for _, group in sorted(groups.items())]
 
 
 # --------------------------------------------------------------------------- change feed
@@ -380,11 +409,13 @@ __all__ = [
     "CommitChanges",
     "FileRef",
     "TableShape",
+    "by_bucket",
     "by_partition",
     "change_rows",
     "change_schema",
     "check_form",
     "live_rows",
+    "merge_groups",
     "needs_merge",
     "plan_commit",
 ]

@@ -47,6 +47,8 @@ TRUNCATING_OPERATIONS = ("INSERT_OVERWRITE", "TRUNCATE")
 _GLOB = re.compile(r"([\\\[\]{}*?])")
 # Up to this many files, file -> sequence number lookups are literal maps in the plan; above, a broadcast join.
 INLINE_FILE_LIMIT = 500
+MERGE_METHODS = ("bucket", "shuffle")
+TASK_BYTES = 128 * 1024 * 1024  # a no-shuffle read packs (partition, bucket) groups into tasks of about this size
 
 
 def _catalog(catalog: Catalog | str | os.PathLike[str] | None) -> Catalog:
@@ -154,15 +156,54 @@ def _with_file_info(
 
 
 def _no_merge_needed(files: Sequence[FileEntry]) -> bool:
-    """True when a partition's live files hold each key at most once (see the module docstring)."""
+    """True when a (partition, bucket)'s live files hold each key at most once (see the module docstring)."""
     if len(files) == 1:
         return files[0].operation != "CLUSTER"
     return all(f.operation == "MAJOR_COMPACT" for f in files) and len({f.added_version for f in files}) == 1
 
 
-def read_snapshot(spark: SparkSession, snapshot: Snapshot) -> DataFrame:
-    """The table's rows at ``snapshot``: merge-on-read of its live files, table columns only."""
+def _bins(groups: list[list[FileEntry]], tasks: int) -> list[list[list[FileEntry]]]:
+    """Groups packed into ``tasks`` bins of about equal bytes (largest first; deterministic)."""
+    bins: list[list[list[FileEntry]]] = [[] for _ in range(tasks)]
+    sizes = [0] * tasks
+    ordered = sorted(groups, key=lambda g: (-sum(f.size_bytes for f in g), g[0].path))
+    for group in ordered:
+        smallest = min(range(tasks), key=lambda i: (sizes[i], i))
+        bins[smallest].append(group)
+        sizes[smallest] += sum(f.size_bytes for f in group)
+    return [b for b in bins if b]
+
+
+def _merge_by_bucket(spark: SparkSession, groups: list[list[FileEntry]], schema: Any, metadata: Any) -> DataFrame:
+    """Merge-on-read of whole (partition, bucket) groups, each in one task with pyarrow: no Exchange.
+
+    The groups are packed into tasks of about ``TASK_BYTES`` (at least two per
+    core when there are enough groups) and read through the ``ordo_files``
+    data source (``consumer.files_source``).
+    """
+    from consumer.arrow import FileRef
+    from consumer.files_source import NAME, groups_option, register
+
+    total = sum(f.size_bytes for g in groups for f in g)
+    parallelism = max(1, int(spark.sparkContext.defaultParallelism))
+    tasks = max(1, min(len(groups), max(2 * parallelism, -(-total // TASK_BYTES))))
+    bins = [[tuple(FileRef.of(f) for f in g) for g in b] for b in _bins(groups, tasks)]
+    register(spark)
+    option = groups_option(bins, metadata.primary_key, metadata.partition_columns)
+    return spark.read.format(NAME).schema(schema).option("groups", option).load()
+
+
+def read_snapshot(spark: SparkSession, snapshot: Snapshot, merge: str = "bucket") -> DataFrame:
+    """The table's rows at ``snapshot``: merge-on-read of its live files, table columns only.
+
+    ``merge="bucket"`` (the default) merges each (partition, bucket) in one
+    task with pyarrow (the plan has no Exchange); ``merge="shuffle"`` is the
+    older plan, one ``groupBy`` over every record to be merged.
+    """
     from pyspark.sql import functions as F
+
+    if merge not in MERGE_METHODS:
+        raise ValueError(f"merge must be one of {list(MERGE_METHODS)}, not {merge!r}")
 
     metadata = snapshot.metadata
     schema = table_schema(spark, metadata.schema)
@@ -173,20 +214,27 @@ def read_snapshot(spark: SparkSession, snapshot: Snapshot) -> DataFrame:
     if not snapshot.files:
         return spark.createDataFrame([], schema)
     file_schema = _file_schema(schema)
-    by_partition: dict[tuple[tuple[str, str], ...], list[FileEntry]] = {}
+    # the unit of merge-on-read: a (partition, bucket); every record of a key is in its bucket's files
+    groups: dict[tuple[tuple[tuple[str, str], ...], int], list[FileEntry]] = {}
     for f in snapshot.files:
-        by_partition.setdefault(tuple(f.partition.items()), []).append(f)
+        groups.setdefault((tuple(sorted(f.partition.items())), f.bucket), []).append(f)
     direct: list[FileEntry] = []
-    merge: list[FileEntry] = []
-    for group in by_partition.values():
-        (direct if _no_merge_needed(group) else merge).extend(group)
+    to_merge: list[list[FileEntry]] = []
+    for _, group in sorted(groups.items()):
+        if _no_merge_needed(group):
+            direct.extend(group)
+        else:
+            to_merge.append(group)
     frames = []
     if direct:
         frame = _scan(spark, direct, file_schema)
         frames.append(frame.where(F.col(OP_COLUMN) == UPSERT).select(*[F.col(_quote(c)) for c in columns]))
-    if merge:
+    if to_merge and merge == "bucket":
+        frames.append(_merge_by_bucket(spark, to_merge, schema, metadata))
+    elif to_merge:
+        files = [f for g in to_merge for f in g]
         keys = list(metadata.primary_key)
-        frame = _with_file_info(spark, _scan(spark, merge, file_schema), merge, metadata.location, {})
+        frame = _with_file_info(spark, _scan(spark, files, file_schema), files, metadata.location, {})
         seq = F.coalesce(F.col(SEQ_COLUMN), F.col("_f_seq"))
         payload = F.struct(*[F.col(_quote(c)).alias(c) for c in columns], F.col(OP_COLUMN).alias(OP_COLUMN))
         # Highest effective sequence number wins; on a tie (a writer broke the one-record-per-key-per-commit
@@ -207,13 +255,15 @@ def read(
     version: int | None = None,
     timestamp: Timestamp | None = None,
     catalog: Catalog | str | os.PathLike[str] | None = None,
+    merge: str = "bucket",
 ) -> DataFrame:
     """The table at ID ``version``, as of ``timestamp``, or at the head (table columns only).
 
     ``catalog`` is a ``Catalog``, a catalog location, or None for ``ORDO_CATALOG``.
     Raises ``TableNotFoundError`` / ``VersionNotFoundError`` like ``Catalog.snapshot``.
+    ``merge`` is ``read_snapshot``'s.
     """
-    return read_snapshot(spark, _catalog(catalog).snapshot(table, version=version, timestamp=timestamp))
+    return read_snapshot(spark, _catalog(catalog).snapshot(table, version=version, timestamp=timestamp), merge)
 
 
 def change_schema(schema: Any) -> Any:

@@ -249,7 +249,8 @@ def _batches(table: Any) -> Iterator[Any]:
 
 
 class SnapshotReader(DataSourceReader):
-    """A batch read of the table at the head, ``versionAsOf`` or ``timestampAsOf``; one partition per table partition."""
+    """A batch read of the table at the head, ``versionAsOf`` or ``timestampAsOf``; one input partition per
+    (table partition, bucket)."""
 
     def __init__(self, table: _Table, schema: StructType, options: Mapping[str, str]) -> None:
         from consumer import Catalog
@@ -281,10 +282,10 @@ class SnapshotReader(DataSourceReader):
             yield f
 
     def partitions(self) -> Sequence[InputPartition]:
-        from consumer.arrow import by_partition, needs_merge
+        """One input partition per (table partition, bucket): merged alone in one task, no shuffle."""
+        from consumer.arrow import merge_groups
 
-        groups = by_partition(self.files, self.shape.partition_columns)
-        parts = [InputPartition((tuple(refs), needs_merge(refs))) for _, refs in sorted(groups.items())]
+        parts = [InputPartition(group) for group in merge_groups(self.files, self.shape.partition_columns)]
         return parts or [InputPartition(((), False))]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:

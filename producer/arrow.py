@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from producer.buckets import bucket_array
 from producer.data import (
     EXAMPLES,
     OP_COLUMN,
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 FILES_PER_TASK = 100_000  # file numbers reserved per task attempt
+_BUCKET = "__ordo_bucket"
 
 
 def conform_batch(batch: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -91,7 +93,7 @@ def check_rows(rows: pa.Table, layout: Layout, static: Mapping[str, str] | None 
 def write_rows(
     rows: pa.Table, layout: Layout, txn_id: str, first_number: int, static: Mapping[str, str] | None = None
 ) -> list[DataFile]:
-    """Check ``rows`` (table columns) and write them as upsert records, one file per partition."""
+    """Check ``rows`` (table columns) and write them as upsert records, one file per (partition, bucket)."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -101,22 +103,23 @@ def write_rows(
         return []
     storage = Storage(layout.location)
     columns = layout.partition_columns
-    groups: list[tuple[dict[str, str], pa.Table]] = []
-    if columns:
-        texts = {c: partition_text(rows.column(c)) for c in columns}
-        keys = pa.table(texts).group_by(list(columns), use_threads=False).aggregate([])
-        for values in keys.to_pylist():
-            mask = None
-            for c in columns:
-                eq = pc.equal(texts[c], values[c])
-                mask = eq if mask is None else pc.and_(mask, eq)
-            groups.append(({c: str(values[c]) for c in columns}, rows.filter(mask)))
-    else:
-        groups.append(({}, rows))
+    buckets = bucket_array(rows, layout.primary_key, layout.buckets)
+    texts = {c: partition_text(rows.column(c)) for c in columns}
+    texts[_BUCKET] = buckets
+    # one file per (partition, bucket) present in the rows
+    groups: list[tuple[dict[str, str], int, pa.Table]] = []
+    found = pa.table(texts).group_by([*columns, _BUCKET], use_threads=False).aggregate([])
+    for values in found.to_pylist():
+        mask = None
+        for c in [*columns, _BUCKET]:
+            eq = pc.equal(texts[c], values[c])
+            mask = eq if mask is None else pc.and_(mask, eq)
+        groups.append(({c: str(values[c]) for c in columns}, int(values[_BUCKET]), rows.filter(mask)))
     files = []
     written: list[str] = []
     try:
-        for n, (partition, part_rows) in enumerate(sorted(groups, key=lambda g: sorted(g[0].items()))):
+        ordered = sorted(groups, key=lambda g: (sorted(g[0].items()), g[1]))
+        for n, (partition, bucket, part_rows) in enumerate(ordered):
             count = part_rows.num_rows
             records = part_rows.append_column(OP_COLUMN, pa.array([OP_UPSERT] * count, pa.string()))
             records = records.append_column(SEQ_COLUMN, pa.nulls(count, pa.int64()))
@@ -137,6 +140,7 @@ def write_rows(
                     size_bytes=int(size or 0),
                     min_key=low,
                     max_key=high,
+                    bucket=bucket,
                 )
             )
     except BaseException:

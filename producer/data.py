@@ -48,6 +48,7 @@ SEQ_COLUMN = "_ordo_seq"
 OP_UPSERT = "upsert"
 OP_DELETE = "delete"
 STAGING_DIR = "_staging"
+BUCKET_COLUMN = "_ordo_b"  # hidden staging column: the record's bucket (producer.buckets)
 # Column names a table may not use: ours in files, and the change feed's.
 RESERVED_PREFIX = "_ordo_"
 RESERVED_COLUMNS = frozenset({"_change_type", "_commit_version", "_commit_timestamp"})
@@ -111,6 +112,13 @@ class Layout:
             partition_columns=tuple(metadata.partition_columns),
             properties=dict(metadata.properties),
         )
+
+    @property
+    def buckets(self) -> int:
+        """Buckets per partition (``ordo.buckets``; 1 for a table without the property)."""
+        from producer.buckets import table_buckets
+
+        return table_buckets(self.properties)
 
     @property
     def identity(self) -> tuple[str, ...]:
@@ -604,6 +612,11 @@ class FileWriter:
         df = records
         for name, column in zip(hidden, layout.partition_columns, strict=True):
             df = df.withColumn(name, F.col(f"`{column}`").cast("string"))
+        if layout.buckets > 1:
+            from producer.buckets import bucket_column
+
+            df = df.withColumn(BUCKET_COLUMN, bucket_column(layout.schema(), layout.primary_key, layout.buckets))
+            hidden = [*hidden, BUCKET_COLUMN]  # one output file per (partition, bucket) at least
         if hidden:
             df = df.repartition(*[F.col(h) for h in hidden])
             if sort_by:
@@ -641,9 +654,10 @@ class FileWriter:
             name = parts[-1]
             if name.startswith(("_", ".")) or not name.endswith(".parquet"):
                 continue
-            partition = _parse_partition(parts[:-1], hidden, layout.partition_columns)
-            if partition is None:
+            parsed = _parse_partition(parts[:-1], hidden, layout.partition_columns)
+            if parsed is None:
                 continue  # a schema-only file Spark writes for an empty partitioned output
+            partition, bucket = parsed
             source = f"{staging}/{relative}"
             footer = self.storage.footer(source)
             if footer.num_rows == 0:
@@ -660,7 +674,7 @@ class FileWriter:
                     size_bytes=size,
                     min_key=min_key,
                     max_key=max_key,
-                    bucket=0,  # bucketed writes come later: every file is in bucket 0 for now
+                    bucket=bucket,
                 )
             )
         return files
@@ -675,10 +689,13 @@ class FileWriter:
         return deleted
 
 
-_SEGMENT = re.compile(r"(_ordo_p\d+)=(.*)")
+_SEGMENT = re.compile(r"(_ordo_p\d+|_ordo_b)=(.*)")
 
 
-def _parse_partition(dirs: Sequence[str], hidden: Sequence[str], columns: Sequence[str]) -> dict[str, str] | None:
+def _parse_partition(
+    dirs: Sequence[str], hidden: Sequence[str], columns: Sequence[str]
+) -> tuple[dict[str, str], int] | None:
+    """The partition and bucket of a staged file from its Hive-style directories (None: not a data file)."""
     if len(dirs) != len(hidden):
         return None
     values = {}
@@ -689,7 +706,8 @@ def _parse_partition(dirs: Sequence[str], hidden: Sequence[str], columns: Sequen
         values[match.group(1)] = unquote(match.group(2))
     if set(values) != set(hidden):
         return None
-    return {c: values[h] for h, c in zip(hidden, columns, strict=True)}
+    bucket = int(values.pop(BUCKET_COLUMN, "0"))
+    return {c: values[h] for h, c in zip(hidden, columns, strict=False)}, bucket
 
 
 def _stat_text(value: Any) -> str:

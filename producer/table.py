@@ -285,6 +285,7 @@ class DeltaTable:
         partitioned_by: str | Sequence[str] = (),
         location: str | None = None,
         properties: Mapping[str, Any] | None = None,
+        buckets: int | None = None,
         settings: Settings | None = None,
         bootstrap_servers: str | None = None,
         topic_prefix: str | None = None,
@@ -297,9 +298,12 @@ class DeltaTable:
 
         ``schema`` is a Spark DDL string (``"id BIGINT, v STRING"``) or a
         StructType. ``location`` defaults to ``<warehouse>/<name>`` as an
-        absolute path. Raises ``TableExistsError`` if the table exists and
-        ``InvalidTableError`` for a definition that cannot be a table.
+        absolute path. ``buckets`` (also the property ``ordo.buckets``) is the
+        number of buckets per partition (default 4; 1 when a key type has no
+        canonical text, see ``producer.buckets``). Raises ``TableExistsError`` if
+        the table exists and ``InvalidTableError`` for a definition that cannot be a table.
         """
+        from producer.buckets import BUCKETS_PROPERTY, BucketError, choose_buckets
         from producer.data import check_definition, parse_schema, schema_to_ddl
 
         validate_table_name(name)
@@ -316,6 +320,17 @@ class DeltaTable:
         key = (primary_key,) if isinstance(primary_key, str) else tuple(primary_key)
         parts = (partitioned_by,) if isinstance(partitioned_by, str) else tuple(partitioned_by)
         check_definition(spark_schema, key, parts)
+        props = {str(k): str(v) for k, v in (properties or {}).items()}
+        given = props.get(BUCKETS_PROPERTY)
+        if buckets is not None and given is not None and str(buckets) != given:
+            raise InvalidTableError(f"buckets={buckets} and property {BUCKETS_PROPERTY}={given!r} disagree")
+        try:
+            count = choose_buckets(
+                buckets if buckets is not None else given, [spark_schema[k].dataType.simpleString() for k in key]
+            )
+        except BucketError as exc:
+            raise InvalidTableError(str(exc)) from exc
+        props[BUCKETS_PROPERTY] = str(count)
         if location is None:
             location = resolved.warehouse.rstrip("/") + "/" + name
         if not _has_scheme(location):
@@ -325,7 +340,7 @@ class DeltaTable:
             schema=schema_to_ddl(spark_schema),
             primary_key=key,
             partition_columns=parts,
-            properties={str(k): str(v) for k, v in (properties or {}).items()},
+            properties=props,
         )
         table = cls(
             spark,
@@ -601,21 +616,34 @@ class DeltaTable:
         """Make the table what it was as of ``timestamp``: one INSERT OVERWRITE of that snapshot."""
         return self.insert_overwrite(self.read(timestamp=timestamp))
 
-    def compact(self, mode: str = "minor", partition: Mapping[str, Any] | None = None) -> CommitResult | None:
-        """MINOR or MAJOR COMPACT of one partition or the whole table; None when there was nothing to compact."""
-        return self._run(lambda t: t.compact(mode, partition))
+    def compact(
+        self, mode: str = "minor", partition: Mapping[str, Any] | None = None, *, bucket: int | None = None
+    ) -> CommitResult | None:
+        """MINOR or MAJOR COMPACT of one partition or the whole table (one bucket of each when ``bucket`` is
+        given; see ``Transaction.compact``); None when there was nothing to compact."""
+        return self._run(lambda t: t.compact(mode, partition, bucket=bucket))
 
-    def cluster(self, by: str | Sequence[str], partition: Mapping[str, Any] | None = None) -> CommitResult | None:
+    def cluster(
+        self, by: str | Sequence[str], partition: Mapping[str, Any] | None = None, *, bucket: int | None = None
+    ) -> CommitResult | None:
         """CLUSTER BY ``by``: rewrite live rows sorted by those columns; None when there are no files."""
-        return self._run(lambda t: t.cluster(by, partition))
+        return self._run(lambda t: t.cluster(by, partition, bucket=bucket))
 
     # ------------------------------------------------------------------ reads (delegated to the consumer)
 
-    def read(self, version: int | None = None, timestamp: datetime | str | None = None) -> DataFrame:
-        """The table as a DataFrame at the head, an ID ``version`` or a ``timestamp`` (time travel)."""
+    def read(
+        self, version: int | None = None, timestamp: datetime | str | None = None, *, merge: str = "bucket"
+    ) -> DataFrame:
+        """The table as a DataFrame at the head, an ID ``version`` or a ``timestamp`` (time travel).
+
+        ``merge="bucket"`` merges each (partition, bucket) in one task (no shuffle);
+        ``merge="shuffle"`` is the older plan (one ``groupBy`` over the records to merge).
+        """
         from consumer.spark import read
 
-        return read(self.spark, self.name, version=version, timestamp=timestamp, catalog=self._conn.catalog)
+        return read(
+            self.spark, self.name, version=version, timestamp=timestamp, catalog=self._conn.catalog, merge=merge
+        )
 
     def toDF(self) -> DataFrame:
         """Delta's name for ``read()``: the table at the head."""
@@ -928,14 +956,18 @@ class Transaction:
         bucket: int | None = None,
         files: Sequence[str] | None = None,
     ) -> Transaction:
-        """Stage MINOR or MAJOR COMPACT of each partition in scope holding at least two live files.
+        """Stage MINOR or MAJOR COMPACT of the (partition, bucket) groups in scope holding at least two live files.
 
-        MINOR keeps per key the newest record, delete records included; MAJOR
-        writes base files of live rows only. Output records keep their
-        effective sequence number in ``_ordo_seq``; the inputs are the removed
-        files. With nothing to compact the transaction is a no-op. ``bucket``
-        limits the inputs to that bucket's files (a key lives in one bucket, so
-        MAJOR stays correct); ``files`` (MINOR only) to those live paths.
+        MINOR keeps per key the newest record, delete records included, and
+        rewrites each such (partition, bucket) alone; ``bucket`` limits it to
+        that bucket of each partition in scope, ``files`` to those live paths
+        (taken together per partition). MAJOR writes base files of live rows
+        only and rewrites every file of each partition holding such a group, or
+        with ``bucket`` that bucket's files (the arbiter refuses it while another
+        bucket of the partition holds data it read: INCOMPLETE_REWRITE). Output
+        records keep their effective sequence number in ``_ordo_seq`` and are
+        split by bucket; the inputs are the removed files. With nothing to
+        compact the transaction is a no-op.
         """
         operation = {"minor": Operation.MINOR_COMPACT, "major": Operation.MAJOR_COMPACT}.get(str(mode).lower())
         if operation is None:
@@ -948,7 +980,8 @@ class Transaction:
     def cluster(
         self, by: str | Sequence[str], partition: Mapping[str, Any] | None = None, *, bucket: int | None = None
     ) -> Transaction:
-        """Stage CLUSTER BY: rewrite the live rows of each partition in scope (of ``bucket`` when given) sorted by ``by``."""
+        """Stage CLUSTER BY: rewrite the live rows of each partition in scope (of ``bucket`` when given) sorted by
+        ``by``, split by bucket."""
         columns = (by,) if isinstance(by, str) else tuple(by)
         names = [f.name for f in self.table.schema.fields]
         unknown = [c for c in columns if c not in names]
@@ -971,16 +1004,35 @@ class Transaction:
 
         layout = self.table.layout
         static = self._static(partition)
-        wanted = None if files is None else set(files)
-        groups: dict[tuple[str, ...], list[Any]] = {}
+        if bucket is not None and (type(bucket) is not int or not 0 <= bucket < layout.buckets):
+            raise InvalidOperationError(f"bucket {bucket!r} is not a bucket of this table (0..{layout.buckets - 1})")
+        wanted_paths = None if files is None else set(files)
+        # Groups are (partition, bucket): all records of a key are in its bucket's files. MINOR rewrites each
+        # group with min_files files alone (with ``files``: the given files of each partition together). MAJOR
+        # and CLUSTER take whole partitions (every bucket, or only ``bucket`` when given: the arbiter refuses
+        # it with INCOMPLETE_REWRITE while another bucket of the partition holds data the rewrite read).
+        groups: dict[tuple[tuple[str, ...], int], list[Any]] = {}
         for entry in self.pinned_snapshot().files:
             key = tuple(entry.partition.get(c, "") for c in layout.partition_columns)
             if static is not None and key != tuple(static[c] for c in layout.partition_columns):
                 continue
-            if (bucket is not None and entry.bucket != bucket) or (wanted is not None and entry.path not in wanted):
+            if (bucket is not None and entry.bucket != bucket) or (
+                wanted_paths is not None and entry.path not in wanted_paths
+            ):
                 continue
-            groups.setdefault(key, []).append(entry)
-        inputs = self._rewrite_inputs(mode, [files for _, files in sorted(groups.items()) if len(files) >= min_files])
+            groups.setdefault((key, entry.bucket), []).append(entry)
+        if mode == "minor" and wanted_paths is None:
+            chosen = [group for _, group in sorted(groups.items()) if len(group) >= min_files]
+        else:
+            whole: dict[tuple[str, ...], list[Any]] = {}
+            for (key, _), group in sorted(groups.items()):
+                whole.setdefault(key, []).extend(group)
+            if mode == "minor":
+                chosen = [group for _, group in sorted(whole.items()) if len(group) >= min_files]
+            else:
+                busy = {key for (key, _), group in groups.items() if len(group) >= min_files}
+                chosen = [group for key, group in sorted(whole.items()) if key in busy]
+        inputs = self._rewrite_inputs(mode, chosen)
         scope = None if static is None else [static]
         if not inputs:
             return self._staged((), scope, noop=True)
@@ -993,10 +1045,12 @@ class Transaction:
 
     @staticmethod
     def _rewrite_inputs(mode: str, groups: list[list[Any]]) -> list[Any]:
-        """Whole partitions up to MAX_REWRITE_INPUTS files; MINOR may take the oldest files of a larger one.
+        """Whole groups up to MAX_REWRITE_INPUTS files; MINOR may take the oldest files of a larger one.
 
-        MAJOR and CLUSTER drop delete records and superseded rows, which is
-        only correct when every live file of the partition is an input.
+        A group is a (partition, bucket) for MINOR, a partition for MAJOR and
+        CLUSTER: they drop delete records and superseded rows, which is only
+        correct when every live file holding the group's keys is an input (the
+        arbiter checks it per partition).
         """
         inputs: list[Any] = []
         for files in groups:
