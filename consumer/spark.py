@@ -29,19 +29,23 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from consumer.arrow import (  # the record and change-feed columns, declared once (pyarrow-free at import)
+    CHANGE_TYPE,
+    COMMIT_TIMESTAMP,
+    COMMIT_VERSION,
+    DELETE,
+    OP_COLUMN,
+    SCOPE,
+    SEQ_COLUMN,
+    TRUNCATE,
+    UPSERT,
+)
 from consumer.catalog import Catalog, Timestamp
 from consumer.models import FileEntry, Snapshot
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-OP_COLUMN = "_ordo_op"
-SEQ_COLUMN = "_ordo_seq"
-CHANGE_TYPE = "_change_type"
-COMMIT_VERSION = "_commit_version"
-COMMIT_TIMESTAMP = "_commit_timestamp"
-SCOPE = "_scope"
-UPSERT, DELETE, TRUNCATE = "upsert", "delete", "truncate"
 TRUNCATING_OPERATIONS = ("INSERT_OVERWRITE", "TRUNCATE")
 
 _GLOB = re.compile(r"([\\\[\]{}*?])")
