@@ -21,9 +21,10 @@ from pathlib import Path
 import pytest
 
 from ordo.settings import Settings
-from ordo.stack import ManagedProcess, ProcessError, wait_arbiter_ready
+from ordo.stack import ARBITER_READY, ManagedProcess, ProcessError, wait_arbiter_ready
 from producer import CommitClient
 from schemas import CommitDecision, CommitIntent
+from tests.fencing import take_over
 
 from . import figures
 from .common import check_exactly_once, create_intent, insert_intent, read_logs, wait_until
@@ -45,6 +46,8 @@ class Writers:
         self.errors: list[BaseException] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._go = threading.Event()  # cleared: each writer finishes its commit in flight, then waits
+        self._go.set()
         self._threads = [
             threading.Thread(target=self._run, args=(i, random.Random(seed * 100 + i)), daemon=True)
             for i in range(threads)
@@ -56,6 +59,7 @@ class Writers:
         previous: CommitIntent | None = None
         n = 0
         while not self._stop.is_set():
+            self._go.wait()
             roll = rng.random()
             if previous is not None and roll < 0.05:
                 intent = previous  # a retry of the same transaction
@@ -87,8 +91,26 @@ class Writers:
         with self._lock:
             return len(self.results)
 
+    def hold(self) -> None:
+        """Stop publishing: each writer finishes the commit it has in flight, then waits for ``release()``."""
+        self._go.clear()
+        deadline = time.monotonic() + 150
+        while True:
+            with self._lock:
+                settled = len(self.results) + len(self.errors)
+            time.sleep(0.5)
+            with self._lock:
+                if len(self.results) + len(self.errors) == settled:
+                    return  # nothing answered for half a second: nothing is in flight
+            assert time.monotonic() < deadline, "writers did not settle"
+
+    def release(self) -> None:
+        """Publish again."""
+        self._go.set()
+
     def stop(self) -> list[tuple[CommitIntent, CommitDecision]]:
         self._stop.set()
+        self._go.set()
         for thread in self._threads:
             thread.join(timeout=150)
         assert not any(t.is_alive() for t in self._threads), "a writer is stuck"
@@ -184,10 +206,20 @@ def test_twin_arbiters_are_fenced_and_nothing_is_decided_twice(
         for round_ in range(TWIN_ROUNDS):
             before = writers.count()
             wait_until(lambda: writers.count() >= before + 40, 60, "the current arbiter to decide")  # noqa: B023
+            # Never a fence racing a produce of the fenced arbiter: Tansu can then leave a transaction open
+            # for good (tests/fencing.py). A single newcomer takes over from a frozen elder (a zombie, paused
+            # mid-transaction); a pair starts while the writers hold, so neither produces before both are in.
             if round_ % 2 == 0:
-                newcomers = [arbiter(args=args)]
+                newcomers = [take_over(current, lambda: arbiter(args=args))]
             else:  # two at once: the younger fences the elder, whichever it is
+                writers.hold()
                 newcomers = [arbiter(args=args, wait_ready=False) for _ in range(2)]
+                wait_until(
+                    lambda: all(ARBITER_READY in p.log_text() or not p.running for p in newcomers),  # noqa: B023
+                    60,
+                    "both newcomers to take the table",
+                )
+                writers.release()
             assert current.wait(timeout=40) == 3, "the older arbiter must exit as fenced"
             assert "fenced" in current.tail(10)
             fenced += 1

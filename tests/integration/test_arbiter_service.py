@@ -24,6 +24,7 @@ from ordo.settings import Settings
 from ordo.stack import ManagedProcess, ProcessGroup
 from producer import ClientClosedError, CommitClient
 from schemas import CommitDecision, CommitIntent, DataFile, Operation, Outcome, Rebase, TableMetadata, encode
+from tests.fencing import take_over
 from tests.unit.test_matrix import reference_rows
 
 pytestmark = pytest.mark.timeout(180)
@@ -290,7 +291,7 @@ def test_second_arbiter_fences_the_first(
     writers = Writers(commit_client, table, threads=2, per_thread=100_000, pause=0.005).start()
     try:
         wait_until(lambda: writers.done_count() >= 100, 60, "the first arbiter to decide")
-        second = arbiter()
+        second = take_over(first, arbiter)  # frozen mid-transaction, it wakes up fenced (tests/fencing.py)
         code = first.wait(timeout=30)  # it finds out at its next produce or commit
         assert code == 3
         assert "fenced" in first.tail(5)
