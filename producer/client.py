@@ -266,11 +266,51 @@ class _DecisionReader:
                 if pending.deadline <= now or pending.future.done():
                     self._undelivered.discard(pending)
                     expired.append(pending)
+        hidden: int | None = None
+        if any(not p.future.done() and p.offset is not None for p in expired):
+            hidden = self.hidden_record()
         for pending in expired:
             if not pending.future.done():
-                _fail(pending.future, self.client._timeout_error(self.table, pending))
+                _fail(pending.future, self.client._timeout_error(self.table, pending, hidden))
         for pending in overdue:
             self.client._resubmit(self, pending)
+
+    def hidden_record(self) -> int | None:
+        """The offset of a record stored where this reader waits that read_committed readers are not given, or None.
+
+        Asked when a decision is overdue. Such a record means a transaction is
+        open in the decisions log: an arbiter stalled mid-commit, or a *hanging*
+        transaction the broker never ends (Kafka before KIP-890's defence;
+        Tansu, docs/tansu.md); every read_committed reader stops there. A
+        short-lived read_uncommitted consumer looks at the next expected offset.
+        """
+        from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+        assert self._gaps is not None
+        expected = self._gaps.expected(self.topic)
+        start = self.start if expected is None else expected
+        config = self.config()
+        config.update({"isolation.level": "read_uncommitted", "client.id": f"{self.client.prefix}.commit-client.probe"})
+        probe = Consumer(config)
+        try:
+            probe.assign([TopicPartition(self.topic, 0, start)])
+            deadline = time.monotonic() + 2.0
+            while time.monotonic() < deadline:
+                message = probe.poll(0.2)
+                if message is None:
+                    continue
+                error = message.error()
+                if error is None:
+                    offset = message.offset()
+                    return offset if offset is not None and offset >= start else None
+                if error.code() == KafkaError._PARTITION_EOF:
+                    return None
+            return None
+        except Exception as exc:  # a diagnosis only: never hide the timeout behind it
+            log.warning("probing %s for a hidden record failed: %s", self.topic, exc)
+            return None
+        finally:
+            probe.close()
 
     def _fail_all(self, error: OrdoError) -> None:
         with self._lock:
@@ -633,20 +673,29 @@ class CommitClient:
                     raise BrokerUnavailableError(f"cannot read the end offset of {topic}: {exc.args[0]}") from exc
                 time.sleep(0.2)  # a topic just created may not be known to the partition leader yet
 
-    def _timeout_message(self, table: str, txn_id: str, timeout: float, delivered: bool = True) -> str:
+    def _timeout_message(
+        self, table: str, txn_id: str, timeout: float, delivered: bool = True, hidden: int | None = None
+    ) -> str:
         if not delivered:
             return (
                 f"intent {txn_id} for table {table} (prefix {self.prefix!r}) was not acknowledged by the broker "
                 f"at {self.bootstrap_servers} within {timeout:g} s"
+            )
+        if hidden is not None:
+            return (
+                f"no decision for txn {txn_id} on table {table} (prefix {self.prefix!r}) within {timeout:g} s: "
+                f"{decisions_topic(self.prefix, table)} holds records from offset {hidden} on that read_committed "
+                "readers are not given, so a transaction is open there (an arbiter stalled mid-commit, or a hanging "
+                "transaction the broker never ends; see 'A decisions log stops' in docs/operations.md)"
             )
         return (
             f"no decision for txn {txn_id} on table {table} (prefix {self.prefix!r}) within {timeout:g} s; "
             f"is an arbiter running for prefix {self.prefix!r} (ordo arbiter)?"
         )
 
-    def _timeout_error(self, table: str, pending: _Pending) -> CommitTimeoutError:
+    def _timeout_error(self, table: str, pending: _Pending, hidden: int | None = None) -> CommitTimeoutError:
         return CommitTimeoutError(
-            self._timeout_message(table, pending.txn_id, pending.timeout, delivered=pending.offset is not None)
+            self._timeout_message(table, pending.txn_id, pending.timeout, pending.offset is not None, hidden)
         )
 
 

@@ -50,6 +50,29 @@ def test_commit_without_arbiter_times_out_with_a_helpful_message(
     assert "arbiter" in message
 
 
+def test_a_transaction_left_open_in_the_decisions_log_is_named_by_the_timeout(
+    commit_client: CommitClient, settings: Settings
+) -> None:
+    # A record of a transaction nobody ends (a hanging transaction, docs/operations.md) hides everything after
+    # it from read_committed readers; the writer waiting there is told so instead of "is an arbiter running?".
+    from confluent_kafka import Producer
+
+    table = "hanging"
+    future = commit_client.submit(create_intent(table), timeout=3)  # creates the topics; its reader waits at 0
+    hanging = Producer(settings.kafka_config(**{"transactional.id": f"{settings.topic_prefix}.hanging"}))
+    hanging.init_transactions(30)
+    hanging.begin_transaction()
+    hanging.produce(decisions_topic(settings.topic_prefix, table), b"never committed")
+    assert hanging.flush(30) == 0
+    with pytest.raises(CommitTimeoutError) as info:
+        future.result(timeout=30)
+    message = str(info.value)
+    assert "create-hanging" in message
+    assert f"{decisions_topic(settings.topic_prefix, table)} holds records from offset 0 on" in message
+    assert "a transaction is open there" in message and "docs/operations.md" in message
+    hanging.abort_transaction(10)
+
+
 def test_create_table_creates_both_topics_and_waits_for_version_0(
     arbiter: Callable[..., ManagedProcess], commit_client: CommitClient, settings: Settings
 ) -> None:
