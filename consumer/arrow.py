@@ -375,6 +375,26 @@ def change_rows(plan: CommitChanges, shape: TableShape, form: str = DELTA_FORM) 
     return _stack(outputs, shape, form)
 
 
+def snapshot_rows(
+    refs: Sequence[FileRef],
+    shape: TableShape,
+    version: int,
+    timestamp: datetime,
+    form: str = DELTA_FORM,
+    merge: bool = True,
+) -> pa.Table:
+    """The live rows of ``refs`` (one merge group of a snapshot) as change rows: ``insert`` (``upsert`` in the compact
+    form) at ``version``, as a change-feed stream with no starting option begins (Delta's initial snapshot)."""
+    import pyarrow as pa
+
+    form = check_form(form)
+    rows = live_rows(refs, shape, merge=merge).select(shape.columns)
+    rows = _with_meta(rows, INSERT if form == DELTA_FORM else UPSERT, version, timestamp)
+    if form == COMPACT_FORM:
+        rows = rows.append_column(SCOPE, pa.nulls(rows.num_rows, pa.string()))
+    return _stack([rows], shape, form)
+
+
 def change_schema(shape: TableShape, form: str = DELTA_FORM) -> pa.Schema:
     """The Arrow schema of change rows in ``form``."""
     import pyarrow as pa
@@ -418,4 +438,5 @@ __all__ = [
     "merge_groups",
     "needs_merge",
     "plan_commit",
+    "snapshot_rows",
 ]

@@ -325,14 +325,29 @@ def _plans(table: _Table, shape: Any, commits: Sequence[Any]) -> list[Any]:
     return plans
 
 
+@dataclass(frozen=True)
+class _SnapshotPart:
+    """One merge group of the snapshot a change-feed stream with no starting option begins with."""
+
+    refs: tuple[Any, ...]
+    merge: bool
+    version: int
+    timestamp: Any
+
+
 class _ChangeReading:
     shape: Any
     form: str
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        from consumer.arrow import change_rows
+        from consumer.arrow import change_rows, snapshot_rows
 
-        yield from _batches(change_rows(partition.value, self.shape, self.form))
+        part = partition.value
+        if isinstance(part, _SnapshotPart):
+            rows = snapshot_rows(part.refs, self.shape, part.version, part.timestamp, self.form, merge=part.merge)
+            yield from _batches(rows)
+            return
+        yield from _batches(change_rows(part, self.shape, self.form))
 
 
 class ChangeFeedReader(_ChangeReading, DataSourceReader):
@@ -370,7 +385,14 @@ class ChangeFeedReader(_ChangeReading, DataSourceReader):
 
 
 class ChangeFeedStreamReader(_ChangeReading, DataSourceStreamReader):
-    """The change feed as a stream; offsets are ``{"version": next ID version}``."""
+    """The change feed as a stream; offsets are ``{"version": next ID version}``.
+
+    With no starting option it begins as Delta's does: the snapshot at the head
+    when the query first starts, every live row an ``insert`` at that version
+    (offset ``{"version": head, "snapshot": true}``), then the changes after it.
+    ``startingVersion``/``startingTimestamp`` begin at that commit's changes,
+    ``"latest"`` after the head.
+    """
 
     def __init__(self, table: _Table, schema: StructType, options: Mapping[str, str], form: str) -> None:
         self.table = table
@@ -395,8 +417,10 @@ class ChangeFeedStreamReader(_ChangeReading, DataSourceStreamReader):
             if stamp is not None:
                 found = catalog.commits(self.table.name, stamp, None, by="time", include_rewrites=True)
                 return {"version": found[0].id_version if found else head + 1}
-        if start is None or start.strip().lower() == "latest":
-            return {"version": head + 1} if start is not None else {"version": 0}
+        if start is None:
+            return {"version": head, "snapshot": True} if head >= 0 else {"version": 0}
+        if start.strip().lower() == "latest":
+            return {"version": head + 1}
         return {"version": int(start)}
 
     def getDefaultReadLimit(self) -> Any:
@@ -410,17 +434,36 @@ class ChangeFeedStreamReader(_ChangeReading, DataSourceStreamReader):
         with self._catalog() as catalog:
             end = catalog.head(self.table.name) + 1
         begin = int(start["version"])
-        if isinstance(limit, ReadMaxRows):  # maxVersionsPerTrigger: versions, not rows
+        if isinstance(limit, ReadMaxRows):  # maxVersionsPerTrigger: versions, not rows (the snapshot is one)
             end = min(end, begin + int(limit.max_rows))
+        if start.get("snapshot"):
+            end = max(end, begin + 1)  # the initial snapshot is read even when no commit follows it
         return {"version": max(begin, end)}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         begin, stop = int(start["version"]), int(end["version"])
         if stop <= begin:
             return []
+        parts: list[InputPartition] = []
+        if start.get("snapshot"):
+            parts += self._snapshot_parts(begin)
+            begin += 1
+        if stop > begin:
+            with self._catalog() as catalog:
+                commits = catalog.commits(self.table.name, begin, stop - 1, by="id")
+            parts += [InputPartition(p) for p in _plans(self.table, self.shape, commits)]
+        return parts
+
+    def _snapshot_parts(self, version: int) -> list[InputPartition]:
+        from consumer.arrow import FileRef, merge_groups
+
         with self._catalog() as catalog:
-            commits = catalog.commits(self.table.name, begin, stop - 1, by="id")
-        return [InputPartition(p) for p in _plans(self.table, self.shape, commits)]
+            snapshot = catalog.snapshot(self.table.name, version=version)
+        refs = [FileRef.of(f) for f in snapshot.files]
+        return [
+            InputPartition(_SnapshotPart(tuple(group), merge, version, snapshot.time_version))
+            for group, merge in merge_groups(refs, self.shape.partition_columns)
+        ]
 
     def commit(self, end: dict) -> None:
         """Nothing to release: the catalog keeps every version."""

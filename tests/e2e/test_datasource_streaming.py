@@ -224,3 +224,15 @@ def test_change_feed_stream_resumes_without_loss_or_repeat(
     query.processAllAvailable()
     query.stop()
     assert seen("feed_latest") == sorted(expected[already:])
+    # no starting option (Delta's default): the snapshot at the head, each live row an insert at that version,
+    # then the changes after it
+    head = table.catalog.head("ds_feed")
+    initial = sorted((head, "insert", *row) for row in model.values())
+    query = feed("feed_initial")
+    query.processAllAvailable()
+    assert seen("feed_initial") == initial
+    already = len(expected)
+    upsert([(5, "e5", "1"), (1, "e1", "1")])
+    query.processAllAvailable()
+    query.stop()
+    assert seen("feed_initial") == sorted(initial + expected[already:])

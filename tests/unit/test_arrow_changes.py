@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from consumer.arrow import CommitChanges, FileRef, TableShape, change_rows, live_rows, plan_commit
+from consumer.arrow import CommitChanges, FileRef, TableShape, change_rows, live_rows, plan_commit, snapshot_rows
 from consumer.models import Commit, FileEntry
 from producer.delta import partition_of_condition
 from schemas import Operation, Rebase
@@ -94,6 +94,20 @@ def test_merge_on_read_keeps_the_newest_record_and_hides_deletes(tmp_path: Path)
     c = write(tmp_path, "c.parquet", [(2, "a2-old", "x", "upsert")], seq=[1])
     rows = live_rows([ref(b, 2, "x"), ref(c, 5, "x")], SHAPE)
     assert rows.to_pylist() == [{"id": 2, "v": "b2", "dt": "x"}]
+
+
+def test_a_snapshot_as_change_rows_is_its_live_rows_as_inserts(tmp_path: Path) -> None:
+    # A change-feed stream with no starting option begins with this (Delta's initial snapshot).
+    a = write(tmp_path, "a.parquet", [(1, "a1", "x", "upsert"), (2, "a2", "x", "upsert"), (3, "a3", "x", "upsert")])
+    b = write(tmp_path, "b.parquet", [(1, None, "x", "delete"), (2, "b2", "x", "upsert")])
+    refs = [ref(a, 1, "x"), ref(b, 2, "x")]
+    rows = snapshot_rows(refs, SHAPE, 2, STAMP)
+    assert kinds(rows) == [("insert", 2, "b2", "x"), ("insert", 3, "a3", "x")]
+    assert set(rows.column("_commit_version").to_pylist()) == {2}
+    assert set(rows.column("_commit_timestamp").to_pylist()) == {STAMP}
+    compact = snapshot_rows(refs, SHAPE, 2, STAMP, form="compact")
+    assert kinds(compact) == [("upsert", 2, "b2", "x"), ("upsert", 3, "a3", "x")]
+    assert compact.column("_scope").null_count == 2
 
 
 def entry(path: str, version: int, dt: str, low: int, high: int) -> FileEntry:
