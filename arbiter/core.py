@@ -26,21 +26,23 @@ from datetime import UTC, datetime, timedelta
 
 from arbiter.policy import (
     DEFAULT_POLICY,
-    OP_CLASS,
     POLICY_PROPERTY,
-    OpClass,
     Policy,
     PolicyError,
     Resolution,
     load_policy,
 )
 from schemas import (
+    OP_CLASS,
+    TRAITS,
     CodecError,
     CommitDecision,
     CommitIntent,
     DataFile,
+    OpClass,
     Operation,
     Outcome,
+    Reason,
     Rebase,
     TableMetadata,
     chain_hash,
@@ -49,49 +51,6 @@ from schemas import (
 )
 from schemas.codec import DEFAULT_CODEC, trusted
 from schemas.paths import FILE_NAME_PATTERN, partition_path, split_data_file_path, write_id_of
-
-
-class Reason:
-    """Stable rejection reason codes (also used by the consumer, CLI and docs)."""
-
-    MALFORMED_INTENT = "MALFORMED_INTENT"
-    TABLE_MISMATCH = "TABLE_MISMATCH"
-    UNKNOWN_TABLE = "UNKNOWN_TABLE"
-    TABLE_EXISTS = "TABLE_EXISTS"
-    INVALID_METADATA = "INVALID_METADATA"
-    READ_VERSION_AHEAD = "READ_VERSION_AHEAD"
-    INVALID_PARTITION = "INVALID_PARTITION"
-    INVALID_PATH = "INVALID_PATH"
-    INVALID_OPERATION = "INVALID_OPERATION"
-    FILE_NOT_LIVE = "FILE_NOT_LIVE"
-    CONFLICT_LATER_FAILS = "CONFLICT_LATER_FAILS"
-    CONFLICT_COMPACTION_LINEAGE = "CONFLICT_COMPACTION_LINEAGE"
-    BATCH_ALREADY_COMMITTED = "BATCH_ALREADY_COMMITTED"
-    FILE_OUTSIDE_SCOPE = "FILE_OUTSIDE_SCOPE"
-    PATH_REUSED = "PATH_REUSED"
-    INCOMPLETE_REWRITE = "INCOMPLETE_REWRITE"
-    PATH_PARTITION_MISMATCH = "PATH_PARTITION_MISMATCH"
-
-    ALL = (
-        MALFORMED_INTENT,
-        TABLE_MISMATCH,
-        UNKNOWN_TABLE,
-        TABLE_EXISTS,
-        INVALID_METADATA,
-        READ_VERSION_AHEAD,
-        INVALID_PARTITION,
-        INVALID_PATH,
-        INVALID_OPERATION,
-        FILE_NOT_LIVE,
-        CONFLICT_LATER_FAILS,
-        CONFLICT_COMPACTION_LINEAGE,
-        BATCH_ALREADY_COMMITTED,
-        FILE_OUTSIDE_SCOPE,
-        PATH_REUSED,
-        INCOMPLETE_REWRITE,
-        PATH_PARTITION_MISMATCH,
-    )
-
 
 GENESIS_HASH = bytes(32)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -128,11 +87,14 @@ def datetime_to_millis(value: datetime) -> int:
 
 # Hot-path constants: enum class attributes and ``Operation`` properties cost a call each in Python 3.11.
 _CLASSES = tuple(OpClass)
-_REWRITES = frozenset(op for op in Operation if op.rewrites)
+_REWRITES = frozenset(op for op, t in TRAITS.items() if t.rewrites)
+_TRUNCATES = frozenset(op for op, t in TRAITS.items() if t.truncates)
+_ADDS_NO_FILES = frozenset(op for op, t in TRAITS.items() if not t.adds_files)
+_NAMES_NO_REMOVED = frozenset(op for op, t in TRAITS.items() if not t.removes_files)
+_DATA_CHANGES = frozenset(op for op, t in TRAITS.items() if t.data_change)
 _CREATE_TABLE = Operation.CREATE_TABLE
-_TRUNCATE = Operation.TRUNCATE
+_MALFORMED_INTENT = str(Reason.MALFORMED_INTENT)
 _MINOR_COMPACT = Operation.MINOR_COMPACT
-_OVERWRITE = OpClass.OVERWRITE
 _ACCEPTED = Outcome.ACCEPTED
 _LATER_FAILS = Resolution.LATER_FAILS
 
@@ -223,7 +185,7 @@ class _Reject(Exception):
 
     def __init__(self, reason: str, message: str, conflicting: Last | None = None) -> None:
         super().__init__(message)
-        self.reason = reason
+        self.reason = str(reason)  # a plain string, as a decision read back from the log holds
         self.message = message
         self.conflicting = conflicting
 
@@ -267,7 +229,7 @@ def reject_malformed(state: TableState, offset: int, error: str, txn_id: str = "
             "removed_files": (),
             "metadata": None,
             "rebase": Rebase.NONE,
-            "reason": Reason.MALFORMED_INTENT,
+            "reason": _MALFORMED_INTENT,
             "message": error[:1000],
             "conflicting_txn_id": None,
             "conflicting_version": None,
@@ -401,7 +363,7 @@ def _accept(state: TableState, intent: CommitIntent, record_timestamp: int, offs
     rebase = _check_conflicts(state, state.policy, intent.read_version, op_class, scope)
 
     added = intent.added_files
-    if op_class is _OVERWRITE:
+    if operation in _TRUNCATES:
         removed = _live_in_scope(state, scope)
     elif operation in _REWRITES:
         removed = _resolve_inputs(state, intent)
@@ -410,7 +372,7 @@ def _accept(state: TableState, intent: CommitIntent, record_timestamp: int, offs
         removed = ()
     version = state.head_version + 1
     time_version = None
-    if operation not in _REWRITES:  # a logical change: it gets a time version
+    if operation in _DATA_CHANGES:  # a logical change: it gets a time version
         millis = record_timestamp if state.head_time_ms is None else max(record_timestamp, state.head_time_ms + 1)
         if millis > MAX_TIMESTAMP_MS:
             raise _Reject(Reason.MALFORMED_INTENT, "no time version is left after 9999-12-31 for this table")
@@ -588,8 +550,8 @@ def _check_files(state: TableState, intent: CommitIntent, scope: tuple[Partition
                 f"write id {write_id[:256]!r} of added file {path[:200]!r} was already used by an accepted commit "
                 "(a path that was live once cannot be added again)",
             )
-    if operation is _TRUNCATE and intent.added_files:
-        raise _Reject(Reason.INVALID_OPERATION, "TRUNCATE cannot add files")
+    if intent.added_files and operation in _ADDS_NO_FILES:
+        raise _Reject(Reason.INVALID_OPERATION, f"{operation.value} cannot add files")
     if operation in _REWRITES:
         if not intent.removed_files:
             raise _Reject(Reason.INVALID_OPERATION, f"{operation.value} must name the files it rewrites")
@@ -599,7 +561,7 @@ def _check_files(state: TableState, intent: CommitIntent, scope: tuple[Partition
             problem = invalid_path_reason(path)
             if problem:
                 raise _Reject(Reason.INVALID_PATH, f"removed file {path[:200]!r} {problem}")
-    elif intent.removed_files and OP_CLASS[operation] is not _OVERWRITE:
+    elif intent.removed_files and operation in _NAMES_NO_REMOVED:
         raise _Reject(
             Reason.INVALID_OPERATION,
             f"{operation.value} is merge-on-read and cannot remove files; write delete records instead",

@@ -15,34 +15,11 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from schemas import Operation
+from schemas import OP_CLASS, OpClass
 
 POLICY_DIR = Path(__file__).parent / "policies"
 POLICY_PROPERTY = "ordo.conflict_policy"
 DEFAULT_POLICY = "maxcompute"
-
-
-class OpClass(enum.IntEnum):
-    """The matrix's operation classes. Values index the per-partition bookkeeping arrays."""
-
-    OVERWRITE = 0
-    INSERT = 1
-    UPDATE = 2
-    MINOR_COMPACT = 3
-    MAJOR_COMPACT = 4
-    CLUSTER = 5
-
-
-OP_CLASS: dict[Operation, OpClass] = {
-    Operation.INSERT_OVERWRITE: OpClass.OVERWRITE,
-    Operation.TRUNCATE: OpClass.OVERWRITE,
-    Operation.INSERT_INTO: OpClass.INSERT,
-    Operation.UPDATE: OpClass.UPDATE,
-    Operation.DELETE: OpClass.UPDATE,
-    Operation.MINOR_COMPACT: OpClass.MINOR_COMPACT,
-    Operation.MAJOR_COMPACT: OpClass.MAJOR_COMPACT,
-    Operation.CLUSTER: OpClass.CLUSTER,
-}
 
 
 class Resolution(str, enum.Enum):
@@ -100,3 +77,17 @@ def load_policy(name: str = DEFAULT_POLICY) -> Policy:
     if name not in available_policies():
         raise PolicyError(f"unknown conflict policy {name!r}; available: {', '.join(available_policies())}")
     return Policy.from_csv(name, POLICY_DIR / f"{name}.csv")
+
+
+__all__ = [  # OpClass and OP_CLASS are the contract's (schemas.operations), re-exported here
+    "DEFAULT_POLICY",
+    "OP_CLASS",
+    "POLICY_DIR",
+    "POLICY_PROPERTY",
+    "OpClass",
+    "Policy",
+    "PolicyError",
+    "Resolution",
+    "available_policies",
+    "load_policy",
+]

@@ -25,11 +25,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from arbiter.policy import OP_CLASS, OpClass, Policy, Resolution, load_policy
-from schemas import Operation, Rebase
+from arbiter.policy import Policy, Resolution, load_policy
+from schemas import OP_CLASS, OpClass, Operation, Reason, Rebase
 
-LATER_FAILS = "CONFLICT_LATER_FAILS"
-LINEAGE_REASONS = frozenset({"CONFLICT_COMPACTION_LINEAGE", "FILE_NOT_LIVE"})
+LATER_FAILS = Reason.CONFLICT_LATER_FAILS
+LINEAGE_REASONS = frozenset({Reason.CONFLICT_COMPACTION_LINEAGE, Reason.FILE_NOT_LIVE})
 _REBASE = {
     Resolution.LATER_OVERWRITES: Rebase.LATER_OVERWRITES,
     Resolution.COMPACTION_COMPLETES: Rebase.COMPACTION_COMPLETES,

@@ -64,6 +64,7 @@ from pyspark.sql.types import StructType
 
 from ordo.errors import CommitConflictError, OrdoError
 from ordo.settings import Settings, load_settings, parse_bool
+from schemas.operations import Reason
 
 NAME = "ordo"
 SETTINGS_OPTIONS = {
@@ -78,8 +79,8 @@ FORM_OPTION = "ordo.changefeedform"
 CHANGE_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp", "_scope")
 DEFAULT_WAIT = 60.0
 STREAM_RETRIES = 5
-BATCH_ALREADY_COMMITTED = "BATCH_ALREADY_COMMITTED"
-CONFLICT_LATER_FAILS = "CONFLICT_LATER_FAILS"
+BATCH_ALREADY_COMMITTED = Reason.BATCH_ALREADY_COMMITTED
+CONFLICT_LATER_FAILS = Reason.CONFLICT_LATER_FAILS
 BATCH_ID_PROPERTY = "streaming.sql.batchId"  # the task-local property Spark sets in a micro-batch's tasks
 
 

@@ -16,13 +16,11 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ordo.errors import OrdoError
+from schemas.operations import OP_COLUMN, SEQ_COLUMN, TRUNCATING_OPERATIONS
 
 if TYPE_CHECKING:
     from consumer.models import Commit, FileEntry, Snapshot
 
-OP_COLUMN = "_ordo_op"
-SEQ_COLUMN = "_ordo_seq"
-TRUNCATING_OPERATIONS = ("INSERT_OVERWRITE", "TRUNCATE")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 

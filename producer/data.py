@@ -36,6 +36,7 @@ from urllib.parse import unquote
 
 from ordo.errors import OrdoError
 from schemas import DataFile, TableMetadata
+from schemas.operations import OP_COLUMN, OP_DELETE, OP_UPSERT, SEQ_COLUMN
 from schemas.paths import data_file_path
 
 if TYPE_CHECKING:
@@ -43,10 +44,6 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import DataType, StructType
 
-OP_COLUMN = "_ordo_op"
-SEQ_COLUMN = "_ordo_seq"
-OP_UPSERT = "upsert"
-OP_DELETE = "delete"
 STAGING_DIR = "_staging"
 BUCKET_COLUMN = "_ordo_b"  # hidden staging column: the record's bucket (producer.buckets)
 # Column names a table may not use: ours in files, and the change feed's.

@@ -45,7 +45,16 @@ from producer.data import (
     SchemaMismatchError,
     WriteRefusedError,
 )
-from schemas import CommitDecision, CommitIntent, DataFile, Operation, Rebase, TableMetadata, validate_table_name
+from schemas import (
+    CommitDecision,
+    CommitIntent,
+    DataFile,
+    Operation,
+    Reason,
+    Rebase,
+    TableMetadata,
+    validate_table_name,
+)
 from schemas.models import MAX_FILES_PER_INTENT
 
 if TYPE_CHECKING:
@@ -59,9 +68,9 @@ log = logging.getLogger("ordo.producer")
 
 DEFAULT_COMMIT_TIMEOUT = 60.0
 DEFAULT_CATALOG_TIMEOUT = 60.0
-CONFLICT_LATER_FAILS = "CONFLICT_LATER_FAILS"
-TABLE_EXISTS = "TABLE_EXISTS"
-BATCH_ALREADY_COMMITTED = "BATCH_ALREADY_COMMITTED"
+CONFLICT_LATER_FAILS = Reason.CONFLICT_LATER_FAILS
+TABLE_EXISTS = Reason.TABLE_EXISTS
+BATCH_ALREADY_COMMITTED = Reason.BATCH_ALREADY_COMMITTED
 RETRY_BACKOFF = 0.05
 DEFAULT_RETENTION_HOURS = 168.0  # Delta's vacuum default and safety floor
 RETENTION_CHECK_CONF = "spark.databricks.delta.retentionDurationCheck.enabled"

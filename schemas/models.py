@@ -16,6 +16,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from schemas.operations import TRAITS, Operation
 from schemas.topics import validate_table_name
 
 # Limits on what one intent may carry. They bound the arbiter's work per record;
@@ -34,33 +35,6 @@ PartitionSpec = Mapping[
     Annotated[str, Field(min_length=1, max_length=MAX_ID_LENGTH)],
     Annotated[str, Field(max_length=MAX_PATH_LENGTH)],
 ]
-
-
-class Operation(str, enum.Enum):
-    """What a transaction does; the conflict matrix is keyed by its class."""
-
-    CREATE_TABLE = "CREATE_TABLE"
-    INSERT_INTO = "INSERT_INTO"
-    INSERT_OVERWRITE = "INSERT_OVERWRITE"
-    TRUNCATE = "TRUNCATE"
-    UPDATE = "UPDATE"
-    DELETE = "DELETE"
-    MINOR_COMPACT = "MINOR_COMPACT"
-    MAJOR_COMPACT = "MAJOR_COMPACT"
-    CLUSTER = "CLUSTER"
-
-    @property
-    def data_change(self) -> bool:
-        """True when a commit of this operation changes logical data (gets a time version)."""
-        return self not in _NO_DATA_CHANGE
-
-    @property
-    def rewrites(self) -> bool:
-        """True for compaction and clustering: files rewritten, data unchanged."""
-        return self in _NO_DATA_CHANGE
-
-
-_NO_DATA_CHANGE = frozenset({Operation.MINOR_COMPACT, Operation.MAJOR_COMPACT, Operation.CLUSTER})
 
 
 class Outcome(str, enum.Enum):
@@ -168,4 +142,4 @@ class CommitDecision(_Frozen):
     @property
     def data_change(self) -> bool:
         """True when this decision committed a logical change (it has a time version)."""
-        return self.accepted and self.operation is not None and self.operation.data_change
+        return self.accepted and self.operation is not None and TRAITS[self.operation].data_change
