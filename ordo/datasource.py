@@ -64,6 +64,7 @@ from pyspark.sql.types import StructType
 
 from ordo.errors import CommitConflictError, OrdoError
 from ordo.settings import Settings, load_settings, parse_bool
+from schemas.models import ddl_columns as _ddl_columns
 from schemas.operations import Reason
 
 NAME = "ordo"
@@ -109,32 +110,11 @@ def _truthy(value: str | None) -> bool:
 
 
 def ddl_columns(ddl: str) -> list[tuple[str, str]]:
-    """``(name, type text)`` of each column of a DDL written by ``schema_to_ddl`` (no Spark needed)."""
-    parts: list[str] = []
-    current: list[str] = []
-    depth = 0
-    quoted = False  # inside `name` (an escaped `` toggles twice)
-    for ch in ddl:
-        if ch == "`":
-            quoted = not quoted
-        elif not quoted and ch in "<(":
-            depth += 1
-        elif not quoted and ch in ">)":
-            depth -= 1
-        if ch == "," and depth == 0 and not quoted:
-            parts.append("".join(current))
-            current = []
-        else:
-            current.append(ch)
-    if current:
-        parts.append("".join(current))
-    columns = []
-    for part in parts:
-        match = re.fullmatch(r"\s*`((?:[^`]|``)*)`\s+(.*?)(\s+NOT NULL)?\s*", part, flags=re.S)
-        if match is None:
-            raise DataSourceOptionError(f"cannot read the table schema column {part!r}")
-        columns.append((match.group(1).replace("``", "`"), match.group(2).strip().lower()))
-    return columns
+    """``(name, type text)`` of each column of a table's DDL (no Spark needed; ``schemas.models.parse_ddl``)."""
+    try:
+        return _ddl_columns(ddl)
+    except ValueError as exc:
+        raise DataSourceOptionError(f"cannot read the table schema: {exc}") from None
 
 
 def _quoted(name: str) -> str:

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ordo.errors import OrdoError
+from schemas.models import ddl_columns
 from schemas.operations import OP_COLUMN, SEQ_COLUMN, TRUNCATING_OPERATIONS
 
 if TYPE_CHECKING:
@@ -129,38 +130,6 @@ def change_rows(commits: Iterable[Commit], columns: Sequence[str], partition_col
                 )
                 rows.append(row)
     return rows
-
-
-def ddl_columns(ddl: str) -> list[tuple[str, str]]:
-    """``[(name, type)]`` of a Spark DDL schema string, without Spark (commas inside ``<>``/``()`` respected)."""
-    fields: list[str] = []
-    depth, quoted, start = 0, False, 0
-    for i, char in enumerate(ddl):
-        if char == "`":
-            quoted = not quoted
-        elif quoted:
-            continue
-        elif char in "<(":
-            depth += 1
-        elif char in ">)":
-            depth -= 1
-        elif char == "," and depth == 0:
-            fields.append(ddl[start:i])
-            start = i + 1
-    fields.append(ddl[start:])
-    result = []
-    for text in (f.strip() for f in fields):
-        if not text:
-            continue
-        if text.startswith("`"):
-            end = text.index("`", 1)
-            while text[end + 1 : end + 2] == "`":  # an escaped backquote
-                end = text.index("`", end + 2)
-            name, rest = text[1:end].replace("``", "`"), text[end + 1 :]
-        else:
-            name, _, rest = text.partition(" ")
-        result.append((name, rest.strip().removeprefix(":").strip()))
-    return result
 
 
 __all__ = ["DataFileError", "change_rows", "ddl_columns", "filesystem", "live_row_count", "read_file"]

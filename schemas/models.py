@@ -9,10 +9,11 @@ anything an intent can say that violates them is rejected as
 from __future__ import annotations
 
 import enum
+import re
 import warnings
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -82,6 +83,57 @@ with warnings.catch_warnings():
         primary_key: Annotated[tuple[Id, ...], Field(min_length=1, max_length=64)]
         partition_columns: Annotated[tuple[Id, ...], Field(max_length=64)] = ()
         properties: Mapping[Id, Annotated[str, Field(max_length=MAX_PATH_LENGTH)]] = Field(default_factory=dict)
+
+
+class DdlColumn(NamedTuple):
+    """One column of a Spark DDL schema string: its name, type text (lower case) and nullability."""
+
+    name: str
+    type: str
+    nullable: bool
+
+
+_DDL_COLUMN = re.compile(
+    r"\s*(?:`(?P<quoted>(?:[^`]|``)*)`|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))\s*:?\s+(?P<type>.*?)"
+    r"(?P<not_null>\s+NOT\s+NULL)?\s*",
+    re.S | re.I,
+)
+
+
+def parse_ddl(ddl: str) -> tuple[DdlColumn, ...]:
+    """The columns of a Spark DDL schema string, without Spark; ``ValueError`` naming a column it cannot read.
+
+    Commas inside ``<>``/``()`` and backquoted names are respected; a doubled
+    backquote inside a name is one backquote.
+    """
+    parts: list[str] = []
+    depth, quoted, start = 0, False, 0
+    for i, char in enumerate(ddl):
+        if char == "`":
+            quoted = not quoted
+        elif quoted:
+            continue
+        elif char in "<(":
+            depth += 1
+        elif char in ">)":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(ddl[start:i])
+            start = i + 1
+    parts.append(ddl[start:])
+    columns = []
+    for part in parts:
+        match = _DDL_COLUMN.fullmatch(part)
+        if match is None or not match["type"].strip():
+            raise ValueError(f"cannot read the schema column {part.strip()[:200]!r}")
+        name = match["bare"] if match["quoted"] is None else match["quoted"].replace("``", "`")
+        columns.append(DdlColumn(name, " ".join(match["type"].split()).lower(), match["not_null"] is None))
+    return tuple(columns)
+
+
+def ddl_columns(ddl: str) -> list[tuple[str, str]]:
+    """``[(name, type text)]`` of a Spark DDL schema string (``parse_ddl`` without nullability)."""
+    return [(c.name, c.type) for c in parse_ddl(ddl)]
 
 
 class CommitIntent(_Frozen):
