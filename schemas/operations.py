@@ -115,6 +115,9 @@ OP_COLUMN = "_ordo_op"
 SEQ_COLUMN = "_ordo_seq"
 OP_UPSERT = "upsert"
 OP_DELETE = "delete"
+# Column names a table may not use (compared lower-cased): ordo's record columns and the change feed's.
+RESERVED_PREFIX = "_ordo_"
+RESERVED_COLUMNS = frozenset({"_change_type", "_commit_version", "_commit_timestamp"})
 
 
 class Reason(enum.StrEnum):
@@ -148,6 +151,8 @@ __all__ = [
     "OP_COLUMN",
     "OP_DELETE",
     "OP_UPSERT",
+    "RESERVED_COLUMNS",
+    "RESERVED_PREFIX",
     "REWRITING_OPERATIONS",
     "SEQ_COLUMN",
     "TRAITS",
