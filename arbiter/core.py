@@ -50,6 +50,8 @@ from schemas import (
     encode,
 )
 from schemas.codec import DEFAULT_CODEC, trusted
+from schemas.models import MAX_ID_LENGTH, parse_ddl
+from schemas.operations import RESERVED_COLUMNS, RESERVED_PREFIX
 from schemas.paths import FILE_NAME_PATTERN, partition_path, split_data_file_path, write_id_of
 
 GENESIS_HASH = bytes(32)
@@ -95,6 +97,8 @@ _DATA_CHANGES = frozenset(op for op, t in TRAITS.items() if t.data_change)
 _CREATE_TABLE = Operation.CREATE_TABLE
 _MALFORMED_INTENT = str(Reason.MALFORMED_INTENT)
 _MINOR_COMPACT = Operation.MINOR_COMPACT
+_METADATA_ONLY = frozenset(op for op, t in TRAITS.items() if t.metadata_only and op is not Operation.CREATE_TABLE)
+_ALTER = OpClass.ALTER
 _ACCEPTED = Outcome.ACCEPTED
 _LATER_FAILS = Resolution.LATER_FAILS
 
@@ -349,13 +353,23 @@ def _accept(state: TableState, intent: CommitIntent, record_timestamp: int, offs
         return _create(state, intent, record_timestamp, offset)
     if state.metadata is None or state.policy is None:
         raise _Reject(Reason.UNKNOWN_TABLE, f"table {state.table!r} does not exist (no CREATE_TABLE accepted)")
-    if intent.metadata is not None:
+    if intent.metadata is not None and operation not in _METADATA_ONLY:
+        # The message predates ALTER_TABLE; it stays as logged so that replays of older logs match.
         raise _Reject(Reason.INVALID_OPERATION, "metadata may only be given with CREATE_TABLE")
     if intent.read_version > state.head_version:
         raise _Reject(
             Reason.READ_VERSION_AHEAD,
             f"read version {intent.read_version} is ahead of the head version {state.head_version}",
         )
+    altered = state.any_scope[_ALTER]
+    if altered is not None and altered[0] > intent.read_version:
+        raise _Reject(
+            Reason.SCHEMA_CHANGED,
+            f"the table's schema or properties changed at version {altered[0]} (txn {altered[1]}), after read "
+            f"version {intent.read_version}: read the table again and redo the work against the new schema",
+            altered,
+        )
+    metadata = _check_alter(state, intent) if operation in _METADATA_ONLY else None
     scope = _scope(state, intent)
     _check_files(state, intent, scope)
     _check_batch(state, intent)
@@ -391,7 +405,7 @@ def _accept(state: TableState, intent: CommitIntent, record_timestamp: int, offs
             "partitions": intent.partitions,
             "added_files": added,
             "removed_files": removed,
-            "metadata": None,
+            "metadata": metadata,
             "rebase": rebase,
             "reason": None,
             "message": None,
@@ -449,6 +463,118 @@ def _create(state: TableState, intent: CommitIntent, record_timestamp: int, offs
             "prev_hash": state.chain,
         },
     )
+
+
+# Column types an ALTER_TABLE may add: Spark's atomic types (their DDL names, lower case) and decimal(p,s).
+_ADDABLE_TYPES = frozenset(
+    {
+        "boolean",
+        "tinyint",
+        "byte",
+        "smallint",
+        "short",
+        "int",
+        "integer",
+        "bigint",
+        "long",
+        "float",
+        "real",
+        "double",
+        "string",
+        "binary",
+        "date",
+        "timestamp",
+        "timestamp_ntz",
+        "timestamp_ltz",
+    }
+)
+_DECIMAL = re.compile(r"dec(?:imal)?|numeric|dec(?:imal)?\((\d{1,2}),\s*(\d{1,2})\)|numeric\((\d{1,2}),\s*(\d{1,2})\)")
+
+
+def _addable_type(type_text: str) -> bool:
+    if type_text in _ADDABLE_TYPES:
+        return True
+    match = _DECIMAL.fullmatch(type_text)
+    if match is None:
+        return False
+    digits = [int(g) for g in match.groups() if g is not None]
+    return not digits or (1 <= digits[0] <= 38 and 0 <= digits[1] <= digits[0])
+
+
+def _check_alter(state: TableState, intent: CommitIntent) -> TableMetadata:
+    """Validate an ALTER_TABLE: its metadata is the table's after the change; only additions are supported.
+
+    The schema must keep every column as it is, in order, and may append
+    nullable columns of an atomic type with new names (older files hold no
+    value for them: they read as NULL). Properties may be set, not unset, and
+    ``ordo.*`` properties (policy, buckets) are fixed at creation. Location,
+    primary key and partition columns cannot change.
+    """
+    old = state.metadata
+    new = intent.metadata
+    assert old is not None
+    if new is None:
+        raise _Reject(Reason.INVALID_METADATA, "ALTER_TABLE needs metadata: the table's metadata after the change")
+    if intent.partitions is not None:
+        raise _Reject(Reason.INVALID_PARTITION, "ALTER_TABLE applies to the whole table (partitions must be null)")
+    for what, before, after in (
+        ("location", old.location, new.location),
+        ("primary key", old.primary_key, new.primary_key),
+        ("partition columns", old.partition_columns, new.partition_columns),
+    ):
+        if before != after:
+            raise _Reject(Reason.UNSUPPORTED_ALTER, f"ALTER_TABLE cannot change the {what} ({before!r} -> {after!r})")
+    try:
+        old_columns = parse_ddl(old.schema)
+    except ValueError as exc:
+        raise _Reject(Reason.UNSUPPORTED_ALTER, f"the table's schema cannot be altered: {exc}") from None
+    try:
+        new_columns = parse_ddl(new.schema)
+    except ValueError as exc:
+        raise _Reject(Reason.INVALID_METADATA, f"ALTER_TABLE schema: {exc}") from None
+    for i, column in enumerate(old_columns):
+        if i >= len(new_columns) or new_columns[i] != column:
+            found = f"{new_columns[i].name} {new_columns[i].type}" if i < len(new_columns) else "nothing"
+            raise _Reject(
+                Reason.UNSUPPORTED_ALTER,
+                f"column {i + 1} is {column.name[:200]!r} {column.type[:200]} but the new schema has {found[:400]}: "
+                "dropping, renaming, reordering or retyping columns is not supported (ALTER_TABLE only adds columns)",
+            )
+    names = {c.name.lower() for c in old_columns}
+    for column in new_columns[len(old_columns) :]:
+        name = column.name
+        if not name or len(name) > MAX_ID_LENGTH or not name.isprintable():
+            raise _Reject(
+                Reason.INVALID_METADATA, f"added column name {name[:200]!r} is empty, too long or unprintable"
+            )
+        lowered = name.lower()
+        if lowered in names:
+            raise _Reject(Reason.INVALID_METADATA, f"added column {name[:200]!r} repeats a column name")
+        if lowered.startswith(RESERVED_PREFIX) or lowered in RESERVED_COLUMNS:
+            raise _Reject(Reason.INVALID_METADATA, f"added column {name[:200]!r} uses a name reserved by ordo")
+        if not _addable_type(column.type):
+            raise _Reject(
+                Reason.INVALID_METADATA,
+                f"added column {name[:200]!r} has type {column.type[:200]!r}; an added column has an atomic type "
+                "(boolean, tinyint, smallint, int, bigint, float, double, decimal(p,s), string, binary, date, timestamp)",
+            )
+        if not column.nullable:
+            raise _Reject(
+                Reason.INVALID_METADATA,
+                f"added column {name[:200]!r} is NOT NULL; an added column must be nullable (older files hold no value)",
+            )
+        names.add(lowered)
+    for key in old.properties:
+        if key not in new.properties:
+            raise _Reject(Reason.UNSUPPORTED_ALTER, f"unsetting property {key[:200]!r} is not supported")
+    for key, value in new.properties.items():
+        if key.lower().startswith("ordo.") and old.properties.get(key) != value:
+            raise _Reject(
+                Reason.UNSUPPORTED_ALTER, f"property {key[:200]!r} is fixed when the table is created (it shapes files)"
+            )
+    if len(new_columns) == len(old_columns) and dict(new.properties) == dict(old.properties):
+        raise _Reject(Reason.INVALID_OPERATION, "ALTER_TABLE changes nothing (no column added, no property set)")
+    return new
 
 
 def partition_key(columns: tuple[str, ...], spec: Mapping[str, str]) -> PartitionKey:
@@ -753,6 +879,9 @@ def apply(state: TableState, decision: CommitDecision, encoded: bytes | None = N
         state.metadata = decision.metadata
         state.policy = load_policy(decision.metadata.properties.get(POLICY_PROPERTY, DEFAULT_POLICY))
         return state
+    if operation in _METADATA_ONLY:  # ALTER_TABLE: the new metadata (no files); its class is recorded below
+        assert decision.metadata is not None
+        state.metadata = decision.metadata
     assert state.metadata is not None
     columns = state.metadata.partition_columns
     files = state.files

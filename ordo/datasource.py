@@ -170,7 +170,15 @@ class OrdoDataSource(DataSource):
         settings = self._settings()
         with Catalog(settings.catalog) as catalog:
             info = catalog.table(name)
-        return _Table(name, settings, info.metadata, int(info.head_version))
+            metadata = info.metadata
+            version, stamp = opts.get("versionasof"), opts.get("timestampasof")
+            if (version is not None or stamp is not None) and not self._change_feed():
+                try:  # a read as of an older version has that version's schema (before an ALTER TABLE)
+                    at = None if version is None else int(version)
+                    metadata = catalog.snapshot(name, version=at, timestamp=stamp).metadata
+                except (ValueError, OrdoError):
+                    pass  # the reader reports the bad option or version
+        return _Table(name, settings, metadata, int(info.head_version))
 
     def _form(self) -> str:
         from consumer.arrow import check_form

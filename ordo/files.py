@@ -41,14 +41,27 @@ def filesystem(path: str) -> tuple[Any, str]:
 
 
 def read_file(entry: FileEntry, columns: Sequence[str] | None = None) -> Any:
-    """One data file as a pyarrow Table (only ``columns`` when given); ``DataFileError`` if unreadable."""
+    """One data file as a pyarrow Table (only ``columns`` when given); ``DataFileError`` if unreadable.
+
+    A requested column the file lacks (added by ALTER TABLE after it was written) reads as NULL.
+    """
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     fs, path = filesystem(entry.absolute_path)
     try:
-        return pq.read_table(path, columns=list(columns) if columns is not None else None, filesystem=fs)
+        if columns is None:
+            return pq.read_table(path, filesystem=fs)
+        with fs.open_input_file(path) as handle:
+            parquet = pq.ParquetFile(handle)
+            present = set(parquet.schema_arrow.names)
+            table = parquet.read(columns=[c for c in columns if c in present])
     except (OSError, ValueError) as exc:
         raise DataFileError(f"cannot read data file {entry.absolute_path}: {exc}") from exc
+    for column in columns:
+        if column not in present:
+            table = table.append_column(column, pa.nulls(table.num_rows))
+    return table.select(list(columns))
 
 
 def live_row_count(snapshot: Snapshot) -> int:

@@ -30,6 +30,7 @@ class Operation(str, enum.Enum):
     MINOR_COMPACT = "MINOR_COMPACT"
     MAJOR_COMPACT = "MAJOR_COMPACT"
     CLUSTER = "CLUSTER"
+    ALTER_TABLE = "ALTER_TABLE"  # since 0.3: add columns, set properties (metadata only)
 
     @property
     def traits(self) -> OperationTraits:
@@ -56,6 +57,7 @@ class OpClass(enum.IntEnum):
     MINOR_COMPACT = 3
     MAJOR_COMPACT = 4
     CLUSTER = 5
+    ALTER = 6  # ALTER_TABLE: fails against, and makes fail, every concurrent commit (arbiter.policy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +100,7 @@ TRAITS: Mapping[Operation, OperationTraits] = MappingProxyType(
         Operation.MINOR_COMPACT: _traits(OpClass.MINOR_COMPACT, adds=True, removes=True, data_change=False),
         Operation.MAJOR_COMPACT: _traits(OpClass.MAJOR_COMPACT, adds=True, removes=True, data_change=False),
         Operation.CLUSTER: _traits(OpClass.CLUSTER, adds=True, removes=True, data_change=False),
+        Operation.ALTER_TABLE: _traits(OpClass.ALTER, metadata_only=True),
     }
 )
 
@@ -142,6 +145,8 @@ class Reason(enum.StrEnum):
     PATH_REUSED = "PATH_REUSED"
     INCOMPLETE_REWRITE = "INCOMPLETE_REWRITE"
     PATH_PARTITION_MISMATCH = "PATH_PARTITION_MISMATCH"
+    SCHEMA_CHANGED = "SCHEMA_CHANGED"  # the intent's read version predates an accepted ALTER_TABLE
+    UNSUPPORTED_ALTER = "UNSUPPORTED_ALTER"  # an ALTER_TABLE that drops, renames, retypes or unsets
 
 
 Reason.ALL = tuple(Reason)
