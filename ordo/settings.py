@@ -69,6 +69,8 @@ class Settings:
     consumer_shard: str = "0/1"
     # Arbiter fleet: the Kafka consumer group the arbiters share tables through ("" = <prefix>.arbiters).
     arbiter_group: str = ""
+    # Consumer group: consumers share tables through it, one PostgreSQL catalog ("" = no group; see --group).
+    consumer_group: str = ""
 
     def kafka_config(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka configuration: bootstrap servers, pass-through settings, then ``overrides``."""
@@ -144,6 +146,7 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
         ("compactor_metrics_port", "ORDO_COMPACTOR_METRICS_PORT", int),
         ("consumer_shard", "ORDO_CONSUMER_SHARD", str),
         ("arbiter_group", "ORDO_ARBITER_GROUP", str),
+        ("consumer_group", "ORDO_CONSUMER_GROUP", str),
     ):
         if env.get(key):
             values[name] = cast(env[key])
