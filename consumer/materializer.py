@@ -209,7 +209,9 @@ class Materializer:
                 # (in-memory broker restarted): report it, never silently re-read.
                 "auto.offset.reset": "error",
                 "enable.partition.eof": True,
-                "fetch.wait.max.ms": 50,
+                # Tansu answers an empty fetch only after the full wait: the bound on commit-to-readable
+                # latency when idle, traded against idle CPU (bench/readable.py measures both).
+                "fetch.wait.max.ms": self.settings.consumer_fetch_wait_ms,
                 "allow.auto.create.topics": False,
                 "error_cb": self._on_kafka_error,
             }
