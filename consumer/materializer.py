@@ -259,17 +259,8 @@ class Materializer:
 
     def _release(self, topic: str) -> None:
         """Stop following ``topic`` (another consumer of the group has it now); its catalog rows stay as they are."""
-        from confluent_kafka import TopicPartition
-
-        self._verifiers.pop(topic, None)
         self._skipped.discard(topic)  # a stopped table is the new owner's to report
-        if self._topics.pop(topic, None) is not None:
-            self._gaps.forget(topic)
-            try:
-                self._consumer.incremental_unassign([TopicPartition(topic, 0)])
-            except Exception:  # not assigned yet
-                log.debug("unassign %s failed", topic, exc_info=True)
-        self._reached_end(topic)
+        self._unfollow(topic, skip=False)
 
     def _on_kafka_error(self, error: Any) -> None:
         self.status.kafka_ok = False
@@ -548,13 +539,15 @@ class Materializer:
         log.error("table %s: %s", table, error)
         self._unfollow(topic)
 
-    def _unfollow(self, topic: str) -> None:
+    def _unfollow(self, topic: str, *, skip: bool = True) -> None:
+        """Stop reading ``topic``; with ``skip`` it is not followed again (a stopped table)."""
         from confluent_kafka import TopicPartition
 
         self._verifiers.pop(topic, None)
         if topic in self._topics:
             del self._topics[topic]
-            self._skipped.add(topic)
+            if skip:
+                self._skipped.add(topic)
             self._gaps.forget(topic)
             try:
                 self._consumer.incremental_unassign([TopicPartition(topic, 0)])

@@ -458,6 +458,26 @@ def test_a_log_shorter_than_the_catalog_stops_the_table(
     assert info.head_version == model.head
 
 
+def six_tables_on_postgresql(
+    arbiter: Callable[..., object],
+    commit_client: CommitClient,
+    settings: Settings,
+    postgres_server: object,
+    stem: str,
+    seed: int,
+) -> tuple[str, Settings, dict[str, tuple[IntentSource, LiveModel]]]:
+    """An arbiter, a fresh PostgreSQL database and six created tables: (its URL, settings on it, sources and models)."""
+    from tests.conftest import create_database
+
+    url = create_database(postgres_server)
+    arbiter()
+    names = [f"{stem}{i}" for i in range(6)]
+    tables = {name: (IntentSource(name, seed=seed + i), LiveModel()) for i, name in enumerate(names)}
+    for name, (source, model) in tables.items():
+        commit_history(commit_client, source, model, 0, f"{settings.warehouse}/{name}")
+    return url, settings.with_overrides(catalog=url), tables
+
+
 def test_several_consumers_share_one_postgresql_catalog(
     arbiter: Callable[..., object],
     consumer: Callable[..., ConsumerProcess],
@@ -472,15 +492,7 @@ def test_several_consumers_share_one_postgresql_catalog(
     shared catalog equals a SQLite catalog built by one consumer alone, row for row, and a second
     machine's reader (a plain ``Catalog`` on the URL) sees every table.
     """
-    from tests.conftest import create_database
-
-    url = create_database(postgres_server)
-    shared = settings.with_overrides(catalog=url)
-    arbiter()
-    names = [f"s{i}" for i in range(6)]
-    tables = {name: (IntentSource(name, seed=60 + i), LiveModel()) for i, name in enumerate(names)}
-    for name, (source, model) in tables.items():
-        commit_history(commit_client, source, model, 0, f"{settings.warehouse}/{name}")
+    url, shared, tables = six_tables_on_postgresql(arbiter, commit_client, settings, postgres_server, "s", 60)
     served = consumer(settings=shared, extra=("--shard", "0/2"))  # its HTTP service reads the whole catalog
     consumer(http=False, settings=shared, extra=("--shard", "1/2"))
     overlapping = consumer(http=False, settings=shared, extra=("--shard", "0/1"))
@@ -512,15 +524,8 @@ def test_a_consumer_group_shares_the_tables_and_moves_a_dead_members_to_the_othe
 ) -> None:
     """Two ``ordo consumer --group`` on one PostgreSQL catalog split the tables; one is killed, the other takes its
     tables (after the group's session timeout) and the catalog equals one built by a single consumer, row for row."""
-    from tests.conftest import create_database
-
-    url = create_database(postgres_server)
-    shared = settings.with_overrides(catalog=url)
-    arbiter()
-    names = [f"g{i}" for i in range(6)]
-    tables = {name: (IntentSource(name, seed=80 + i), LiveModel()) for i, name in enumerate(names)}
-    for name, (source, model) in tables.items():
-        commit_history(commit_client, source, model, 0, f"{settings.warehouse}/{name}")
+    url, shared, tables = six_tables_on_postgresql(arbiter, commit_client, settings, postgres_server, "g", 80)
+    names = list(tables)
     first = consumer(http=False, settings=shared, extra=("--group",), timeout=120)
     second = consumer(http=False, settings=shared, extra=("--group",), timeout=120)
     catalog = Catalog(url)
