@@ -2,7 +2,7 @@
 
 Prints a Markdown table and writes ``bench/results.json``: one object per
 benchmark with its figures (ours, the peer's, their ratio, the target) and the
-machine they were measured on. Names: core, throughput, latency, pipeline, peers, scale,
+machine they were measured on. Names: core, throughput, latency, pipeline, readable, peers, scale,
 spark, service (default: all, in that order; Spark last). Running some of them replaces
 their entries in an existing ``results.json`` of the same profile and keeps the
 others (each entry says when it was measured). A benchmark that fails is
@@ -25,6 +25,7 @@ BENCHMARKS = {
     "throughput": "arbiter throughput",
     "latency": "commit latency",
     "pipeline": "pipelined commit client",
+    "readable": "commit to readable",
     "peers": "8 writers vs peers",
     "scale": "scale",
     "spark": "spark",

@@ -45,6 +45,7 @@ from typing import Any
 
 from consumer.store import ApplyResult, CatalogWriter, LogRecord
 from kernel.logread import GapChecker, GapStats
+from kernel.membership import GroupMembership
 from ordo.errors import BrokerUnavailableError
 from ordo.keys import reader_trust
 from ordo.settings import Settings
@@ -146,6 +147,11 @@ class Materializer:
         self.poll_timeout = poll_timeout
         self._pattern = re.compile(decisions_pattern(self.prefix))
         self._shard = _parse_shard(settings.consumer_shard)
+        # With a consumer group the group's assignment, not the shard, says which tables this consumer follows.
+        self.group = settings.consumer_group or None
+        if self.group is not None and self._shard != (0, 1):
+            raise ValueError("a consumer shard and a consumer group exclude each other")
+        self._membership: GroupMembership | None = None
         self._trust = reader_trust(settings)  # fails closed on a missing ORDO_TRUSTED_KEYS
         self._verifiers: dict[str, ChainVerifier[LogRecord]] = {}  # by topic
         self._stop = threading.Event()
@@ -176,8 +182,13 @@ class Materializer:
             stats=self.status.gaps,
         )
         try:
+            if self.group is not None:
+                self._join_group()
             self._loop()
         finally:
+            if self._membership is not None:
+                self._membership.close()  # leaves the group: the others take its tables at once
+                self._membership = None
             self._gaps.close()
             try:
                 self._consumer.close()
@@ -198,11 +209,58 @@ class Materializer:
                 # (in-memory broker restarted): report it, never silently re-read.
                 "auto.offset.reset": "error",
                 "enable.partition.eof": True,
-                "fetch.wait.max.ms": 50,
+                # Tansu answers an empty fetch only after the full wait: the bound on commit-to-readable
+                # latency when idle, traded against idle CPU (bench/readable.py measures both).
+                "fetch.wait.max.ms": self.settings.consumer_fetch_wait_ms,
                 "allow.auto.create.topics": False,
                 "error_cb": self._on_kafka_error,
             }
         )
+
+    def _join_group(self) -> None:
+        """Join the consumer group; when decisions topics exist, wait for the first assignment (Tansu: seconds)."""
+        from confluent_kafka import KafkaException
+
+        assert self.group is not None
+        if not self.writer.store.shared:
+            raise ValueError(
+                f"consumer group {self.group!r} needs a catalog all members share (ORDO_CATALOG=postgresql://...); "
+                f"{self.writer.path} is a file one consumer writes"
+            )
+
+        def table_of(topic: str) -> str | None:
+            parsed = parse_topic(self.prefix, topic)
+            return parsed[0] if parsed is not None and parsed[1] == "decisions" else None
+
+        passthrough = self.settings.kafka  # ORDO_KAFKA__SESSION_TIMEOUT_MS etc. tune the handover
+        config = self.settings.kafka_config(
+            **{
+                "client.id": f"{self.prefix}.consumer.membership",
+                **{k: passthrough[k] for k in ("session.timeout.ms", "heartbeat.interval.ms") if k in passthrough},
+            }
+        )
+        self._membership = GroupMembership(config, self.group, decisions_pattern(self.prefix), table_of)
+        try:
+            topics = self._consumer.list_topics(timeout=KAFKA_TIMEOUT).topics
+        except KafkaException as exc:
+            raise BrokerUnavailableError(f"cannot list topics: {exc.args[0]}") from exc
+        # librdkafka joins only once the pattern matches a topic: with none yet there is nothing to wait for.
+        self._membership.join(wait=any(self._pattern.match(t) for t in topics), stop=self._stop)
+        log.info("consumer group %s: following table(s) %s", self.group, ", ".join(sorted(self._membership.owned)))
+
+    def _serve_group(self) -> bool:
+        """Serve the group; stop following what it revoked or lost; True when it assigned something new."""
+        if self._membership is None:
+            return False
+        changes = self._membership.poll()
+        for table in sorted(changes.revoked | changes.lost):
+            self._release(decisions_topic(self.prefix, table))
+        return bool(changes.assigned)
+
+    def _release(self, topic: str) -> None:
+        """Stop following ``topic`` (another consumer of the group has it now); its catalog rows stay as they are."""
+        self._skipped.discard(topic)  # a stopped table is the new owner's to report
+        self._unfollow(topic, skip=False)
 
     def _on_kafka_error(self, error: Any) -> None:
         self.status.kafka_ok = False
@@ -216,6 +274,8 @@ class Materializer:
         while not self._stop.is_set():
             if not self._rebuilt.empty():
                 self._swap_rebuilt()
+            if self._serve_group():
+                next_discovery = 0.0  # follow the newly assigned tables now
             now = time.monotonic()
             if now >= next_discovery:
                 try:
@@ -377,7 +437,10 @@ class Materializer:
             if parsed is None or topic in self._skipped:
                 continue
             table = parsed[0]
-            if zlib.crc32(table.encode()) % self._shard[1] != self._shard[0]:
+            if self._membership is not None:
+                if table not in self._membership.owned:
+                    continue  # another member's table
+            elif zlib.crc32(table.encode()) % self._shard[1] != self._shard[0]:
                 continue  # another consumer's table
             state = self.writer.ensure_stream(table, topic)
             if state.error is not None:
@@ -476,13 +539,15 @@ class Materializer:
         log.error("table %s: %s", table, error)
         self._unfollow(topic)
 
-    def _unfollow(self, topic: str) -> None:
+    def _unfollow(self, topic: str, *, skip: bool = True) -> None:
+        """Stop reading ``topic``; with ``skip`` it is not followed again (a stopped table)."""
         from confluent_kafka import TopicPartition
 
         self._verifiers.pop(topic, None)
         if topic in self._topics:
             del self._topics[topic]
-            self._skipped.add(topic)
+            if skip:
+                self._skipped.add(topic)
             self._gaps.forget(topic)
             try:
                 self._consumer.incremental_unassign([TopicPartition(topic, 0)])

@@ -185,6 +185,15 @@ def arbiter(
     help="I/N: follow only the tables with crc32(name) % N == I (several consumers, one PostgreSQL catalog; "
     "default: ORDO_CONSUMER_SHARD or 0/1)",
 )
+@click.option(
+    "--group",
+    "group",
+    is_flag=False,
+    flag_value="",
+    default=None,
+    help="share the tables with the other consumers of this Kafka consumer group (one PostgreSQL catalog); "
+    "bare --group: ORDO_CONSUMER_GROUP or <prefix>.consumers. Excludes --shard",
+)
 @_broker_timeout_option
 @pass_settings
 def consumer(
@@ -194,6 +203,7 @@ def consumer(
     http_port: int | None,
     no_http: bool,
     shard: str | None,
+    group: str | None,
     broker_timeout: float,
 ) -> None:
     """Run the consumer: materialize the catalog from the decisions topics and serve reads over HTTP."""
@@ -213,6 +223,20 @@ def consumer(
         parse_shard(settings.consumer_shard)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--shard") from exc
+    if group is not None:
+        settings = settings.with_overrides(
+            consumer_group=group or settings.consumer_group or f"{settings.topic_prefix}.consumers"
+        )
+    if settings.consumer_group:
+        if parse_shard(settings.consumer_shard) != (0, 1):
+            raise click.UsageError("--shard and the consumer group (--group / ORDO_CONSUMER_GROUP) exclude each other")
+        from consumer.stores import is_postgres
+
+        if not is_postgres(settings.catalog):
+            raise click.UsageError(
+                "a consumer group shares one catalog among its members: --catalog postgresql://... "
+                f"(got {settings.catalog})"
+            )
     check_broker(settings, broker_timeout)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     raise SystemExit(run_consumer(settings, http=not no_http))

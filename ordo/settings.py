@@ -25,6 +25,7 @@ DEFAULT_RESUBMIT_AFTER = 5.0
 DEFAULT_FETCH_WAIT_BUSY_MS = 20
 DEFAULT_FETCH_WAIT_IDLE_MS = 100
 DEFAULT_CLIENT_FETCH_WAIT_MS = 20
+DEFAULT_CONSUMER_FETCH_WAIT_MS = 50
 DEFAULT_METRICS_HOST = "127.0.0.1"
 DEFAULT_COMPACTOR_MASTER = "local[2]"
 DEFAULT_COMPACTOR_INTERVAL = 5.0
@@ -59,6 +60,7 @@ class Settings:
     fetch_wait_busy_ms: int = DEFAULT_FETCH_WAIT_BUSY_MS
     fetch_wait_idle_ms: int = DEFAULT_FETCH_WAIT_IDLE_MS
     client_fetch_wait_ms: int = DEFAULT_CLIENT_FETCH_WAIT_MS  # commit client decision readers while in flight
+    consumer_fetch_wait_ms: int = DEFAULT_CONSUMER_FETCH_WAIT_MS  # the consumer's decisions reader
     arbiter_metrics_port: int = 0  # Prometheus /metrics of the arbiter; 0 = off
     arbiter_metrics_host: str = DEFAULT_METRICS_HOST
     # `ordo compactor`: its Spark master, seconds between rounds, Prometheus port (None: no metrics server)
@@ -69,6 +71,8 @@ class Settings:
     consumer_shard: str = "0/1"
     # Arbiter fleet: the Kafka consumer group the arbiters share tables through ("" = <prefix>.arbiters).
     arbiter_group: str = ""
+    # Consumer group: consumers share tables through it, one PostgreSQL catalog ("" = no group; see --group).
+    consumer_group: str = ""
 
     def kafka_config(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka configuration: bootstrap servers, pass-through settings, then ``overrides``."""
@@ -137,6 +141,7 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
         ("fetch_wait_busy_ms", "ORDO_FETCH_WAIT_BUSY_MS", int),
         ("fetch_wait_idle_ms", "ORDO_FETCH_WAIT_IDLE_MS", int),
         ("client_fetch_wait_ms", "ORDO_CLIENT_FETCH_WAIT_MS", int),
+        ("consumer_fetch_wait_ms", "ORDO_CONSUMER_FETCH_WAIT_MS", int),
         ("arbiter_metrics_port", "ORDO_ARBITER_METRICS_PORT", int),
         ("arbiter_metrics_host", "ORDO_ARBITER_METRICS_HOST", str),
         ("compactor_master", "ORDO_COMPACTOR_MASTER", str),
@@ -144,6 +149,7 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
         ("compactor_metrics_port", "ORDO_COMPACTOR_METRICS_PORT", int),
         ("consumer_shard", "ORDO_CONSUMER_SHARD", str),
         ("arbiter_group", "ORDO_ARBITER_GROUP", str),
+        ("consumer_group", "ORDO_CONSUMER_GROUP", str),
     ):
         if env.get(key):
             values[name] = cast(env[key])
@@ -151,12 +157,13 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
     settings = Settings(**values).with_overrides(**overrides)
     validate_prefix(settings.topic_prefix)
     if (
-        min(settings.fetch_wait_busy_ms, settings.client_fetch_wait_ms) < 1
+        min(settings.fetch_wait_busy_ms, settings.client_fetch_wait_ms, settings.consumer_fetch_wait_ms) < 1
         or settings.fetch_wait_idle_ms < settings.fetch_wait_busy_ms
     ):
         raise ValueError(
-            "fetch waits must satisfy 1 <= ORDO_FETCH_WAIT_BUSY_MS <= ORDO_FETCH_WAIT_IDLE_MS and "
-            f"ORDO_CLIENT_FETCH_WAIT_MS >= 1, got {settings.fetch_wait_busy_ms}, {settings.fetch_wait_idle_ms} "
-            f"and {settings.client_fetch_wait_ms}"
+            "fetch waits must satisfy 1 <= ORDO_FETCH_WAIT_BUSY_MS <= ORDO_FETCH_WAIT_IDLE_MS, "
+            "ORDO_CLIENT_FETCH_WAIT_MS >= 1 and ORDO_CONSUMER_FETCH_WAIT_MS >= 1, got "
+            f"{settings.fetch_wait_busy_ms}, {settings.fetch_wait_idle_ms}, {settings.client_fetch_wait_ms} "
+            f"and {settings.consumer_fetch_wait_ms}"
         )
     return settings

@@ -458,6 +458,26 @@ def test_a_log_shorter_than_the_catalog_stops_the_table(
     assert info.head_version == model.head
 
 
+def six_tables_on_postgresql(
+    arbiter: Callable[..., object],
+    commit_client: CommitClient,
+    settings: Settings,
+    postgres_server: object,
+    stem: str,
+    seed: int,
+) -> tuple[str, Settings, dict[str, tuple[IntentSource, LiveModel]]]:
+    """An arbiter, a fresh PostgreSQL database and six created tables: (its URL, settings on it, sources and models)."""
+    from tests.conftest import create_database
+
+    url = create_database(postgres_server)
+    arbiter()
+    names = [f"{stem}{i}" for i in range(6)]
+    tables = {name: (IntentSource(name, seed=seed + i), LiveModel()) for i, name in enumerate(names)}
+    for name, (source, model) in tables.items():
+        commit_history(commit_client, source, model, 0, f"{settings.warehouse}/{name}")
+    return url, settings.with_overrides(catalog=url), tables
+
+
 def test_several_consumers_share_one_postgresql_catalog(
     arbiter: Callable[..., object],
     consumer: Callable[..., ConsumerProcess],
@@ -472,15 +492,7 @@ def test_several_consumers_share_one_postgresql_catalog(
     shared catalog equals a SQLite catalog built by one consumer alone, row for row, and a second
     machine's reader (a plain ``Catalog`` on the URL) sees every table.
     """
-    from tests.conftest import create_database
-
-    url = create_database(postgres_server)
-    shared = settings.with_overrides(catalog=url)
-    arbiter()
-    names = [f"s{i}" for i in range(6)]
-    tables = {name: (IntentSource(name, seed=60 + i), LiveModel()) for i, name in enumerate(names)}
-    for name, (source, model) in tables.items():
-        commit_history(commit_client, source, model, 0, f"{settings.warehouse}/{name}")
+    url, shared, tables = six_tables_on_postgresql(arbiter, commit_client, settings, postgres_server, "s", 60)
     served = consumer(settings=shared, extra=("--shard", "0/2"))  # its HTTP service reads the whole catalog
     consumer(http=False, settings=shared, extra=("--shard", "1/2"))
     overlapping = consumer(http=False, settings=shared, extra=("--shard", "0/1"))
@@ -500,3 +512,66 @@ def test_several_consumers_share_one_postgresql_catalog(
         alone.catalog().wait_for_version(name, model.head, timeout=60)
     time.sleep(1.5)  # every consumer has read the transaction markers after the last decisions
     assert dump(url) == dump(alone.catalog_path)
+
+
+def test_a_consumer_group_shares_the_tables_and_moves_a_dead_members_to_the_others(
+    arbiter: Callable[..., object],
+    consumer: Callable[..., ConsumerProcess],
+    commit_client: CommitClient,
+    settings: Settings,
+    postgres_server: object,
+    tmp_path: Path,
+) -> None:
+    """Two ``ordo consumer --group`` on one PostgreSQL catalog split the tables; one is killed, the other takes its
+    tables (after the group's session timeout) and the catalog equals one built by a single consumer, row for row."""
+    url, shared, tables = six_tables_on_postgresql(arbiter, commit_client, settings, postgres_server, "g", 80)
+    names = list(tables)
+    first = consumer(http=False, settings=shared, extra=("--group",), timeout=120)
+    second = consumer(http=False, settings=shared, extra=("--group",), timeout=120)
+    catalog = Catalog(url)
+
+    def owned(member: ConsumerProcess) -> set[str]:
+        """The tables the group gave ``member`` and did not take back, from its log."""
+        held: set[str] = set()
+        for line in member.process.log_text().splitlines():
+            for verb in ("assigned", "revoked", "lost"):
+                marker = f" {verb} table(s) "
+                if marker in line:
+                    found = {t.strip() for t in line.split(marker, 1)[1].split("(")[0].split(",")}
+                    held = held | found if verb == "assigned" else held - found
+        return held
+
+    def split() -> bool:
+        a, b = owned(first), owned(second)
+        return bool(a) and bool(b) and not (a & b) and a | b == set(names)
+
+    deadline = time.monotonic() + 90
+    while not split():
+        assert time.monotonic() < deadline, (owned(first), owned(second))
+        time.sleep(0.5)
+    for _ in range(2):
+        for name, (source, model) in tables.items():
+            commit_history(commit_client, source, model, 4, f"{settings.warehouse}/{name}")
+    for name, (_, model) in tables.items():
+        catalog.wait_for_version(name, model.head, timeout=60)
+    orphaned = owned(second)
+    second.kill()
+    for name, (source, model) in tables.items():
+        commit_history(commit_client, source, model, 3, f"{settings.warehouse}/{name}")
+    for name, (_, model) in tables.items():  # the dead member's tables move after the session timeout (6 s)
+        catalog.wait_for_version(name, model.head, timeout=90)
+        assert {f.path: f.seq for f in catalog.snapshot(name).files} == model.live(model.head)
+    assert orphaned <= owned(first)
+    alone = consumer(http=False, catalog=tmp_path / "alone.db")
+    for name, (_, model) in tables.items():
+        alone.catalog().wait_for_version(name, model.head, timeout=60)
+    time.sleep(1.5)  # every consumer has read the transaction markers after the last decisions
+    assert dump(url) == dump(alone.catalog_path)
+
+
+def test_a_consumer_group_needs_a_shared_catalog(settings: Settings, processes: ProcessGroup, tmp_path: Path) -> None:
+    process = processes.start_ordo(
+        settings, "consumer", "--catalog", str(tmp_path / "c.db"), "--group", "--no-http", name="consumer-group"
+    )
+    assert process.wait(timeout=60) != 0
+    assert "a consumer group shares one catalog among its members" in process.log_text()

@@ -157,9 +157,8 @@ def test_the_stack_runs_an_arbiter_fleet_and_consumers_sharing_one_catalog(compo
         assert env(service)["ORDO_ARBITER_GROUP"] == env(arbiters[0])["ORDO_ARBITER_GROUP"]
     parsed = [parse_ordo(s["command"]).params for s in consumers]
     assert len({p["catalog"] for p in parsed}) == 1, "one catalog database for every consumer"
-    shards = sorted(p["shard"] for p in parsed)
-    count = int(shards[0].split("/")[1])
-    assert shards == [f"{i}/{count}" for i in range(count)], "the consumers' shards cover every table once"
+    assert all(p["group"] is not None and p["shard"] is None for p in parsed), "the consumers share tables by group"
+    assert len({env(s).get("ORDO_CONSUMER_GROUP") for s in consumers}) == 1, "one consumer group"
 
 
 def test_a_wrong_command_would_be_caught() -> None:
