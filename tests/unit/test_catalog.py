@@ -607,7 +607,7 @@ def test_reading_the_catalog_imports_neither_kafka_nor_spark_nor_the_web_stack()
 
 
 def test_an_alter_changes_the_metadata_from_its_version_on_and_shows_in_history_and_commits(
-    catalog_at: Callable[[str], str],
+    catalog_at: Callable[[str], str], tmp_path: Path
 ) -> None:
     """Snapshots before the ALTER keep the older schema; the history and the commit list show it."""
     from arbiter.core import Reason
@@ -648,6 +648,17 @@ def test_an_alter_changes_the_metadata_from_its_version_on_and_shows_in_history_
     # The same log applied again in parts equals one go (the metadata history included).
     again = catalog_at("again.db")
     build(again, script, batch=3)
+    assert catalog_rows(path) == catalog_rows(again)
+    # A repair swaps in the table's rows rebuilt alone (a SQLite file), the metadata history with them.
+    rebuilt = str(tmp_path / "rebuilt.db")
+    build(rebuilt, script)
+    writer = CatalogWriter(path, "ordo")
+    try:
+        conn = writer._conn
+        conn.execute("DELETE FROM table_metadata")
+        writer.replace_table("t", rebuilt)
+    finally:
+        writer.close()
     assert catalog_rows(path) == catalog_rows(again)
 
 
