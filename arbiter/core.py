@@ -26,21 +26,23 @@ from datetime import UTC, datetime, timedelta
 
 from arbiter.policy import (
     DEFAULT_POLICY,
-    OP_CLASS,
     POLICY_PROPERTY,
-    OpClass,
     Policy,
     PolicyError,
     Resolution,
     load_policy,
 )
 from schemas import (
+    OP_CLASS,
+    TRAITS,
     CodecError,
     CommitDecision,
     CommitIntent,
     DataFile,
+    OpClass,
     Operation,
     Outcome,
+    Reason,
     Rebase,
     TableMetadata,
     chain_hash,
@@ -48,50 +50,9 @@ from schemas import (
     encode,
 )
 from schemas.codec import DEFAULT_CODEC, trusted
+from schemas.models import MAX_ID_LENGTH, parse_ddl
+from schemas.operations import RESERVED_COLUMNS, RESERVED_PREFIX
 from schemas.paths import FILE_NAME_PATTERN, partition_path, split_data_file_path, write_id_of
-
-
-class Reason:
-    """Stable rejection reason codes (also used by the consumer, CLI and docs)."""
-
-    MALFORMED_INTENT = "MALFORMED_INTENT"
-    TABLE_MISMATCH = "TABLE_MISMATCH"
-    UNKNOWN_TABLE = "UNKNOWN_TABLE"
-    TABLE_EXISTS = "TABLE_EXISTS"
-    INVALID_METADATA = "INVALID_METADATA"
-    READ_VERSION_AHEAD = "READ_VERSION_AHEAD"
-    INVALID_PARTITION = "INVALID_PARTITION"
-    INVALID_PATH = "INVALID_PATH"
-    INVALID_OPERATION = "INVALID_OPERATION"
-    FILE_NOT_LIVE = "FILE_NOT_LIVE"
-    CONFLICT_LATER_FAILS = "CONFLICT_LATER_FAILS"
-    CONFLICT_COMPACTION_LINEAGE = "CONFLICT_COMPACTION_LINEAGE"
-    BATCH_ALREADY_COMMITTED = "BATCH_ALREADY_COMMITTED"
-    FILE_OUTSIDE_SCOPE = "FILE_OUTSIDE_SCOPE"
-    PATH_REUSED = "PATH_REUSED"
-    INCOMPLETE_REWRITE = "INCOMPLETE_REWRITE"
-    PATH_PARTITION_MISMATCH = "PATH_PARTITION_MISMATCH"
-
-    ALL = (
-        MALFORMED_INTENT,
-        TABLE_MISMATCH,
-        UNKNOWN_TABLE,
-        TABLE_EXISTS,
-        INVALID_METADATA,
-        READ_VERSION_AHEAD,
-        INVALID_PARTITION,
-        INVALID_PATH,
-        INVALID_OPERATION,
-        FILE_NOT_LIVE,
-        CONFLICT_LATER_FAILS,
-        CONFLICT_COMPACTION_LINEAGE,
-        BATCH_ALREADY_COMMITTED,
-        FILE_OUTSIDE_SCOPE,
-        PATH_REUSED,
-        INCOMPLETE_REWRITE,
-        PATH_PARTITION_MISMATCH,
-    )
-
 
 GENESIS_HASH = bytes(32)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -128,11 +89,16 @@ def datetime_to_millis(value: datetime) -> int:
 
 # Hot-path constants: enum class attributes and ``Operation`` properties cost a call each in Python 3.11.
 _CLASSES = tuple(OpClass)
-_REWRITES = frozenset(op for op in Operation if op.rewrites)
+_REWRITES = frozenset(op for op, t in TRAITS.items() if t.rewrites)
+_TRUNCATES = frozenset(op for op, t in TRAITS.items() if t.truncates)
+_ADDS_NO_FILES = frozenset(op for op, t in TRAITS.items() if not t.adds_files)
+_NAMES_NO_REMOVED = frozenset(op for op, t in TRAITS.items() if not t.removes_files)
+_DATA_CHANGES = frozenset(op for op, t in TRAITS.items() if t.data_change)
 _CREATE_TABLE = Operation.CREATE_TABLE
-_TRUNCATE = Operation.TRUNCATE
+_MALFORMED_INTENT = str(Reason.MALFORMED_INTENT)
 _MINOR_COMPACT = Operation.MINOR_COMPACT
-_OVERWRITE = OpClass.OVERWRITE
+_METADATA_ONLY = frozenset(op for op, t in TRAITS.items() if t.metadata_only and op is not Operation.CREATE_TABLE)
+_ALTER = OpClass.ALTER
 _ACCEPTED = Outcome.ACCEPTED
 _LATER_FAILS = Resolution.LATER_FAILS
 
@@ -223,7 +189,7 @@ class _Reject(Exception):
 
     def __init__(self, reason: str, message: str, conflicting: Last | None = None) -> None:
         super().__init__(message)
-        self.reason = reason
+        self.reason = str(reason)  # a plain string, as a decision read back from the log holds
         self.message = message
         self.conflicting = conflicting
 
@@ -267,7 +233,7 @@ def reject_malformed(state: TableState, offset: int, error: str, txn_id: str = "
             "removed_files": (),
             "metadata": None,
             "rebase": Rebase.NONE,
-            "reason": Reason.MALFORMED_INTENT,
+            "reason": _MALFORMED_INTENT,
             "message": error[:1000],
             "conflicting_txn_id": None,
             "conflicting_version": None,
@@ -387,13 +353,23 @@ def _accept(state: TableState, intent: CommitIntent, record_timestamp: int, offs
         return _create(state, intent, record_timestamp, offset)
     if state.metadata is None or state.policy is None:
         raise _Reject(Reason.UNKNOWN_TABLE, f"table {state.table!r} does not exist (no CREATE_TABLE accepted)")
-    if intent.metadata is not None:
+    if intent.metadata is not None and operation not in _METADATA_ONLY:
+        # The message predates ALTER_TABLE; it stays as logged so that replays of older logs match.
         raise _Reject(Reason.INVALID_OPERATION, "metadata may only be given with CREATE_TABLE")
     if intent.read_version > state.head_version:
         raise _Reject(
             Reason.READ_VERSION_AHEAD,
             f"read version {intent.read_version} is ahead of the head version {state.head_version}",
         )
+    altered = state.any_scope[_ALTER]
+    if altered is not None and altered[0] > intent.read_version:
+        raise _Reject(
+            Reason.SCHEMA_CHANGED,
+            f"the table's schema or properties changed at version {altered[0]} (txn {altered[1]}), after read "
+            f"version {intent.read_version}: read the table again and redo the work against the new schema",
+            altered,
+        )
+    metadata = _check_alter(state, intent) if operation in _METADATA_ONLY else None
     scope = _scope(state, intent)
     _check_files(state, intent, scope)
     _check_batch(state, intent)
@@ -401,7 +377,7 @@ def _accept(state: TableState, intent: CommitIntent, record_timestamp: int, offs
     rebase = _check_conflicts(state, state.policy, intent.read_version, op_class, scope)
 
     added = intent.added_files
-    if op_class is _OVERWRITE:
+    if operation in _TRUNCATES:
         removed = _live_in_scope(state, scope)
     elif operation in _REWRITES:
         removed = _resolve_inputs(state, intent)
@@ -410,7 +386,7 @@ def _accept(state: TableState, intent: CommitIntent, record_timestamp: int, offs
         removed = ()
     version = state.head_version + 1
     time_version = None
-    if operation not in _REWRITES:  # a logical change: it gets a time version
+    if operation in _DATA_CHANGES:  # a logical change: it gets a time version
         millis = record_timestamp if state.head_time_ms is None else max(record_timestamp, state.head_time_ms + 1)
         if millis > MAX_TIMESTAMP_MS:
             raise _Reject(Reason.MALFORMED_INTENT, "no time version is left after 9999-12-31 for this table")
@@ -429,7 +405,7 @@ def _accept(state: TableState, intent: CommitIntent, record_timestamp: int, offs
             "partitions": intent.partitions,
             "added_files": added,
             "removed_files": removed,
-            "metadata": None,
+            "metadata": metadata,
             "rebase": rebase,
             "reason": None,
             "message": None,
@@ -487,6 +463,118 @@ def _create(state: TableState, intent: CommitIntent, record_timestamp: int, offs
             "prev_hash": state.chain,
         },
     )
+
+
+# Column types an ALTER_TABLE may add: Spark's atomic types (their DDL names, lower case) and decimal(p,s).
+_ADDABLE_TYPES = frozenset(
+    {
+        "boolean",
+        "tinyint",
+        "byte",
+        "smallint",
+        "short",
+        "int",
+        "integer",
+        "bigint",
+        "long",
+        "float",
+        "real",
+        "double",
+        "string",
+        "binary",
+        "date",
+        "timestamp",
+        "timestamp_ntz",
+        "timestamp_ltz",
+    }
+)
+_DECIMAL = re.compile(r"dec(?:imal)?|numeric|dec(?:imal)?\((\d{1,2}),\s*(\d{1,2})\)|numeric\((\d{1,2}),\s*(\d{1,2})\)")
+
+
+def _addable_type(type_text: str) -> bool:
+    if type_text in _ADDABLE_TYPES:
+        return True
+    match = _DECIMAL.fullmatch(type_text)
+    if match is None:
+        return False
+    digits = [int(g) for g in match.groups() if g is not None]
+    return not digits or (1 <= digits[0] <= 38 and 0 <= digits[1] <= digits[0])
+
+
+def _check_alter(state: TableState, intent: CommitIntent) -> TableMetadata:
+    """Validate an ALTER_TABLE: its metadata is the table's after the change; only additions are supported.
+
+    The schema must keep every column as it is, in order, and may append
+    nullable columns of an atomic type with new names (older files hold no
+    value for them: they read as NULL). Properties may be set, not unset, and
+    ``ordo.*`` properties (policy, buckets) are fixed at creation. Location,
+    primary key and partition columns cannot change.
+    """
+    old = state.metadata
+    new = intent.metadata
+    assert old is not None
+    if new is None:
+        raise _Reject(Reason.INVALID_METADATA, "ALTER_TABLE needs metadata: the table's metadata after the change")
+    if intent.partitions is not None:
+        raise _Reject(Reason.INVALID_PARTITION, "ALTER_TABLE applies to the whole table (partitions must be null)")
+    for what, before, after in (
+        ("location", old.location, new.location),
+        ("primary key", old.primary_key, new.primary_key),
+        ("partition columns", old.partition_columns, new.partition_columns),
+    ):
+        if before != after:
+            raise _Reject(Reason.UNSUPPORTED_ALTER, f"ALTER_TABLE cannot change the {what} ({before!r} -> {after!r})")
+    try:
+        old_columns = parse_ddl(old.schema)
+    except ValueError as exc:
+        raise _Reject(Reason.UNSUPPORTED_ALTER, f"the table's schema cannot be altered: {exc}") from None
+    try:
+        new_columns = parse_ddl(new.schema)
+    except ValueError as exc:
+        raise _Reject(Reason.INVALID_METADATA, f"ALTER_TABLE schema: {exc}") from None
+    for i, column in enumerate(old_columns):
+        if i >= len(new_columns) or new_columns[i] != column:
+            found = f"{new_columns[i].name} {new_columns[i].type}" if i < len(new_columns) else "nothing"
+            raise _Reject(
+                Reason.UNSUPPORTED_ALTER,
+                f"column {i + 1} is {column.name[:200]!r} {column.type[:200]} but the new schema has {found[:400]}: "
+                "dropping, renaming, reordering or retyping columns is not supported (ALTER_TABLE only adds columns)",
+            )
+    names = {c.name.lower() for c in old_columns}
+    for column in new_columns[len(old_columns) :]:
+        name = column.name
+        if not name or len(name) > MAX_ID_LENGTH or not name.isprintable():
+            raise _Reject(
+                Reason.INVALID_METADATA, f"added column name {name[:200]!r} is empty, too long or unprintable"
+            )
+        lowered = name.lower()
+        if lowered in names:
+            raise _Reject(Reason.INVALID_METADATA, f"added column {name[:200]!r} repeats a column name")
+        if lowered.startswith(RESERVED_PREFIX) or lowered in RESERVED_COLUMNS:
+            raise _Reject(Reason.INVALID_METADATA, f"added column {name[:200]!r} uses a name reserved by ordo")
+        if not _addable_type(column.type):
+            raise _Reject(
+                Reason.INVALID_METADATA,
+                f"added column {name[:200]!r} has type {column.type[:200]!r}; an added column has an atomic type "
+                "(boolean, tinyint, smallint, int, bigint, float, double, decimal(p,s), string, binary, date, timestamp)",
+            )
+        if not column.nullable:
+            raise _Reject(
+                Reason.INVALID_METADATA,
+                f"added column {name[:200]!r} is NOT NULL; an added column must be nullable (older files hold no value)",
+            )
+        names.add(lowered)
+    for key in old.properties:
+        if key not in new.properties:
+            raise _Reject(Reason.UNSUPPORTED_ALTER, f"unsetting property {key[:200]!r} is not supported")
+    for key, value in new.properties.items():
+        if key.lower().startswith("ordo.") and old.properties.get(key) != value:
+            raise _Reject(
+                Reason.UNSUPPORTED_ALTER, f"property {key[:200]!r} is fixed when the table is created (it shapes files)"
+            )
+    if len(new_columns) == len(old_columns) and dict(new.properties) == dict(old.properties):
+        raise _Reject(Reason.INVALID_OPERATION, "ALTER_TABLE changes nothing (no column added, no property set)")
+    return new
 
 
 def partition_key(columns: tuple[str, ...], spec: Mapping[str, str]) -> PartitionKey:
@@ -588,8 +676,8 @@ def _check_files(state: TableState, intent: CommitIntent, scope: tuple[Partition
                 f"write id {write_id[:256]!r} of added file {path[:200]!r} was already used by an accepted commit "
                 "(a path that was live once cannot be added again)",
             )
-    if operation is _TRUNCATE and intent.added_files:
-        raise _Reject(Reason.INVALID_OPERATION, "TRUNCATE cannot add files")
+    if intent.added_files and operation in _ADDS_NO_FILES:
+        raise _Reject(Reason.INVALID_OPERATION, f"{operation.value} cannot add files")
     if operation in _REWRITES:
         if not intent.removed_files:
             raise _Reject(Reason.INVALID_OPERATION, f"{operation.value} must name the files it rewrites")
@@ -599,7 +687,7 @@ def _check_files(state: TableState, intent: CommitIntent, scope: tuple[Partition
             problem = invalid_path_reason(path)
             if problem:
                 raise _Reject(Reason.INVALID_PATH, f"removed file {path[:200]!r} {problem}")
-    elif intent.removed_files and OP_CLASS[operation] is not _OVERWRITE:
+    elif intent.removed_files and operation in _NAMES_NO_REMOVED:
         raise _Reject(
             Reason.INVALID_OPERATION,
             f"{operation.value} is merge-on-read and cannot remove files; write delete records instead",
@@ -791,6 +879,9 @@ def apply(state: TableState, decision: CommitDecision, encoded: bytes | None = N
         state.metadata = decision.metadata
         state.policy = load_policy(decision.metadata.properties.get(POLICY_PROPERTY, DEFAULT_POLICY))
         return state
+    if operation in _METADATA_ONLY:  # ALTER_TABLE: the new metadata (no files); its class is recorded below
+        assert decision.metadata is not None
+        state.metadata = decision.metadata
     assert state.metadata is not None
     columns = state.metadata.partition_columns
     files = state.files

@@ -15,34 +15,11 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from schemas import Operation
+from schemas import OP_CLASS, OpClass
 
 POLICY_DIR = Path(__file__).parent / "policies"
 POLICY_PROPERTY = "ordo.conflict_policy"
 DEFAULT_POLICY = "maxcompute"
-
-
-class OpClass(enum.IntEnum):
-    """The matrix's operation classes. Values index the per-partition bookkeeping arrays."""
-
-    OVERWRITE = 0
-    INSERT = 1
-    UPDATE = 2
-    MINOR_COMPACT = 3
-    MAJOR_COMPACT = 4
-    CLUSTER = 5
-
-
-OP_CLASS: dict[Operation, OpClass] = {
-    Operation.INSERT_OVERWRITE: OpClass.OVERWRITE,
-    Operation.TRUNCATE: OpClass.OVERWRITE,
-    Operation.INSERT_INTO: OpClass.INSERT,
-    Operation.UPDATE: OpClass.UPDATE,
-    Operation.DELETE: OpClass.UPDATE,
-    Operation.MINOR_COMPACT: OpClass.MINOR_COMPACT,
-    Operation.MAJOR_COMPACT: OpClass.MAJOR_COMPACT,
-    Operation.CLUSTER: OpClass.CLUSTER,
-}
 
 
 class Resolution(str, enum.Enum):
@@ -52,6 +29,12 @@ class Resolution(str, enum.Enum):
     LATER_OVERWRITES = "later_overwrites"
     COMPACTION_COMPLETES = "compaction_completes"
     NEW_DATA_WRITTEN = "new_data_written"
+
+
+# An ALTER_TABLE changes the schema every file must follow: a commit written against
+# the old schema cannot be rebased over it, and an ALTER cannot be rebased over data
+# it did not see (docs/conflicts.md). So every cell of its row and column fails the later commit.
+FIXED_CELLS = tuple((e, la) for e in OpClass for la in OpClass if OpClass.ALTER in (e, la))
 
 
 class PolicyError(ValueError):
@@ -71,7 +54,11 @@ class Policy:
 
     @classmethod
     def from_csv(cls, name: str, path: Path) -> Policy:
-        """Load and check a policy file: all 36 cells present, none twice."""
+        """Load and check a policy file: all 36 cells of the six data classes present, none twice.
+
+        The ALTER row and column are not a policy's choice: every cell is
+        ``later_fails`` (``FIXED_CELLS``). A file may list them, as ``later_fails`` only.
+        """
         grid: list[list[Resolution | None]] = [[None] * len(OpClass) for _ in OpClass]
         with path.open(newline="") as handle:
             for line, row in enumerate(csv.DictReader(handle), start=2):
@@ -82,7 +69,14 @@ class Policy:
                     raise PolicyError(f"{path}:{line}: bad row {row}") from exc
                 if grid[earlier][later] is not None:
                     raise PolicyError(f"{path}:{line}: cell {earlier.name},{later.name} given twice")
+                if OpClass.ALTER in (earlier, later) and outcome is not Resolution.LATER_FAILS:
+                    raise PolicyError(
+                        f"{path}:{line}: cell {earlier.name},{later.name} must be later_fails: a schema change "
+                        "conflicts with every concurrent commit"
+                    )
                 grid[earlier][later] = outcome
+        for earlier, later in FIXED_CELLS:
+            grid[earlier][later] = Resolution.LATER_FAILS
         missing = [f"{e.name},{la.name}" for e in OpClass for la in OpClass if grid[e][la] is None]
         if missing:
             raise PolicyError(f"{path}: missing cells {', '.join(missing)}")
@@ -100,3 +94,18 @@ def load_policy(name: str = DEFAULT_POLICY) -> Policy:
     if name not in available_policies():
         raise PolicyError(f"unknown conflict policy {name!r}; available: {', '.join(available_policies())}")
     return Policy.from_csv(name, POLICY_DIR / f"{name}.csv")
+
+
+__all__ = [  # OpClass and OP_CLASS are the contract's (schemas.operations), re-exported here
+    "DEFAULT_POLICY",
+    "FIXED_CELLS",
+    "OP_CLASS",
+    "POLICY_DIR",
+    "POLICY_PROPERTY",
+    "OpClass",
+    "Policy",
+    "PolicyError",
+    "Resolution",
+    "available_policies",
+    "load_policy",
+]

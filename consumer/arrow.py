@@ -32,22 +32,21 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from schemas.operations import OP_COLUMN, OP_DELETE, OP_UPSERT, SEQ_COLUMN, TRUNCATING_OPERATIONS
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
     from consumer.models import Commit, FileEntry
 
-OP_COLUMN = "_ordo_op"
-SEQ_COLUMN = "_ordo_seq"
 CHANGE_TYPE = "_change_type"
 COMMIT_VERSION = "_commit_version"
 COMMIT_TIMESTAMP = "_commit_timestamp"
 SCOPE = "_scope"
-UPSERT, DELETE, TRUNCATE = "upsert", "delete", "truncate"
+UPSERT, DELETE, TRUNCATE = OP_UPSERT, OP_DELETE, "truncate"
 INSERT, PREIMAGE, POSTIMAGE = "insert", "update_preimage", "update_postimage"
 DELTA_FORM, COMPACT_FORM = "delta", "compact"
 FORMS = (DELTA_FORM, COMPACT_FORM)
-TRUNCATING_OPERATIONS = frozenset({"INSERT_OVERWRITE", "TRUNCATE"})
 _SEQ = "__ordo_eff_seq"
 READ_THREADS = 4  # files of one merge group read at once
 _IDX = "__ordo_idx"

@@ -366,7 +366,8 @@ class LocalBackend:
         with self._read() as conn:
             row = self._row(conn, name)
             id_version, millis = self.resolve(conn, row, version, timestamp)
-            metadata = TableMetadata.model_validate_json(row[5])
+            at = store.query_metadata_at(conn, row[0], id_version) if id_version < row[7] else None
+            metadata = TableMetadata.model_validate_json(at or row[5])  # the schema of that version
             files = self._files(store.query_snapshot_files(conn, row[0], id_version), metadata.location)
         return Snapshot(name, id_version, ms_to_datetime(millis), metadata, files)  # type: ignore[arg-type]
 

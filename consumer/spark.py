@@ -38,6 +38,7 @@ from consumer.arrow import (  # the record and change-feed columns, declared onc
     SCOPE,
     SEQ_COLUMN,
     TRUNCATE,
+    TRUNCATING_OPERATIONS,
     UPSERT,
 )
 from consumer.catalog import Catalog, Timestamp
@@ -46,7 +47,6 @@ from consumer.models import FileEntry, Snapshot
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-TRUNCATING_OPERATIONS = ("INSERT_OVERWRITE", "TRUNCATE")
 
 _GLOB = re.compile(r"([\\\[\]{}*?])")
 # Up to this many files, file -> sequence number lookups are literal maps in the plan; above, a broadcast join.

@@ -46,7 +46,7 @@ from schemas import CodecError, CommitDecision, Operation, Outcome, TableMetadat
 
 log = logging.getLogger("ordo.consumer.store")
 
-SCHEMA_VERSION = 2  # 2: files.bucket (a version-1 catalog is migrated when a writer opens it)
+SCHEMA_VERSION = 3  # 2: files.bucket (a version-1 catalog is migrated when a writer opens it); 3: table_metadata
 GENESIS_HASH = bytes(32)  # prev_hash of a table's first decision (arbiter.core.GENESIS_HASH)
 
 SCHEMA = """
@@ -128,6 +128,12 @@ CREATE TABLE IF NOT EXISTS files (
 CREATE UNIQUE INDEX IF NOT EXISTS files_live_path ON files (table_id, path) WHERE removed_version IS NULL;
 CREATE INDEX IF NOT EXISTS files_removed ON files (table_id, removed_version, added_version);
 CREATE INDEX IF NOT EXISTS files_added ON files (table_id, added_version);
+CREATE TABLE IF NOT EXISTS table_metadata (
+    table_id    INTEGER NOT NULL,
+    id_version  INTEGER NOT NULL,                 -- the metadata holds from this ID version on
+    metadata    TEXT NOT NULL,                    -- JSON TableMetadata
+    PRIMARY KEY (table_id, id_version)
+) WITHOUT ROWID;
 """
 
 
@@ -282,7 +288,7 @@ class CatalogWriter:
         try:
             store.lock_schema(conn)
             version = store.schema_version(conn)
-            if version not in (0, 1, SCHEMA_VERSION):
+            if version not in (0, 1, 2, SCHEMA_VERSION):
                 raise RuntimeError(
                     f"catalog {store.describe()} has schema version {version}; this build reads {SCHEMA_VERSION}"
                 )
@@ -388,7 +394,7 @@ class CatalogWriter:
                 self._claim([table])
                 known = self._streams.get(table)
                 target_id = known.table_id if known is not None else self._insert_stream(table, topic).table_id
-                for name in ("decisions", "commits", "files"):
+                for name in ("decisions", "commits", "files", "table_metadata"):
                     columns = [c[1] for c in fresh.execute(f"PRAGMA table_info({name})").fetchall() if c[1] != "id"]
                     at = columns.index("table_id")
                     order = " ORDER BY id" if name == "files" else ""  # file ids keep their order (readers sort by id)
@@ -694,6 +700,18 @@ class CatalogWriter:
                 raise _Inconsistent(f"{operation.value} at version {version} carries a time version")
             own_ms = None
             effective_ms = state.head_time_ms
+        updates: dict[str, Any] = {"head_version": version}
+        if operation.traits.metadata_only:  # ALTER_TABLE: the metadata from this version on (older stays readable)
+            if decision.metadata is None:
+                raise _Inconsistent(f"{operation.value} at version {version} carries no metadata")
+            new_json = _metadata_json(decision.metadata)
+            conn.execute(
+                "INSERT INTO table_metadata VALUES (?,?,?) ON CONFLICT (table_id, id_version) DO NOTHING",
+                (table_id, 0, state.metadata_json or _metadata_json(state.metadata)),
+            )
+            conn.execute("INSERT INTO table_metadata VALUES (?,?,?)", (table_id, version, new_json))
+            updates["metadata"] = decision.metadata
+            updates["metadata_json"] = new_json
         removed = decision.removed_files
         if removed:
             cursor = conn.executemany(
@@ -742,7 +760,6 @@ class CatalogWriter:
             "INSERT INTO commits VALUES (?,?,?,?,?,?,?)",
             (table_id, version, record.offset, own_ms, effective_ms, operation.value, data_change),
         )
-        updates: dict[str, Any] = {"head_version": version}
         if own_ms is not None:
             updates["head_time_ms"] = own_ms
         return _Applied(
@@ -810,6 +827,20 @@ def query_version_at(conn: Connection, table_id: int, millis: int) -> tuple[Any,
         " ORDER BY effective_time_ms DESC, id_version DESC LIMIT 1",
         (table_id, millis),
     ).fetchone()
+
+
+def query_metadata_at(conn: Connection, table_id: int, version: int) -> str | None:
+    """The JSON metadata in force at ``version`` if an ALTER_TABLE changed it, else None (``tables.metadata``)."""
+    if getattr(conn, "kind", "sqlite") == "sqlite":
+        if conn.execute("PRAGMA user_version").fetchone()[0] < 3:
+            return None  # a catalog its writer has not migrated yet: no ALTER_TABLE applied in it
+    elif conn.execute("SELECT to_regclass('table_metadata')").fetchone()[0] is None:
+        return None
+    row = conn.execute(
+        "SELECT metadata FROM table_metadata WHERE table_id = ? AND id_version <= ? ORDER BY id_version DESC LIMIT 1",
+        (table_id, version),
+    ).fetchone()
+    return None if row is None else str(row[0])
 
 
 def query_snapshot_files(conn: Connection, table_id: int, version: int) -> list[tuple[Any, ...]]:

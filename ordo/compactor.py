@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from ordo.settings import Settings, parse_bool
 from schemas import Operation
+from schemas.operations import REWRITING_OPERATIONS
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -69,7 +70,7 @@ MAX_BACKOFF = 300.0
 HEAT_LOOKBACK = 200  # versions read at start-up to learn which groups are hot
 
 MINOR, MAJOR, CLUSTER = "MINOR_COMPACT", "MAJOR_COMPACT", "CLUSTER"
-REWRITE_OPERATIONS = frozenset({MINOR, MAJOR, CLUSTER})
+REWRITE_OPERATIONS = REWRITING_OPERATIONS
 DIRTY_OPERATIONS = frozenset({"UPDATE", "DELETE", "MERGE", MINOR})
 INSERT_OPERATIONS = frozenset({Operation.INSERT_INTO.value})
 

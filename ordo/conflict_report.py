@@ -25,11 +25,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from arbiter.policy import OP_CLASS, OpClass, Policy, Resolution, load_policy
-from schemas import Operation, Rebase
+from arbiter.policy import Policy, Resolution, load_policy
+from schemas import OP_CLASS, OpClass, Operation, Reason, Rebase
 
-LATER_FAILS = "CONFLICT_LATER_FAILS"
-LINEAGE_REASONS = frozenset({"CONFLICT_COMPACTION_LINEAGE", "FILE_NOT_LIVE"})
+LATER_FAILS = Reason.CONFLICT_LATER_FAILS
+# The reasons of a later_fails cell: a matrix conflict, or a snapshot older than a schema change (row ALTER).
+FAIL_REASONS = frozenset({Reason.CONFLICT_LATER_FAILS, Reason.SCHEMA_CHANGED})
+LINEAGE_REASONS = frozenset({Reason.CONFLICT_COMPACTION_LINEAGE, Reason.FILE_NOT_LIVE})
 _REBASE = {
     Resolution.LATER_OVERWRITES: Rebase.LATER_OVERWRITES,
     Resolution.COMPACTION_COMPLETES: Rebase.COMPACTION_COMPLETES,
@@ -126,7 +128,7 @@ def check_history(history: Sequence[Txn], policy: Policy | str = "maxcompute") -
             if later.accepted:
                 committed.append(later)
             continue
-        matrix_judged = later.accepted or later.reason == LATER_FAILS or later.reason in LINEAGE_REASONS
+        matrix_judged = later.accepted or later.reason in FAIL_REASONS or later.reason in LINEAGE_REASONS
         concurrent = [
             e
             for e in committed
@@ -158,11 +160,11 @@ def _judge(policy: Policy, later: Txn, earlier: list[Txn]) -> list[Pair]:
         if later.reason in LINEAGE_REASONS:
             verdict = LINEAGE if cell is Resolution.COMPACTION_COMPLETES and not failing else DISAGREE
         elif cell is Resolution.LATER_FAILS:
-            ok = not later.accepted and later.reason == LATER_FAILS and later.conflicting_version in failing
+            ok = not later.accepted and later.reason in FAIL_REASONS and later.conflicting_version in failing
             verdict = AGREE if ok else DISAGREE
         elif failing:
             # L must fail on another pair; this one is masked (its success cell could not apply)
-            ok = not later.accepted and later.reason == LATER_FAILS and later.conflicting_version in failing
+            ok = not later.accepted and later.reason in FAIL_REASONS and later.conflicting_version in failing
             verdict = MASKED if ok else DISAGREE
         else:
             verdict = AGREE if later.accepted and later.rebase in rebases else DISAGREE

@@ -64,6 +64,8 @@ from pyspark.sql.types import StructType
 
 from ordo.errors import CommitConflictError, OrdoError
 from ordo.settings import Settings, load_settings, parse_bool
+from schemas.models import ddl_columns as _ddl_columns
+from schemas.operations import Reason
 
 NAME = "ordo"
 SETTINGS_OPTIONS = {
@@ -78,8 +80,8 @@ FORM_OPTION = "ordo.changefeedform"
 CHANGE_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp", "_scope")
 DEFAULT_WAIT = 60.0
 STREAM_RETRIES = 5
-BATCH_ALREADY_COMMITTED = "BATCH_ALREADY_COMMITTED"
-CONFLICT_LATER_FAILS = "CONFLICT_LATER_FAILS"
+BATCH_ALREADY_COMMITTED = Reason.BATCH_ALREADY_COMMITTED
+CONFLICT_LATER_FAILS = Reason.CONFLICT_LATER_FAILS
 BATCH_ID_PROPERTY = "streaming.sql.batchId"  # the task-local property Spark sets in a micro-batch's tasks
 
 
@@ -108,32 +110,11 @@ def _truthy(value: str | None) -> bool:
 
 
 def ddl_columns(ddl: str) -> list[tuple[str, str]]:
-    """``(name, type text)`` of each column of a DDL written by ``schema_to_ddl`` (no Spark needed)."""
-    parts: list[str] = []
-    current: list[str] = []
-    depth = 0
-    quoted = False  # inside `name` (an escaped `` toggles twice)
-    for ch in ddl:
-        if ch == "`":
-            quoted = not quoted
-        elif not quoted and ch in "<(":
-            depth += 1
-        elif not quoted and ch in ">)":
-            depth -= 1
-        if ch == "," and depth == 0 and not quoted:
-            parts.append("".join(current))
-            current = []
-        else:
-            current.append(ch)
-    if current:
-        parts.append("".join(current))
-    columns = []
-    for part in parts:
-        match = re.fullmatch(r"\s*`((?:[^`]|``)*)`\s+(.*?)(\s+NOT NULL)?\s*", part, flags=re.S)
-        if match is None:
-            raise DataSourceOptionError(f"cannot read the table schema column {part!r}")
-        columns.append((match.group(1).replace("``", "`"), match.group(2).strip().lower()))
-    return columns
+    """``(name, type text)`` of each column of a table's DDL (no Spark needed; ``schemas.models.parse_ddl``)."""
+    try:
+        return _ddl_columns(ddl)
+    except ValueError as exc:
+        raise DataSourceOptionError(f"cannot read the table schema: {exc}") from None
 
 
 def _quoted(name: str) -> str:
@@ -189,7 +170,15 @@ class OrdoDataSource(DataSource):
         settings = self._settings()
         with Catalog(settings.catalog) as catalog:
             info = catalog.table(name)
-        return _Table(name, settings, info.metadata, int(info.head_version))
+            metadata = info.metadata
+            version, stamp = opts.get("versionasof"), opts.get("timestampasof")
+            if (version is not None or stamp is not None) and not self._change_feed():
+                try:  # a read as of an older version has that version's schema (before an ALTER TABLE)
+                    at = None if version is None else int(version)
+                    metadata = catalog.snapshot(name, version=at, timestamp=stamp).metadata
+                except (ValueError, OrdoError):
+                    pass  # the reader reports the bad option or version
+        return _Table(name, settings, metadata, int(info.head_version))
 
     def _form(self) -> str:
         from consumer.arrow import check_form

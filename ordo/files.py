@@ -16,13 +16,12 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ordo.errors import OrdoError
+from schemas.models import ddl_columns
+from schemas.operations import OP_COLUMN, SEQ_COLUMN, TRUNCATING_OPERATIONS
 
 if TYPE_CHECKING:
     from consumer.models import Commit, FileEntry, Snapshot
 
-OP_COLUMN = "_ordo_op"
-SEQ_COLUMN = "_ordo_seq"
-TRUNCATING_OPERATIONS = ("INSERT_OVERWRITE", "TRUNCATE")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
@@ -42,14 +41,27 @@ def filesystem(path: str) -> tuple[Any, str]:
 
 
 def read_file(entry: FileEntry, columns: Sequence[str] | None = None) -> Any:
-    """One data file as a pyarrow Table (only ``columns`` when given); ``DataFileError`` if unreadable."""
+    """One data file as a pyarrow Table (only ``columns`` when given); ``DataFileError`` if unreadable.
+
+    A requested column the file lacks (added by ALTER TABLE after it was written) reads as NULL.
+    """
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     fs, path = filesystem(entry.absolute_path)
     try:
-        return pq.read_table(path, columns=list(columns) if columns is not None else None, filesystem=fs)
+        if columns is None:
+            return pq.read_table(path, filesystem=fs)
+        with fs.open_input_file(path) as handle:
+            parquet = pq.ParquetFile(handle)
+            present = set(parquet.schema_arrow.names)
+            table = parquet.read(columns=[c for c in columns if c in present])
     except (OSError, ValueError) as exc:
         raise DataFileError(f"cannot read data file {entry.absolute_path}: {exc}") from exc
+    for column in columns:
+        if column not in present:
+            table = table.append_column(column, pa.nulls(table.num_rows))
+    return table.select(list(columns))
 
 
 def live_row_count(snapshot: Snapshot) -> int:
@@ -131,38 +143,6 @@ def change_rows(commits: Iterable[Commit], columns: Sequence[str], partition_col
                 )
                 rows.append(row)
     return rows
-
-
-def ddl_columns(ddl: str) -> list[tuple[str, str]]:
-    """``[(name, type)]`` of a Spark DDL schema string, without Spark (commas inside ``<>``/``()`` respected)."""
-    fields: list[str] = []
-    depth, quoted, start = 0, False, 0
-    for i, char in enumerate(ddl):
-        if char == "`":
-            quoted = not quoted
-        elif quoted:
-            continue
-        elif char in "<(":
-            depth += 1
-        elif char in ">)":
-            depth -= 1
-        elif char == "," and depth == 0:
-            fields.append(ddl[start:i])
-            start = i + 1
-    fields.append(ddl[start:])
-    result = []
-    for text in (f.strip() for f in fields):
-        if not text:
-            continue
-        if text.startswith("`"):
-            end = text.index("`", 1)
-            while text[end + 1 : end + 2] == "`":  # an escaped backquote
-                end = text.index("`", end + 2)
-            name, rest = text[1:end].replace("``", "`"), text[end + 1 :]
-        else:
-            name, _, rest = text.partition(" ")
-        result.append((name, rest.strip().removeprefix(":").strip()))
-    return result
 
 
 __all__ = ["DataFileError", "change_rows", "ddl_columns", "filesystem", "live_row_count", "read_file"]

@@ -36,6 +36,7 @@ from urllib.parse import unquote
 
 from ordo.errors import OrdoError
 from schemas import DataFile, TableMetadata
+from schemas.operations import OP_COLUMN, OP_DELETE, OP_UPSERT, RESERVED_COLUMNS, RESERVED_PREFIX, SEQ_COLUMN
 from schemas.paths import data_file_path
 
 if TYPE_CHECKING:
@@ -43,15 +44,9 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import DataType, StructType
 
-OP_COLUMN = "_ordo_op"
-SEQ_COLUMN = "_ordo_seq"
-OP_UPSERT = "upsert"
-OP_DELETE = "delete"
 STAGING_DIR = "_staging"
 BUCKET_COLUMN = "_ordo_b"  # hidden staging column: the record's bucket (producer.buckets)
 # Column names a table may not use: ours in files, and the change feed's.
-RESERVED_PREFIX = "_ordo_"
-RESERVED_COLUMNS = frozenset({"_change_type", "_commit_version", "_commit_timestamp"})
 EXAMPLES = 5  # offending keys quoted in an error message
 MAX_STAT_LENGTH = 4096  # DataFile.min_key/max_key limit (schemas.models.MAX_PATH_LENGTH)
 MAX_RECORDS_PER_FILE_PROPERTY = "ordo.max_records_per_file"

@@ -45,7 +45,16 @@ from producer.data import (
     SchemaMismatchError,
     WriteRefusedError,
 )
-from schemas import CommitDecision, CommitIntent, DataFile, Operation, Rebase, TableMetadata, validate_table_name
+from schemas import (
+    CommitDecision,
+    CommitIntent,
+    DataFile,
+    Operation,
+    Reason,
+    Rebase,
+    TableMetadata,
+    validate_table_name,
+)
 from schemas.models import MAX_FILES_PER_INTENT
 
 if TYPE_CHECKING:
@@ -59,9 +68,9 @@ log = logging.getLogger("ordo.producer")
 
 DEFAULT_COMMIT_TIMEOUT = 60.0
 DEFAULT_CATALOG_TIMEOUT = 60.0
-CONFLICT_LATER_FAILS = "CONFLICT_LATER_FAILS"
-TABLE_EXISTS = "TABLE_EXISTS"
-BATCH_ALREADY_COMMITTED = "BATCH_ALREADY_COMMITTED"
+CONFLICT_LATER_FAILS = Reason.CONFLICT_LATER_FAILS
+TABLE_EXISTS = Reason.TABLE_EXISTS
+BATCH_ALREADY_COMMITTED = Reason.BATCH_ALREADY_COMMITTED
 RETRY_BACKOFF = 0.05
 DEFAULT_RETENTION_HOURS = 168.0  # Delta's vacuum default and safety floor
 RETENTION_CHECK_CONF = "spark.databricks.delta.retentionDurationCheck.enabled"
@@ -494,7 +503,76 @@ class DeltaTable:
         writers: the arbiter refuses a batch at or below one already committed
         for that application (``BATCH_ALREADY_COMMITTED``).
         """
-        return Transaction(self, self.version, app_id=app_id, batch_id=batch_id)
+        info = self._conn.catalog.table(self.name)
+        if info.metadata != self.metadata:  # an ALTER TABLE since this handle read it: write the new schema
+            self._set_metadata(info.metadata)
+        return Transaction(self, int(info.head_version), app_id=app_id, batch_id=batch_id)
+
+    def _set_metadata(self, metadata: TableMetadata) -> None:
+        self.metadata = metadata
+        self.layout = Layout.of(self.name, metadata)
+
+    def alter(
+        self,
+        add_columns: str | StructType | None = None,
+        *,
+        set_properties: Mapping[str, Any] | None = None,
+    ) -> CommitResult:
+        """ALTER TABLE: append nullable columns (Spark DDL ``"note STRING"`` or a StructType) and/or set properties.
+
+        Metadata only: no file is read or written. Files written before the
+        change read the added columns as NULL; reads at older versions keep the
+        older schema. A commit whose snapshot predates the change is rejected
+        (``SCHEMA_CHANGED``), and the change itself fails against any commit
+        made since its snapshot. Dropping, renaming or retyping columns,
+        unsetting properties and changing ``ordo.*`` properties are not
+        supported (``UNSUPPORTED_ALTER``). Raises ``CommitConflictError`` with
+        the arbiter's reason when it is rejected.
+        """
+        from producer.data import check_definition, parse_schema, schema_to_ddl
+
+        info = self._conn.catalog.table(self.name)
+        current = info.metadata
+        schema = current.schema
+        if add_columns is not None:
+            added = parse_schema(add_columns) if isinstance(add_columns, str) else add_columns
+            if not added.fields:
+                raise InvalidOperationError("add_columns names no column")
+            schema = f"{schema}, {schema_to_ddl(added)}"
+            check_definition(parse_schema(schema), current.primary_key, current.partition_columns)
+        properties = {**current.properties, **{str(k): str(v) for k, v in (set_properties or {}).items()}}
+        if schema == current.schema and properties == dict(current.properties):
+            raise InvalidOperationError("alter needs add_columns or set_properties that change the table")
+        metadata = TableMetadata(
+            location=current.location,
+            schema=schema,
+            primary_key=current.primary_key,
+            partition_columns=current.partition_columns,
+            properties=properties,
+        )
+        started = time.perf_counter()
+        intent = CommitIntent(
+            txn_id=uuid.uuid4().hex,
+            table=self.name,
+            operation=Operation.ALTER_TABLE,
+            read_version=int(info.head_version),
+            metadata=metadata,
+            writer=self._writer,
+        )
+        decision = self._conn.client.commit(intent, timeout=self.commit_timeout)
+        if not decision.accepted or decision.id_version is None:
+            raise _conflict_error(decision, f"ALTER TABLE {self.name}")
+        result = CommitResult(
+            txn_id=intent.txn_id,
+            id_version=decision.id_version,
+            time_version=decision.time_version,
+            operation=Operation.ALTER_TABLE,
+            commit_seconds=time.perf_counter() - started,
+            decision=decision,
+        )
+        self._wait_for_catalog(decision.id_version, result)
+        self._set_metadata(metadata)
+        return result
 
     def _run(self, stage: Any, retries: int = 0) -> CommitResult | None:
         with self.begin() as txn:

@@ -9,11 +9,11 @@ from schemas.models import (
     CommitDecision,
     CommitIntent,
     DataFile,
-    Operation,
     Outcome,
     Rebase,
     TableMetadata,
 )
+from schemas.operations import OP_CLASS, TRAITS, OpClass, Operation, OperationTraits, Reason
 from schemas.topics import (
     decisions_pattern,
     decisions_topic,
@@ -24,15 +24,20 @@ from schemas.topics import (
 )
 
 __all__ = [
+    "OP_CLASS",
+    "TRAITS",
     "Codec",
     "CodecError",
     "CommitDecision",
     "CommitIntent",
     "DataFile",
     "InvalidNameError",
+    "OpClass",
     "Operation",
+    "OperationTraits",
     "OrdoError",
     "Outcome",
+    "Reason",
     "Rebase",
     "TableMetadata",
     "UnknownSchemaError",

@@ -9,13 +9,15 @@ anything an intent can say that violates them is rejected as
 from __future__ import annotations
 
 import enum
+import re
 import warnings
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from schemas.operations import TRAITS, Operation
 from schemas.topics import validate_table_name
 
 # Limits on what one intent may carry. They bound the arbiter's work per record;
@@ -34,33 +36,6 @@ PartitionSpec = Mapping[
     Annotated[str, Field(min_length=1, max_length=MAX_ID_LENGTH)],
     Annotated[str, Field(max_length=MAX_PATH_LENGTH)],
 ]
-
-
-class Operation(str, enum.Enum):
-    """What a transaction does; the conflict matrix is keyed by its class."""
-
-    CREATE_TABLE = "CREATE_TABLE"
-    INSERT_INTO = "INSERT_INTO"
-    INSERT_OVERWRITE = "INSERT_OVERWRITE"
-    TRUNCATE = "TRUNCATE"
-    UPDATE = "UPDATE"
-    DELETE = "DELETE"
-    MINOR_COMPACT = "MINOR_COMPACT"
-    MAJOR_COMPACT = "MAJOR_COMPACT"
-    CLUSTER = "CLUSTER"
-
-    @property
-    def data_change(self) -> bool:
-        """True when a commit of this operation changes logical data (gets a time version)."""
-        return self not in _NO_DATA_CHANGE
-
-    @property
-    def rewrites(self) -> bool:
-        """True for compaction and clustering: files rewritten, data unchanged."""
-        return self in _NO_DATA_CHANGE
-
-
-_NO_DATA_CHANGE = frozenset({Operation.MINOR_COMPACT, Operation.MAJOR_COMPACT, Operation.CLUSTER})
 
 
 class Outcome(str, enum.Enum):
@@ -108,6 +83,57 @@ with warnings.catch_warnings():
         primary_key: Annotated[tuple[Id, ...], Field(min_length=1, max_length=64)]
         partition_columns: Annotated[tuple[Id, ...], Field(max_length=64)] = ()
         properties: Mapping[Id, Annotated[str, Field(max_length=MAX_PATH_LENGTH)]] = Field(default_factory=dict)
+
+
+class DdlColumn(NamedTuple):
+    """One column of a Spark DDL schema string: its name, type text (lower case) and nullability."""
+
+    name: str
+    type: str
+    nullable: bool
+
+
+_DDL_COLUMN = re.compile(
+    r"\s*(?:`(?P<quoted>(?:[^`]|``)*)`|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))\s*:?\s+(?P<type>.*?)"
+    r"(?P<not_null>\s+NOT\s+NULL)?\s*",
+    re.S | re.I,
+)
+
+
+def parse_ddl(ddl: str) -> tuple[DdlColumn, ...]:
+    """The columns of a Spark DDL schema string, without Spark; ``ValueError`` naming a column it cannot read.
+
+    Commas inside ``<>``/``()`` and backquoted names are respected; a doubled
+    backquote inside a name is one backquote.
+    """
+    parts: list[str] = []
+    depth, quoted, start = 0, False, 0
+    for i, char in enumerate(ddl):
+        if char == "`":
+            quoted = not quoted
+        elif quoted:
+            continue
+        elif char in "<(":
+            depth += 1
+        elif char in ">)":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(ddl[start:i])
+            start = i + 1
+    parts.append(ddl[start:])
+    columns = []
+    for part in parts:
+        match = _DDL_COLUMN.fullmatch(part)
+        if match is None or not match["type"].strip():
+            raise ValueError(f"cannot read the schema column {part.strip()[:200]!r}")
+        name = match["bare"] if match["quoted"] is None else match["quoted"].replace("``", "`")
+        columns.append(DdlColumn(name, " ".join(match["type"].split()).lower(), match["not_null"] is None))
+    return tuple(columns)
+
+
+def ddl_columns(ddl: str) -> list[tuple[str, str]]:
+    """``[(name, type text)]`` of a Spark DDL schema string (``parse_ddl`` without nullability)."""
+    return [(c.name, c.type) for c in parse_ddl(ddl)]
 
 
 class CommitIntent(_Frozen):
@@ -168,4 +194,4 @@ class CommitDecision(_Frozen):
     @property
     def data_change(self) -> bool:
         """True when this decision committed a logical change (it has a time version)."""
-        return self.accepted and self.operation is not None and self.operation.data_change
+        return self.accepted and self.operation is not None and TRAITS[self.operation].data_change

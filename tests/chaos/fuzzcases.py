@@ -167,6 +167,29 @@ def absurd(table: str, n: int, rng: random.Random, big: bool) -> tuple[str, byte
             ),
             "TABLE_EXISTS",
         ),
+        (
+            "ALTER_TABLE without metadata",
+            lambda: raw_intent({"txn_id": f"fz{n}", "table": table, "operation": "ALTER_TABLE"}),
+            "INVALID_METADATA",
+        ),
+        (
+            "ALTER_TABLE moving the table",
+            lambda: raw_intent(
+                {
+                    "txn_id": f"fz{n}",
+                    "table": table,
+                    "operation": "ALTER_TABLE",
+                    "metadata": {
+                        "location": "/elsewhere",
+                        "schema": "id BIGINT, note STRING",
+                        "primary_key": ["id"],
+                        "partition_columns": [],
+                        "properties": {},
+                    },
+                }
+            ),
+            "UNSUPPORTED_ALTER",
+        ),
         ("wrong partition column", lambda: _insert(table, n, partitions=[{"q": part}]), "INVALID_PARTITION"),
         ("empty partition list", lambda: _insert(table, n, partitions=[]), "INVALID_PARTITION"),
         (

@@ -284,6 +284,26 @@ def run_story(client: Any) -> None:
         reason="CONFLICT_LATER_FAILS",
     )
     s.commit("events", "e-ins3", Operation.INSERT_INTO, 4, partitions=[d1], added=files("e-ins3", d1))  # v5
+    if not hasattr(Operation, "ALTER_TABLE"):
+        return  # releases before 0.3
+    created = metadata("/warehouse/golden/events", "id BIGINT, kind STRING, dt STRING", ("dt",))
+    altered = created.model_copy(
+        update={"schema": created.schema + ", `note` string", "properties": {"owner": "golden", "tier": "gold"}}
+    )
+    s.commit("events", "e-alter1", Operation.ALTER_TABLE, 5, metadata=altered)  # v6
+    s.commit(
+        "events",
+        "e-ins-before-alter",
+        Operation.INSERT_INTO,
+        5,
+        partitions=[d2],
+        added=files("e-ins-before-alter", d2),
+        expect=R,
+        reason="SCHEMA_CHANGED",
+    )
+    dropped = altered.model_copy(update={"schema": "id BIGINT, dt STRING, `note` string"})
+    s.commit("events", "e-alter-drop", Operation.ALTER_TABLE, 6, metadata=dropped, expect=R, reason="UNSUPPORTED_ALTER")
+    s.commit("events", "e-ins4", Operation.INSERT_INTO, 6, partitions=[d2], added=files("e-ins4", d2))  # v7
 
 
 def dump_topic(settings: Settings, topic: str, timeout: float = 60.0) -> list[LoggedRecord]:

@@ -80,11 +80,45 @@ EVENTS: dict[str, CommitIntent | CommitDecision] = {
         conflicting_version=1,
         prev_hash=bytes(32),
     ),
+    "intent_alter": CommitIntent(
+        txn_id="alter-sales",
+        table="sales",
+        operation=Operation.ALTER_TABLE,
+        read_version=1,
+        metadata=TableMetadata(
+            location="/warehouse/sales",
+            schema="id BIGINT, amount DOUBLE, dt STRING, `note` string",
+            primary_key=("id",),
+            partition_columns=("dt",),
+            properties={"owner": "team-b"},
+        ),
+        writer="spark-app-1",
+    ),
+    "decision_alter": CommitDecision(
+        txn_id="alter-sales",
+        table="sales",
+        intent_offset=3,
+        outcome=Outcome.ACCEPTED,
+        id_version=2,
+        time_version=datetime(2024, 1, 1, 12, 5, 0, tzinfo=UTC),
+        operation=Operation.ALTER_TABLE,
+        read_version=1,
+        metadata=TableMetadata(
+            location="/warehouse/sales",
+            schema="id BIGINT, amount DOUBLE, dt STRING, `note` string",
+            primary_key=("id",),
+            partition_columns=("dt",),
+            properties={"owner": "team-b"},
+        ),
+        writer="spark-app-1",
+        prev_hash=bytes(range(32, 64)),
+    ),
 }
 
-BINS = {"v1": "0.1", "v2": "0.2"}  # file suffix -> the release whose codec wrote it
-CURRENT = "v2"
-GOLDEN_BINS = [(name, suffix) for name in sorted(EVENTS) for suffix in sorted(BINS)]
+BINS = {"v1": "0.1", "v2": "0.2", "v3": "0.3"}  # file suffix -> the release whose codec wrote it
+CURRENT = "v3"
+SINCE = {"intent_alter": "v3", "decision_alter": "v3"}  # events a release could not write before (ALTER_TABLE: 0.3)
+GOLDEN_BINS = [(name, suffix) for name in sorted(EVENTS) for suffix in sorted(BINS) if suffix >= SINCE.get(name, "v1")]
 
 if __name__ == "__main__":
     for name, event in EVENTS.items():

@@ -28,7 +28,7 @@ from ordo.audit import AuditResult, audit
 from schemas.signing import SIGNATURE_HEADER, Trust
 
 GOLDEN_DIR = Path(__file__).resolve().parents[1] / "golden"
-RELEASES = ("0.1", "0.2")  # every release that committed a golden log
+RELEASES = ("0.1", "0.2", "0.3")  # every release that committed a golden log
 
 
 @dataclass(frozen=True)
@@ -206,7 +206,10 @@ def dump_catalog(path: str | Path, names: list[str]) -> dict[str, Any]:
                     ({field: _plain(getattr(f, field)) for field in FILE_FIELDS} for f in snapshot.files),
                     key=lambda f: f["path"],
                 )
-                versions.append({"id_version": version, "time_version": _iso(snapshot.time_version), "files": files})
+                entry = {"id_version": version, "time_version": _iso(snapshot.time_version), "files": files}
+                if snapshot.metadata != info.metadata:  # before an ALTER TABLE (0.3): that version's own metadata
+                    entry["metadata"] = snapshot.metadata.model_dump(mode="json")
+                versions.append(entry)
             history = [{field: _plain(getattr(d, field)) for field in HISTORY_FIELDS} for d in catalog.history(name)]
             result[name] = {
                 "metadata": info.metadata.model_dump(mode="json"),

@@ -18,6 +18,8 @@ CLASS_OPERATION = {
     OpClass.MAJOR_COMPACT: Operation.MAJOR_COMPACT,
     OpClass.CLUSTER: Operation.CLUSTER,
 }
+# ... and every class, ALTER (the schema change) included.
+EVERY_CLASS_OPERATION = {**CLASS_OPERATION, OpClass.ALTER: Operation.ALTER_TABLE}
 
 
 def metadata(partitioned: bool = True, properties: dict[str, str] | None = None) -> TableMetadata:
@@ -91,6 +93,13 @@ class Table:
         Compactions default to rewriting every file live in scope now (what the job would have read).
         """
         txn = txn or f"x{next(self._names)}"
+        if operation is Operation.ALTER_TABLE:  # adds a column named after the txn; whole table, no files
+            current = self.state.metadata
+            assert current is not None
+            new = current.model_copy(update={"schema": f"{current.schema}, `c_{txn}` string"})
+            return CommitIntent(
+                txn_id=txn, table="t", operation=operation, read_version=read_version, metadata=new, **extra
+            )
         if removed is None:
             removed = tuple(sorted(self.live(dt))) if operation.rewrites else ()
         added = () if operation is Operation.TRUNCATE else self.files(txn, dt if self.partitioned else None, n)

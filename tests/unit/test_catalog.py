@@ -601,3 +601,72 @@ def test_reading_the_catalog_imports_neither_kafka_nor_spark_nor_the_web_stack()
         "assert not heavy, heavy\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+# ---------------------------------------------------------------------- ALTER TABLE
+
+
+def test_an_alter_changes_the_metadata_from_its_version_on_and_shows_in_history_and_commits(
+    catalog_at: Callable[[str], str], tmp_path: Path
+) -> None:
+    """Snapshots before the ALTER keep the older schema; the history and the commit list show it."""
+    from arbiter.core import Reason
+
+    script = Script(seed=5).run(10)
+    before = script.state.metadata
+    assert before is not None
+    read = script.state.head_version
+    stale = CommitIntent(
+        txn_id="stale",
+        table="t",
+        operation=Operation.INSERT_INTO,
+        read_version=read,
+        partitions=({"dt": "a"},),
+        added_files=script.files("stale", "a"),
+    )
+    new = before.model_copy(update={"schema": before.schema + ", `note` string", "properties": {"owner": "b"}})
+    alter = script.submit(
+        CommitIntent(txn_id="alter", table="t", operation=Operation.ALTER_TABLE, read_version=read, metadata=new)
+    )
+    assert alter.accepted, alter.message
+    assert script.submit(stale).reason == Reason.SCHEMA_CHANGED
+    script.run(5)
+    path = catalog_at("c.db")
+    catalog = build(path, script)
+    assert alter.id_version is not None
+    for version in range(script.model.head + 1):
+        expected = before if version < alter.id_version else new
+        assert catalog.snapshot("t", version).metadata == expected, version
+    assert catalog.table("t").metadata == new
+    history = {d.txn_id: d for d in catalog.history("t")}
+    assert history["alter"].operation is Operation.ALTER_TABLE and history["alter"].id_version == alter.id_version
+    assert history["stale"].reason == Reason.SCHEMA_CHANGED and history["stale"].conflicting_txn_id == "alter"
+    commits = catalog.commits("t", alter.id_version, alter.id_version)
+    assert [(c.id_version, c.operation, c.data_change) for c in commits] == [
+        (alter.id_version, Operation.ALTER_TABLE, True)
+    ]
+    # The same log applied again in parts equals one go (the metadata history included).
+    again = catalog_at("again.db")
+    build(again, script, batch=3)
+    assert catalog_rows(path) == catalog_rows(again)
+    # A repair swaps in the table's rows rebuilt alone (a SQLite file), the metadata history with them.
+    rebuilt = str(tmp_path / "rebuilt.db")
+    build(rebuilt, script)
+    writer = CatalogWriter(path, "ordo")
+    try:
+        conn = writer._conn
+        conn.execute("DELETE FROM table_metadata")
+        writer.replace_table("t", rebuilt)
+    finally:
+        writer.close()
+    assert catalog_rows(path) == catalog_rows(again)
+
+
+def catalog_rows(path: str) -> dict[str, list[tuple[object, ...]]]:
+    """``dump`` plus the metadata history."""
+    conn = connect(path, readonly=True)
+    try:
+        history = conn.execute("SELECT table_id, id_version, metadata FROM table_metadata ORDER BY 1, 2").fetchall()
+    finally:
+        conn.close()
+    return {**dump(path), "table_metadata": [tuple(r) for r in history]}

@@ -17,14 +17,17 @@ from arbiter.policy import OpClass
 from ordo.conflict_report import AGREE, DISAGREE, MASKED, Txn, check_history
 from schemas import CommitDecision, Operation, Outcome, Rebase
 
-from .helpers import CLASS_OPERATION, Table
+from .helpers import EVERY_CLASS_OPERATION as CLASS_OPERATION
+from .helpers import Table
 
 POLICY = Path(__file__).resolve().parents[2] / "arbiter" / "policies" / "maxcompute.csv"
 
 
 def matrix() -> dict[tuple[str, str], str]:
     with POLICY.open() as handle:
-        return {(r["earlier"], r["later"]): r["outcome"] for r in csv.DictReader(handle)}
+        cells = {(r["earlier"], r["later"]): r["outcome"] for r in csv.DictReader(handle)}
+    # The ALTER row and column are fixed by arbiter.policy, not listed in the file: every cell fails.
+    return cells | {(e.name, la.name): "later_fails" for e in OpClass for la in OpClass if OpClass.ALTER in (e, la)}
 
 
 def txns(decisions: list[CommitDecision]) -> list[Txn]:

@@ -189,13 +189,16 @@ def test_the_release_command_copies_exactly_the_changed_schemas(tmp_path, monkey
     from schemas import history
     from schemas.release import main
 
-    for path in HISTORY_DIR.glob("*.0.1.avsc"):
-        shutil.copy(path, tmp_path / path.name)
+    releases = sorted({r for _, r, _ in HISTORY}, key=lambda r: tuple(map(int, r.split("."))))
+    latest = releases[-1]
+    for path in HISTORY_DIR.glob("*.avsc"):
+        if not path.name.endswith(f".{latest}.avsc"):
+            shutil.copy(path, tmp_path / path.name)
     monkeypatch.setattr(history, "HISTORY_DIR", tmp_path)
-    main(["add", "0.2"])
+    main(["add", latest])
     for event in EVENTS:
-        assert json.loads((tmp_path / f"{event}.0.2.avsc").read_text()) == json.loads(
-            (HISTORY_DIR / f"{event}.0.2.avsc").read_text()
+        assert json.loads((tmp_path / f"{event}.{latest}.avsc").read_text()) == json.loads(
+            (HISTORY_DIR / f"{event}.{latest}.avsc").read_text()
         )
-    main(["add", "0.3"])  # nothing changed since 0.2
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{e}.{r}.avsc" for e in EVENTS for r in ("0.1", "0.2"))
+    main(["add", "99.0"])  # nothing changed since the latest release
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{e}.{r}.avsc" for e in EVENTS for r in releases)
