@@ -15,8 +15,10 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,6 +71,46 @@ def isolate_state(work: Path) -> None:
     state directory with every other run on the machine.
     """
     os.environ["ORDO_STATE_DIR"] = str(work / "state")
+
+
+@dataclass
+class Stack:
+    """A benchmark's ordo stack on loopback: the embedded broker, its processes, settings and work directory."""
+
+    broker: Any
+    group: Any
+    settings: Any
+    work: Path
+    arbiter: Any
+    consumer: Any | None
+
+
+@contextmanager
+def stack(name: str, prefix: str = "bench", *, consumer: bool = True, timeout: float = 120.0) -> Iterator[Stack]:
+    """A fresh embedded broker, an ``ordo arbiter`` (signing with a fresh key) and, with ``consumer``, an ``ordo
+    consumer`` on a SQLite catalog, all under a new work directory; stopped at the end."""
+    from ordo.broker import EmbeddedBroker
+    from ordo.keys import embedded_keys
+    from ordo.settings import Settings
+    from ordo.stack import ProcessGroup
+
+    work = Path(tempfile.mkdtemp(prefix=f"ordo-bench-{name}-"))
+    isolate_state(work)
+    with EmbeddedBroker() as broker, ProcessGroup(log_dir=work / "logs") as group:
+        settings = Settings(
+            bootstrap_servers=broker.bootstrap_servers,
+            topic_prefix=prefix,
+            warehouse=str(work / "warehouse"),
+            catalog=str(work / "catalog.db"),
+            state_dir=str(work / "state"),
+        )
+        settings = embedded_keys(settings, work)
+        arbiter = group.start_arbiter(settings, timeout=timeout)
+        process = None
+        if consumer:
+            process = group.start_ordo(settings, "consumer", "--no-http", name="consumer")
+            process.wait_for_line("consumer ready", timeout=timeout)
+        yield Stack(broker, group, settings, work, arbiter, process)
 
 
 def machine() -> dict[str, Any]:

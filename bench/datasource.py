@@ -17,12 +17,10 @@ from __future__ import annotations
 
 import json
 import statistics
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
-from bench.common import isolate_state, pick
+from bench.common import pick, stack
 
 SCHEMA = "id BIGINT, v STRING, dt STRING"
 
@@ -52,11 +50,8 @@ def _batch_ms(query: Any, batches: int) -> list[float]:
 
 
 def run() -> dict[str, Any]:
-    from ordo.broker import EmbeddedBroker
     from ordo.datasource import settings_options
-    from ordo.settings import Settings
     from ordo.spark import local_spark_session
-    from ordo.stack import ProcessGroup
     from producer.streaming import foreach_batch_committer
     from producer.table import DeltaTable, close_connections
 
@@ -64,20 +59,9 @@ def run() -> dict[str, Any]:
     batches = pick(12, 30)
     commits = pick(10, 20)
     commit_rows = pick(20_000, 100_000)
-    work = Path(tempfile.mkdtemp(prefix="ordo-bench-ds-"))
-    isolate_state(work)
     out: dict[str, Any] = {}
-    with EmbeddedBroker() as broker, ProcessGroup(log_dir=work / "logs") as group:
-        settings = Settings(
-            bootstrap_servers=broker.bootstrap_servers,
-            topic_prefix="benchds",
-            warehouse=str(work / "warehouse"),
-            catalog=str(work / "catalog.db"),
-            state_dir=str(work / "state"),
-        )
-        group.start_arbiter(settings, timeout=120)
-        consumer = group.start_ordo(settings, "consumer", "--no-http", name="consumer")
-        consumer.wait_for_line("consumer ready", timeout=120)
+    with stack("ds", "benchds") as bench_stack:
+        settings, work = bench_stack.settings, bench_stack.work
         spark = local_spark_session("ordo-bench-ds", cores=2)
         opts = settings_options(settings)
         try:

@@ -12,35 +12,23 @@ on fresh tables; the median is reported.
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from concurrent.futures import wait
-from pathlib import Path
 
-from bench.common import Result, isolate_state, machine, median, pick
+from bench.common import Result, machine, median, pick, stack
 from bench.workload import create_intent, insert_intent
 
 BENCHMARK = "pipelined commit client"
 
 
 def run() -> list[Result]:
-    from ordo.broker import EmbeddedBroker
-    from ordo.keys import embedded_keys
-    from ordo.settings import Settings
-    from ordo.stack import ProcessGroup
     from producer import CommitClient
 
     n = pick(20_000, 50_000)
     rounds = pick(3, 5)
-    work = Path(tempfile.mkdtemp(prefix="ordo-bench-pipe-"))
-    isolate_state(work)
     rates: list[float] = []
-    with EmbeddedBroker() as broker, ProcessGroup(log_dir=work / "logs") as group:
-        settings = embedded_keys(
-            Settings(bootstrap_servers=broker.bootstrap_servers, topic_prefix="pipe", state_dir=str(work / "state")),
-            work,
-        )
-        group.start_arbiter(settings, timeout=120)
+    with stack("pipe", "pipe", consumer=False) as bench_stack:
+        settings = bench_stack.settings
         with CommitClient(settings=settings, resubmit_after=60) as client:
             for r in range(rounds):
                 table = f"pipe{r}"

@@ -19,12 +19,9 @@ from __future__ import annotations
 
 import os
 import random
-import tempfile
 import time
-from dataclasses import replace
-from pathlib import Path
 
-from bench.common import Result, isolate_state, machine, percentile, pick
+from bench.common import Result, machine, percentile, pick, stack
 from bench.latency import idle_cpu
 from bench.workload import TABLE, create_intent, insert_intent
 
@@ -33,29 +30,17 @@ BENCHMARK = "commit to readable"
 
 def run() -> list[Result]:
     from consumer import Catalog
-    from ordo.broker import EmbeddedBroker
-    from ordo.keys import embedded_keys
-    from ordo.settings import Settings
-    from ordo.stack import ProcessGroup, start_consumer
     from producer import CommitClient
 
     commits = pick(300, 2000)
     idle_seconds = pick(10, 30)
     rng = random.Random(7)
-    work = Path(tempfile.mkdtemp(prefix="ordo-bench-readable-"))
-    isolate_state(work)
     samples: list[float] = []
-    with EmbeddedBroker() as broker, ProcessGroup(log_dir=work / "logs") as group:
-        settings = embedded_keys(
-            Settings(bootstrap_servers=broker.bootstrap_servers, topic_prefix="rd", state_dir=str(work / "state")),
-            work,
-        )
-        settings = replace(settings, catalog=str(work / "catalog.db"))
-        group.start_arbiter(settings, timeout=120)
+    with stack("readable", "rd") as bench_stack:
+        settings, consumer = bench_stack.settings, bench_stack.consumer
         client = CommitClient(settings=settings)
         try:
             client.commit(create_intent(), timeout=60)
-            consumer, _ = start_consumer(settings, http=False, timeout=120, group=group)
             with Catalog(settings.catalog) as catalog:
                 catalog.wait_for_version(TABLE, 0, timeout=60)
                 version = 0

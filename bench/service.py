@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import ROOT, Result, interleave, isolate_state, machine, median, pick, ratio
+from bench.common import ROOT, Result, interleave, machine, median, pick, ratio, stack
 
 BENCHMARK = "table service"
 PLOT = ROOT / "docs" / "compactor-service.png"
@@ -216,30 +215,14 @@ def _upserts_with_service(spark: Any, settings: Any, work: Path) -> dict[str, An
 
 
 def run() -> list[Result]:
-    from ordo.broker import EmbeddedBroker
-    from ordo.keys import embedded_keys
-    from ordo.settings import Settings
     from ordo.spark import local_spark_session
-    from ordo.stack import ProcessGroup
     from producer.table import close_connections
 
     batches = pick(30, 200)
     seconds = pick(180.0, 900.0)  # a run ends after this long even if it committed fewer micro-batches
-    work = Path(tempfile.mkdtemp(prefix="ordo-bench-service-"))
-    isolate_state(work)
     results: list[Result] = []
-    with EmbeddedBroker() as broker, ProcessGroup(log_dir=work / "logs") as group:
-        settings = Settings(
-            bootstrap_servers=broker.bootstrap_servers,
-            topic_prefix="bench",
-            warehouse=str(work / "warehouse"),
-            catalog=str(work / "catalog.db"),
-            state_dir=str(work / "state"),
-        )
-        settings = embedded_keys(settings, work)
-        group.start_arbiter(settings, timeout=120)
-        consumer = group.start_ordo(settings, "consumer", "--no-http", name="consumer")
-        consumer.wait_for_line("consumer ready", timeout=120)
+    with stack("service") as bench_stack:
+        settings, work = bench_stack.settings, bench_stack.work
         spark = local_spark_session("ordo-bench-service", cores=2)
         try:
             _warm_up(spark, settings)

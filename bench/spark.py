@@ -24,12 +24,10 @@ from __future__ import annotations
 import os
 import shutil
 import statistics
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
-from bench.common import Result, interleave, isolate_state, machine, median, pick, ratio
+from bench.common import Result, interleave, machine, median, pick, ratio, stack
 
 BENCHMARK = "spark"
 
@@ -44,11 +42,7 @@ def run() -> list[Result]:
     from pyspark.sql import functions as F
 
     from bench.spark_insert import one_insert, rows_frame
-    from ordo.broker import EmbeddedBroker
-    from ordo.keys import embedded_keys
-    from ordo.settings import Settings
     from ordo.spark import local_spark_session
-    from ordo.stack import ProcessGroup
     from producer.table import DeltaTable, close_connections
 
     rows = 1_000_000
@@ -57,21 +51,9 @@ def run() -> list[Result]:
     upserts = 100
     upsert_rows = base_rows // 100
     reads = pick(5, 7)
-    work = Path(tempfile.mkdtemp(prefix="ordo-bench-spark-"))
-    isolate_state(work)
     results: list[Result] = []
-    with EmbeddedBroker() as broker, ProcessGroup(log_dir=work / "logs") as group:
-        settings = Settings(
-            bootstrap_servers=broker.bootstrap_servers,
-            topic_prefix="bench",
-            warehouse=str(work / "warehouse"),
-            catalog=str(work / "catalog.db"),
-            state_dir=str(work / "state"),
-        )
-        settings = embedded_keys(settings, work)
-        group.start_arbiter(settings, timeout=120)
-        consumer = group.start_ordo(settings, "consumer", "--no-http", name="consumer")
-        consumer.wait_for_line("consumer ready", timeout=120)
+    with stack("spark") as bench_stack:
+        settings, work = bench_stack.settings, bench_stack.work
         spark = local_spark_session("ordo-bench", cores=2)
         try:
             # ---------------------------------------------------------------- INSERT INTO 1M rows

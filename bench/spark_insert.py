@@ -26,7 +26,6 @@ import platform
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -82,26 +81,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the warehouse directory")
     args = parser.parse_args(argv)
 
-    from ordo.broker import EmbeddedBroker
-    from ordo.keys import embedded_keys
-    from ordo.settings import Settings
+    from bench.common import stack
     from ordo.spark import local_spark_session
-    from ordo.stack import ProcessGroup
     from producer.table import DeltaTable, close_connections
 
-    work = Path(tempfile.mkdtemp(prefix="ordo-bench-"))
     runs: list[dict[str, Any]] = []
-    with EmbeddedBroker() as broker, ProcessGroup(log_dir=work / "logs") as group:
-        settings = Settings(
-            bootstrap_servers=broker.bootstrap_servers,
-            topic_prefix="bench",
-            warehouse=str(work / "warehouse"),
-            catalog=str(work / "catalog.db"),
-        )
-        settings = embedded_keys(settings, work)
-        group.start_arbiter(settings, timeout=60)
-        consumer = group.start_ordo(settings, "consumer", "--no-http", name="consumer")
-        consumer.wait_for_line("consumer ready", timeout=60)
+    with stack("insert") as bench_stack:
+        settings, work = bench_stack.settings, bench_stack.work
         spark = local_spark_session("ordo-bench", cores=args.cores)
         try:
             table = DeltaTable.create(
