@@ -49,6 +49,7 @@ from schemas import (
     decode,
     encode,
 )
+from schemas.buckets import table_buckets
 from schemas.codec import DEFAULT_CODEC, trusted
 from schemas.models import MAX_ID_LENGTH, parse_ddl
 from schemas.operations import RESERVED_COLUMNS, RESERVED_PREFIX
@@ -640,8 +641,15 @@ def _check_files(state: TableState, intent: CommitIntent, scope: tuple[Partition
     live = state.files
     seen: set[str] = set()
     prefixes: dict[PartitionKey, str] = {}
+    buckets = table_buckets(state.metadata.properties) if intent.added_files else 1
     for data_file in intent.added_files:
         path = data_file.path
+        if data_file.bucket >= buckets:
+            raise _Reject(
+                Reason.INVALID_BUCKET,
+                f"added file {path[:200]!r} is in bucket {data_file.bucket}, but table {state.table!r} has "
+                f"{buckets} bucket(s) (ordo.buckets): 0 to {buckets - 1}",
+            )
         if _plainly_valid_path(path) is None:
             problem = invalid_path_reason(path)
             if problem:

@@ -21,20 +21,18 @@ in every process, Python version and Spark version (tests check fixed vectors).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ordo.errors import OrdoError
+from schemas.buckets import BUCKETS_PROPERTY, MAX_BUCKETS, UNBUCKETED, table_buckets
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import Column
     from pyspark.sql.types import StructType
 
-BUCKETS_PROPERTY = "ordo.buckets"
 DEFAULT_BUCKETS = 4  # new tables whose key types all have a canonical text
-UNBUCKETED = 1  # tables without the property (written before buckets existed)
-MAX_BUCKETS = 1024  # of a table (DataFile.bucket allows more; more than this only makes tiny files)
 SEPARATOR = "\u001f"
 HEX_DIGITS = 15  # 60 bits: fits a signed bigint in Spark
 # Spark type names (simpleString) whose canonical text both engines give identically.
@@ -48,15 +46,6 @@ class BucketError(OrdoError, ValueError):
 def bucketable(key_types: Sequence[str]) -> bool:
     """True when every key column type (Spark ``simpleString``) has a canonical text."""
     return all(t.lower() in BUCKETABLE_TYPES for t in key_types)
-
-
-def table_buckets(properties: Mapping[str, str]) -> int:
-    """The bucket count of a table from its properties: ``ordo.buckets``, 1 when absent or invalid."""
-    try:
-        value = int(properties.get(BUCKETS_PROPERTY, UNBUCKETED))
-    except (TypeError, ValueError):
-        return UNBUCKETED
-    return value if 1 <= value <= MAX_BUCKETS else UNBUCKETED
 
 
 def choose_buckets(requested: Any, key_types: Sequence[str]) -> int:

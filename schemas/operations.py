@@ -147,6 +147,7 @@ class Reason(enum.StrEnum):
     PATH_PARTITION_MISMATCH = "PATH_PARTITION_MISMATCH"
     SCHEMA_CHANGED = "SCHEMA_CHANGED"  # the intent's read version predates an accepted ALTER_TABLE
     UNSUPPORTED_ALTER = "UNSUPPORTED_ALTER"  # an ALTER_TABLE that drops, renames, retypes or unsets
+    INVALID_BUCKET = "INVALID_BUCKET"  # an added file's bucket is not below the table's ordo.buckets
 
 
 Reason.ALL = tuple(Reason)

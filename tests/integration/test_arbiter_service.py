@@ -396,6 +396,17 @@ def test_a_hostile_writer_is_refused_with_stable_reasons_and_a_restart_remembers
         ),
         # A name without a write id.
         (intent("nam1", Operation.INSERT_INTO, 3, "a", (data_file("p=a/data.parquet", "a"),)), "INVALID_PATH"),
+        # A file in bucket 1 of a table with one bucket (no ordo.buckets).
+        (
+            intent(
+                "bkt1",
+                Operation.INSERT_INTO,
+                3,
+                "a",
+                (DataFile(path="p=a/bkt1-0.parquet", partition={"p": "a"}, record_count=1, size_bytes=10, bucket=1),),
+            ),
+            "INVALID_BUCKET",
+        ),
     ]
     for value, reason in hostile:
         decision = commit(value, raw=True)

@@ -334,6 +334,30 @@ def test_escaped_partition_paths_and_unpartitioned_files_are_accepted() -> None:
     reject(flat, nested, Reason.PATH_PARTITION_MISMATCH)
 
 
+@pytest.mark.parametrize(
+    ("properties", "bucket", "accepted"),
+    [
+        ({"ordo.buckets": "4"}, 3, True),
+        ({"ordo.buckets": "4"}, 4, False),  # one past the last bucket
+        ({"ordo.buckets": "4"}, 65_535, False),
+        (None, 0, True),  # a table without buckets (written before they existed): one bucket
+        (None, 1, False),
+        ({"ordo.buckets": "many"}, 1, False),  # an unreadable count means one bucket, as readers take it
+    ],
+)
+def test_an_added_file_must_lie_in_one_of_the_tables_buckets(
+    properties: dict[str, str] | None, bucket: int, accepted: bool
+) -> None:
+    table = Table(properties=properties)
+    added = DataFile(path="dt=a/w-0.parquet", partition={"dt": "a"}, record_count=1, size_bytes=1, bucket=bucket)
+    intent = table.intent(Operation.INSERT_INTO, 0, txn="w").model_copy(update={"added_files": (added,)})
+    if accepted:
+        assert table.submit(intent).accepted
+    else:
+        reject(table, intent, Reason.INVALID_BUCKET)
+        assert f"bucket {bucket}" in table.decisions[-1].message
+
+
 @pytest.mark.parametrize("operation", [Operation.MINOR_COMPACT, Operation.MAJOR_COMPACT, Operation.CLUSTER])
 def test_a_rewrite_cannot_remove_files_outside_its_partitions(operation: Operation) -> None:
     table = Table()
@@ -421,5 +445,11 @@ def test_a_major_must_rewrite_what_a_concurrent_minor_made_of_files_it_read() ->
 
 
 def test_new_reason_codes_are_listed() -> None:
-    for code in ("FILE_OUTSIDE_SCOPE", "PATH_REUSED", "INCOMPLETE_REWRITE", "PATH_PARTITION_MISMATCH"):
+    for code in (
+        "FILE_OUTSIDE_SCOPE",
+        "PATH_REUSED",
+        "INCOMPLETE_REWRITE",
+        "PATH_PARTITION_MISMATCH",
+        "INVALID_BUCKET",
+    ):
         assert getattr(Reason, code) == code and code in Reason.ALL
