@@ -27,10 +27,11 @@ setup: check-java $(STAMP) ## Create .venv and install ordo with its dev tools
 test: setup ## Run the test suite (unit, integration on a real broker, Spark end to end)
 	$(BIN)/pytest -q
 
-lint: setup ## ruff and mypy
+lint: setup ## ruff, mypy and the layers contract
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/pytest -q -p no:cacheprovider tests/unit/test_layers.py tests/unit/test_dependency_rule.py
 
 demo: setup ## Start the embedded stack and run the demo
 	$(BIN)/ordo demo

@@ -824,7 +824,7 @@ def _live_in_scope(state: TableState, scope: tuple[PartitionKey, ...] | None) ->
 
 
 def _resolve_inputs(state: TableState, intent: CommitIntent) -> tuple[str, ...]:
-    """Rebase a compaction's inputs on the head (DESIGN section 3, compaction_completes).
+    """Rebase a compaction's inputs on the head (docs/conflicts.md, compaction_completes).
 
     An input still live is removed as given. An input rewritten since the read
     version by an earlier compaction is replaced by that compaction's outputs,

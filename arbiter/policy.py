@@ -1,8 +1,8 @@
 """Conflict policies: the matrix as data.
 
 A policy is a CSV table ``earlier,later,outcome`` over the six operation classes,
-in the format of ``shared/reference/conflict_matrix.csv``. ``maxcompute`` (the
-default) is the reference's 25 cells plus the CLUSTER rules of DESIGN section 3;
+in the format of ``tests/unit/conflict_matrix.csv`` (MaxCompute's published matrix). ``maxcompute`` (the
+default) is the reference's 25 cells plus the CLUSTER rules of docs/conflicts.md;
 ``serializable`` rejects every concurrent pair. A table selects one with the
 property ``ordo.conflict_policy``.
 """
@@ -16,6 +16,7 @@ from functools import cache
 from pathlib import Path
 
 from schemas import OP_CLASS, OpClass
+from schemas.errors import OrdoError
 
 POLICY_DIR = Path(__file__).parent / "policies"
 POLICY_PROPERTY = "ordo.conflict_policy"
@@ -23,7 +24,7 @@ DEFAULT_POLICY = "maxcompute"
 
 
 class Resolution(str, enum.Enum):
-    """A matrix cell: how a later concurrent transaction ends (DESIGN section 3)."""
+    """A matrix cell: how a later concurrent transaction ends (docs/conflicts.md)."""
 
     LATER_FAILS = "later_fails"
     LATER_OVERWRITES = "later_overwrites"
@@ -37,7 +38,7 @@ class Resolution(str, enum.Enum):
 FIXED_CELLS = tuple((e, la) for e in OpClass for la in OpClass if OpClass.ALTER in (e, la))
 
 
-class PolicyError(ValueError):
+class PolicyError(OrdoError, ValueError):
     """Raised when a policy file is missing, incomplete or names unknown classes."""
 
 

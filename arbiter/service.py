@@ -65,11 +65,11 @@ from typing import Any
 from arbiter import checkpoint as checkpoints
 from arbiter.core import GENESIS_HASH, TableState, apply, evaluate_record, new_state, reject_malformed
 from arbiter.prom import ArbiterPrometheus
+from kernel.admin import DECISIONS_CONFIG, create_topics, existing_topics
+from kernel.errors import ArbiterFencedError, BrokerUnavailableError, OrdoError
+from kernel.keys import arbiter_signer, reader_trust
 from kernel.logread import GapChecker, GapStats
-from ordo.broker import DECISIONS_CONFIG, create_topics, existing_topics
-from ordo.errors import ArbiterFencedError, BrokerUnavailableError, OrdoError
-from ordo.keys import arbiter_signer, reader_trust
-from ordo.settings import Settings
+from kernel.settings import Settings
 from schemas import (
     CommitDecision,
     Outcome,

@@ -47,7 +47,7 @@ from consumer.models import (
     ms_to_datetime,
 )
 from consumer.stores import CatalogStore, open_store
-from ordo.errors import TableNotFoundError, VersionNotFoundError
+from kernel.errors import TableNotFoundError, VersionNotFoundError
 from schemas import Operation, Outcome, Rebase, TableMetadata
 
 Timestamp = datetime | str | int
@@ -99,7 +99,7 @@ class Catalog:
 
     def __init__(self, location: str | os.PathLike[str] | None = None, *, timeout: float = 30.0) -> None:
         if location is None:
-            from ordo.settings import load_settings
+            from kernel.settings import load_settings
 
             location = load_settings().catalog
         self.location = str(location)

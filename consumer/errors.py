@@ -6,7 +6,7 @@ with one clause. (Candidates to move into ``ordo.errors`` once stable.)
 
 from __future__ import annotations
 
-from ordo.errors import OrdoError, TableNotFoundError, VersionNotFoundError
+from kernel.errors import OrdoError, TableNotFoundError, VersionNotFoundError
 
 
 def repair_hint(table: str) -> str:

@@ -38,7 +38,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from consumer.catalog import Catalog
 from consumer.errors import CatalogError, CatalogUnavailableError
 from consumer.materializer import ConsumerStatus
-from ordo.errors import TableNotFoundError, VersionNotFoundError
+from kernel.errors import TableNotFoundError, VersionNotFoundError
 
 log = logging.getLogger("ordo.consumer.http")
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from consumer.errors import CatalogError, CatalogUnavailableError, TableBrokenError
 from consumer.models import Commit, DecisionRecord, Snapshot, TableInfo
-from ordo.errors import TableNotFoundError, VersionNotFoundError
+from kernel.errors import TableNotFoundError, VersionNotFoundError
 
 _ERRORS: dict[str, type[Exception]] = {
     "TableNotFoundError": TableNotFoundError,

@@ -44,11 +44,11 @@ from pathlib import Path
 from typing import Any
 
 from consumer.store import ApplyResult, CatalogWriter, LogRecord
+from kernel.errors import BrokerUnavailableError
+from kernel.keys import reader_trust
 from kernel.logread import GapChecker, GapStats
 from kernel.membership import GroupMembership
-from ordo.errors import BrokerUnavailableError
-from ordo.keys import reader_trust
-from ordo.settings import Settings
+from kernel.settings import Settings
 from schemas import chain_hash, decisions_pattern, decisions_topic, parse_topic
 from schemas.signing import ChainVerifier, signature_of
 

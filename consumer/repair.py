@@ -43,8 +43,8 @@ from typing import Any
 from consumer.errors import CatalogError
 from consumer.store import CatalogWriter, LogRecord, StreamState
 from consumer.stores import is_postgres
-from ordo.errors import TableNotFoundError
-from ordo.settings import Settings
+from kernel.errors import TableNotFoundError
+from kernel.settings import Settings
 from schemas import decisions_topic, validate_table_name
 
 log = logging.getLogger("ordo.consumer.repair")
@@ -183,7 +183,7 @@ def build_fresh(settings: Settings, table: str, path: str | Path, timeout: float
     """
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-    from ordo.keys import reader_trust
+    from kernel.keys import reader_trust
     from schemas.signing import ChainVerifier, signature_of
 
     topic = decisions_topic(settings.topic_prefix, table)

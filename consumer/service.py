@@ -14,7 +14,7 @@ from pathlib import Path
 
 from consumer.materializer import ConsumerStatus, Materializer
 from consumer.store import CatalogWriter
-from ordo.settings import Settings
+from kernel.settings import Settings
 
 log = logging.getLogger("ordo.consumer")
 

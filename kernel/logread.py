@@ -38,6 +38,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from schemas.errors import OrdoError
+
 log = logging.getLogger("ordo.logread")
 
 REREAD_TIMEOUT = 10.0
@@ -336,7 +338,7 @@ class GapChecker:
             self._rereader = None
 
 
-class LogReadError(Exception):
+class LogReadError(OrdoError):
     """Raised when a log cannot be read to its end (timeout or a fatal client error)."""
 
 

@@ -14,7 +14,7 @@ caller has stopped following it: what the two do meanwhile must be safe on
 its own (the consumer's catalog transactions adopt a newer stored offset; the
 arbiter's per-table transactional ids fence).
 
-Imports ``confluent_kafka`` (lazily) and nothing of ours.
+Imports ``confluent_kafka`` (lazily) and nothing of ours but ``schemas.errors``.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from schemas.errors import OrdoError
+
 log = logging.getLogger("ordo.membership")
 
 # A killed member's tables move after this (6 s: Kafka's default group.min.session.timeout.ms).
@@ -33,7 +35,7 @@ DEFAULT_SESSION_TIMEOUT_MS = 6000
 DEFAULT_HEARTBEAT_INTERVAL_MS = 1000
 
 
-class MembershipError(Exception):
+class MembershipError(OrdoError):
     """The group gave no assignment in time."""
 
 

@@ -7,7 +7,7 @@ scopes, outcomes), never from the arbiter's state:
 
 * a later transaction L is concurrent with an earlier accepted commit E when E
   was decided before L, E's ID version is above L's read version, and their
-  scopes overlap (a whole-table scope overlaps everything; DESIGN section 3);
+  scopes overlap (a whole-table scope overlaps everything; docs/conflicts.md);
 * the expected cell is ``policy.resolve(class(E), class(L))`` from the policy
   CSV; L must be rejected with ``CONFLICT_LATER_FAILS`` iff some cell says
   ``later_fails`` (naming one of those E), else accepted with the rebase of

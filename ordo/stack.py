@@ -21,13 +21,14 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from ordo.errors import OrdoError
 from ordo.settings import Settings
 
 _LIVE: set[ManagedProcess] = set()
 _LIVE_LOCK = threading.Lock()
 
 
-class ProcessError(RuntimeError):
+class ProcessError(OrdoError, RuntimeError):
     """Raised when a managed process exits early or does not reach a state in time (message has its log tail)."""
 
 

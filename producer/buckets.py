@@ -24,7 +24,7 @@ import hashlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ordo.errors import OrdoError
+from kernel.errors import OrdoError
 from schemas.buckets import BUCKETS_PROPERTY, MAX_BUCKETS, UNBUCKETED, table_buckets
 
 if TYPE_CHECKING:

@@ -35,10 +35,10 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
+from kernel.admin import DECISIONS_CONFIG, INTENTS_CONFIG, create_table_topics, create_topics, existing_topics
+from kernel.errors import BrokerUnavailableError, CommitTimeoutError, OrdoError, TableNotFoundError
 from kernel.logread import GapChecker, GapStats, read_to_end
-from ordo.broker import DECISIONS_CONFIG, INTENTS_CONFIG, create_table_topics, create_topics, existing_topics
-from ordo.errors import BrokerUnavailableError, CommitTimeoutError, OrdoError, TableNotFoundError
-from ordo.settings import Settings, load_settings
+from kernel.settings import Settings, load_settings
 from schemas import CommitDecision, CommitIntent, Operation, decisions_topic, decode, encode, intents_topic
 from schemas.signing import GENESIS_HASH as GENESIS
 from schemas.signing import ChainVerifier, Trust, signature_of
@@ -640,7 +640,7 @@ class CommitClient:
     def _reader_trust(self) -> Trust:
         """The keys a decision must be signed with (``ORDO_TRUSTED_KEYS``), loaded once."""
         if self._trust is None:
-            from ordo.keys import reader_trust
+            from kernel.keys import reader_trust
 
             self._trust = reader_trust(self.settings)
         return self._trust

@@ -34,7 +34,7 @@ from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from ordo.errors import OrdoError
+from kernel.errors import OrdoError
 from schemas import DataFile, TableMetadata
 from schemas.operations import OP_COLUMN, OP_DELETE, OP_UPSERT, RESERVED_COLUMNS, RESERVED_PREFIX, SEQ_COLUMN
 from schemas.paths import data_file_path

@@ -15,7 +15,7 @@ with ``BATCH_ALREADY_COMMITTED``, which the committer counts as success (the
 replay's staged files are deleted). Nothing is committed twice.
 
 INSERT INTO vs a concurrent INSERT INTO in the same partition fails the later
-one (DESIGN section 3). Streams should write partitions no other concurrent
+one (docs/conflicts.md). Streams should write partitions no other concurrent
 writer writes, or set ``retries``: a rejected batch is republished, re-pinned to
 the new head under a new txn id, with the same files (a metadata-level retry).
 """
@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ordo.errors import CommitConflictError
+from kernel.errors import CommitConflictError
 from producer.table import BATCH_ALREADY_COMMITTED, CommitResult, DeltaTable
 
 if TYPE_CHECKING:

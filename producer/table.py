@@ -1,6 +1,6 @@
 """The Spark writer API: ``DeltaTable``, ``Transaction``, ``CommitResult``.
 
-A transaction is optimistic (DESIGN sections 2 and 3):
+A transaction is optimistic (docs/architecture.md, docs/conflicts.md):
 
 1. ``begin()`` pins the catalog's head version: the snapshot the transaction
    reads (UPDATE, DELETE and compactions read it) and its read version.
@@ -34,8 +34,8 @@ from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from ordo.errors import CommitConflictError, CommitTimeoutError, OrdoError
-from ordo.settings import Settings, load_settings
+from kernel.errors import CommitConflictError, CommitTimeoutError, OrdoError
+from kernel.settings import Settings, load_settings
 from producer.data import (
     InvalidOperationError,
     InvalidTableError,

@@ -1144,7 +1144,7 @@ DEFAULT_CODEC = Codec()
 
 
 def encode(event: Event) -> bytes:
-    """Serialize an intent or decision (DESIGN section 8)."""
+    """Serialize an intent or decision (the wire contract: docs/upgrading.md)."""
     return DEFAULT_CODEC.encode(event)
 
 

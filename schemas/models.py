@@ -46,7 +46,7 @@ class Outcome(str, enum.Enum):
 
 
 class Rebase(str, enum.Enum):
-    """How an accepted commit was rebased on the head (DESIGN section 3)."""
+    """How an accepted commit was rebased on the head (docs/conflicts.md, "The three rebases")."""
 
     NONE = "NONE"
     LATER_OVERWRITES = "LATER_OVERWRITES"
@@ -71,7 +71,7 @@ class DataFile(_Frozen):
 
 
 with warnings.catch_warnings():
-    # ``schema`` is the contract's field name (DESIGN section 8); it shadows the
+    # ``schema`` is the contract's field name (docs/api.md); it shadows the
     # deprecated ``BaseModel.schema()`` classmethod, which nobody here calls.
     warnings.filterwarnings("ignore", message=".*shadows an attribute.*")
 
@@ -137,7 +137,7 @@ def ddl_columns(ddl: str) -> list[tuple[str, str]]:
 
 
 class CommitIntent(_Frozen):
-    """A transaction asking to commit. See DESIGN section 5."""
+    """A transaction asking to commit (docs/architecture.md, "Event flow")."""
 
     txn_id: Id
     table: str
@@ -161,7 +161,7 @@ class CommitIntent(_Frozen):
 
 
 class CommitDecision(_Frozen):
-    """The arbiter's answer to one intent record. See DESIGN section 5."""
+    """The arbiter's answer to one intent record (docs/architecture.md, "Event flow")."""
 
     txn_id: str
     table: str

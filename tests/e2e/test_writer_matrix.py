@@ -4,8 +4,8 @@ One partitioned table, one partition per cell (partitions are independent, so
 the cells share the table, the stack and the Spark session). In each cell
 ``t1 = begin(); t2 = begin()``, both stage their operation, then t1 commits and
 t2 commits. The expected outcome comes from the reference vectors
-(tests/unit/conflict_matrix.csv, a copy of shared/reference) and DESIGN
-section 3's CLUSTER rule; the table's contents are checked against a plain
+(tests/unit/conflict_matrix.csv, MaxCompute's published matrix) and the
+CLUSTER rule of docs/conflicts.md; the table's contents are checked against a plain
 Python model of the accepted commits, applied in commit order.
 """
 

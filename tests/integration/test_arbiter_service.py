@@ -84,7 +84,7 @@ def insert_intent(table: str, txn_id: str, partition: str, read_version: int = 0
 
 def matrix_cells() -> list[tuple[str, str, str]]:
     """The 25 reference cells plus the CLUSTER cells of the maxcompute policy."""
-    cells = reference_rows()  # shared/reference/conflict_matrix.csv, or its checked copy
+    cells = reference_rows()  # MaxCompute's published matrix: tests/unit/conflict_matrix.csv
     assert len(cells) == 25
     with POLICY_MATRIX.open(newline="") as handle:
         for row in csv.DictReader(handle):

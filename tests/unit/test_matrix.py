@@ -1,7 +1,7 @@
 """Every matrix cell, by name and by table, through the pure core.
 
-The reference vectors are ``shared/reference/conflict_matrix.csv`` (25 cells);
-the CLUSTER cells are DESIGN section 3's rules, checked by name below and as a
+The reference vectors are ``tests/unit/conflict_matrix.csv`` (MaxCompute's 25 cells);
+the CLUSTER cells are docs/conflicts.md's rules, checked by name below and as a
 table against ``arbiter/policies/maxcompute.csv``.
 """
 

@@ -1,0 +1,98 @@
+"""The layers contract, from the code's own imports (run by ``make lint`` and the suite).
+
+    schemas            the wire contract: imports nothing of ours
+    kernel             settings, errors, topic admin, log reading, group membership: schemas only
+    arbiter, consumer  the decision side and the read side: kernel and schemas, never each other
+    producer           the writer side: consumer (to read the catalog), kernel, schemas
+    ordo               the composition root (CLI, stack, demo, services): anything
+
+Every ``import`` counts, also one inside a function. The few calls a lower
+layer makes into ``ordo`` lazily are listed in ``LAZY_UPWARD`` with the reason;
+a new one fails this test until it is moved down or listed with its reason.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ALLOWED = {
+    "schemas": set(),
+    "kernel": {"schemas"},
+    "arbiter": {"schemas", "kernel"},
+    "consumer": {"schemas", "kernel"},
+    "producer": {"schemas", "kernel", "consumer"},
+    "ordo": {"schemas", "kernel", "arbiter", "consumer", "producer"},
+}
+LAZY_UPWARD = {
+    # DeltaTable is the user's facade: it registers the format("ordo") source, hands VACUUM to the vacuum
+    # service and passes its settings to Spark reads, all of which live in the composition root.
+    ("producer/table.py", "ordo.spark"),
+    ("producer/table.py", "ordo.vacuum"),
+    ("producer/table.py", "ordo.datasource"),
+    # The HTTP API's layout view shows what the table service would do next (its planner).
+    ("consumer/http.py", "ordo.compactor"),
+}
+
+
+def imports(path: Path) -> list[tuple[str, bool]]:
+    """Each module ``path`` imports (absolute imports), with whether the import is at module level."""
+    tree = ast.parse(path.read_text(), str(path))
+    top = {id(node) for node in tree.body}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, id(node) in top) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.module, id(node) in top))
+    return found
+
+
+def violations() -> list[str]:
+    problems = []
+    for package, allowed in ALLOWED.items():
+        for path in sorted((ROOT / package).rglob("*.py")):
+            relative = path.relative_to(ROOT).as_posix()
+            for module, module_level in imports(path):
+                target = module.split(".")[0]
+                if target not in ALLOWED or target == package or target in allowed:
+                    continue
+                if not module_level and (relative, module) in LAZY_UPWARD:
+                    continue
+                where = "at module level" if module_level else "inside a function"
+                problems.append(f"{relative} imports {module} {where}: {package} may import only {sorted(allowed)}")
+    return problems
+
+
+def test_every_package_imports_only_the_layers_below_it() -> None:
+    assert violations() == []
+
+
+def test_the_lazy_upward_imports_listed_still_exist() -> None:
+    """An entry nobody needs any more is removed, so the list stays the truth."""
+    present = {
+        (path.relative_to(ROOT).as_posix(), module)
+        for package in ALLOWED
+        for path in (ROOT / package).rglob("*.py")
+        for module, _ in imports(path)
+    }
+    assert LAZY_UPWARD <= present, LAZY_UPWARD - present
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("from ordo.settings import Settings\n", "imports ordo.settings at module level"),
+        ("def f():\n    import consumer.catalog\n", "imports consumer.catalog inside a function"),
+    ],
+)
+def test_the_check_can_fail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str, expected: str) -> None:
+    """A layer violation planted in a copy of the tree is reported."""
+    for package in ALLOWED:
+        (tmp_path / package).mkdir()
+    (tmp_path / "arbiter" / "planted.py").write_text(source)
+    monkeypatch.setattr(__import__(__name__, fromlist=["ROOT"]), "ROOT", tmp_path)
+    assert any(expected in problem for problem in violations()), violations()
