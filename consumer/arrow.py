@@ -143,6 +143,52 @@ def read_file(ref: FileRef, shape: TableShape, keys: Any = None) -> pa.Table:
     return table
 
 
+def read_files(refs: Sequence[FileRef], shape: TableShape) -> pa.Table:
+    """The records of many files of ONE partition, as ``read_file`` gives each, in one multi-threaded scan.
+
+    One pyarrow dataset scan instead of a Python call per file (a merge group
+    after many small commits has hundreds): columns missing from a file read
+    as null, narrower types are widened, and each row's file gives its
+    effective sequence. Anything the scan cannot do alike (a type it cannot
+    cast, a path it reports otherwise, files of several partitions) falls back
+    to ``read_file`` per file.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    def one_by_one() -> pa.Table:
+        return _concat([read_file(r, shape) for r in refs], shape)
+
+    partition = refs[0].partition if refs else {}
+    if not refs or any(r.partition != partition for r in refs):
+        return one_by_one()
+    fields = [*shape.schema, pa.field(OP_COLUMN, pa.string()), pa.field(SEQ_COLUMN, pa.int64())]
+    schema = pa.schema([f.with_nullable(True) for f in fields])
+    try:
+        raw = ds.dataset([r.path for r in refs], format="parquet", schema=schema).to_table(
+            columns=[*schema.names, "__filename"]
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OSError):
+        return one_by_one()
+    versions = {r.path: r.added_version for r in refs}
+    names = pc.dictionary_encode(raw.column("__filename")).combine_chunks()
+    try:
+        per_file = pa.array([versions[name.as_py()] for name in names.dictionary], pa.int64())
+    except KeyError:
+        return one_by_one()
+    added = per_file.take(names.indices)
+    arrays = []
+    for field in shape.schema:
+        column = raw.column(field.name)
+        if field.name in shape.partition_columns and column.null_count and field.name in partition:
+            column = pc.coalesce(column, _typed(column, partition[field.name], field.type))
+        arrays.append(column)
+    op = pc.coalesce(raw.column(OP_COLUMN), pa.scalar(UPSERT, pa.string()))
+    seq = pc.coalesce(raw.column(SEQ_COLUMN), added)
+    return pa.table([*arrays, op, seq], names=[*shape.columns, OP_COLUMN, _SEQ])
+
+
 def _concat(tables: Sequence[pa.Table], shape: TableShape) -> pa.Table:
     import pyarrow as pa
 
@@ -170,14 +216,15 @@ def live_rows(refs: Sequence[FileRef], shape: TableShape, keys: Any = None, merg
     only ``keys`` when given."""
     import pyarrow.compute as pc
 
-    if len(refs) > 2:  # many small files (merge-on-read records): read them on threads (pyarrow drops the GIL)
+    if len(refs) > 2 and keys is None:  # many small files (merge-on-read records): one multi-threaded scan
+        records = read_files(refs, shape)
+    elif len(refs) > 2:  # read them on threads (pyarrow drops the GIL)
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
-            tables = list(pool.map(lambda r: read_file(r, shape, keys), refs))
+            records = _concat(list(pool.map(lambda r: read_file(r, shape, keys), refs)), shape)
     else:
-        tables = [read_file(r, shape, keys) for r in refs]
-    records = _concat(tables, shape)
+        records = _concat([read_file(r, shape, keys) for r in refs], shape)
     if merge:
         records = latest_records(records, shape)
     live = records.filter(pc.equal(records.column(OP_COLUMN), UPSERT))

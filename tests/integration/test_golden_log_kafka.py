@@ -17,7 +17,7 @@ import pytest
 from ordo.audit import EXIT_OK, run_replay
 from ordo.broker import DECISIONS_CONFIG, create_topics
 from ordo.settings import Settings
-from schemas import decisions_topic, intents_topic
+from schemas import CommitDecision, decisions_topic, intents_topic
 from tests.unit.golden_log import RELEASES, dump_catalog, expected_catalog, read_topic, tables, trusted_key
 
 
@@ -94,25 +94,31 @@ def test_this_arbiter_continues_a_0_1_log_and_the_whole_log_verifies(
     _load(settings, "0.1")
     arbiter(settings=settings.with_overrides(require_signatures=False))
     spec = {"region": "eu", "dt": "2024-01-03"}
-    decision = commit_client.commit(
-        CommitIntent(
-            txn_id="o-after-upgrade",
-            table="orders",
-            operation=Operation.INSERT_INTO,
-            read_version=10,
-            partitions=(spec,),
-            added_files=(
-                DataFile(
-                    path="region=eu/dt=2024-01-03/o-after-upgrade-0.parquet",
-                    partition=spec,
-                    record_count=1,
-                    size_bytes=100,
-                    bucket=7,
+
+    def after_upgrade(txn: str, bucket: int) -> CommitDecision:
+        return commit_client.commit(
+            CommitIntent(
+                txn_id=txn,
+                table="orders",
+                operation=Operation.INSERT_INTO,
+                read_version=10,
+                partitions=(spec,),
+                added_files=(
+                    DataFile(
+                        path=f"region=eu/dt=2024-01-03/{txn}-0.parquet",
+                        partition=spec,
+                        record_count=1,
+                        size_bytes=100,
+                        bucket=bucket,
+                    ),
                 ),
             ),
-        ),
-        timeout=60.0,
-    )
+            timeout=60.0,
+        )
+
+    # A 0.1 table has no ordo.buckets: one bucket, so bucket 7 is refused and bucket 0 is the writer's only choice.
+    assert after_upgrade("o-bucket-7", 7).reason == "INVALID_BUCKET"
+    decision = after_upgrade("o-after-upgrade", 0)
     assert decision.outcome is Outcome.ACCEPTED and decision.id_version == 11, decision.message
     lines: list[str] = []
     assert run_replay(settings, "orders", verify=True, echo=lines.append) == EXIT_OK, "\n".join(lines)
@@ -120,5 +126,5 @@ def test_this_arbiter_continues_a_0_1_log_and_the_whole_log_verifies(
         info = catalog.wait_for_version("orders", 11, timeout=60.0)
         assert info.error is None
         files = {f.path: f.bucket for f in catalog.snapshot("orders").files}
-    assert files["region=eu/dt=2024-01-03/o-after-upgrade-0.parquet"] == 7
+    assert files["region=eu/dt=2024-01-03/o-after-upgrade-0.parquet"] == 0
     assert files["region=eu/dt=2024-01-01/o-cluster1-0.parquet"] == 0
