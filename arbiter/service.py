@@ -68,7 +68,7 @@ from arbiter.prom import ArbiterPrometheus
 from kernel.admin import DECISIONS_CONFIG, create_topics, existing_topics
 from kernel.errors import ArbiterFencedError, BrokerUnavailableError, OrdoError
 from kernel.keys import arbiter_signer, reader_trust
-from kernel.logread import GapChecker, GapStats
+from kernel.logread import GapChecker, GapStats, warm_metadata
 from kernel.settings import Settings
 from schemas import (
     CommitDecision,
@@ -221,16 +221,6 @@ class _Rebuild(Exception):
 
 class _Stopped(Exception):
     """Internal: ``stop()`` was called while a table's state was being rebuilt."""
-
-
-def _warm_metadata(consumer: Any) -> None:
-    """Fetch metadata of all topics (never one by name: that creates it on Tansu) into ``consumer``'s cache."""
-    from confluent_kafka import KafkaException
-
-    try:
-        consumer.list_topics(timeout=KAFKA_TIMEOUT)
-    except KafkaException as exc:
-        log.warning("metadata request failed: %s", exc)
 
 
 def _checkpoint_mismatch(checkpoint: checkpoints.Checkpoint, offset: int, value: bytes | None) -> str | None:
@@ -701,7 +691,7 @@ class ArbiterService:
         # A consumer assigned a topic it has no metadata for waits ~1 s for
         # librdkafka's leader query; a full metadata request fills the cache now.
         for consumer in (self._reader, self._consumer, self._doorbell):
-            _warm_metadata(consumer)
+            warm_metadata(consumer, KAFKA_TIMEOUT)
         self._take_all([name for name, _ in new if name not in self._producers])
         for name, topic in new:
             table = _Table(name, topic, decisions_topic(self.prefix, name), new_state(name))
@@ -1283,7 +1273,7 @@ class ArbiterService:
         # positions; a fresh one assigned at each table's resume offset is simplest.
         old = self._consumer
         self._consumer = Consumer(self._consumer_config("intents"))
-        _warm_metadata(self._consumer)
+        warm_metadata(self._consumer, KAFKA_TIMEOUT)
         self._consumer.incremental_assign(
             [TopicPartition(t.intents, 0, t.state.next_offset) for t in self._tables.values()]
         )

@@ -342,6 +342,21 @@ class LogReadError(OrdoError):
     """Raised when a log cannot be read to its end (timeout or a fatal client error)."""
 
 
+def warm_metadata(consumer: Any, timeout: float = 10.0) -> None:
+    """Load all topics' metadata into ``consumer`` so ``assign()`` starts fetching at once.
+
+    Without it librdkafka's first leader query for a new topic waits about a
+    second. All topics, never one by name: naming one creates it on Tansu. A
+    failure is only logged: ``assign()`` retries on its own.
+    """
+    from confluent_kafka import KafkaException
+
+    try:
+        consumer.list_topics(timeout=timeout)
+    except KafkaException as exc:
+        log.warning("metadata request failed (assign() will retry): %s", exc)
+
+
 def read_to_end(
     config: Mapping[str, Any],
     topic: str,
@@ -405,4 +420,10 @@ def read_to_end(
         consumer.close()
 
 
-__all__ = ["GapChecker", "GapStats", "LogReadError", "read_to_end"]
+__all__ = [
+    "GapChecker",
+    "GapStats",
+    "LogReadError",
+    "read_to_end",
+    "warm_metadata",
+]

@@ -37,7 +37,7 @@ from typing import Any
 
 from kernel.admin import DECISIONS_CONFIG, INTENTS_CONFIG, create_table_topics, create_topics, existing_topics
 from kernel.errors import BrokerUnavailableError, CommitTimeoutError, OrdoError, TableNotFoundError
-from kernel.logread import GapChecker, GapStats, read_to_end
+from kernel.logread import GapChecker, GapStats, read_to_end, warm_metadata
 from kernel.settings import Settings, load_settings
 from schemas import CommitDecision, CommitIntent, Operation, decisions_topic, decode, encode, intents_topic
 from schemas.signing import GENESIS_HASH as GENESIS
@@ -124,7 +124,7 @@ class _DecisionReader:
             keep_eof=False,
             stats=self.client.gap_stats,
         )
-        _warm_metadata(self._consumer)
+        warm_metadata(self._consumer, CONNECT_TIMEOUT)
         self._consumer.assign([TopicPartition(self.topic, 0, self.start)])
         self._gaps.expect(self.topic, self.start)
         self._thread.start()
@@ -325,20 +325,6 @@ class _DecisionReader:
         if self._thread.is_alive():
             self._thread.join(timeout=5.0)
         self._fail_all(ClientClosedError(f"CommitClient closed while waiting for decisions of table {self.table}"))
-
-
-def _warm_metadata(consumer: Any) -> None:
-    """Load all topics' metadata into ``consumer`` so ``assign()`` starts fetching at once.
-
-    Without it librdkafka's first leader query for a new topic waits about a
-    second. All topics, never one by name: naming one creates it on Tansu.
-    """
-    from confluent_kafka import KafkaException
-
-    try:
-        consumer.list_topics(timeout=CONNECT_TIMEOUT)
-    except KafkaException as exc:
-        log.debug("metadata request failed (assign() will retry): %s", exc)
 
 
 def _resolve(future: Future[CommitDecision], decision: CommitDecision) -> None:
