@@ -588,9 +588,12 @@ class DeltaTable:
         """
         return self._run(lambda t: t.insert_into(df), retries)
 
-    def insert_overwrite(self, df: DataFrame, partition: Mapping[str, Any] | None = None) -> CommitResult | None:
-        """INSERT OVERWRITE: replace the table, the given static ``partition``, or the partitions present in ``df``."""
-        return self._run(lambda t: t.insert_overwrite(df, partition))
+    def insert_overwrite(
+        self, df: DataFrame, partition: Mapping[str, Any] | None = None, *, whole_table: bool = False
+    ) -> CommitResult | None:
+        """INSERT OVERWRITE: replace the table, the given static ``partition``, or the partitions present in ``df``
+        (``whole_table=True``: every partition, also those ``df`` has no row in)."""
+        return self._run(lambda t: t.insert_overwrite(df, partition, whole_table=whole_table))
 
     def truncate(self, partition: Mapping[str, Any] | None = None) -> CommitResult | None:
         """TRUNCATE the table or one partition."""
@@ -687,12 +690,15 @@ class DeltaTable:
         return deleted
 
     def restoreToVersion(self, version: int) -> CommitResult | None:
-        """Make the table what it was at ID ``version``: one INSERT OVERWRITE of that snapshot."""
-        return self.insert_overwrite(self.read(version=int(version)))
+        """Make the table what it was at ID ``version``: one whole-table INSERT OVERWRITE of that snapshot.
+
+        Partitions created after ``version`` are cleared too; restoring an empty snapshot empties the table.
+        """
+        return self.insert_overwrite(self.read(version=int(version)), whole_table=True)
 
     def restoreToTimestamp(self, timestamp: datetime | str) -> CommitResult | None:
-        """Make the table what it was as of ``timestamp``: one INSERT OVERWRITE of that snapshot."""
-        return self.insert_overwrite(self.read(timestamp=timestamp))
+        """Make the table what it was as of ``timestamp``: one whole-table INSERT OVERWRITE of that snapshot."""
+        return self.insert_overwrite(self.read(timestamp=timestamp), whole_table=True)
 
     def compact(
         self, mode: str = "minor", partition: Mapping[str, Any] | None = None, *, bucket: int | None = None
@@ -966,16 +972,22 @@ class Transaction:
             files = self._write(upsert_records(rows))
             return self._staged(files, self._partitions_of(files), noop=not files)
 
-    def insert_overwrite(self, df: DataFrame, partition: Mapping[str, Any] | None = None) -> Transaction:
+    def insert_overwrite(
+        self, df: DataFrame, partition: Mapping[str, Any] | None = None, *, whole_table: bool = False
+    ) -> Transaction:
         """Stage INSERT OVERWRITE of the table, of static ``partition``, or of the partitions present in ``df``.
 
         With a static partition the DataFrame may leave the partition columns
         out (they are filled in); rows outside the partition are refused.
         Dynamic overwrite with an empty DataFrame overwrites nothing (a no-op).
+        ``whole_table=True`` replaces every partition of a partitioned table,
+        also those ``df`` has no row in (an empty ``df`` empties the table).
         """
         from producer.data import conform, upsert_records, with_static_partition
 
         layout = self.table.layout
+        if whole_table and partition is not None:
+            raise InvalidOperationError("give a partition or whole_table=True, not both")
         with self._stage(Operation.INSERT_OVERWRITE):
             static = self._static(partition)
             if static is not None:
@@ -983,7 +995,7 @@ class Transaction:
             rows = conform(df, layout.schema())
             self._validate(rows, static)
             files = self._write(upsert_records(rows))
-            if not layout.partition_columns:
+            if not layout.partition_columns or whole_table:
                 return self._staged(files, None)
             if static is not None:
                 return self._staged(files, [static])

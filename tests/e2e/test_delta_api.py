@@ -124,3 +124,45 @@ def test_delta_spark_calls_against_a_model(spark: Any, writer_stack: Any) -> Non
     with pytest.raises(VacuumError, match="safety floor"):
         table.vacuum(1)
     assert table.vacuum(dry_run=True) == []
+
+
+def test_restore_is_a_whole_table_overwrite(spark: Any, writer_stack: Any) -> None:  # noqa: F811
+    """RESTORE clears partitions created after the target version, and restoring an empty snapshot empties the
+    table: each is one INSERT OVERWRITE whose scope is the whole table, checked against a model per version."""
+    settings = writer_stack.settings
+    table = DeltaTable.create(
+        spark, "restored", schema=SCHEMA, primary_key="id", partitioned_by="dt", settings=settings
+    )
+    models: dict[int, dict[int, tuple[Any, ...]]] = {0: {}}
+    model: dict[int, tuple[Any, ...]] = {}
+
+    def commit(data: list[tuple[Any, ...]]) -> None:
+        table.insert_into(spark.createDataFrame(data, SCHEMA))
+        model.update({r[0]: r for r in data})
+        models[table.version] = dict(model)
+
+    commit([(1, 10, "2024-05-01"), (2, 20, "2024-05-02")])  # v1
+    commit([(3, 30, "2024-05-03"), (1, 11, "2024-05-01")])  # v2: a partition v1 did not have
+    commit([(4, 40, "2024-05-04")])  # v3: another one
+    assert rows_of(table.toDF()) == sorted(model.values())
+
+    table.restoreToVersion(1)  # v4
+    restore = table.decisions(1)[0]
+    assert (restore.operation.value, restore.partitions) == ("INSERT_OVERWRITE", None)
+    assert rows_of(table.toDF()) == sorted(models[1].values())
+    assert {tuple(f.partition.items()) for f in table.snapshot().files} == {
+        (("dt", "2024-05-01"),),
+        (("dt", "2024-05-02"),),
+    }
+
+    table.restoreToVersion(0)  # v5: the empty table as created
+    assert table.decisions(1)[0].partitions is None
+    assert table.toDF().count() == 0
+    assert table.snapshot().files == ()
+
+    table.restoreToVersion(3)  # v6: everything back
+    assert rows_of(table.toDF()) == sorted(models[3].values())
+    empty_stamp = table.catalog.snapshot("restored", version=5).time_version
+    table.restoreToTimestamp(empty_stamp)  # v7: by time, to the emptied table
+    assert table.toDF().count() == 0
+    assert table.version == 7
