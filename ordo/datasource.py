@@ -306,16 +306,12 @@ def _partition_text(value: Any) -> str | None:
 
 
 def _plans(table: _Table, shape: Any, commits: Sequence[Any]) -> list[Any]:
-    """One ``CommitChanges`` per commit: its files and the previous snapshot's files it may touch."""
+    """One ``CommitChanges`` per commit: its files and the previous files of the groups it touched."""
     from consumer import Catalog
-    from consumer.arrow import plan_commit
+    from consumer.arrow import plan_commits
 
-    plans = []
     with Catalog(table.settings.catalog) as catalog:
-        for commit in commits:
-            previous = catalog.snapshot(table.name, version=commit.id_version - 1).files if commit.id_version else ()
-            plans.append(plan_commit(commit, previous, shape))
-    return plans
+        return plan_commits(catalog, table.name, commits, shape)
 
 
 @dataclass(frozen=True)
