@@ -567,39 +567,42 @@ def test_wait_for_version_and_subscribe_while_the_writer_applies(catalog_at: Cal
     assert logical == model.logical(3, model.head)
 
 
-def test_snapshot_query_is_one_indexed_query(tmp_path: Path) -> None:
-    build(str(tmp_path / "c.db"), Script(seed=17).run(20))
-    conn = connect(tmp_path / "c.db", readonly=True)
+def _searches(tmp_path: Path, where_live: str, where_removed: str, params: tuple[object, ...]) -> list[str]:
+    """The SEARCH/SCAN lines of the plan of a snapshot-shaped query (live files UNION ALL files removed later)."""
     from consumer.store import FILE_COLUMNS
 
+    build(str(tmp_path / "c.db"), Script(seed=17).run(20))
+    conn = connect(tmp_path / "c.db", readonly=True)
     plan = conn.execute(
-        f"EXPLAIN QUERY PLAN SELECT {FILE_COLUMNS} FROM files WHERE table_id = ?1 AND removed_version IS NULL"
-        f" AND added_version <= ?2 UNION ALL SELECT {FILE_COLUMNS} FROM files WHERE table_id = ?1"
-        " AND removed_version > ?2 AND added_version <= ?2",
-        (1, 5),
+        f"EXPLAIN QUERY PLAN SELECT {FILE_COLUMNS} FROM files WHERE {where_live}"
+        f" UNION ALL SELECT {FILE_COLUMNS} FROM files WHERE {where_removed}",
+        params,
     ).fetchall()
-    details = [row[-1] for row in plan]
-    searches = [d for d in details if d.startswith(("SEARCH", "SCAN"))]
-    assert len(searches) == 2 and all(d.startswith("SEARCH files USING INDEX") for d in searches), details
-    assert "files_removed (table_id=? AND removed_version=?" in searches[0], details  # the live files: head reads
+    return [row[-1] for row in plan if row[-1].startswith(("SEARCH", "SCAN"))]
+
+
+def test_snapshot_query_is_one_indexed_query(tmp_path: Path) -> None:
+    searches = _searches(
+        tmp_path,
+        "table_id = ?1 AND removed_version IS NULL AND added_version <= ?2",
+        "table_id = ?1 AND removed_version > ?2 AND added_version <= ?2",
+        (1, 5),
+    )
+    assert len(searches) == 2 and all(d.startswith("SEARCH files USING INDEX") for d in searches), searches
+    assert "files_removed (table_id=? AND removed_version=?" in searches[0], searches  # the live files: head reads
 
 
 def test_group_snapshot_query_uses_the_group_index(tmp_path: Path) -> None:
-    build(str(tmp_path / "c.db"), Script(seed=17).run(20))
-    conn = connect(tmp_path / "c.db", readonly=True)
-    from consumer.store import FILE_COLUMNS
-
-    plan = conn.execute(
-        f"EXPLAIN QUERY PLAN SELECT {FILE_COLUMNS} FROM files WHERE table_id = ?1 AND partition = ?2 AND bucket = ?3"
-        f" AND removed_version IS NULL AND added_version <= ?4 UNION ALL SELECT {FILE_COLUMNS} FROM files"
-        " WHERE table_id = ?1 AND partition = ?2 AND bucket = ?3 AND removed_version > ?4 AND added_version <= ?4",
+    group = "table_id = ?1 AND partition = ?2 AND bucket = ?3"
+    searches = _searches(
+        tmp_path,
+        f"{group} AND removed_version IS NULL AND added_version <= ?4",
+        f"{group} AND removed_version > ?4 AND added_version <= ?4",
         (1, '{"dt":"a"}', 0, 5),
-    ).fetchall()
-    searches = [row[-1] for row in plan if row[-1].startswith(("SEARCH", "SCAN"))]
-    assert len(searches) == 2 and all("USING INDEX files_group" in d for d in searches), searches
-    assert "(table_id=? AND partition=? AND bucket=? AND removed_version=? AND added_version<?)" in searches[0], (
-        searches
     )
+    assert len(searches) == 2 and all("USING INDEX files_group" in d for d in searches), searches
+    live = "(table_id=? AND partition=? AND bucket=? AND removed_version=? AND added_version<?)"
+    assert live in searches[0], searches
 
 
 def test_catalog_belongs_to_one_prefix(catalog_at: Callable[[str], str]) -> None:
