@@ -3,7 +3,7 @@
 Prints a Markdown table and writes ``bench/results.json``: one object per
 benchmark with its figures (ours, the peer's, their ratio, the target) and the
 machine they were measured on. Names: core, throughput, latency, pipeline, readable, peers, scale,
-spark, service (default: all, in that order; Spark last). Running some of them replaces
+spark, datasource, service (default: all, in that order; Spark last). Running some of them replaces
 their entries in an existing ``results.json`` of the same profile and keeps the
 others (each entry says when it was measured). A benchmark that fails is
 recorded as an error with its reason, and the others still run.
@@ -29,6 +29,7 @@ BENCHMARKS = {
     "peers": "8 writers vs peers",
     "scale": "scale",
     "spark": "spark",
+    "datasource": 'format("ordo") sink and change feed',
     "service": "table service",
 }
 RESULTS = ROOT / "bench" / "results.json"

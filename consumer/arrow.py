@@ -13,11 +13,16 @@ The change feed comes in two forms (docs/consumer.md, "Change feed"):
 
 * ``delta`` (Delta's shape): ``_change_type`` is ``insert``,
   ``update_preimage``, ``update_postimage`` or ``delete``, each with the full
-  row. A pre-image is the key's row in the snapshot before the commit. The
-  previous snapshot is read only where the commit can have touched it: the
-  partitions it wrote, and in them only the files whose key range (file stats)
-  overlaps the commit's keys. An INSERT OVERWRITE or TRUNCATE gives one
-  ``delete`` per row it removed, then its ``insert`` rows.
+  row. A pre-image is the key's row in the snapshot before the commit, looked
+  up per (partition, bucket): every record of a key lives in its bucket's
+  files, so ``plan_commits`` asks the catalog only for the live files of the
+  groups the commit wrote (``touched_groups``), keeps those whose key range
+  (file stats) overlaps the commit's keys, and ``change_rows`` reads from them
+  only the rows of the commit's keys (a filter pushed into the Parquet scan).
+  The work per commit follows the rows it touched and the files of their
+  groups, not the table. An INSERT OVERWRITE or TRUNCATE gives one ``delete``
+  per row it removed (it reads the partitions it cleared, or the table), then
+  its ``insert`` rows.
 * ``compact``: the records as written (``upsert``/``delete``) plus one
   ``truncate`` marker per INSERT OVERWRITE/TRUNCATE, with its ``_scope``.
 
@@ -27,6 +32,7 @@ Compaction and clustering commits yield no rows in either form.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -37,6 +43,7 @@ from schemas.operations import OP_COLUMN, OP_DELETE, OP_UPSERT, SEQ_COLUMN, TRUN
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from consumer.catalog import Catalog
     from consumer.models import Commit, FileEntry
 
 CHANGE_TYPE = "_change_type"
@@ -50,6 +57,34 @@ FORMS = (DELTA_FORM, COMPACT_FORM)
 _SEQ = "__ordo_eff_seq"
 READ_THREADS = 4  # files of one merge group read at once
 _IDX = "__ordo_idx"
+
+
+class ReadStats:
+    """What this process's readers read from data files: files opened, rows materialized (after filters).
+
+    ``READ_STATS`` is the process-wide instance; tests and benchmarks read it
+    (what the change feed's work per commit is made of).
+    """
+
+    def __init__(self) -> None:
+        self.files = 0
+        self.rows = 0
+        self._lock = threading.Lock()
+
+    def add(self, files: int, rows: int) -> None:
+        with self._lock:
+            self.files += files
+            self.rows += rows
+
+    def reset(self) -> tuple[int, int]:
+        """``(files, rows)`` so far, and start again from zero."""
+        with self._lock:
+            seen = (self.files, self.rows)
+            self.files = self.rows = 0
+        return seen
+
+
+READ_STATS = ReadStats()
 
 
 @dataclass(frozen=True)
@@ -110,18 +145,40 @@ def _typed(column: Any, value: str, data_type: Any) -> Any:
         return column
 
 
+def _key_filter(keys: Any, shape: TableShape) -> Any:
+    """A Parquet scan filter keeping the rows whose key columns each hold one of ``keys``' values."""
+    import pyarrow.compute as pc
+
+    found = None
+    for k in shape.primary_key:
+        term = pc.field(k).isin(keys.column(k).unique())
+        found = term if found is None else found & term
+    return found
+
+
 def read_file(ref: FileRef, shape: TableShape, keys: Any = None) -> pa.Table:
     """One data file as table columns + ``_ordo_op`` + effective sequence, cast to the table's types.
 
-    ``keys`` (a table of primary-key columns) keeps only the records of those keys.
+    ``keys`` (a table of primary-key columns) keeps only the records of those keys:
+    the scan reads only those rows (row groups their statistics rule out are skipped).
     Partition columns a delete record left null are filled from the file's partition.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    raw = pq.read_table(ref.path)
+    if keys is not None and keys.num_rows == 0:
+        return _concat([], shape)
+    raw = None
+    if keys is not None:
+        try:
+            raw = pq.read_table(ref.path, filters=_key_filter(keys, shape))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            raw = None  # a key column the filter cannot compare as written: read the file, join below
+    if raw is None:
+        raw = pq.read_table(ref.path)
     n = raw.num_rows
+    READ_STATS.add(1, n)
     arrays, names = [], []
     for field in shape.schema:
         if field.name in raw.column_names:
@@ -171,6 +228,7 @@ def read_files(refs: Sequence[FileRef], shape: TableShape) -> pa.Table:
         )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OSError):
         return one_by_one()
+    READ_STATS.add(len(refs), raw.num_rows)
     versions = {r.path: r.added_version for r in refs}
     names = pc.dictionary_encode(raw.column("__filename")).combine_chunks()
     try:
@@ -331,8 +389,31 @@ def _may_overlap(prev: FileRef, added: Sequence[FileRef], converters: list[Any] 
     return False
 
 
+def touched_groups(commit: Commit, partition_columns: Sequence[str]) -> list[tuple[dict[str, str], int | None]] | None:
+    """The (partition, bucket) groups of the snapshot before ``commit`` its change rows read; None: the whole table.
+
+    A logical write reads the groups it added files to (every record of a key
+    is in its bucket's files); an INSERT OVERWRITE or TRUNCATE every bucket of
+    the partitions it cleared (``bucket`` None), or the whole table.
+    """
+    if commit.operation.value in TRUNCATING_OPERATIONS:
+        if commit.partitions is None or not partition_columns:
+            return None
+        return [(dict(p), None) for p in commit.partitions]
+    seen: dict[tuple[tuple[str, ...], int], tuple[dict[str, str], int | None]] = {}
+    for f in commit.added_files:
+        if f.data_change:
+            key = (tuple(f.partition.get(c, "") for c in partition_columns), f.bucket)
+            seen.setdefault(key, (dict(f.partition), f.bucket))
+    return [seen[k] for k in sorted(seen)]
+
+
 def plan_commit(commit: Commit, previous_files: Sequence[FileEntry], shape: TableShape) -> CommitChanges:
-    """The files one commit's change rows need: its own, and the previous snapshot's in the touched scope."""
+    """The files one commit's change rows need: its own, and the previous snapshot's in the touched scope.
+
+    ``previous_files`` may be the whole previous snapshot or only the touched
+    groups' files (``plan_commits``); the result is the same.
+    """
     partition_columns = shape.partition_columns
     added = tuple(FileRef.of(f) for f in commit.added_files if f.data_change)
     op = commit.operation.value
@@ -344,13 +425,25 @@ def plan_commit(commit: Commit, previous_files: Sequence[FileEntry], shape: Tabl
             prev = [r for r in prev if tuple(r.partition.get(c, "") for c in partition_columns) in wanted]
     else:
         converters = _converters(shape)
-        touched = by_partition(added, partition_columns)
+        touched = by_bucket(added, partition_columns)
         chosen: list[FileRef] = []
-        for part, refs in by_partition(prev, partition_columns).items():
-            if part in touched:
-                chosen.extend(r for r in refs if _may_overlap(r, touched[part], converters))
+        for group, refs in by_bucket(prev, partition_columns).items():
+            if group in touched:
+                chosen.extend(r for r in refs if _may_overlap(r, touched[group], converters))
         prev = chosen
     return CommitChanges(commit.id_version, commit.timestamp, op, scope, added, tuple(prev))
+
+
+def plan_commits(catalog: Catalog, table: str, commits: Sequence[Commit], shape: TableShape) -> list[CommitChanges]:
+    """``plan_commit`` of each commit, with only its touched groups' files at the previous version from the catalog."""
+    plans = []
+    for commit in commits:
+        groups = touched_groups(commit, shape.partition_columns)
+        previous: Sequence[FileEntry] = ()
+        if commit.id_version > 0 and groups != []:
+            previous = catalog.snapshot(table, version=commit.id_version - 1, groups=groups).files
+        plans.append(plan_commit(commit, previous, shape))
+    return plans
 
 
 def _with_meta(rows: pa.Table, change: str | Any, version: int, timestamp: datetime) -> pa.Table:
@@ -389,21 +482,21 @@ def change_rows(plan: CommitChanges, shape: TableShape, form: str = DELTA_FORM) 
             rows = _with_meta(records.select(columns), records.column(OP_COLUMN), version, stamp)
             outputs.append(rows.append_column(SCOPE, pa.nulls(rows.num_rows, pa.string())))
         return _stack(outputs, shape, form)
-    new_by_part = by_partition(plan.added, parts)
-    old_by_part = by_partition(plan.previous, parts)
+    new_groups = by_bucket(plan.added, parts)  # merge-on-read per (partition, bucket): a key's records are there
+    old_groups = by_bucket(plan.previous, parts)
     if truncating:
-        for refs in old_by_part.values():
+        for refs in old_groups.values():
             removed = live_rows(refs, shape)
             outputs.append(_with_meta(removed, DELETE, version, stamp))
-        for refs in new_by_part.values():
+        for refs in new_groups.values():
             rows = live_rows(refs, shape, merge=len(refs) > 1)
             outputs.append(_with_meta(rows, INSERT, version, stamp))
         return _stack(outputs, shape, form)
     keys = list(shape.primary_key)
-    for part, refs in new_by_part.items():
+    for group, refs in new_groups.items():
         records = latest_records(_concat([read_file(r, shape) for r in refs], shape), shape)
         key_table = records.select(keys)
-        before = live_rows(old_by_part.get(part, []), shape, keys=key_table) if part in old_by_part else None
+        before = live_rows(old_groups[group], shape, keys=key_table) if group in old_groups else None
         upserts = records.filter(pc.equal(records.column(OP_COLUMN), UPSERT)).select(columns)
         deletes = records.filter(pc.equal(records.column(OP_COLUMN), DELETE)).select(keys)
         if before is None or before.num_rows == 0:
@@ -472,8 +565,10 @@ __all__ = [
     "COMMIT_VERSION",
     "COMPACT_FORM",
     "DELTA_FORM",
+    "READ_STATS",
     "CommitChanges",
     "FileRef",
+    "ReadStats",
     "TableShape",
     "by_bucket",
     "by_partition",
@@ -484,5 +579,7 @@ __all__ = [
     "merge_groups",
     "needs_merge",
     "plan_commit",
+    "plan_commits",
     "snapshot_rows",
+    "touched_groups",
 ]

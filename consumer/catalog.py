@@ -15,7 +15,9 @@ Semantics (see docs/consumer.md):
 
 * ``snapshot(t, version=v)`` is the live files at ID version v;
   ``snapshot(t, timestamp=T)`` is the snapshot at the highest ID version whose
-  time version (own, or inherited by a compaction/clustering) is <= T.
+  time version (own, or inherited by a compaction/clustering) is <= T;
+  ``snapshot(t, version=v, groups=[(partition, bucket), ...])`` only those
+  (partition, bucket) groups' live files.
 * ``commits(t, start, end, by=...)`` is INCLUSIVE on both ends, like Delta's
   change data feed; logical commits only unless ``include_rewrites=True``.
 * ``subscribe(t, from_version)`` yields commits with ``id_version >= from_version``
@@ -31,7 +33,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -49,9 +51,46 @@ from consumer.models import (
 from consumer.stores import CatalogStore, open_store
 from kernel.errors import TableNotFoundError, VersionNotFoundError
 from schemas import Operation, Outcome, Rebase, TableMetadata
+from schemas.buckets import table_buckets
 
 Timestamp = datetime | str | int
 BY_VALUES = ("id", "time")
+Group = tuple[Mapping[str, str], int | None]  # a partition, and one bucket of it (None: every bucket)
+
+
+def check_groups(groups: Sequence[Any]) -> list[tuple[dict[str, str], int | None]]:
+    """``groups`` as ``[(partition dict, bucket or None), ...]``; ``ValueError`` naming what is malformed."""
+    if isinstance(groups, str | bytes | Mapping):
+        raise ValueError("groups must be a list of (partition, bucket) pairs")
+    found = []
+    for group in groups:
+        try:
+            partition, bucket = group
+        except (TypeError, ValueError):
+            raise ValueError(f"group {group!r} is not a (partition, bucket) pair") from None
+        if not isinstance(partition, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in partition.items()
+        ):
+            raise ValueError(f"group {group!r}: the partition must map column names to strings")
+        if bucket is not None and (isinstance(bucket, bool) or not isinstance(bucket, int) or bucket < 0):
+            raise ValueError(f"group {group!r}: the bucket must be an int >= 0 or None")
+        found.append((dict(partition), bucket))
+    return found
+
+
+def groups_to_json(groups: Sequence[Group]) -> str:
+    """The ``groups`` query parameter of ``GET /tables/{t}/snapshot``."""
+    return json.dumps([{"partition": dict(p), "bucket": b} for p, b in groups], separators=(",", ":"))
+
+
+def groups_from_json(text: str) -> list[tuple[dict[str, str], int | None]]:
+    """Inverse of ``groups_to_json``; ``ValueError`` when malformed."""
+    try:
+        data = json.loads(text)
+        pairs = [(g["partition"], g.get("bucket")) for g in data]
+    except (ValueError, TypeError, KeyError, AttributeError):
+        raise ValueError('groups must be JSON: [{"partition": {...}, "bucket": n or null}, ...]') from None
+    return check_groups(pairs)
 
 
 def to_millis(value: Timestamp, *, ceil: bool = False) -> int:
@@ -127,16 +166,29 @@ class Catalog:
         """The latest materialized ID version of ``name``."""
         return self.table(name).head_version
 
-    def snapshot(self, name: str, version: int | None = None, timestamp: Timestamp | None = None) -> Snapshot:
+    def snapshot(
+        self,
+        name: str,
+        version: int | None = None,
+        timestamp: Timestamp | None = None,
+        *,
+        groups: Sequence[Group] | None = None,
+    ) -> Snapshot:
         """The live files of ``name`` at ID ``version``, or as of ``timestamp``, or at the head.
 
-        ``VersionNotFoundError`` when the version is not materialized (yet) or
-        the timestamp lies before the table's creation.
+        ``groups``: only the files of these ``(partition, bucket)`` pairs (``bucket``
+        None: every bucket of the partition), each looked up by an index, so the
+        cost follows those groups' files rather than the table's (the change
+        feed's pre-images). ``VersionNotFoundError`` when the version is not
+        materialized (yet) or the timestamp lies before the table's creation.
         """
         if version is not None and timestamp is not None:
             raise ValueError("give version or timestamp, not both")
         if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
             raise TypeError(f"version must be an int, not {type(version).__name__}")
+        if groups is not None:
+            groups = check_groups(groups)
+            return self._backend.snapshot(name, version, timestamp, groups)  # type: ignore[no-any-return]
         return self._backend.snapshot(name, version, timestamp)  # type: ignore[no-any-return]
 
     def history(self, name: str, limit: int | None = None) -> list[DecisionRecord]:
@@ -362,13 +414,28 @@ class LocalBackend:
         assert found is not None, f"commit row missing for {name} v{version}"
         return int(found[0]), int(found[1])
 
-    def snapshot(self, name: str, version: int | None, timestamp: Timestamp | None) -> Snapshot:
+    def snapshot(
+        self, name: str, version: int | None, timestamp: Timestamp | None, groups: Sequence[Group] | None = None
+    ) -> Snapshot:
         with self._read() as conn:
             row = self._row(conn, name)
             id_version, millis = self.resolve(conn, row, version, timestamp)
             at = store.query_metadata_at(conn, row[0], id_version) if id_version < row[7] else None
             metadata = TableMetadata.model_validate_json(at or row[5])  # the schema of that version
-            files = self._files(store.query_snapshot_files(conn, row[0], id_version), metadata.location)
+            if groups is None:
+                rows = store.query_snapshot_files(conn, row[0], id_version)
+            else:
+                columns = tuple(metadata.partition_columns)
+                every = range(table_buckets(metadata.properties))  # a file in another bucket is never accepted
+                rows = []
+                for partition, bucket in groups:
+                    try:
+                        text = store.partition_json(columns, partition)
+                    except ValueError as exc:
+                        raise ValueError(f"table {name!r}: {exc}") from None
+                    for one in every if bucket is None else (bucket,):  # one index range per bucket
+                        rows += store.query_group_files(conn, row[0], id_version, text, one)
+            files = self._files(rows, metadata.location)
         return Snapshot(name, id_version, ms_to_datetime(millis), metadata, files)  # type: ignore[arg-type]
 
     def history(self, name: str, limit: int | None) -> list[DecisionRecord]:

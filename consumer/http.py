@@ -3,7 +3,8 @@
 Endpoints (JSON unless noted; OpenAPI docs at ``/docs``):
 
 * ``GET /tables``, ``GET /tables/{t}``                      tables, one table (metadata, head, error)
-* ``GET /tables/{t}/snapshot?version=&timestamp=``          live files at a version / as of a time / head
+* ``GET /tables/{t}/snapshot?version=&timestamp=&groups=``  live files at a version / as of a time / head
+  (``groups``: JSON list of ``{"partition": {...}, "bucket": n}``, only those groups' files)
 * ``GET /tables/{t}/layout``                                files per partition, last compaction, pending
   work of the table service (``ordo compactor``)
 * ``GET /tables/{t}/history?limit=``                        every decision, newest first
@@ -35,7 +36,7 @@ from fastapi import FastAPI, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
-from consumer.catalog import Catalog
+from consumer.catalog import Catalog, groups_from_json
 from consumer.errors import CatalogError, CatalogUnavailableError
 from consumer.materializer import ConsumerStatus
 from kernel.errors import TableNotFoundError, VersionNotFoundError
@@ -121,9 +122,13 @@ def create_app(
         table: str,
         version: int | None = Query(None, ge=0, description="ID version"),
         timestamp: str | None = Query(None, description="ISO-8601 time or epoch milliseconds"),
+        groups: str | None = Query(
+            None, description='only these groups\' files: [{"partition": {...}, "bucket": n or null}, ...]'
+        ),
     ) -> JSONResponse:
         ts = parse_bound(timestamp, "time")
-        return JSONResponse(catalog.snapshot(table, version=version, timestamp=ts).to_dict())
+        chosen = None if groups is None else groups_from_json(groups)
+        return JSONResponse(catalog.snapshot(table, version=version, timestamp=ts, groups=chosen).to_dict())
 
     @app.get("/tables/{table}/history", summary="Every decision (accepted and rejected), newest first")
     def history(table: str, limit: int | None = Query(None, ge=1)) -> JSONResponse:

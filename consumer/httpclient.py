@@ -76,8 +76,13 @@ class HttpBackend:
     def table(self, name: str) -> TableInfo:
         return TableInfo.from_dict(self._get(f"/tables/{name}"))
 
-    def snapshot(self, name: str, version: int | None, timestamp: Any) -> Snapshot:
-        return Snapshot.from_dict(self._get(f"/tables/{name}/snapshot", version=version, timestamp=_bound(timestamp)))
+    def snapshot(self, name: str, version: int | None, timestamp: Any, groups: Any = None) -> Snapshot:
+        from consumer.catalog import groups_to_json
+
+        chosen = None if groups is None else groups_to_json(groups)
+        return Snapshot.from_dict(
+            self._get(f"/tables/{name}/snapshot", version=version, timestamp=_bound(timestamp), groups=chosen)
+        )
 
     def history(self, name: str, limit: int | None) -> list[DecisionRecord]:
         return [DecisionRecord.from_dict(d) for d in self._get(f"/tables/{name}/history", limit=limit)["decisions"]]

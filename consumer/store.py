@@ -137,6 +137,13 @@ CREATE TABLE IF NOT EXISTS table_metadata (
 """
 
 
+# The live files of one (partition, bucket) at a version, for the change feed's pre-images
+# (``query_group_files``). Created on every writer start, after a version-1 catalog got its bucket column;
+# a catalog no writer opened since has no such index and answers the same, by a scan of the table's files.
+GROUP_INDEX = (
+    "CREATE INDEX IF NOT EXISTS files_group ON files (table_id, partition, bucket, removed_version, added_version)"
+)
+
 _STREAM_COLUMNS = (
     "id, name, topic, next_offset, last_hash, decisions, metadata, created_time_ms, head_version,"
     " head_time_ms, error, error_offset"
@@ -296,6 +303,8 @@ class CatalogWriter:
                 conn.execute(statement)
             if version == 1:  # written before DataFile.bucket: every file it holds is in bucket 0
                 conn.execute("ALTER TABLE files ADD COLUMN bucket INTEGER NOT NULL DEFAULT 0")
+            for statement in store.schema_statements(GROUP_INDEX):  # after the bucket column exists
+                conn.execute(statement)
             store.set_schema_version(conn, SCHEMA_VERSION)
             row = conn.execute("SELECT value FROM catalog_info WHERE key = 'topic_prefix'").fetchone()
             if row is None:
@@ -851,6 +860,26 @@ def query_snapshot_files(conn: Connection, table_id: int, version: int) -> list[
         f" UNION ALL SELECT {columns} FROM files WHERE table_id = ? AND removed_version > ?"
         " AND added_version <= ?",
         (table_id, version, table_id, version, version),
+    ).fetchall()
+
+
+def query_group_files(
+    conn: Connection, table_id: int, version: int, partition: str, bucket: int
+) -> list[tuple[Any, ...]]:
+    """Rows of the files live at ``version`` in one bucket of one partition (its ``partition_json`` text): two
+    ranges of the index ``files_group``, so the work follows the group's files, not the table's."""
+    columns = _file_columns(conn)
+    where, params = "table_id = ? AND partition = ?", [table_id, partition]
+    if columns != FILE_COLUMNS:  # a version-1 catalog: every file is in bucket 0
+        if bucket != 0:
+            return []
+    else:
+        where += " AND bucket = ?"
+        params.append(bucket)
+    return conn.execute(
+        f"SELECT {columns} FROM files WHERE {where} AND removed_version IS NULL AND added_version <= ?"
+        f" UNION ALL SELECT {columns} FROM files WHERE {where} AND removed_version > ? AND added_version <= ?",
+        (*params, version, *params, version, version),
     ).fetchall()
 
 

@@ -23,9 +23,11 @@ writers' ``commit`` run in workers on the driver's machine; ``read`` and
    across tasks and publishes ONE intent; a rejection deletes the files and
    fails the write with the arbiter's reason.
 2. The streaming sink does the same per micro-batch with the idempotency pair
-   (``app_id``, batch id): ``app_id`` is the ``appId`` option, else derived
-   from the checkpoint location (stable across restarts). A replayed batch is
-   refused with ``BATCH_ALREADY_COMMITTED`` and counts as done.
+   (``app_id``, batch id): ``app_id`` is the ``appId`` option, else
+   ``ordo-sink-<hash of the checkpoint location>-<query id>``, where the query
+   id is Spark's, kept in the checkpoint's metadata (the same across restarts
+   of one query, new when the checkpoint is deleted and its path reused). A
+   replayed batch is refused with ``BATCH_ALREADY_COMMITTED`` and counts as done.
 3. The change feed's offsets are ``{"version": v}``: the next ID version to
    read. A micro-batch reads the commits ``[start, end)``; each commit is one
    input partition whose change rows are a pure function of the catalog.
@@ -83,6 +85,8 @@ STREAM_RETRIES = 5
 BATCH_ALREADY_COMMITTED = Reason.BATCH_ALREADY_COMMITTED
 CONFLICT_LATER_FAILS = Reason.CONFLICT_LATER_FAILS
 BATCH_ID_PROPERTY = "streaming.sql.batchId"  # the task-local property Spark sets in a micro-batch's tasks
+QUERY_ID_PROPERTY = "sql.streaming.queryId"  # the query id (kept in the checkpoint), set in the same tasks
+SINK_APP_PREFIX = "ordo-sink-"
 
 
 class DataSourceOptionError(OrdoError, ValueError):
@@ -302,16 +306,12 @@ def _partition_text(value: Any) -> str | None:
 
 
 def _plans(table: _Table, shape: Any, commits: Sequence[Any]) -> list[Any]:
-    """One ``CommitChanges`` per commit: its files and the previous snapshot's files it may touch."""
+    """One ``CommitChanges`` per commit: its files and the previous files of the groups it touched."""
     from consumer import Catalog
-    from consumer.arrow import plan_commit
+    from consumer.arrow import plan_commits
 
-    plans = []
     with Catalog(table.settings.catalog) as catalog:
-        for commit in commits:
-            previous = catalog.snapshot(table.name, version=commit.id_version - 1).files if commit.id_version else ()
-            plans.append(plan_commit(commit, previous, shape))
-    return plans
+        return plan_commits(catalog, table.name, commits, shape)
 
 
 @dataclass(frozen=True)
@@ -467,6 +467,7 @@ class FilesMessage(WriterCommitMessage):
 
     files: tuple[str, ...]
     txn_id: str = ""
+    query_id: str = ""  # the streaming query's id (sink tasks only)
 
 
 def _static_partition(options: Mapping[str, str], columns: Sequence[str]) -> dict[str, str] | None:
@@ -573,14 +574,15 @@ class _Writing:
         rows = pa.concat_tables(batches) if batches else self.arrow_schema.empty_table()
         context = TaskContext.get()
         task = 0 if context is None else context.partitionId() * 100 + min(context.attemptNumber(), 99)
-        batch_id = None
+        batch_id = query_id = None
         if context is not None and self.streaming:
             batch_id = context.getLocalProperty(BATCH_ID_PROPERTY)
+            query_id = context.getLocalProperty(QUERY_ID_PROPERTY)
         txn_id = self._txn_for(batch_id)
         # a random block of file numbers per task run: a re-run never writes over a committed file
         first = (secrets.randbits(40) * 10_000 + task) * FILES_PER_TASK
         files = write_rows(rows, self.layout, txn_id, first, self.static)
-        return FilesMessage(tuple(f.model_dump_json() for f in files), txn_id)
+        return FilesMessage(tuple(f.model_dump_json() for f in files), txn_id, query_id or "")
 
     def _files(self, messages: Sequence[Any]) -> list[Any]:
         from schemas import DataFile
@@ -680,24 +682,51 @@ class OrdoWriter(_Writing, DataSourceArrowWriter):
         self._abort(messages)
 
 
+def sink_app_id(checkpoint: str, query_id: str) -> str:
+    """The sink's exactly-once identity: the checkpoint location and the query id Spark keeps in it.
+
+    A restarted query has both unchanged, so a replayed batch id is refused as
+    committed; a new query on a reused (deleted and recreated) checkpoint path
+    has a new query id, so its batches 0, 1, ... are new batches.
+    """
+    where = hashlib.sha256(checkpoint.rstrip("/").encode()).hexdigest()[:16]
+    return f"{SINK_APP_PREFIX}{where}-{query_id}"
+
+
 class OrdoStreamWriter(_Writing, DataSourceStreamArrowWriter):
     """``writeStream.format("ordo")``: one idempotent INSERT INTO per micro-batch."""
 
     def __init__(self, table: _Table, schema: StructType, options: Mapping[str, str]) -> None:
         self._setup(table, schema, options, False)
         self.streaming = True
-        app_id = options.get("appid")
-        if not app_id:
-            checkpoint = options.get("checkpointlocation")
-            if not checkpoint:
-                raise DataSourceOptionError(
-                    "the ordo sink needs a checkpointLocation (its exactly-once identity) or an appId option"
-                )
-            app_id = "ordo-sink-" + hashlib.sha256(checkpoint.rstrip("/").encode()).hexdigest()[:32]
-        self.app_id = app_id
+        self.app_id = options.get("appid") or None
+        self.checkpoint = options.get("checkpointlocation") or ""
+        if self.app_id is None and not self.checkpoint:
+            raise DataSourceOptionError(
+                "the ordo sink needs a checkpointLocation option (its exactly-once identity) or an appId option"
+            )
+
+    def _identity(self, messages: Sequence[Any]) -> str:
+        """``appId`` when given, else ``sink_app_id`` of the checkpoint and the query id the tasks report."""
+        if self.app_id is not None:
+            return self.app_id
+        ids: set[str] = {m.query_id for m in messages if m is not None and m.query_id}
+        if len(ids) != 1:
+            raise DataSourceOptionError(
+                f"the micro-batch's tasks report {len(ids)} streaming query ids ({sorted(ids)}), not one: "
+                "the sink cannot name its exactly-once identity; give an appId option"
+            )
+        return sink_app_id(self.checkpoint, ids.pop())
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        self._publish(messages, self.app_id, int(batchId))
+        if not self._files(messages):
+            return  # nothing to append: nothing is published (and no identity is needed)
+        try:
+            app_id = self._identity(messages)
+        except BaseException:
+            self._abort(messages)
+            raise
+        self._publish(messages, app_id, int(batchId))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         self._abort(messages)
@@ -717,5 +746,6 @@ __all__ = [
     "OrdoDataSource",
     "equality_predicates",
     "settings_options",
+    "sink_app_id",
     "source_class",
 ]

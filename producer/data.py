@@ -340,6 +340,25 @@ def canonical_partition(spark: SparkSession, layout: Layout, partition: Mapping[
     return {c: result[c] for c in columns}
 
 
+def canonical_values(spark: SparkSession, layout: Layout, column: str, values: Iterable[Any]) -> dict[Any, str | None]:
+    """Each value of partition ``column`` in canonical string form (as files are labelled; one Spark job for all
+    when the column is not a string), None for a value that does not cast to the column's type."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType
+
+    data_type = layout.schema()[column].dataType
+    distinct = list(dict.fromkeys(values))
+    if isinstance(data_type, StringType) or not distinct:
+        return {v: None if v is None or v == "" else str(v) for v in distinct}
+    casts = [F.lit(v).cast(data_type).cast("string").alias(f"v{i}") for i, v in enumerate(distinct)]
+    try:
+        row = spark.range(1).select(*casts).first()
+    except Exception as exc:
+        raise PartitionValueError(f"partition values {distinct!r} do not cast to {data_type}: {exc}") from exc
+    assert row is not None
+    return {v: row[f"v{i}"] for i, v in enumerate(distinct)}
+
+
 def _partition_match(layout: Layout, partition: Mapping[str, str]) -> Column:
     from pyspark.sql import functions as F
 

@@ -6,10 +6,20 @@
 A MERGE is one UPDATE transaction: it reads the pinned snapshot (the join with
 the source), then writes upsert records (matched updates, not-matched inserts)
 and delete records (matched deletes) in one commit. Its row of the conflict
-matrix is UPDATE's, scoped to the partitions it writes (or to the partitions
-its condition pins with equality predicates, or the whole table for an
-unpartitioned one). Delta's merge on a table without a primary key has no
-equivalent: every ordo table has one, and a merge condition should match it.
+matrix is UPDATE's, scoped to the partitions it writes, plus the partitions
+its condition pins (``target.col = literal`` / ``IN (...)``; it reads only
+those), or the whole table for an unpartitioned one. Delta's merge on a table
+without a primary key has no equivalent: every ordo table has one, and a
+merge condition should match it.
+
+Scope from a condition (``partition_pins``): the AND-ed top-level terms
+``col = literal`` and ``col IN (literal, ...)`` on partition columns pin
+values. Pins on every partition column give every combination of the pinned
+values as the scope; pins on some of them the partitions of the pinned
+snapshot that match (a partition created after the read version holds no row
+the transaction read or wrote, so serializing it before that commit is
+exact). Anything else (a top-level OR, a range, no partition column) is the
+whole table.
 """
 
 from __future__ import annotations
@@ -31,7 +41,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("ordo.producer")
 
 _LOGGED_WHOLE_TABLE: set[tuple[str, str]] = set()
-_TERM = re.compile(r"""\s*\(?\s*`?([A-Za-z_][A-Za-z0-9_]*)`?\s*=\s*('(?:[^']|'')*'|-?\d+|true|false)\s*\)?\s*""", re.I)
+_LITERAL = r"'(?:[^']|'')*'|-?\d+|true|false"
+_COLUMN = r"(?:`?([A-Za-z_][A-Za-z0-9_]*)`?\s*\.\s*)?`?([A-Za-z_][A-Za-z0-9_]*)`?"
+_EQUAL = re.compile(rf"\s*\(?\s*{_COLUMN}\s*=\s*({_LITERAL})\s*\)?\s*", re.I)
+_IN = re.compile(rf"\s*\(?\s*{_COLUMN}\s+in\s*\(\s*((?:{_LITERAL})(?:\s*,\s*(?:{_LITERAL}))*)\s*\)\s*\)?\s*", re.I)
+MAX_PINNED_PARTITIONS = 256  # more pinned partitions than this: the scope is the whole table
 
 
 def _top_level_split(condition: str) -> list[str] | None:
@@ -60,24 +74,56 @@ def _top_level_split(condition: str) -> list[str] | None:
     return terms
 
 
-def partition_of_condition(condition: Any, partition_columns: Sequence[str]) -> dict[str, str] | None:
-    """The partition a condition pins: ``col = literal`` for every partition column among its AND-ed terms."""
+def _literal_value(literal: str) -> str:
+    return literal[1:-1].replace("''", "'") if literal.startswith("'") else literal.lower()
+
+
+def partition_pins(
+    condition: Any, partition_columns: Sequence[str], qualifier: str | None = None
+) -> dict[str, tuple[str, ...]] | None:
+    """The values a condition pins partition columns to: ``{column: values}`` from its AND-ed top-level terms
+    ``col = literal`` and ``col IN (literal, ...)`` (``qualifier.col`` too when a qualifier is given, as
+    ``target`` in a MERGE condition); None when it pins none, has a top-level OR, or contradicts itself.
+
+    Values are the literals' text (a quoted string unescaped); only columns it pins are keys.
+    """
     if not isinstance(condition, str) or not partition_columns:
         return None
     terms = _top_level_split(condition)
     if terms is None:
         return None
-    found: dict[str, str] = {}
+    found: dict[str, set[str]] = {}
     for term in terms:
-        match = _TERM.fullmatch(term)
-        if match is None or match.group(1) not in partition_columns:
+        equal, listed = _EQUAL.fullmatch(term), None
+        if equal is None:
+            listed = _IN.fullmatch(term)
+        match = equal or listed
+        if match is None:
             continue
-        literal = match.group(2)
-        value = literal[1:-1].replace("''", "'") if literal.startswith("'") else literal.lower()
-        if found.get(match.group(1), value) != value:
+        owner, column = match.group(1), match.group(2)
+        if column not in partition_columns or (owner is not None and owner != qualifier):
+            continue
+        text = match.group(3)
+        values = (
+            {_literal_value(text)}
+            if equal is not None
+            else {_literal_value(m) for m in re.findall(_LITERAL, text, re.I)}
+        )
+        values = found[column] & values if column in found else values
+        if not values:
             return None  # contradictory: leave the scope alone
-        found[match.group(1)] = value
-    return found if set(found) == set(partition_columns) else None
+        found[column] = values
+    if not found:
+        return None
+    return {c: tuple(sorted(found[c])) for c in partition_columns if c in found}
+
+
+def partition_of_condition(condition: Any, partition_columns: Sequence[str]) -> dict[str, str] | None:
+    """The partition a condition pins: one value for every partition column among its AND-ed terms."""
+    pins = partition_pins(condition, partition_columns)
+    if pins is None or set(pins) != set(partition_columns) or any(len(v) != 1 for v in pins.values()):
+        return None
+    return {c: pins[c][0] for c in partition_columns}
 
 
 def log_whole_table(table: str, operation: str) -> None:
@@ -181,9 +227,10 @@ def _stage_merge(txn: Any, merge: MergeBuilder) -> None:
             frozen = [c for c in clause.assignments or {} if c in layout.identity]
             if frozen:
                 raise InvalidOperationError(f"a matched update cannot change key or partition columns {frozen}")
-    static = partition_of_condition(merge.condition, layout.partition_columns)
+    pins = partition_pins(merge.condition, layout.partition_columns, qualifier=merge.target_alias)
     with txn._stage(Operation.UPDATE):
-        target = txn._read_pinned(txn._static(static) if static else None)
+        pinned = txn.partitions_matching(pins)  # the target rows the condition can match: only these are read
+        target = txn._read_in(pinned)
         target = target.withColumn("__ordo_matched", F.lit(True)).alias(tgt)
         joined = merge.source.alias(src).join(target, _expr(merge.condition), "left")
         matched = F.col(f"{tgt}.__ordo_matched").isNotNull()
@@ -239,10 +286,10 @@ def _stage_merge(txn: Any, merge: MergeBuilder) -> None:
         if not layout.partition_columns:
             scope = None
             log_whole_table(table.name, "MERGE")
-        elif static is not None:
-            scope = [txn._static(static)]
-        else:
-            scope = txn._partitions_of(files)
+        else:  # what it read (the pinned partitions) and what it wrote (inserts may land anywhere)
+            cols = layout.partition_columns
+            both = {tuple(p[c] for c in cols): p for p in [*(pinned or ()), *(txn._partitions_of(files) or ())]}
+            scope = [both[k] for k in sorted(both)]
         txn._staged(files, scope, noop=not files)
 
 
@@ -343,9 +390,11 @@ def history_rows(records: Sequence[Any]) -> list[tuple[Any, ...]]:
 
 __all__ = [
     "HISTORY_COLUMNS",
+    "MAX_PINNED_PARTITIONS",
     "MergeBuilder",
     "OptimizeBuilder",
     "history_rows",
     "log_whole_table",
     "partition_of_condition",
+    "partition_pins",
 ]

@@ -429,6 +429,7 @@ class DeltaTable:
             options.pop("settings", None),
             {k: options.pop(k, None) for k in ("bootstrap_servers", "topic_prefix", "catalog")},
         )
+        _register(spark, resolved)  # like every DeltaTable call: format("ordo") works with these settings
         try:
             _connection(resolved).catalog.table(validate_table_name(name))
         except TableNotFoundError:
@@ -588,9 +589,12 @@ class DeltaTable:
         """
         return self._run(lambda t: t.insert_into(df), retries)
 
-    def insert_overwrite(self, df: DataFrame, partition: Mapping[str, Any] | None = None) -> CommitResult | None:
-        """INSERT OVERWRITE: replace the table, the given static ``partition``, or the partitions present in ``df``."""
-        return self._run(lambda t: t.insert_overwrite(df, partition))
+    def insert_overwrite(
+        self, df: DataFrame, partition: Mapping[str, Any] | None = None, *, whole_table: bool = False
+    ) -> CommitResult | None:
+        """INSERT OVERWRITE: replace the table, the given static ``partition``, or the partitions present in ``df``
+        (``whole_table=True``: every partition, also those ``df`` has no row in)."""
+        return self._run(lambda t: t.insert_overwrite(df, partition, whole_table=whole_table))
 
     def truncate(self, partition: Mapping[str, Any] | None = None) -> CommitResult | None:
         """TRUNCATE the table or one partition."""
@@ -607,18 +611,30 @@ class DeltaTable:
         """UPDATE: ``set`` maps columns to SQL expressions, for rows matching ``where`` (and ``partition``).
 
         Delta's order is accepted too: ``update(condition, set)``, ``update(condition=..., set=...)``.
-        A condition with equality on every partition column narrows the scope to that partition.
+        Delta's ``update(None, set)`` updates every row. A condition pinning partition columns (``col = v``,
+        ``col IN (...)``) narrows the scope to the partitions it selects (``producer.delta.partition_pins``).
         """
-        if isinstance(set, Mapping) or set is None:
+        if isinstance(set, Mapping):
             assignments, cond = set, where if condition is None else condition
+            if condition is not None and where is not None:
+                raise InvalidOperationError("give the condition once: where= or condition=")
+        elif set is None and isinstance(where, Mapping):  # Delta's update(None, set): every row
+            assignments, cond = where, condition
+        elif set is None:
+            assignments, cond = None, where if condition is None else condition
         else:  # Delta's positional order: (condition, set)
             assignments, cond = where, set  # type: ignore[assignment]
         if not isinstance(assignments, Mapping) or not assignments:
             raise InvalidOperationError("update needs set= (a mapping of column -> expression)")
-        if condition is not None and where is not None and isinstance(set, Mapping):
-            raise InvalidOperationError("give the condition once: where= or condition=")
-        scope = self._scope_of(cond, partition, "UPDATE")  # type: ignore[arg-type]
-        return self._run(lambda t: t.update(assignments, cond, partition=scope))  # type: ignore[arg-type]
+        pins = self._pins_of(cond, partition)  # type: ignore[arg-type]
+        return self._run(
+            lambda t: t.update(
+                assignments,  # type: ignore[arg-type]
+                cond,  # type: ignore[arg-type]
+                partition=partition,
+                partitions=self._scope_of(t, pins, partition, "UPDATE"),
+            )
+        )
 
     def delete(
         self,
@@ -629,22 +645,38 @@ class DeltaTable:
     ) -> CommitResult | None:
         """DELETE the rows matching ``where`` (Delta: ``condition``; all rows when None), within ``partition``.
 
-        A condition with equality on every partition column narrows the scope to that partition.
+        A condition pinning partition columns narrows the scope as in ``update``.
         """
         if where is not None and condition is not None:
             raise InvalidOperationError("give the condition once: where= or condition=")
         cond = where if where is not None else condition
-        scope = self._scope_of(cond, partition, "DELETE")
-        return self._run(lambda t: t.delete(cond, partition=scope))
+        pins = self._pins_of(cond, partition)
+        return self._run(
+            lambda t: t.delete(cond, partition=partition, partitions=self._scope_of(t, pins, partition, "DELETE"))
+        )
+
+    def _pins_of(
+        self, condition: str | Column | None, partition: Mapping[str, Any] | None
+    ) -> dict[str, tuple[str, ...]] | None:
+        """What ``condition`` pins of the partition columns (nothing when ``partition`` is given)."""
+        from producer.delta import partition_pins
+
+        return None if partition is not None else partition_pins(condition, self.partition_columns)
 
     def _scope_of(
-        self, condition: str | Column | None, partition: Mapping[str, Any] | None, operation: str
-    ) -> Mapping[str, Any] | None:
-        from producer.delta import log_whole_table, partition_of_condition
+        self,
+        txn: Transaction,
+        pins: Mapping[str, Sequence[str]] | None,
+        partition: Mapping[str, Any] | None,
+        operation: str,
+    ) -> list[dict[str, str]] | None:
+        """The partitions the pins select in ``txn``'s snapshot; None when ``partition`` is given, or (logged once)
+        for the whole table."""
+        from producer.delta import log_whole_table
 
         if partition is not None:
-            return partition
-        found = partition_of_condition(condition, self.partition_columns)
+            return None
+        found = txn.partitions_matching(pins)
         if found is None and self.partition_columns:
             log_whole_table(self.name, operation)
         return found
@@ -687,12 +719,15 @@ class DeltaTable:
         return deleted
 
     def restoreToVersion(self, version: int) -> CommitResult | None:
-        """Make the table what it was at ID ``version``: one INSERT OVERWRITE of that snapshot."""
-        return self.insert_overwrite(self.read(version=int(version)))
+        """Make the table what it was at ID ``version``: one whole-table INSERT OVERWRITE of that snapshot.
+
+        Partitions created after ``version`` are cleared too; restoring an empty snapshot empties the table.
+        """
+        return self.insert_overwrite(self.read(version=int(version)), whole_table=True)
 
     def restoreToTimestamp(self, timestamp: datetime | str) -> CommitResult | None:
-        """Make the table what it was as of ``timestamp``: one INSERT OVERWRITE of that snapshot."""
-        return self.insert_overwrite(self.read(timestamp=timestamp))
+        """Make the table what it was as of ``timestamp``: one whole-table INSERT OVERWRITE of that snapshot."""
+        return self.insert_overwrite(self.read(timestamp=timestamp), whole_table=True)
 
     def compact(
         self, mode: str = "minor", partition: Mapping[str, Any] | None = None, *, bucket: int | None = None
@@ -945,11 +980,16 @@ class Transaction:
         return self._read_pinned(self._static(partition))
 
     def _read_pinned(self, static: Mapping[str, str] | None) -> DataFrame:
+        return self._read_in(None if static is None else [static])
+
+    def _read_in(self, partitions: Sequence[Mapping[str, str]] | None) -> DataFrame:
+        """The pinned snapshot, only the files of ``partitions`` (canonical) when given."""
         from consumer.spark import read_snapshot
 
         snapshot = self.pinned_snapshot()
-        if static is not None:
-            files = tuple(f for f in snapshot.files if dict(f.partition) == dict(static))
+        if partitions is not None:
+            wanted = [dict(p) for p in partitions]
+            files = tuple(f for f in snapshot.files if dict(f.partition) in wanted)
             snapshot = dataclasses.replace(snapshot, files=files)
         return read_snapshot(self.table.spark, snapshot)
 
@@ -966,16 +1006,22 @@ class Transaction:
             files = self._write(upsert_records(rows))
             return self._staged(files, self._partitions_of(files), noop=not files)
 
-    def insert_overwrite(self, df: DataFrame, partition: Mapping[str, Any] | None = None) -> Transaction:
+    def insert_overwrite(
+        self, df: DataFrame, partition: Mapping[str, Any] | None = None, *, whole_table: bool = False
+    ) -> Transaction:
         """Stage INSERT OVERWRITE of the table, of static ``partition``, or of the partitions present in ``df``.
 
         With a static partition the DataFrame may leave the partition columns
         out (they are filled in); rows outside the partition are refused.
         Dynamic overwrite with an empty DataFrame overwrites nothing (a no-op).
+        ``whole_table=True`` replaces every partition of a partitioned table,
+        also those ``df`` has no row in (an empty ``df`` empties the table).
         """
         from producer.data import conform, upsert_records, with_static_partition
 
         layout = self.table.layout
+        if whole_table and partition is not None:
+            raise InvalidOperationError("give a partition or whole_table=True, not both")
         with self._stage(Operation.INSERT_OVERWRITE):
             static = self._static(partition)
             if static is not None:
@@ -983,7 +1029,7 @@ class Transaction:
             rows = conform(df, layout.schema())
             self._validate(rows, static)
             files = self._write(upsert_records(rows))
-            if not layout.partition_columns:
+            if not layout.partition_columns or whole_table:
                 return self._staged(files, None)
             if static is not None:
                 return self._staged(files, [static])
@@ -1001,30 +1047,103 @@ class Transaction:
         where: str | Column | None = None,
         *,
         partition: Mapping[str, Any] | None = None,
+        partitions: Sequence[Mapping[str, Any]] | None = None,
     ) -> Transaction:
         """Stage UPDATE: upsert records with new values for the keys matching ``where`` in the pinned snapshot.
 
-        Key and partition columns cannot be set. Scope: ``partition`` when
-        given, else the whole table (the condition read every partition).
+        Key and partition columns cannot be set. Scope: ``partition`` (or the
+        several ``partitions``, e.g. from ``partitions_matching``; only their
+        files are read) when given, else the whole table (the condition read
+        every partition).
         """
         from producer.data import filtered, update_records
 
         layout = self.table.layout
         with self._stage(Operation.UPDATE):
-            static = self._static(partition)
-            records = update_records(filtered(self._read_pinned(static), layout, where, static), layout, set)
-            files = self._write(records)
-            return self._staged(files, None if static is None else [static])
+            static, scope = self._scope(partition, partitions)
+            rows = filtered(self._read_in(scope), layout, where, static)
+            files = self._write(update_records(rows, layout, set))
+            return self._staged(files, scope)
 
-    def delete(self, where: str | Column | None = None, *, partition: Mapping[str, Any] | None = None) -> Transaction:
-        """Stage DELETE: delete records for the keys matching ``where`` in the pinned snapshot."""
+    def delete(
+        self,
+        where: str | Column | None = None,
+        *,
+        partition: Mapping[str, Any] | None = None,
+        partitions: Sequence[Mapping[str, Any]] | None = None,
+    ) -> Transaction:
+        """Stage DELETE: delete records for the keys matching ``where`` in the pinned snapshot (scope as UPDATE's)."""
         from producer.data import delete_records, filtered
 
         layout = self.table.layout
         with self._stage(Operation.DELETE):
+            static, scope = self._scope(partition, partitions)
+            files = self._write(delete_records(filtered(self._read_in(scope), layout, where, static), layout))
+            return self._staged(files, scope)
+
+    def _scope(
+        self, partition: Mapping[str, Any] | None, partitions: Sequence[Mapping[str, Any]] | None
+    ) -> tuple[dict[str, str] | None, list[dict[str, str]] | None]:
+        """``(the one static partition or None, the scope: canonical partitions or None for the whole table)``."""
+        if partition is not None and partitions is not None:
+            raise InvalidOperationError("give partition= or partitions=, not both")
+        if partitions is None:
             static = self._static(partition)
-            files = self._write(delete_records(filtered(self._read_pinned(static), layout, where, static), layout))
-            return self._staged(files, None if static is None else [static])
+            return static, None if static is None else [static]
+        from producer.data import canonical_values
+
+        layout = self.table.layout
+        columns = layout.partition_columns
+        if not columns:
+            raise InvalidOperationError(f"table {layout.name!r} is not partitioned; do not pass partitions=")
+        if not partitions:
+            raise InvalidOperationError("partitions= names no partition (use None for the whole table)")
+        for p in partitions:
+            if not isinstance(p, Mapping) or set(p) != set(columns):
+                raise InvalidOperationError(f"partition {p!r} must name exactly the partition columns {list(columns)}")
+        texts = {c: canonical_values(self.table.spark, layout, c, [p[c] for p in partitions]) for c in columns}
+        scope: dict[tuple[str, ...], dict[str, str]] = {}
+        for p in partitions:
+            key = tuple(texts[c][p[c]] for c in columns)
+            if any(v is None for v in key):
+                raise PartitionValueError(f"partition {dict(p)!r} has a value that is null, empty or not of its type")
+            scope.setdefault(key, dict(zip(columns, key, strict=True)))  # type: ignore[arg-type]
+        return None, [scope[k] for k in sorted(scope)]  # type: ignore[type-var]
+
+    def partitions_matching(self, pins: Mapping[str, Sequence[Any]] | None) -> list[dict[str, str]] | None:
+        """The partitions a condition's pins (``producer.delta.partition_pins``) select, canonical, or None for the
+        whole table.
+
+        Pins on every partition column: every combination of the values. Pins on
+        some: the partitions of the pinned snapshot whose values match (what the
+        transaction can read or write). None when nothing is pinned, none or
+        more than ``MAX_PINNED_PARTITIONS`` partitions are selected.
+        """
+        import itertools
+
+        from producer.data import canonical_values
+        from producer.delta import MAX_PINNED_PARTITIONS
+
+        layout = self.table.layout
+        columns = layout.partition_columns
+        if not pins or not columns:
+            return None
+        wanted = {
+            c: {v for v in canonical_values(self.table.spark, layout, c, pins[c]).values() if v is not None}
+            for c in columns
+            if c in pins
+        }
+        if len(wanted) == len(columns):
+            found = set(itertools.product(*(sorted(wanted[c]) for c in columns)))
+        else:
+            found = {
+                key
+                for key in {tuple(f.partition.get(c, "") for c in columns) for f in self.pinned_snapshot().files}
+                if all(key[columns.index(c)] in values for c, values in wanted.items())
+            }
+        if not found or len(found) > MAX_PINNED_PARTITIONS:
+            return None
+        return [dict(zip(columns, key, strict=True)) for key in sorted(found)]
 
     def compact(
         self,

@@ -183,3 +183,87 @@ def test_a_rejected_commit_fails_with_the_reason_and_deletes_its_files(spark: An
     assert [d.reason for d in table.decisions(1)] == ["BATCH_ALREADY_COMMITTED"]
     assert parquet_files(table.location) == committed
     assert rows(table.read()) == [(1, "a", "d1")]
+
+
+def test_time_travel_by_timestamp_overwrite_options_and_the_feed_by_time(
+    spark: Any,
+    writer_stack: Any,  # noqa: F811
+) -> None:
+    """``timestampAsOf``; ``mode("overwrite")`` of one partition by the ``partition`` option (both spellings) and of
+    the whole table; the batch change feed between ``startingTimestamp`` and ``endingTimestamp``, bounds
+    inclusive. Each against a model of the table per version."""
+    settings = writer_stack.settings
+    opts = settings_options(settings)
+    table = DeltaTable.create(
+        spark, "ds_options", schema=SCHEMA, primary_key="id", partitioned_by="dt", settings=settings
+    )
+    models: dict[int, dict[int, tuple[Any, ...]]] = {0: {}}
+
+    def reader() -> Any:
+        return spark.read.format("ordo").options(**opts)
+
+    def writer(data: list[tuple[Any, ...]], mode: str) -> Any:
+        return frame(spark, data).write.format("ordo").options(**opts).mode(mode)
+
+    def stamp(version: int) -> str:
+        return table.catalog.snapshot("ds_options", version=version).time_version.isoformat()
+
+    writer([(i, f"a{i}", f"d{i % 3}") for i in range(9)], "append").save("ds_options")  # v1
+    models[1] = {i: (i, f"a{i}", f"d{i % 3}") for i in range(9)}
+    writer([(1, "b1", "d1"), (20, "b20", "d2")], "append").save("ds_options")  # v2
+    models[2] = {**models[1], 1: (1, "b1", "d1"), 20: (20, "b20", "d2")}
+
+    # timestampAsOf: the snapshot at the newest version whose time version is at or before it
+    for version in (1, 2):
+        at = reader().option("timestampAsOf", stamp(version)).load("ds_options")
+        assert rows(at) == sorted(models[version].values())
+
+    # the partition option, k=v/k=v: replaces that partition only
+    writer([(30, "c30", "d2"), (31, "c31", "d2")], "overwrite").option("partition", "dt=d2").save("ds_options")  # v3
+    models[3] = {k: r for k, r in models[2].items() if r[2] != "d2"} | {30: (30, "c30", "d2"), 31: (31, "c31", "d2")}
+    assert table.decisions(1)[0].partitions == ({"dt": "d2"},)
+    assert rows(reader().load("ds_options")) == sorted(models[3].values())
+    # ... and as a JSON object; a row outside the partition is refused and nothing commits
+    writer([(40, "e40", "d0")], "overwrite").option("partition", '{"dt": "d0"}').save("ds_options")  # v4
+    models[4] = {k: r for k, r in models[3].items() if r[2] != "d0"} | {40: (40, "e40", "d0")}
+    assert rows(reader().load("ds_options")) == sorted(models[4].values())
+    with pytest.raises(Exception, match="rows outside the partition"):
+        writer([(41, "x", "d1")], "overwrite").option("partition", "dt=d0").save("ds_options")
+    assert table.version == 4
+
+    # mode("overwrite") without a partition: the whole table, also partitions the rows have none in
+    writer([(50, "f50", "d9")], "overwrite").save("ds_options")  # v5
+    models[5] = {50: (50, "f50", "d9")}
+    assert table.decisions(1)[0].partitions is None
+    assert rows(reader().load("ds_options")) == sorted(models[5].values())
+
+    # the batch change feed by time versions, both bounds inclusive, equals the model's changes
+    def changes(version: int) -> list[tuple[Any, ...]]:
+        before, after = models[version - 1], models[version]
+        overwrite = version in (3, 4, 5)
+        scope = {3: {"d2"}, 4: {"d0"}, 5: None}.get(version)
+        found: list[tuple[Any, ...]] = []
+        if overwrite:
+            gone = [r for r in before.values() if scope is None or r[2] in scope]
+            found += [(version, "delete", *r) for r in gone]
+            found += [(version, "insert", *r) for k, r in after.items() if scope is None or r[2] in scope]
+            return found
+        for k, r in after.items():
+            if k not in before:
+                found.append((version, "insert", *r))
+            elif before[k] != r:
+                found += [(version, "update_preimage", *before[k]), (version, "update_postimage", *r)]
+        return found
+
+    feed = (
+        reader()
+        .option("readChangeFeed", "true")
+        .option("startingTimestamp", stamp(2))
+        .option("endingTimestamp", stamp(4))
+        .load("ds_options")
+    )
+    assert rows(feed, "_commit_version", "_change_type", "id", "v", "dt") == sorted(
+        changes(2) + changes(3) + changes(4)
+    )
+    since = reader().option("readChangeFeed", "true").option("startingTimestamp", stamp(4)).load("ds_options")
+    assert rows(since, "_commit_version", "_change_type", "id", "v", "dt") == sorted(changes(4) + changes(5))

@@ -28,12 +28,12 @@ ROWS_PER_BATCH = 7
 SCHEMA = "id BIGINT, v STRING, part STRING"
 
 
-def rate_stream(spark: Any) -> Any:
+def rate_stream(spark: Any, base: int = 0) -> Any:
     from pyspark.sql import functions as F
 
     source = spark.readStream.format("rate-micro-batch").option("rowsPerBatch", ROWS_PER_BATCH).load()
     return source.select(
-        F.col("value").alias("id"),
+        (F.col("value") + base).alias("id"),
         F.concat(F.lit("r"), F.col("value").cast("string")).alias("v"),
         (F.col("value") % 2).cast("string").alias("part"),
     )
@@ -103,6 +103,45 @@ def test_sink_is_exactly_once_across_a_restart(spark: Any, writer_stack: Any, tm
     root = Path(table.location)
     assert sum(pq.read_metadata(root / p).num_rows for p in referenced) == len(expected), "a record was written twice"
     assert set(referenced) <= set(parquet_files(root))
+
+
+def test_a_new_query_on_a_reused_checkpoint_path_loses_nothing(
+    spark: Any,
+    writer_stack: Any,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """The checkpoint is deleted and its path reused: the new query (new query id, batches from 0 again) is a new
+    identity, so its batches commit instead of being refused as replays of the old query's."""
+    import shutil
+
+    settings = writer_stack.settings
+    table = DeltaTable.create(spark, "ds_reuse", schema=SCHEMA, primary_key="id", settings=settings)
+    checkpoint = tmp_path / "checkpoint"
+    queries = []
+    for base in (0, 1_000_000):  # the second query's rows are new keys, so a dropped batch shows
+        shutil.rmtree(checkpoint, ignore_errors=True)
+        query = (
+            rate_stream(spark, base)
+            .writeStream.format("ordo")
+            .options(**settings_options(settings))
+            .option("checkpointLocation", str(checkpoint))
+            .start("ds_reuse")
+        )
+        target = table.version + 3
+        wait_for(query, lambda t=target: table.version >= t)  # type: ignore[misc]
+        query.stop()
+        assert query.exception() is None
+        queries.append(str(query.id))
+    history = table.catalog.history("ds_reuse")
+    assert not [d for d in history if not d.accepted], "nothing refused: the second query is a new identity"
+    accepted = [d for d in history if d.batch_id is not None]
+    by_query = {q: sorted(d.batch_id for d in accepted if d.app_id and d.app_id.endswith(q)) for q in queries}
+    assert len(accepted) == sum(len(b) for b in by_query.values()), "every batch's app id names its query"
+    for q, batches in by_query.items():
+        assert batches == list(range(len(batches))) and len(batches) >= 3, (q, batches)
+    first, second = (len(by_query[q]) for q in queries)
+    expected = {i for i in range(ROWS_PER_BATCH * first)} | {1_000_000 + i for i in range(ROWS_PER_BATCH * second)}
+    assert {r["id"] for r in table.read().collect()} == expected
 
 
 def test_sink_fails_the_query_with_the_reason(spark: Any, writer_stack: Any, tmp_path: Path) -> None:  # noqa: F811

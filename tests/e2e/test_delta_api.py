@@ -124,3 +124,153 @@ def test_delta_spark_calls_against_a_model(spark: Any, writer_stack: Any) -> Non
     with pytest.raises(VacuumError, match="safety floor"):
         table.vacuum(1)
     assert table.vacuum(dry_run=True) == []
+
+
+def test_restore_is_a_whole_table_overwrite(spark: Any, writer_stack: Any) -> None:  # noqa: F811
+    """RESTORE clears partitions created after the target version, and restoring an empty snapshot empties the
+    table: each is one INSERT OVERWRITE whose scope is the whole table, checked against a model per version."""
+    settings = writer_stack.settings
+    table = DeltaTable.create(
+        spark, "restored", schema=SCHEMA, primary_key="id", partitioned_by="dt", settings=settings
+    )
+    models: dict[int, dict[int, tuple[Any, ...]]] = {0: {}}
+    model: dict[int, tuple[Any, ...]] = {}
+
+    def commit(data: list[tuple[Any, ...]]) -> None:
+        table.insert_into(spark.createDataFrame(data, SCHEMA))
+        model.update({r[0]: r for r in data})
+        models[table.version] = dict(model)
+
+    commit([(1, 10, "2024-05-01"), (2, 20, "2024-05-02")])  # v1
+    commit([(3, 30, "2024-05-03"), (1, 11, "2024-05-01")])  # v2: a partition v1 did not have
+    commit([(4, 40, "2024-05-04")])  # v3: another one
+    assert rows_of(table.toDF()) == sorted(model.values())
+
+    table.restoreToVersion(1)  # v4
+    restore = table.decisions(1)[0]
+    assert (restore.operation.value, restore.partitions) == ("INSERT_OVERWRITE", None)
+    assert rows_of(table.toDF()) == sorted(models[1].values())
+    assert {tuple(f.partition.items()) for f in table.snapshot().files} == {
+        (("dt", "2024-05-01"),),
+        (("dt", "2024-05-02"),),
+    }
+
+    table.restoreToVersion(0)  # v5: the empty table as created
+    assert table.decisions(1)[0].partitions is None
+    assert table.toDF().count() == 0
+    assert table.snapshot().files == ()
+
+    table.restoreToVersion(3)  # v6: everything back
+    assert rows_of(table.toDF()) == sorted(models[3].values())
+    empty_stamp = table.catalog.snapshot("restored", version=5).time_version
+    table.restoreToTimestamp(empty_stamp)  # v7: by time, to the emptied table
+    assert table.toDF().count() == 0
+    assert table.version == 7
+
+
+def test_scope_from_conditions_update_everything_exists_and_vacuum_override(
+    spark: Any,
+    writer_stack: Any,  # noqa: F811
+) -> None:
+    """IN lists and partial pins narrow UPDATE/DELETE/MERGE scopes (checked in the decisions); a MERGE pinned to
+    one partition may insert elsewhere; ``update(None, set)`` updates every row; ``exists`` registers the data
+    source; ``vacuum`` below the floor runs when Delta's check is off. Each against a model."""
+    import os
+
+    from ordo.spark import registered_settings
+    from producer.table import RETENTION_CHECK_CONF
+
+    settings = writer_stack.settings
+    # exists() registers format("ordo") with its settings, as every DeltaTable call does
+    other = settings.with_overrides(warehouse=settings.warehouse + "-probe")
+    assert not DeltaTable.exists(spark, "regions", settings=other)
+    assert registered_settings(spark) == (True, other)
+    assert not DeltaTable.exists(spark, "regions", settings=settings)
+    assert registered_settings(spark) == (True, settings)
+
+    schema = "id BIGINT, amount BIGINT, dt STRING, region STRING"
+    table = DeltaTable.create(
+        spark, "regions", schema=schema, primary_key="id", partitioned_by=["dt", "region"], settings=settings
+    )
+    places = [("a", "eu"), ("a", "us"), ("b", "eu"), ("b", "us"), ("c", "eu")]
+    model = {i: (i, i, *places[i % len(places)]) for i in range(20)}
+
+    def rows() -> list[tuple[Any, ...]]:
+        return sorted((r["id"], r["amount"], r["dt"], r["region"]) for r in table.toDF().collect())
+
+    def scope() -> list[tuple[str, str]] | None:
+        found = table.decisions(1)[0].partitions
+        return None if found is None else sorted((p["dt"], p["region"]) for p in found)
+
+    table.insert_into(spark.createDataFrame(list(model.values()), schema))
+
+    # IN lists on every partition column: every combination is the scope
+    table.update("dt IN ('a', 'b') AND region IN ('eu') AND amount > 5", {"amount": "amount * 10"})
+    for k, r in model.items():
+        if r[2] in ("a", "b") and r[3] == "eu" and r[1] > 5:
+            model[k] = (k, r[1] * 10, r[2], r[3])
+    assert scope() == [("a", "eu"), ("b", "eu")]
+    assert rows() == sorted(model.values())
+
+    # a partial pin: the partitions of the pinned snapshot that match it
+    table.delete("region = 'us' AND amount < 10")
+    model = {k: r for k, r in model.items() if not (r[3] == "us" and r[1] < 10)}
+    assert scope() == [("a", "us"), ("b", "us")]
+    assert rows() == sorted(model.values())
+    table.update("dt = 'c'", {"amount": "amount + 1"})  # one column of two pinned: the partitions with dt = c
+    model = {k: (k, r[1] + 1, r[2], r[3]) if r[2] == "c" else r for k, r in model.items()}
+    assert scope() == [("c", "eu")]
+    assert rows() == sorted(model.values())
+
+    # Delta's update(None, set) and update(set=...): every row, whole-table scope
+    table.update(None, {"amount": "amount + 100"})
+    model = {k: (k, r[1] + 100, r[2], r[3]) for k, r in model.items()}
+    assert scope() is None
+    assert rows() == sorted(model.values())
+    table.update(set={"amount": "amount - 100"})
+    model = {k: (k, r[1] - 100, r[2], r[3]) for k, r in model.items()}
+    assert rows() == sorted(model.values())
+
+    # a MERGE pinned to one partition whose not-matched rows are inserted into others: scope = read + written
+    source = spark.createDataFrame(
+        [(0, -1, "a", "eu"), (900, 9, "d", "eu"), (901, 9, "a", "us")], "id BIGINT, amount BIGINT, day STRING, r STRING"
+    )
+    (
+        table.merge(source, "target.id = source.id AND target.dt = 'a' AND target.region = 'eu'")
+        .whenMatchedUpdate(set={"amount": "source.amount"})
+        .whenNotMatchedInsert(
+            values={"id": "source.id", "amount": "source.amount", "dt": "source.day", "region": "source.r"}
+        )
+        .execute()
+    )
+    model[0] = (0, -1, "a", "eu")
+    model[900], model[901] = (900, 9, "d", "eu"), (901, 9, "a", "us")
+    assert scope() == [("a", "eu"), ("a", "us"), ("d", "eu")]
+    assert rows() == sorted(model.values())
+    # the same with unqualified pins (the source has no such columns)
+    source = spark.createDataFrame([(902, 1, "e", "eu")], "id BIGINT, amount BIGINT, day STRING, r STRING")
+    (
+        table.merge(source, "target.id = source.id AND dt = 'b' AND region = 'eu'")
+        .whenNotMatchedInsert(
+            values={"id": "source.id", "amount": "source.amount", "dt": "source.day", "region": "source.r"}
+        )
+        .execute()
+    )
+    model[902] = (902, 1, "e", "eu")
+    assert scope() == [("b", "eu"), ("e", "eu")]
+    assert rows() == sorted(model.values())
+
+    # VACUUM below the floor when Delta's check is off: files no version within 0 hours references go
+    table.compact("major")
+    old = {f.path: f.absolute_path for f in table.snapshot(1).files}
+    with pytest.raises(VacuumError, match="safety floor"):
+        table.vacuum(0)
+    spark.conf.set(RETENTION_CHECK_CONF, "false")
+    try:
+        deleted = table.vacuum(0)
+    finally:
+        spark.conf.unset(RETENTION_CHECK_CONF)
+    assert old and set(old) <= set(deleted)
+    assert not any(os.path.exists(path) for path in old.values())
+    assert not {f.path for f in table.snapshot().files} & set(deleted)
+    assert rows() == sorted(model.values())

@@ -95,6 +95,31 @@ def test_snapshot_at_every_version_equals_the_model(
     assert {f.path for f in catalog.snapshot("t").files} == script.state.live_files()
 
 
+@pytest.mark.parametrize("partitioned", [True, False])
+def test_a_snapshot_of_some_groups_is_the_snapshot_filtered_to_them(
+    catalog_at: Callable[[str], str], partitioned: bool
+) -> None:
+    script = Script(seed=5, partitioned=partitioned).run(120)
+    catalog = build(catalog_at("c.db"), script)
+    for version in range(1, script.model.head + 1, 3):
+        whole = catalog.snapshot("t", version)
+        partitions = sorted({tuple(sorted(f.partition.items())) for f in whole.files})
+        for partition in [dict(p) for p in partitions[:2] or ([] if partitioned else [()])]:
+            for bucket in (None, 0, 1):
+                got = catalog.snapshot("t", version, groups=[(partition, bucket)])
+                wanted = [f for f in whole.files if dict(f.partition) == partition and bucket in (None, f.bucket)]
+                assert sorted(got.files, key=str) == sorted(wanted, key=str), (version, partition, bucket)
+                assert (got.id_version, got.time_version, got.metadata) == (
+                    whole.id_version,
+                    whole.time_version,
+                    whole.metadata,
+                )
+        assert catalog.snapshot("t", version, groups=[]).files == ()
+    for bad in ([({"nope": "x"}, 0)], [({"dt": "a"}, -1)], [("dt", 0)], "dt"):
+        with pytest.raises(ValueError):
+            catalog.snapshot("t", groups=bad)  # type: ignore[arg-type]
+
+
 def test_time_travel_by_timestamp_follows_inherited_time_versions(catalog_at: Callable[[str], str]) -> None:
     script = Script(seed=3).run(120)
     model = script.model
@@ -542,21 +567,42 @@ def test_wait_for_version_and_subscribe_while_the_writer_applies(catalog_at: Cal
     assert logical == model.logical(3, model.head)
 
 
-def test_snapshot_query_is_one_indexed_query(tmp_path: Path) -> None:
-    build(str(tmp_path / "c.db"), Script(seed=17).run(20))
-    conn = connect(tmp_path / "c.db", readonly=True)
+def _searches(tmp_path: Path, where_live: str, where_removed: str, params: tuple[object, ...]) -> list[str]:
+    """The SEARCH/SCAN lines of the plan of a snapshot-shaped query (live files UNION ALL files removed later)."""
     from consumer.store import FILE_COLUMNS
 
+    build(str(tmp_path / "c.db"), Script(seed=17).run(20))
+    conn = connect(tmp_path / "c.db", readonly=True)
     plan = conn.execute(
-        f"EXPLAIN QUERY PLAN SELECT {FILE_COLUMNS} FROM files WHERE table_id = ?1 AND removed_version IS NULL"
-        f" AND added_version <= ?2 UNION ALL SELECT {FILE_COLUMNS} FROM files WHERE table_id = ?1"
-        " AND removed_version > ?2 AND added_version <= ?2",
-        (1, 5),
+        f"EXPLAIN QUERY PLAN SELECT {FILE_COLUMNS} FROM files WHERE {where_live}"
+        f" UNION ALL SELECT {FILE_COLUMNS} FROM files WHERE {where_removed}",
+        params,
     ).fetchall()
-    details = [row[-1] for row in plan]
-    searches = [d for d in details if d.startswith(("SEARCH", "SCAN"))]
-    assert len(searches) == 2 and all(d.startswith("SEARCH files USING INDEX") for d in searches), details
-    assert "files_removed (table_id=? AND removed_version=?" in searches[0], details  # the live files: head reads
+    return [row[-1] for row in plan if row[-1].startswith(("SEARCH", "SCAN"))]
+
+
+def test_snapshot_query_is_one_indexed_query(tmp_path: Path) -> None:
+    searches = _searches(
+        tmp_path,
+        "table_id = ?1 AND removed_version IS NULL AND added_version <= ?2",
+        "table_id = ?1 AND removed_version > ?2 AND added_version <= ?2",
+        (1, 5),
+    )
+    assert len(searches) == 2 and all(d.startswith("SEARCH files USING INDEX") for d in searches), searches
+    assert "files_removed (table_id=? AND removed_version=?" in searches[0], searches  # the live files: head reads
+
+
+def test_group_snapshot_query_uses_the_group_index(tmp_path: Path) -> None:
+    group = "table_id = ?1 AND partition = ?2 AND bucket = ?3"
+    searches = _searches(
+        tmp_path,
+        f"{group} AND removed_version IS NULL AND added_version <= ?4",
+        f"{group} AND removed_version > ?4 AND added_version <= ?4",
+        (1, '{"dt":"a"}', 0, 5),
+    )
+    assert len(searches) == 2 and all("USING INDEX files_group" in d for d in searches), searches
+    live = "(table_id=? AND partition=? AND bucket=? AND removed_version=? AND added_version<?)"
+    assert live in searches[0], searches
 
 
 def test_catalog_belongs_to_one_prefix(catalog_at: Callable[[str], str]) -> None:

@@ -44,6 +44,9 @@ def test_remote_catalog_answers_like_the_local_one(served: tuple[Catalog, Catalo
     for millis in script.model.times[::7]:
         assert remote.snapshot("t", timestamp=at(millis)) == local.snapshot("t", timestamp=at(millis))
         assert remote.snapshot("t", timestamp=millis) == local.snapshot("t", timestamp=millis)
+    groups = [({"dt": p}, b) for p in ("a", "b", "c") for b in (None, 0)]
+    for version in range(0, script.model.head + 1, 5):
+        assert remote.snapshot("t", version, groups=groups) == local.snapshot("t", version, groups=groups)
     assert remote.history("t") == local.history("t")
     assert remote.history("t", limit=2) == local.history("t", limit=2)
     assert remote.commits("t", 2, 30) == local.commits("t", 2, 30)

@@ -131,6 +131,7 @@ def test_a_catalog_written_before_the_bucket_column_is_read_and_then_migrated(tm
     path = tmp_path / "catalog.db"
     expected = rebuild_catalog("0.1", path)
     conn = sqlite3.connect(path)
+    conn.execute("DROP INDEX files_group")  # a version-1 catalog has neither the column nor its index
     conn.execute("ALTER TABLE files DROP COLUMN bucket")
     conn.execute("PRAGMA user_version = 1")
     conn.commit()
@@ -138,12 +139,25 @@ def test_a_catalog_written_before_the_bucket_column_is_read_and_then_migrated(tm
     with Catalog(path) as catalog:
         files = catalog.snapshot("orders").files
         assert files and all(f.bucket == 0 for f in files)
+        partition = files[0].partition  # the per-group look-up reads a catalog with no bucket column as bucket 0
+        assert sorted(map(str, catalog.snapshot("orders", groups=[(partition, 0)]).files)) == sorted(
+            str(f) for f in files if f.partition == partition
+        )
+        assert catalog.snapshot("orders", groups=[(partition, 1)]).files == ()
     assert dump_catalog(path, tables("0.1")) == expected
     CatalogWriter(path, manifest("0.1")["topic_prefix"]).close()  # what a consumer does at start
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     assert "bucket" in [row[1] for row in conn.execute("PRAGMA table_info(files)")]
+    assert conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'files_group'").fetchone()
     conn.close()
+    with Catalog(path) as catalog:  # the change feed's per-group look-up on the migrated catalog
+        whole = catalog.snapshot("orders").files
+        one = whole[0]
+        group = catalog.snapshot("orders", groups=[(one.partition, one.bucket)]).files
+        assert sorted(map(str, group)) == sorted(
+            str(f) for f in whole if f.partition == one.partition and f.bucket == one.bucket
+        )
     assert dump_catalog(path, tables("0.1")) == expected
 
 

@@ -1,0 +1,227 @@
+"""The change feed's work per commit follows the rows the commit touched, not the table.
+
+Two real tables per case, built by the pure core into a real SQLite catalog with
+real Parquet files (the writer's pyarrow path, ``producer.arrow.write_rows``):
+a small one and one ten times larger. The same small commit (update, insert and
+delete a few keys of one partition) is then planned and read as the change
+feed does (``plan_commits`` on the catalog, ``change_rows`` on the files), and
+its work is counted: catalog file entries fetched for pre-images, data files
+opened and rows read (``READ_STATS``). Both tables give the same counts and the
+same change rows.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from arbiter.core import apply, evaluate, new_state
+from consumer import Catalog
+from consumer.arrow import READ_STATS, TableShape, change_rows, plan_commits, touched_groups
+from consumer.store import CatalogWriter, LogRecord
+from producer.arrow import write_rows
+from producer.data import Layout
+from schemas import CommitIntent, DataFile, Operation, TableMetadata, encode
+
+SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string()), ("dt", pa.string())])
+SHAPE = TableShape(SCHEMA, ("id",), ("dt",))
+ROWS_PER_COMMIT = 40
+BUCKETS = 4
+
+
+class Builder:
+    """Drives the pure core for one table and applies its decisions to a real catalog."""
+
+    def __init__(self, root: Path, name: str) -> None:
+        self.name = name
+        self.metadata = TableMetadata(
+            location=str(root / name),
+            schema="id BIGINT, v STRING, dt STRING",
+            primary_key=("id",),
+            partition_columns=("dt",),
+            properties={"ordo.buckets": str(BUCKETS)},
+        )
+        self.layout = Layout.of(name, self.metadata)
+        self.catalog_path = str(root / f"{name}.db")
+        self.writer = CatalogWriter(self.catalog_path, "ordo")
+        self.state = new_state(name)
+        self.offset = 0
+        self.rows: dict[int, tuple[Any, ...]] = {}
+        self.submit(Operation.CREATE_TABLE, metadata=self.metadata)
+
+    def submit(self, operation: Operation, **fields: Any) -> Any:
+        intent = CommitIntent(
+            txn_id=fields.pop("txn_id", f"t{self.offset}"),
+            table=self.name,
+            operation=operation,
+            read_version=max(self.state.head_version, 0),
+            **fields,
+        )
+        decision = evaluate(self.state, intent, 1_000_000 + self.offset * 1000, self.offset)
+        assert decision.accepted, decision
+        data = encode(decision)
+        apply(self.state, decision, data)
+        self.writer.apply([LogRecord(self.name, self.offset, 1_000_000 + self.offset * 1000, data)])
+        self.offset += 1
+        return decision
+
+    def write(self, rows: list[tuple[Any, ...]], operation: Operation = Operation.INSERT_INTO, **fields: Any) -> Any:
+        txn = f"w{self.offset}"
+        table = pa.Table.from_pylist([dict(zip(SCHEMA.names, r, strict=True)) for r in rows], SCHEMA)
+        files = write_rows(table, self.layout, txn, 0)
+        partitions = sorted({r[2] for r in rows})
+        decision = self.submit(
+            operation,
+            txn_id=txn,
+            partitions=tuple({"dt": p} for p in partitions),
+            added_files=tuple(files),
+            **fields,
+        )
+        self.rows.update({r[0]: r for r in rows})
+        return decision
+
+    def delete(self, keys: list[int], dt: str) -> list[DataFile]:
+        """Delete records (the writer's format: key, partition, ``_ordo_op = delete``) in their buckets' files."""
+        import pyarrow.parquet as pq
+
+        from producer.buckets import bucket_array
+        from schemas.paths import data_file_path
+
+        txn = f"d{self.offset}"
+        table = pa.table({"id": pa.array(keys, pa.int64())})
+        buckets = bucket_array(table, ("id",), BUCKETS).to_pylist()
+        files = []
+        for n, bucket in enumerate(sorted(set(buckets))):
+            ids = [k for k, b in zip(keys, buckets, strict=True) if b == bucket]
+            path = data_file_path(("dt",), {"dt": dt}, txn, n)
+            records = pa.table(
+                {
+                    "id": pa.array(ids, pa.int64()),
+                    "v": pa.nulls(len(ids), pa.string()),
+                    "dt": pa.array([dt] * len(ids), pa.string()),
+                    "_ordo_op": pa.array(["delete"] * len(ids), pa.string()),
+                    "_ordo_seq": pa.nulls(len(ids), pa.int64()),
+                }
+            )
+            full = Path(self.metadata.location) / path
+            full.parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(records, full)
+            files.append(
+                DataFile(
+                    path=path,
+                    partition={"dt": dt},
+                    record_count=len(ids),
+                    size_bytes=full.stat().st_size,
+                    min_key=str(min(ids)),
+                    max_key=str(max(ids)),
+                    bucket=bucket,
+                )
+            )
+        return files
+
+    def major_compact(self, dt: str) -> None:
+        """A MAJOR COMPACT of partition ``dt``: its live rows in one file per bucket."""
+        live = sorted((r for r in self.rows.values() if r[2] == dt), key=lambda r: r[0])
+        removed = tuple(sorted(p for p, key in self.state.files.items() if key == (dt,)))
+        txn = f"c{self.offset}"
+        table = pa.Table.from_pylist([dict(zip(SCHEMA.names, r, strict=True)) for r in live], SCHEMA)
+        files = write_rows(table, self.layout, txn, 0)
+        self.submit(
+            Operation.MAJOR_COMPACT,
+            txn_id=txn,
+            partitions=({"dt": dt},),
+            added_files=tuple(f.model_copy(update={"data_change": False}) for f in files),
+            removed_files=removed,
+        )
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def history(builder: Builder, partitions: int, commits: int) -> None:
+    """``commits`` INSERT INTOs of ``ROWS_PER_COMMIT`` new keys in each of ``partitions`` partitions.
+
+    Keys ``p * 1e6 + c * 1000 + i``: each commit's keys are a range of their own, as a stream writes them.
+    """
+    for c in range(commits):
+        for p in range(partitions):
+            builder.write([(p * 1_000_000 + c * 1000 + i, f"v{c}", f"p{p}") for i in range(ROWS_PER_COMMIT)])
+
+
+class Recording:
+    """A real catalog that counts the file entries its snapshots return."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+        self.entries = 0
+
+    def snapshot(self, *args: Any, **kwargs: Any) -> Any:
+        found = self.catalog.snapshot(*args, **kwargs)
+        self.entries += len(found.files)
+        return found
+
+
+def the_small_commit(builder: Builder) -> tuple[int, list[tuple[Any, ...]]]:
+    """Update 3 keys and insert 2 in partition p0 (one commit), then delete 2 (another); the expected change rows."""
+    old = builder.rows
+    updated = [(1000 + i, "new", "p0") for i in (1, 7, 30)]
+    inserted = [(1000 + 500 + i, "new", "p0") for i in range(2)]
+    expected = [("update_preimage", *old[r[0]]) for r in updated]
+    expected += [("update_postimage", *r) for r in updated] + [("insert", *r) for r in inserted]
+    first = builder.write(updated + inserted).id_version
+    gone = [2000 + 3, 2000 + 11]
+    expected_delete = [("delete", *old[k]) for k in gone]
+    files = builder.delete(gone, "p0")
+    builder.submit(Operation.DELETE, partitions=({"dt": "p0"},), added_files=tuple(files))
+    for k in gone:
+        builder.rows.pop(k)
+    return first, sorted(expected + expected_delete)
+
+
+def work_of_the_small_commit(builder: Builder) -> tuple[tuple[int, int, int], list[tuple[Any, ...]]]:
+    """(catalog entries fetched, files read, rows read) of the change feed of the small commit, and its rows."""
+    first, expected = the_small_commit(builder)
+    builder.close()
+    with Catalog(builder.catalog_path) as catalog:
+        commits = catalog.commits(builder.name, first, first + 1)
+        recording = Recording(catalog)
+        READ_STATS.reset()
+        plans = plan_commits(recording, builder.name, commits, SHAPE)  # type: ignore[arg-type]
+        tables = [change_rows(plan, SHAPE) for plan in plans]
+        files, rows = READ_STATS.reset()
+        assert all(touched_groups(c, ("dt",)) for c in commits)
+    got = sorted(
+        (r["_change_type"], r["id"], r["v"], r["dt"]) for t in tables for r in t.to_pylist() if r["_change_type"]
+    )
+    assert got == expected
+    return (recording.entries, files, rows), got
+
+
+@pytest.mark.parametrize("growth", ["partitions", "compacted history"])
+def test_work_per_commit_does_not_grow_with_the_table(tmp_path: Path, growth: str) -> None:
+    """The same small commit costs the same on a table and on one ten times larger.
+
+    ``partitions``: 10x the partitions (10x rows and files). ``compacted history``: 10x the commits everywhere,
+    also in the touched partition, which a MAJOR COMPACT folded into one file per bucket (10x the rows in it):
+    the key filter reads only the rows of the commit's keys.
+    """
+    measured = {}
+    for scale in (1, 10):
+        builder = Builder(tmp_path, f"t{scale}")
+        if growth == "partitions":
+            history(builder, partitions=2 * scale, commits=3)
+        else:
+            history(builder, partitions=2, commits=3 * scale)
+            builder.major_compact("p0")
+        live = len(builder.state.files)
+        measured[scale] = (live, *work_of_the_small_commit(builder))
+    (small_live, small_work, small_rows), (large_live, large_work, large_rows) = measured[1], measured[10]
+    assert large_live >= 5 * small_live, "the larger table is larger"
+    assert small_rows == large_rows
+    assert large_work == small_work, f"work (catalog entries, files, rows): small {small_work}, large {large_work}"
+    entries, _, rows = large_work
+    assert entries < large_live / 4, "the catalog returned only the touched groups' files"
+    assert rows <= 4 * 10, f"rows read follow the commit's rows (7 keys, their files), not the table: {rows}"
