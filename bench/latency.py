@@ -131,7 +131,7 @@ def run() -> list[Result]:
 
     from ordo.broker import EmbeddedBroker, create_topics
     from ordo.keys import embedded_keys
-    from ordo.settings import Settings
+    from ordo.settings import load_settings
     from ordo.stack import ProcessGroup, start_consumer
     from producer import CommitClient
     from schemas import encode
@@ -145,7 +145,7 @@ def run() -> list[Result]:
     with EmbeddedBroker() as broker, ProcessGroup(log_dir=work / "logs") as group:
         bootstrap = broker.bootstrap_servers
         settings = embedded_keys(
-            Settings(bootstrap_servers=bootstrap, topic_prefix="lat", state_dir=str(work / "state")), work
+            load_settings(bootstrap_servers=bootstrap, topic_prefix="lat", state_dir=str(work / "state")), work
         )
         arbiter = group.start_arbiter(settings, timeout=120)
         create_topics(AdminClient({"bootstrap.servers": bootstrap}), {"lat.raw": {}})
