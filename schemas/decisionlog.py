@@ -196,11 +196,11 @@ def not_live(decision: CommitDecision, live: int, offset: int | None) -> BrokenL
     )
 
 
-def already_live(decision: CommitDecision, path: str, offset: int | None) -> BrokenLogError:
-    """The error for a decision that adds ``path`` while it is live."""
+def already_live(decision: CommitDecision, what: str, offset: int | None) -> BrokenLogError:
+    """The error for a decision that adds a file that is live already (``what`` names it, or how it was found)."""
     return BrokenLogError(
         LogProblem.ALREADY_LIVE,
-        f"version {decision.id_version} adds {path!r}, which is live already",
+        f"version {decision.id_version} adds a file that is live already: {what}",
         offset=offset,
         intent_offset=decision.intent_offset,
     )

@@ -202,6 +202,6 @@ def test_the_liveness_errors_of_a_reader_share_the_kinds() -> None:
     error = not_live(compaction, 0, 4)
     assert error.kind is LogProblem.NOT_LIVE and error.intent_offset == compaction.intent_offset
     assert "only 0 of them are live" in str(error)
-    error = already_live(compaction, "dt=a/x.parquet", 4)
+    error = already_live(compaction, "'dt=a/x.parquet'", 4)
     assert error.kind is LogProblem.ALREADY_LIVE and LogProblem.of(str(error)) is LogProblem.ALREADY_LIVE
     assert LogProblem.of("hash chain broken: ...") is None and LogProblem.of(None) is None
