@@ -63,7 +63,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from arbiter import checkpoint as checkpoints
-from arbiter.core import GENESIS_HASH, TableState, apply, evaluate_record, new_state, reject_malformed
+from arbiter.core import GENESIS_HASH, TableState, apply, evaluate_record, fold_record, new_state, reject_malformed
 from arbiter.prom import ArbiterPrometheus
 from kernel.admin import DECISIONS_CONFIG, create_topics, existing_topics
 from kernel.errors import ArbiterFencedError, BrokerUnavailableError, OrdoError
@@ -80,6 +80,7 @@ from schemas import (
     intents_pattern,
     parse_topic,
 )
+from schemas.decisionlog import BrokenLogError, LogProblem
 from schemas.signing import SIGNATURE_HEADER, ChainVerifier, Signer, Trust, signature_of
 
 log = logging.getLogger("ordo.arbiter")
@@ -98,7 +99,9 @@ READY_MESSAGE = "arbiter ready"
 
 
 class ArbiterStateError(OrdoError):
-    """Raised when a table's decisions log cannot be folded into state (corrupt or foreign records)."""
+    """Raised when a decision that keeps the log's invariants cannot be folded into state (a bug in the core).
+
+    A log that breaks an invariant raises ``schemas.decisionlog.BrokenLogError`` instead."""
 
 
 class TableFencedError(ArbiterFencedError):
@@ -700,7 +703,7 @@ class ArbiterService:
                 rebuild_started = time.monotonic()
                 table.state = self._load_state(table)
                 self.prom.rebuild_seconds.labels(name).set(time.monotonic() - rebuild_started)
-            except ArbiterStateError as exc:
+            except (BrokenLogError, ArbiterStateError) as exc:
                 log.error("table %s left undecided until restart: %s", name, exc)
                 self._broken.add(name)
                 continue
@@ -892,30 +895,24 @@ class ArbiterService:
         return checkpoints.checkpoint_path(self.state_dir, self.prefix, table)
 
     def _fold(self, state: TableState, data: bytes | None, offset: int) -> bool:
-        """Fold one decision record into ``state``; False when it is skipped (a later decision for an intent)."""
+        """Fold one decision record into ``state``; False when it is skipped (a later decision for an intent).
+
+        A record that breaks the log's invariants (``schemas.decisionlog``) refuses the table: a chain break
+        too (see docs/architecture.md, "Reading a decisions log").
+        """
         try:
-            decision = decode(data)  # type: ignore[arg-type]
-        except Exception as exc:
-            raise ArbiterStateError(f"record at offset {offset} of the decisions log is not a decision: {exc}") from exc
-        if not isinstance(decision, CommitDecision):
-            raise ArbiterStateError(f"record at offset {offset} of the decisions log is a {type(decision).__name__}")
-        if decision.intent_offset <= state.last_intent_offset:
-            # A second decision for an intent already decided: never written by a
-            # fenced arbiter on Kafka; kept out of the state whatever the broker.
-            self.metrics.skipped_duplicates += 1
-            log.warning(
-                "table %s: skipping decision at offset %d for intent offset %d (already decided)",
-                state.table,
-                offset,
-                decision.intent_offset,
-            )
-            return False
-        if decision.prev_hash is not None and decision.prev_hash != state.chain:
-            self.metrics.chain_breaks += 1
-            log.error("table %s: decision at offset %d does not chain to the previous one", state.table, offset)
-        try:
-            apply(state, decision, data)
-        except Exception as exc:  # a record no arbiter wrote (forged or corrupt): refuse the table, not the shard
+            fold_record(state, data, offset)
+        except BrokenLogError as exc:
+            if exc.kind.skippable:
+                # A second decision for an intent already decided: never written by a
+                # fenced arbiter on Kafka; kept out of the state whatever the broker.
+                self.metrics.skipped_duplicates += 1
+                log.warning("table %s: skipping decision at offset %d: %s", state.table, offset, exc)
+                return False
+            if exc.kind is LogProblem.CHAIN:
+                self.metrics.chain_breaks += 1
+            raise
+        except Exception as exc:  # the record kept every invariant, yet ``apply`` failed: a bug
             raise ArbiterStateError(
                 f"decision at offset {offset} of the decisions log cannot be folded: {type(exc).__name__}: {exc}"
             ) from exc

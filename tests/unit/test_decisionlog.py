@@ -205,3 +205,23 @@ def test_the_liveness_errors_of_a_reader_share_the_kinds() -> None:
     error = already_live(compaction, "'dt=a/x.parquet'", 4)
     assert error.kind is LogProblem.ALREADY_LIVE and LogProblem.of(str(error)) is LogProblem.ALREADY_LIVE
     assert LogProblem.of("hash chain broken: ...") is None and LogProblem.of(None) is None
+
+
+def test_the_arbiters_rebuild_folds_with_the_same_checks() -> None:
+    """``arbiter.core.rebuild``: the live state again; a repeat skipped; a broken log raises by kind, never KeyError."""
+    from arbiter.checkpoint import states_equal
+    from arbiter.core import rebuild
+
+    table, values = genuine()
+    assert states_equal(rebuild("t", values), table.state)
+    assert states_equal(rebuild("t", [*values[:4], values[2], *values[4:]]), table.state)
+    compaction = _decision(values, 4)
+    for changes, kind in (
+        ({"removed_files": ("dt=a/nope-0.parquet",)}, LogProblem.NOT_LIVE),
+        ({"added_files": _decision(values, 2).added_files}, LogProblem.ALREADY_LIVE),  # live in dt=b
+        ({"prev_hash": None}, LogProblem.CHAIN),
+    ):
+        broken = [*values[:4], encode(compaction.model_copy(update=changes))]
+        with pytest.raises(BrokenLogError) as caught:
+            rebuild("t", broken)
+        assert (caught.value.kind, caught.value.offset) == (kind, 4), caught.value
