@@ -188,21 +188,18 @@ def fold(head: LogHead, records: Iterable[tuple[int, bytes | None]], *, collect:
 
 def not_live(decision: CommitDecision, live: int, offset: int | None) -> BrokenLogError:
     """The error for a decision that removes files of which only ``live`` are live (the reader counted)."""
-    return BrokenLogError(
-        LogProblem.NOT_LIVE,
-        f"version {decision.id_version} removes {len(decision.removed_files)} files but only {live} of them are live",
-        offset=offset,
-        intent_offset=decision.intent_offset,
-    )
+    removes = f"removes {len(decision.removed_files)} files but only {live} of them are live"
+    return _file_error(LogProblem.NOT_LIVE, decision, removes, offset)
 
 
 def already_live(decision: CommitDecision, what: str, offset: int | None) -> BrokenLogError:
     """The error for a decision that adds a file that is live already (``what`` names it, or how it was found)."""
+    return _file_error(LogProblem.ALREADY_LIVE, decision, f"adds a file that is live already: {what}", offset)
+
+
+def _file_error(kind: LogProblem, decision: CommitDecision, what: str, offset: int | None) -> BrokenLogError:
     return BrokenLogError(
-        LogProblem.ALREADY_LIVE,
-        f"version {decision.id_version} adds a file that is live already: {what}",
-        offset=offset,
-        intent_offset=decision.intent_offset,
+        kind, f"version {decision.id_version} {what}", offset=offset, intent_offset=decision.intent_offset
     )
 
 
