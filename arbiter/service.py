@@ -246,8 +246,8 @@ class ArbiterService:
 
     def _discover(self) -> None:
         """Take the tables this arbiter owns that appeared since the last look (``OwnedTables.take_new``)."""
-        self.owned.take_new(self._admin, self._reader)
-        self._checkpoint(after_rebuild=True)
+        if self.owned.take_new(self._admin, self._reader):
+            self._checkpoint(after_rebuild=True)
 
     def _checkpoint(self, *, after_rebuild: bool = False) -> None:
         if not self.sink.in_txn:
