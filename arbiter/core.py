@@ -860,13 +860,18 @@ def _resolve_inputs(state: TableState, intent: CommitIntent) -> tuple[str, ...]:
 # --------------------------------------------------------------------------- apply
 
 
-def apply(state: TableState, decision: CommitDecision, encoded: bytes | None = None) -> TableState:
+def apply(
+    state: TableState, decision: CommitDecision, encoded: bytes | None = None, *, chain: bytes | None = None
+) -> TableState:
     """Fold one decision into ``state`` (in place) and return it.
 
     ``encoded`` is the decision's record bytes, hashed into the chain; when not
-    given the decision is encoded here.
+    given the decision is encoded here. ``chain``: their hash, when the caller
+    has it already (a rebuild's ``check`` computed it).
     """
-    state.chain = chain_hash(encoded if encoded is not None else encode(decision))
+    if chain is None:
+        chain = chain_hash(encoded if encoded is not None else encode(decision))
+    state.chain = chain
     state.last_intent_offset = decision.intent_offset
     state.decisions += 1
     if decision.duplicate_of is not None:
@@ -1003,7 +1008,8 @@ def fold_record(state: TableState, value: bytes | None, offset: int) -> CommitDe
     kind (a later decision for an intent already decided) the reader goes on.
     The live path never comes here: ``apply`` folds the arbiter's own decisions.
     """
-    decision = check(log_head(state), value, offset).decision
+    step = check(log_head(state), value, offset)
+    decision = step.decision
     if decision.outcome is _ACCEPTED and decision.duplicate_of is None:
         files = state.files
         removed = decision.removed_files
@@ -1014,7 +1020,7 @@ def fold_record(state: TableState, value: bytes | None, offset: int) -> CommitDe
         for data_file in decision.added_files:
             if data_file.path in files and data_file.path not in removed:
                 raise already_live(decision, repr(data_file.path), offset)
-    apply(state, decision, value)
+    apply(state, decision, value, chain=step.head.chain)
     return decision
 
 

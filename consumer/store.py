@@ -154,7 +154,7 @@ def _stream_state(row: Any) -> StreamState:
         version=row[8],
         time_ms=row[9],
         metadata=TableMetadata.model_validate_json(row[6]) if row[6] else None,
-        count=row[5],
+        decisions=row[5],
     )
     return StreamState(
         table_id=row[0],
@@ -205,7 +205,7 @@ class StreamState:
     @property
     def decisions(self) -> int:
         """Decision records applied."""
-        return self.head.count
+        return self.head.decisions
 
     @property
     def metadata(self) -> TableMetadata | None:

@@ -39,9 +39,10 @@ so that a stop reason stored as text still tells it (``LogProblem.of``).
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
 
 from schemas.codec import chain_hash, decode
 from schemas.errors import CodecError, OrdoError
@@ -112,9 +113,8 @@ class BrokenLogError(OrdoError):
         self.intent_offset = intent_offset
 
 
-@dataclass(frozen=True, slots=True)
-class LogHead:
-    """What the invariants need to know of a log folded up to some record (and no more)."""
+class LogHead(NamedTuple):
+    """What the invariants need to know of a log folded up to some record (and no more). Immutable."""
 
     table: str
     chain: bytes = GENESIS_HASH  # hash of the last record folded
@@ -122,7 +122,7 @@ class LogHead:
     version: int = -1  # the head ID version (-1: no CREATE_TABLE yet)
     time_ms: int | None = None  # the time version of the last commit that changed data
     metadata: TableMetadata | None = None
-    count: int = 0  # decision records folded
+    decisions: int = 0  # decision records folded
 
     @property
     def created(self) -> bool:
@@ -236,93 +236,121 @@ def _inspect(
         )
     intent = decision.intent_offset
     problems: list[BrokenLogError] = []
-
-    def problem(kind: LogProblem, message: str) -> None:
-        problems.append(BrokenLogError(kind, message, offset=offset, intent_offset=intent))
-
     chain = chain_hash(value)
     if decision.table != head.table:
-        problem(LogProblem.WRONG_TABLE, f"decision names table {decision.table!r}, not {head.table!r}")
+        _add(problems, LogProblem.WRONG_TABLE, f"decision names table {decision.table!r}, not {head.table!r}")
     elif intent <= head.last_intent_offset:
         last = head.last_intent_offset
         if intent == last:
-            problem(LogProblem.REPEATED_INTENT, f"a second decision for intent offset {intent} (already decided)")
+            _add(
+                problems, LogProblem.REPEATED_INTENT, f"a second decision for intent offset {intent} (already decided)"
+            )
         else:
-            problem(LogProblem.REORDERED, f"decision for intent offset {intent} after one for {last}")
+            _add(problems, LogProblem.REORDERED, f"decision for intent offset {intent} after one for {last}")
     if decision.prev_hash != head.chain:
         got = "none" if decision.prev_hash is None else decision.prev_hash.hex()
-        problem(
+        _add(
+            problems,
             LogProblem.CHAIN,
             f"hash chain broken: prev_hash {got} does not match the hash {head.chain.hex()} of the previous decision record",
         )
-    if problems and problems[0].kind in (LogProblem.WRONG_TABLE, *_SKIPPABLE):
-        return decision, problems, _replace_chain(head, chain)
+    if problems and problems[0].kind in _STOP_THERE:
+        return decision, _located(problems, offset, intent), _replace_chain(head, chain)
     version, time_ms, metadata = head.version, head.time_ms, head.metadata
     if decision.outcome is _ACCEPTED and decision.duplicate_of is None:
         operation, id_version = decision.operation, decision.id_version
         if operation is None or id_version is None:
-            problem(LogProblem.INCOMPLETE, "accepted decision without operation or ID version")
+            _add(problems, LogProblem.INCOMPLETE, "accepted decision without operation or ID version")
         else:
-            creates = operation is _CREATE_TABLE
-            name = operation.value
-            if creates and head.created:
-                problem(LogProblem.SECOND_CREATE, "a second CREATE_TABLE was accepted")
-            elif not creates and not head.created:
-                problem(LogProblem.NO_CREATE, f"{name} accepted before CREATE_TABLE")
+            if operation is _CREATE_TABLE:
+                if head.metadata is not None:
+                    _add(problems, LogProblem.SECOND_CREATE, "a second CREATE_TABLE was accepted")
+            elif head.metadata is None:
+                _add(problems, LogProblem.NO_CREATE, f"{operation.value} accepted before CREATE_TABLE")
             if id_version != version + 1:
-                problem(
+                _add(
+                    problems,
                     LogProblem.VERSION_GAP if id_version > version + 1 else LogProblem.VERSION_REUSED,
                     f"ID version {id_version} does not follow the head version {version}",
                 )
             own = decision.time_version
             changes = operation in _DATA_CHANGES
             if changes and own is None:
-                problem(LogProblem.TIME_VERSION, f"{name} at version {id_version} has no time version")
+                _add(
+                    problems, LogProblem.TIME_VERSION, f"{operation.value} at version {id_version} has no time version"
+                )
             elif not changes and own is not None:
-                problem(LogProblem.TIME_VERSION, f"{name} at version {id_version} carries a time version")
+                _add(
+                    problems,
+                    LogProblem.TIME_VERSION,
+                    f"{operation.value} at version {id_version} carries a time version",
+                )
             if own is not None:
                 own_ms = _millis(own)
                 if time_ms is not None and own_ms <= time_ms:
-                    problem(
+                    _add(
+                        problems,
                         LogProblem.TIME_VERSION,
                         f"time version {own.isoformat()} does not increase over the previous one",
                     )
                 time_ms = own_ms
             if operation in _CARRIES_METADATA:
                 if decision.metadata is None:
-                    problem(LogProblem.NO_METADATA, f"{name} at version {id_version} carries no metadata")
+                    _add(
+                        problems,
+                        LogProblem.NO_METADATA,
+                        f"{operation.value} at version {id_version} carries no metadata",
+                    )
                 else:
                     metadata = decision.metadata
-            _check_files(decision, head.metadata, problem)
+            if decision.added_files or decision.removed_files:
+                _check_files(problems, decision, head.metadata)
             version = id_version
-    after = LogHead(head.table, chain, intent, version, time_ms, metadata, head.count + 1)
-    return decision, problems, after
+    after = LogHead(head.table, chain, intent, version, time_ms, metadata, head.decisions + 1)
+    return decision, _located(problems, offset, intent) if problems else problems, after
+
+
+_STOP_THERE = frozenset({LogProblem.WRONG_TABLE, *_SKIPPABLE})  # no further check of such a record
+_COLUMN_SETS: dict[tuple[str, ...], frozenset[str]] = {}
+
+
+def _add(problems: list[BrokenLogError], kind: LogProblem, message: str) -> None:
+    problems.append(BrokenLogError(kind, message))
+
+
+def _located(problems: list[BrokenLogError], offset: int, intent: int) -> list[BrokenLogError]:
+    for problem in problems:
+        problem.offset, problem.intent_offset = offset, intent
+    return problems
 
 
 def _replace_chain(head: LogHead, chain: bytes) -> LogHead:
-    return LogHead(head.table, chain, head.last_intent_offset, head.version, head.time_ms, head.metadata, head.count)
+    return LogHead(
+        head.table, chain, head.last_intent_offset, head.version, head.time_ms, head.metadata, head.decisions
+    )
 
 
-def _check_files(
-    decision: CommitDecision, metadata: TableMetadata | None, report: Callable[[LogProblem, str], None]
-) -> None:
+def _check_files(problems: list[BrokenLogError], decision: CommitDecision, metadata: TableMetadata | None) -> None:
     """Partition specs of the added files; no path listed twice (liveness against state is the reader's)."""
     added = decision.added_files
     removed = decision.removed_files
     if len(removed) > 1 and len(set(removed)) != len(removed):
-        report(LogProblem.NOT_LIVE, f"version {decision.id_version} removes a file twice")
+        _add(problems, LogProblem.NOT_LIVE, f"version {decision.id_version} removes a file twice")
     if not added:
         return
     if len(added) > 1 and len({f.path for f in added}) != len(added):
-        report(LogProblem.ALREADY_LIVE, f"version {decision.id_version} adds a file twice")
+        _add(problems, LogProblem.ALREADY_LIVE, f"version {decision.id_version} adds a file twice")
     if metadata is None:
         return
     columns = metadata.partition_columns
-    count = len(columns)
+    names = _COLUMN_SETS.get(columns)
+    if names is None:
+        names = _COLUMN_SETS.setdefault(columns, frozenset(columns))
     for data_file in added:
         spec = data_file.partition
-        if len(spec) != count or any(c not in spec for c in columns):
-            report(
+        if spec.keys() != names:
+            _add(
+                problems,
                 LogProblem.PARTITION,
                 f"added file {data_file.path!r}: partition {dict(spec)} does not match partition columns "
                 f"{list(columns)}",

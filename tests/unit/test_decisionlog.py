@@ -53,7 +53,7 @@ def test_every_golden_log_folds_without_a_problem(release: str, table: str) -> N
     log = decision_records(release, table)
     folded = fold(LogHead(table), [(r.offset, r.value) for r in log])
     assert folded.problems == []
-    assert folded.head.count == len(log) and folded.head.chain == chain_hash(log[-1].value or b"")
+    assert folded.head.decisions == len(log) and folded.head.chain == chain_hash(log[-1].value or b"")
 
 
 def _rechained(values: list[bytes], index: int, **changes: object) -> list[bytes]:
