@@ -7,7 +7,7 @@ the only source of truth: a checkpoint is a cache of a fold over it, and any
 checkpoint that cannot be proven to be such a fold is thrown away for a full
 replay (never used to guess).
 
-How a checkpoint is proven (the Kafka half is in ``arbiter.service``):
+How a checkpoint is proven (the Kafka half is in ``arbiter.loader``):
 
 1. the file's SHA-256 trailer matches its content (torn writes, bit rot);
 2. its format fingerprint matches this code: the shape of ``TableState`` and its

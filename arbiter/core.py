@@ -46,16 +46,15 @@ from schemas import (
     Rebase,
     TableMetadata,
     chain_hash,
-    decode,
     encode,
 )
 from schemas.buckets import table_buckets
 from schemas.codec import DEFAULT_CODEC, trusted
+from schemas.decisionlog import GENESIS_HASH, BrokenLogError, LogHead, already_live, check, not_live
 from schemas.models import MAX_ID_LENGTH, parse_ddl
 from schemas.operations import RESERVED_COLUMNS, RESERVED_PREFIX
 from schemas.paths import FILE_NAME_PATTERN, partition_path, split_data_file_path, write_id_of
 
-GENESIS_HASH = bytes(32)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MAX_TIMESTAMP_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last instant a datetime holds
 # How many recent txn ids are remembered to answer a repeated intent idempotently.
@@ -861,13 +860,18 @@ def _resolve_inputs(state: TableState, intent: CommitIntent) -> tuple[str, ...]:
 # --------------------------------------------------------------------------- apply
 
 
-def apply(state: TableState, decision: CommitDecision, encoded: bytes | None = None) -> TableState:
+def apply(
+    state: TableState, decision: CommitDecision, encoded: bytes | None = None, *, chain: bytes | None = None
+) -> TableState:
     """Fold one decision into ``state`` (in place) and return it.
 
     ``encoded`` is the decision's record bytes, hashed into the chain; when not
-    given the decision is encoded here.
+    given the decision is encoded here. ``chain``: their hash, when the caller
+    has it already (a rebuild's ``check`` computed it).
     """
-    state.chain = chain_hash(encoded if encoded is not None else encode(decision))
+    if chain is None:
+        chain = chain_hash(encoded if encoded is not None else encode(decision))
+    state.chain = chain
     state.last_intent_offset = decision.intent_offset
     state.decisions += 1
     if decision.duplicate_of is not None:
@@ -978,13 +982,61 @@ def decide(
     return decision, apply(state, decision)
 
 
+# --------------------------------------------------------------------------- rebuild
+
+
+def log_head(state: TableState) -> LogHead:
+    """The head of the decisions log ``state`` is a fold of (``schemas.decisionlog``)."""
+    return LogHead(
+        state.table,
+        state.chain,
+        state.last_intent_offset,
+        state.head_version,
+        state.head_time_ms,
+        state.metadata,
+        state.decisions,
+    )
+
+
+def fold_record(state: TableState, value: bytes | None, offset: int) -> CommitDecision:
+    """Check the decisions-log record at ``offset``, then fold it into ``state``: the rebuild's step.
+
+    The record must keep the log's invariants (``schemas.decisionlog.check``)
+    and fit the state's live files: every file it removes is live
+    (``NOT_LIVE``), no file it adds is (``ALREADY_LIVE``). Otherwise
+    ``BrokenLogError`` is raised and ``state`` is unchanged; for a skippable
+    kind (a later decision for an intent already decided) the reader goes on.
+    The live path never comes here: ``apply`` folds the arbiter's own decisions.
+    """
+    step = check(log_head(state), value, offset)
+    decision = step.decision
+    if decision.outcome is _ACCEPTED and decision.duplicate_of is None:
+        files = state.files
+        removed = decision.removed_files
+        if removed:
+            live = sum(1 for path in removed if path in files)
+            if live != len(removed):
+                raise not_live(decision, live, offset)
+        for data_file in decision.added_files:
+            if data_file.path in files and data_file.path not in removed:
+                raise already_live(decision, repr(data_file.path), offset)
+    apply(state, decision, value, chain=step.head.chain)
+    return decision
+
+
 def rebuild(table: str, decisions: Iterable[bytes]) -> TableState:
-    """Fold a table's decision records (bytes, in log order) into a fresh state."""
+    """Fold a table's decision records (bytes, in log order) into a fresh state, as every reader does.
+
+    A later decision for an intent offset already decided is skipped; any
+    other broken invariant raises ``BrokenLogError``.
+    """
     state = new_state(table)
-    for data in decisions:
-        decision = decode(data)
-        assert isinstance(decision, CommitDecision)
-        apply(state, decision, data)
+    for offset, data in enumerate(decisions):
+        try:
+            fold_record(state, data, offset)
+        except BrokenLogError as exc:
+            if not exc.kind.skippable:
+                raise
     return state
 
 
@@ -1000,7 +1052,9 @@ __all__ = [
     "decide",
     "evaluate",
     "evaluate_record",
+    "fold_record",
     "invalid_path_reason",
+    "log_head",
     "millis_to_datetime",
     "new_state",
     "partition_key",

@@ -23,9 +23,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from arbiter.core import GENESIS_HASH, apply, evaluate_record, new_state
+from arbiter.core import apply, evaluate_record, new_state
 from schemas import CodecError, CommitDecision, chain_hash, decode
 from schemas.codec import DEFAULT_CODEC
+from schemas.decisionlog import BrokenLogError, LogHead, LogProblem, fold
 from schemas.signing import ChainVerifier, Trust
 
 
@@ -74,29 +75,46 @@ class ReplayReport:
         return not self.divergences
 
 
+# How an audit names each broken invariant of the log (``schemas.decisionlog``).
+DIVERGENCE_OF = {
+    LogProblem.UNDECODABLE: "undecodable",
+    LogProblem.NOT_DECISION: "injected",
+    LogProblem.WRONG_TABLE: "injected",
+    LogProblem.REPEATED_INTENT: "injected",
+    LogProblem.REORDERED: "reordered",
+    LogProblem.CHAIN: "chain",
+    LogProblem.INCOMPLETE: "edited",
+    LogProblem.NO_CREATE: "dropped",
+    LogProblem.SECOND_CREATE: "injected",
+    LogProblem.VERSION_GAP: "dropped",
+    LogProblem.VERSION_REUSED: "injected",
+    LogProblem.TIME_VERSION: "edited",
+    LogProblem.NO_METADATA: "edited",
+    LogProblem.PARTITION: "edited",
+    LogProblem.NOT_LIVE: "edited",
+    LogProblem.ALREADY_LIVE: "edited",
+    LogProblem.LOST: "dropped",
+}
+_CHAIN_LEVEL = frozenset({LogProblem.UNDECODABLE, LogProblem.NOT_DECISION, LogProblem.CHAIN})
+
+
+def divergence_of(error: BrokenLogError) -> Divergence:
+    """The audit's report of a broken invariant."""
+    return Divergence(DIVERGENCE_OF[error.kind], error.offset, error.intent_offset, error.message)
+
+
+def verify_log(table: str, decisions: Iterable[DecisionRecord]) -> list[Divergence]:
+    """Check a decisions log on its own against every invariant of ``schemas.decisionlog``; every problem, in log order."""
+    folded = fold(LogHead(table), ((r.offset, r.value) for r in decisions), collect=True)
+    return [divergence_of(problem) for problem in folded.problems]
+
+
 def verify_chain(decisions: Iterable[DecisionRecord]) -> Iterator[Divergence]:
-    """Check ``prev_hash`` links of a decisions log; yield every break."""
-    previous = GENESIS_HASH
-    for record in decisions:
-        if record.value is None:
-            yield Divergence("undecodable", record.offset, None, "empty record in the decisions log")
-            continue
-        try:
-            decision = decode(record.value)
-        except CodecError as exc:
-            yield Divergence("undecodable", record.offset, None, f"not a decision: {exc}")
-            continue
-        if not isinstance(decision, CommitDecision):
-            yield Divergence("injected", record.offset, None, "a non-decision event in the decisions log")
-            continue
-        if decision.prev_hash != previous:
-            yield Divergence(
-                "chain",
-                record.offset,
-                decision.intent_offset,
-                f"prev_hash of the decision at offset {record.offset} does not match the record before it",
-            )
-        previous = chain_hash(record.value)
+    """Check ``prev_hash`` links of a decisions log (and that each record is a decision); yield every break."""
+    folded = fold(LogHead(""), ((r.offset, r.value) for r in decisions), collect=True)
+    for problem in folded.problems:
+        if problem.kind in _CHAIN_LEVEL:
+            yield divergence_of(problem)
 
 
 def authenticate(

@@ -259,7 +259,8 @@ class Catalog:
                 if last.error is not None:
                     raise TableBrokenError(
                         f"table {name!r} is stuck at version {last.head_version} "
-                        f"(decision log offset {last.error_offset}): {last.error}"
+                        f"(decision log offset {last.error_offset}): {last.error}",
+                        last.error,
                     )
             if time.monotonic() >= deadline:
                 at = "does not exist yet" if last is None else f"is at version {last.head_version}"
@@ -553,7 +554,8 @@ def _poll_subscription(
             continue
         if info.error is not None:
             raise TableBrokenError(
-                f"table {name!r} is stuck at version {head} (decision log offset {info.error_offset}): {info.error}"
+                f"table {name!r} is stuck at version {head} (decision log offset {info.error_offset}): {info.error}",
+                info.error,
             )
         if idle_timeout is not None and time.monotonic() - last_progress >= idle_timeout:
             return

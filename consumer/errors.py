@@ -7,6 +7,7 @@ with one clause. (Candidates to move into ``ordo.errors`` once stable.)
 from __future__ import annotations
 
 from kernel.errors import OrdoError, TableNotFoundError, VersionNotFoundError
+from schemas.decisionlog import LogProblem
 
 
 def repair_hint(table: str) -> str:
@@ -27,7 +28,15 @@ class CatalogTimeoutError(CatalogError, TimeoutError):
 
 
 class TableBrokenError(CatalogError):
-    """Raised when waiting on a table whose decision log the consumer stopped applying (hash-chain break)."""
+    """Raised when waiting on a table whose decision log the consumer stopped applying (a broken log).
+
+    ``kind`` is the invariant the log broke (``schemas.decisionlog.LogProblem``: ``CHAIN``, ``VERSION_GAP``,
+    ``LOST``, ...), read from the stop reason; None for a reason that names none (a catalog constraint).
+    """
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.kind: LogProblem | None = LogProblem.of(reason)
 
 
 __all__ = [

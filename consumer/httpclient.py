@@ -129,7 +129,8 @@ class HttpBackend:
                                 yield commit
                             elif kind == "error":
                                 body = json.loads(data)
-                                raise TableBrokenError(f"table {name!r}: {body.get('message')}")
+                                reason = body.get("message")
+                                raise TableBrokenError(f"table {name!r}: {reason}", reason)
                             if idle_timeout is not None and time.monotonic() - last_progress >= idle_timeout:
                                 return
             except httpx.ReadTimeout:

@@ -50,6 +50,7 @@ from kernel.logread import GapChecker, GapStats
 from kernel.membership import GroupMembership
 from kernel.settings import Settings
 from schemas import chain_hash, decisions_pattern, decisions_topic, parse_topic
+from schemas.decisionlog import BrokenLogError, LogProblem
 from schemas.signing import ChainVerifier, signature_of
 
 log = logging.getLogger("ordo.consumer")
@@ -532,10 +533,12 @@ class Materializer:
         finally:
             probe.close()
 
-    def _fail(self, topic: str, error: str) -> None:
+    def _fail(self, topic: str, message: str) -> None:
+        """Stop ``topic``'s table: its log no longer holds what the catalog applied (``LogProblem.LOST``)."""
         table = self._topics.get(topic) or topic
+        error = BrokenLogError(LogProblem.LOST, message)
         self.writer.mark_broken(table, error)
-        self.status.broken[table] = error
+        self.status.broken[table] = str(error)
         log.error("table %s: %s", table, error)
         self._unfollow(topic)
 

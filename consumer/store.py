@@ -29,7 +29,6 @@ of order even when two of them follow it at once. See docs/consumer.md.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
@@ -42,12 +41,12 @@ from typing import Any, NamedTuple
 from consumer.errors import repair_hint
 from consumer.models import datetime_to_ms
 from consumer.stores import CatalogStore, Connection, open_store
-from schemas import CodecError, CommitDecision, Operation, Outcome, TableMetadata, decode
+from schemas import CommitDecision, Operation, Outcome, TableMetadata
+from schemas.decisionlog import GENESIS_HASH, BrokenLogError, LogHead, already_live, check, not_live
 
 log = logging.getLogger("ordo.consumer.store")
 
 SCHEMA_VERSION = 3  # 2: files.bucket (a version-1 catalog is migrated when a writer opens it); 3: table_metadata
-GENESIS_HASH = bytes(32)  # prev_hash of a table's first decision (arbiter.core.GENESIS_HASH)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS catalog_info (
@@ -144,26 +143,34 @@ GROUP_INDEX = (
     "CREATE INDEX IF NOT EXISTS files_group ON files (table_id, partition, bucket, removed_version, added_version)"
 )
 
+# The last column: the intent offset of the last decision applied (the decisions table's primary key finds it).
 _STREAM_COLUMNS = (
     "id, name, topic, next_offset, last_hash, decisions, metadata, created_time_ms, head_version,"
-    " head_time_ms, error, error_offset"
+    " head_time_ms, error, error_offset,"
+    " (SELECT d.intent_offset FROM decisions d WHERE d.table_id = tables.id ORDER BY d.log_offset DESC LIMIT 1)"
 )
 
 
 def _stream_state(row: Any) -> StreamState:
     """The ``StreamState`` of a ``tables`` row selected with ``_STREAM_COLUMNS``."""
+    name = row[1]
+    head = LogHead(
+        table=name,
+        chain=bytes(row[4]),
+        last_intent_offset=-1 if row[12] is None else row[12],
+        version=row[8],
+        time_ms=row[9],
+        metadata=TableMetadata.model_validate_json(row[6]) if row[6] else None,
+        decisions=row[5],
+    )
     return StreamState(
         table_id=row[0],
-        name=row[1],
+        name=name,
         topic=row[2],
+        head=head,
         next_offset=row[3],
-        last_hash=bytes(row[4]),
-        decisions=row[5],
-        metadata=TableMetadata.model_validate_json(row[6]) if row[6] else None,
         metadata_json=row[6],
         created_time_ms=row[7],
-        head_version=row[8],
-        head_time_ms=row[9],
         error=row[10],
         error_offset=row[11],
     )
@@ -180,26 +187,47 @@ class LogRecord(NamedTuple):
 
 @dataclass(slots=True)
 class StreamState:
-    """The writer's in-memory mirror of one ``tables`` row."""
+    """The writer's in-memory mirror of one ``tables`` row: the log's head (``schemas.decisionlog``) and more."""
 
     table_id: int
     name: str
     topic: str
+    head: LogHead  # the fold of the log applied so far: chain, last intent offset, versions, metadata, count
     next_offset: int = 0
-    last_hash: bytes = GENESIS_HASH
-    decisions: int = 0
-    metadata: TableMetadata | None = None
     metadata_json: str | None = None
     created_time_ms: int | None = None
-    head_version: int = -1
-    head_time_ms: int | None = None
     error: str | None = None
     error_offset: int | None = None
 
     @property
     def created(self) -> bool:
         """True once CREATE_TABLE was applied."""
-        return self.metadata is not None
+        return self.head.created
+
+    @property
+    def last_hash(self) -> bytes:
+        """The hash of the last decision record applied (``GENESIS_HASH`` before the first)."""
+        return self.head.chain
+
+    @property
+    def decisions(self) -> int:
+        """Decision records applied."""
+        return self.head.decisions
+
+    @property
+    def metadata(self) -> TableMetadata | None:
+        """The table's metadata at its head version (None before CREATE_TABLE)."""
+        return self.head.metadata
+
+    @property
+    def head_version(self) -> int:
+        """The head ID version (-1 before CREATE_TABLE)."""
+        return self.head.version
+
+    @property
+    def head_time_ms(self) -> int | None:
+        """The time version of the latest logical commit."""
+        return self.head.time_ms
 
 
 @dataclass
@@ -226,10 +254,6 @@ class _Applied(NamedTuple):
 
 
 _NOTHING = _Applied(0, 0, 0, 0, False, None, {})
-
-
-class _Inconsistent(Exception):
-    """A decision that cannot be applied on top of the catalog (the table stops here)."""
 
 
 class _Retry(Exception):
@@ -279,8 +303,8 @@ class CatalogWriter:
         self.path = self.store.location
         self.topic_prefix = topic_prefix
         self._conn = self.store.connect()
-        # A decision that cannot be applied: inconsistent by our checks, or by the database's constraints.
-        self._refusals: tuple[type[BaseException], ...] = (_Inconsistent, *self.store.integrity_errors)
+        # A decision that cannot be applied: it breaks the log's invariants, or the database's constraints.
+        self._refusals: tuple[type[BaseException], ...] = (BrokenLogError, *self.store.integrity_errors)
         self._init_schema()
         self._streams: dict[str, StreamState] = {}
         self._batches = 0
@@ -366,7 +390,7 @@ class CatalogWriter:
             self._streams[table] = state
         return replace(state)
 
-    def mark_broken(self, table: str, error: str) -> None:
+    def mark_broken(self, table: str, error: str | BrokenLogError) -> None:
         """Stop applying ``table`` at its current offset for ``error`` (found outside a record, e.g. a lost log)."""
         state = self._streams[table]
         error = f"{error} ({repair_hint(table)})"
@@ -454,7 +478,7 @@ class CatalogWriter:
         if row is None:  # another consumer registered it first
             found = self._conn.execute(f"SELECT {_STREAM_COLUMNS} FROM tables WHERE name = ?", (table,)).fetchone()
             return _stream_state(found)
-        return StreamState(table_id=int(row[0]), name=table, topic=topic)
+        return StreamState(table_id=int(row[0]), name=table, topic=topic, head=LogHead(table))
 
     def _claim(self, names: Iterable[str]) -> None:
         """Read (and lock, on PostgreSQL) the ``tables`` rows of ``names`` in the open transaction.
@@ -489,9 +513,12 @@ class CatalogWriter:
         """Fold ``records`` (in log order per table) into the catalog in one SQLite transaction.
 
         1. Records below a table's stored offset are skipped (already applied).
-        2. Each record must decode as a decision of that table whose ``prev_hash``
-           is the hash of the previous record; otherwise the table is marked
-           broken at that offset and nothing more of it is applied.
+        2. Each record is checked against the log's invariants
+           (``schemas.decisionlog.check``: a decision of that table, chained to
+           the previous record, versions and files in order); a record that
+           breaks one marks the table broken at that offset and nothing more of
+           it is applied. A later decision for an intent offset already decided
+           is skipped (the first decision is the decision).
         3. Rows of every applied decision and each table's new offset and hash
            are committed together, so a crash loses nothing and repeats nothing.
 
@@ -557,7 +584,7 @@ class CatalogWriter:
             self.store.optimize(conn)  # keeps index statistics current as tables grow
         return result
 
-    def _break(self, state: StreamState, record: LogRecord, error: str, result: ApplyResult) -> None:
+    def _break(self, state: StreamState, record: LogRecord, error: str | BaseException, result: ApplyResult) -> None:
         error = f"{error} ({repair_hint(state.name)})"
         state.error = error
         state.error_offset = record.offset
@@ -565,38 +592,25 @@ class CatalogWriter:
         log.error("table %r: stopped applying its decision log at offset %d: %s", state.name, record.offset, error)
 
     def _apply_record(self, state: StreamState, record: LogRecord, result: ApplyResult, careful: bool = True) -> None:
-        if record.value is None:
-            self._break(state, record, "empty record (no value) in the decisions log", result)
-            return
         try:
-            decision = decode(record.value)
-        except CodecError as exc:
-            self._break(state, record, f"undecodable decision record: {exc}", result)
+            step = check(state.head, record.value, record.offset)
+        except BrokenLogError as exc:
+            if not exc.kind.skippable:
+                self._break(state, record, exc, result)
+                return
+            # The first decision for an intent offset is the decision: pass this one over. The offset stays
+            # where it is (a later record moves it), so the catalog's last record is the one it applied last.
+            result.skipped += 1
+            log.warning("table %r: decision at offset %d skipped: %s", state.name, record.offset, exc)
             return
-        if not isinstance(decision, CommitDecision):
-            self._break(state, record, f"expected a CommitDecision, found a {type(decision).__name__}", result)
-            return
-        if decision.table != state.name:
-            self._break(state, record, f"decision names table {decision.table!r}, not {state.name!r}", result)
-            return
-        if decision.prev_hash != state.last_hash:
-            got = "none" if decision.prev_hash is None else decision.prev_hash.hex()
-            self._break(
-                state,
-                record,
-                f"hash chain broken: prev_hash {got} does not match the hash {state.last_hash.hex()} "
-                f"of the previous decision record",
-                result,
-            )
-            return
-        record_hash = hashlib.sha256(record.value).digest()
+        decision = step.decision
         conn = self._conn
         changes_files = careful and decision.outcome is Outcome.ACCEPTED and decision.duplicate_of is None
         if changes_files:
             conn.execute("SAVEPOINT d")  # a commit writes several rows: all or none of them
         try:
             applied = self._apply_decision(state, decision, record)
-            self._insert_decision(state, decision, record, record_hash, applied)
+            self._insert_decision(state, decision, record, step.head.chain, applied)
             if changes_files:
                 conn.execute("RELEASE SAVEPOINT d")
         except self._refusals as exc:
@@ -605,13 +619,14 @@ class CatalogWriter:
             if changes_files:
                 conn.execute("ROLLBACK TO SAVEPOINT d")
                 conn.execute("RELEASE SAVEPOINT d")
-            self._break(state, record, f"inconsistent decision: {exc}", result)
+            self._break(
+                state, record, exc if isinstance(exc, BrokenLogError) else f"inconsistent decision: {exc}", result
+            )
             return
+        state.head = step.head
         for name, value in applied.updates.items():
             setattr(state, name, value)
-        state.last_hash = record_hash
         state.next_offset = record.offset + 1
-        state.decisions += 1
         result.applied += 1
         if applied.committed:
             result.commits += 1
@@ -661,65 +676,45 @@ class CatalogWriter:
     def _apply_decision(self, state: StreamState, decision: CommitDecision, record: LogRecord) -> _Applied:
         """Write an accepted, non-duplicate decision's commit and file rows; return its counts and state changes.
 
+        ``decision`` passed ``schemas.decisionlog.check`` on ``state.head`` (versions, time versions, metadata
+        and partitions are in order); what only the catalog knows is checked here: every removed file is live
+        (``NOT_LIVE``), no added one is (``ALREADY_LIVE``, the database's unique index on live paths).
         ``state`` is only read: the caller applies ``updates`` once every row is written.
         """
         if decision.outcome is not Outcome.ACCEPTED or decision.duplicate_of is not None:
             return _NOTHING
         operation = decision.operation
         version = decision.id_version
-        if operation is None or version is None:
-            raise _Inconsistent("accepted decision without operation or ID version")
+        assert operation is not None and version is not None  # decisionlog.check: INCOMPLETE
         conn = self._conn
         table_id = state.table_id
         if operation is Operation.CREATE_TABLE:
-            if state.created:
-                raise _Inconsistent("a second CREATE_TABLE was accepted")
-            if version != 0 or decision.metadata is None or decision.time_version is None:
-                raise _Inconsistent("CREATE_TABLE must have ID version 0, a time version and metadata")
+            assert decision.metadata is not None and decision.time_version is not None  # decisionlog.check
             millis = datetime_to_ms(decision.time_version)
             conn.execute(
                 "INSERT INTO commits VALUES (?,?,?,?,?,?,?)",
                 (table_id, 0, record.offset, millis, millis, operation.value, 1),
             )
-            created: dict[str, Any] = {
-                "metadata": decision.metadata,
-                "metadata_json": _metadata_json(decision.metadata),
-                "created_time_ms": millis,
-                "head_version": 0,
-                "head_time_ms": millis,
-            }
+            created: dict[str, Any] = {"metadata_json": _metadata_json(decision.metadata), "created_time_ms": millis}
             return _Applied(0, 0, 0, 0, True, millis, created)
-        if state.metadata is None:
-            raise _Inconsistent(f"{operation.value} accepted before CREATE_TABLE")
-        if version != state.head_version + 1:
-            raise _Inconsistent(f"ID version {version} does not follow the head version {state.head_version}")
-        assert state.head_time_ms is not None
+        metadata = state.metadata
+        assert metadata is not None and state.head_time_ms is not None  # decisionlog.check: NO_CREATE
         if operation.data_change:
-            if decision.time_version is None:
-                raise _Inconsistent(f"{operation.value} at version {version} has no time version")
+            assert decision.time_version is not None  # decisionlog.check: TIME_VERSION
             own_ms: int | None = datetime_to_ms(decision.time_version)
-            assert own_ms is not None
-            if own_ms <= state.head_time_ms:
-                raise _Inconsistent(
-                    f"time version {decision.time_version.isoformat()} does not increase over the previous one"
-                )
             effective_ms = own_ms
         else:
-            if decision.time_version is not None:
-                raise _Inconsistent(f"{operation.value} at version {version} carries a time version")
             own_ms = None
             effective_ms = state.head_time_ms
-        updates: dict[str, Any] = {"head_version": version}
+        updates: dict[str, Any] = {}
         if operation.traits.metadata_only:  # ALTER_TABLE: the metadata from this version on (older stays readable)
-            if decision.metadata is None:
-                raise _Inconsistent(f"{operation.value} at version {version} carries no metadata")
+            assert decision.metadata is not None  # decisionlog.check: NO_METADATA
             new_json = _metadata_json(decision.metadata)
             conn.execute(
                 "INSERT INTO table_metadata VALUES (?,?,?) ON CONFLICT (table_id, id_version) DO NOTHING",
-                (table_id, 0, state.metadata_json or _metadata_json(state.metadata)),
+                (table_id, 0, state.metadata_json or _metadata_json(metadata)),
             )
             conn.execute("INSERT INTO table_metadata VALUES (?,?,?)", (table_id, version, new_json))
-            updates["metadata"] = decision.metadata
             updates["metadata_json"] = new_json
         removed = decision.removed_files
         if removed:
@@ -728,10 +723,8 @@ class CatalogWriter:
                 [(version, table_id, path) for path in removed],
             )
             if cursor.rowcount != len(removed):
-                raise _Inconsistent(
-                    f"version {version} removes {len(removed)} files but only {cursor.rowcount} of them are live"
-                )
-        columns = state.metadata.partition_columns
+                raise not_live(decision, cursor.rowcount, record.offset)
+        columns = metadata.partition_columns
         added = decision.added_files
         data_change = 1 if operation.data_change else 0
         if added:
@@ -741,10 +734,7 @@ class CatalogWriter:
                 spec_key = tuple(f.partition.items())
                 part = cache.get(spec_key)
                 if part is None:
-                    try:
-                        part = cache[spec_key] = partition_json(columns, f.partition)
-                    except ValueError as exc:
-                        raise _Inconsistent(f"added file {f.path!r}: {exc}") from None
+                    part = cache[spec_key] = partition_json(columns, f.partition)  # decisionlog.check: PARTITION
                 rows.append(
                     (
                         table_id,
@@ -760,17 +750,18 @@ class CatalogWriter:
                         f.bucket,
                     )
                 )
-            conn.executemany(
-                "INSERT INTO files (table_id, path, partition, record_count, size_bytes, min_key, max_key,"
-                " added_version, data_change, operation, bucket) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                rows,
-            )
+            try:
+                conn.executemany(
+                    "INSERT INTO files (table_id, path, partition, record_count, size_bytes, min_key, max_key,"
+                    " added_version, data_change, operation, bucket) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                    rows,
+                )
+            except self.store.integrity_errors as exc:  # the unique index on live paths
+                raise already_live(decision, str(exc), record.offset) from None
         conn.execute(
             "INSERT INTO commits VALUES (?,?,?,?,?,?,?)",
             (table_id, version, record.offset, own_ms, effective_ms, operation.value, data_change),
         )
-        if own_ms is not None:
-            updates["head_time_ms"] = own_ms
         return _Applied(
             len(added),
             len(removed),

@@ -366,6 +366,8 @@ def read_to_end(
     timeout: float = 30.0,
     partition: int = 0,
     stats: GapStats | None = None,
+    reader: tuple[Any, GapChecker] | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> Iterator[Any]:
     """Every record of ``topic`` from offset ``start`` to the end of the partition, gaps checked.
 
@@ -374,33 +376,46 @@ def read_to_end(
     end is the last stable offset under read_committed. ``timeout`` bounds the
     wait for each next batch. ``stats`` (optional) adds this read's re-reads.
     Yields confluent_kafka messages (never errors).
+
+    ``reader``: a kept ``(consumer, checker)`` pair to read with instead (its
+    configuration must have end-of-partition events on; ``config`` is then
+    unused): it is assigned the partition and unassigned at the end, never
+    closed, so a caller reading many logs pays for one consumer and its
+    metadata once. ``stop``: checked between fetches; when it returns True
+    the read ends early (the caller tells that from reaching the end).
     """
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-    own = dict(config)
-    own.update(
-        {
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "enable.partition.eof": True,
-            "allow.auto.create.topics": False,
-        }
-    )
-    own.setdefault("group.id", "ordo.read-to-end")  # never joined
-    own.setdefault("client.id", "ordo.read-to-end")
-    own.setdefault("auto.offset.reset", "earliest")  # a start below the log's first offset reads from its first
-    own.setdefault("fetch.wait.max.ms", 20)
-    consumer = Consumer(own)
-    checker = GapChecker(own, transactional=transactional, consumer=consumer, name=f"reading {topic}")
+    if reader is not None:
+        consumer, checker = reader
+    else:
+        own = dict(config)
+        own.update(
+            {
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "enable.partition.eof": True,
+                "allow.auto.create.topics": False,
+            }
+        )
+        own.setdefault("group.id", "ordo.read-to-end")  # never joined
+        own.setdefault("client.id", "ordo.read-to-end")
+        own.setdefault("auto.offset.reset", "earliest")  # a start below the log's first offset reads from its first
+        own.setdefault("fetch.wait.max.ms", 20)
+        consumer = Consumer(own)
+        checker = GapChecker(own, transactional=transactional, consumer=consumer, name=f"reading {topic}")
     try:
-        consumer.list_topics(timeout=timeout)  # all topics: warms the metadata cache without naming one
+        if reader is None:
+            consumer.list_topics(timeout=timeout)  # all topics: warms the metadata cache without naming one
         consumer.assign([TopicPartition(topic, partition, start if start > 0 else OFFSET_BEGINNING)])
         checker.expect(topic, start, partition)
         deadline = time.monotonic() + timeout
-        while True:
+        while stop is None or not stop():
             first = consumer.poll(0.2)
             batch = [] if first is None else [first, *consumer.consume(num_messages=10_000, timeout=0)]
             for message in checker.check(batch):
+                if message.topic() != topic:
+                    continue  # a kept consumer's record fetched for an earlier assignment
                 error = message.error()
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:
@@ -413,11 +428,15 @@ def read_to_end(
             if time.monotonic() > deadline:
                 raise LogReadError(f"reading {topic} did not reach its end within {timeout:g} s")
     finally:
-        if stats is not None:
-            for name, value in checker.stats.snapshot().items():
-                setattr(stats, name, getattr(stats, name) + value)
-        checker.close()
-        consumer.close()
+        if reader is not None:
+            consumer.unassign()  # drops what was fetched for this position
+            checker.forget(topic, partition)
+        else:
+            if stats is not None:
+                for name, value in checker.stats.snapshot().items():
+                    setattr(stats, name, getattr(stats, name) + value)
+            checker.close()
+            consumer.close()
 
 
 __all__ = [

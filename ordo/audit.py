@@ -8,10 +8,13 @@ dropped, reordered, or injected by a producer that is not the arbiter, and
 every break of the ``prev_hash`` chain.
 
 ``--verify`` is the audit mode. On top of the replay it checks the decisions
-log on its own (useful where intents were lost): every record is a decision of
-this table, the chain is unbroken from the genesis hash, intent offsets only
-grow, ID versions are contiguous from 0 and time versions strictly increase.
-It lists every problem found (not only the first) and prints the chain head,
+log on its own (useful where intents were lost) against the invariants every
+reader of the log checks (``schemas.decisionlog``): every record is a decision
+of this table, the chain is unbroken from the genesis hash, intent offsets only
+grow, CREATE_TABLE comes first and once, ID versions are contiguous from 0, a
+time version comes exactly with a data change and time versions strictly
+increase, CREATE and ALTER carry metadata, added files name the partition
+columns. It lists every problem found (not only the first) and prints the chain head,
 the SHA-256 of the last decision record: it commits to the whole history, so
 an auditor who writes it down can prove later that nothing before it changed.
 
@@ -46,7 +49,7 @@ from arbiter.replay import (
     ReplayReport,
     authenticate,
     replay,
-    verify_chain,
+    verify_log,
 )
 from ordo.errors import BrokerUnavailableError, OrdoError
 from ordo.keys import reader_trust
@@ -191,65 +194,6 @@ def read_table_logs(
 # --------------------------------------------------------------------------- checking
 
 
-def verify_log(table: str, decisions: list[DecisionRecord]) -> list[Divergence]:
-    """Check a decisions log on its own: chain, table, intent order, contiguous ID versions, time versions.
-
-    Pure. Returns every problem found, in log order.
-    """
-    problems = list(verify_chain(decisions))
-    last_intent = -1
-    head = -1
-    last_time = None
-    for record in decisions:
-        try:
-            decision = decode(record.value) if record.value is not None else None
-        except CodecError:
-            continue  # reported by verify_chain
-        if not isinstance(decision, CommitDecision):
-            continue
-        where = record.offset
-        if decision.table != table:
-            problems.append(
-                Divergence("injected", where, decision.intent_offset, f"a decision of table {decision.table!r}")
-            )
-            continue
-        if decision.intent_offset <= last_intent:
-            problems.append(
-                Divergence(
-                    "injected" if decision.intent_offset == last_intent else "reordered",
-                    where,
-                    decision.intent_offset,
-                    f"decision for intent offset {decision.intent_offset} after one for {last_intent}",
-                )
-            )
-            continue
-        last_intent = decision.intent_offset
-        if decision.outcome is not Outcome.ACCEPTED or decision.duplicate_of is not None:
-            continue
-        if decision.id_version != head + 1:
-            problems.append(
-                Divergence(
-                    "dropped" if (decision.id_version or 0) > head + 1 else "injected",
-                    where,
-                    decision.intent_offset,
-                    f"ID version {decision.id_version} follows {head} (versions must be contiguous)",
-                )
-            )
-        head = decision.id_version if decision.id_version is not None else head
-        if decision.time_version is not None:
-            if last_time is not None and decision.time_version <= last_time:
-                problems.append(
-                    Divergence(
-                        "edited",
-                        where,
-                        decision.intent_offset,
-                        f"time version {decision.time_version.isoformat()} does not follow {last_time.isoformat()}",
-                    )
-                )
-            last_time = decision.time_version
-    return problems
-
-
 def audit(
     table: str,
     intents: list[IntentRecord],
@@ -328,7 +272,10 @@ def render(result: AuditResult, settings: Settings) -> str:
         + (f", head {result.chain_head}" if result.chain_head else "")
     )
     if result.verified_log:
-        lines.append("log checks (--verify): chain from genesis, one table, intent order, ID and time versions")
+        lines.append(
+            "log checks (--verify): chain from genesis, one table, intent order, CREATE first, ID and time versions, "
+            "metadata, partitions"
+        )
     shown = result.problems if result.verified_log else result.problems[:1]
     for problem in shown[:50]:
         at = f"decisions offset {problem.decision_offset}" if problem.decision_offset is not None else "end of log"

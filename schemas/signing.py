@@ -36,13 +36,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from schemas.decisionlog import GENESIS_HASH
 from schemas.errors import SigningError
 
 SIGNATURE_HEADER = "ordo-sig"
 DOMAIN = b"ordo-decision-v1\0"
 KEY_ID_LENGTH = 8
 SIGNATURE_LENGTH = 64
-GENESIS_HASH = bytes(32)
 # Pending records a reader holds at most while waiting for a signature. Far above the
 # arbiter's batch cap (5000 decisions per transaction), so only a forger's flood reaches it.
 DEFAULT_PENDING_LIMIT = 100_000

@@ -96,7 +96,9 @@ def test_every_kafka_client_names_its_role(settings: Settings) -> None:
         role: service._consumer_config(role)["client.id"]
         for role in ("intents", "rebuild", "doorbell", "intents-reread")
     }
+    ids["membership"] = service.ownership.membership_config()["client.id"]
     assert ids["intents"] == f"{settings.topic_prefix}.arbiter.intents"
+    assert ids["membership"] == f"{settings.topic_prefix}.arbiter.membership"
     assert len(set(ids.values())) == len(ids)
     assert service._consumer_config("doorbell", 250)["fetch.wait.max.ms"] == 250
     assert service._consumer_config("intents")["fetch.wait.max.ms"] == settings.fetch_wait_busy_ms

@@ -517,16 +517,16 @@ class InProcessArbiter:
 def test_core_raising_on_evaluate_becomes_a_malformed_rejection(
     settings: Settings, commit_client: CommitClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import arbiter.service as service_module
+    import arbiter.decider as decider_module
 
-    real = service_module.evaluate_record
+    real = decider_module.evaluate_record
 
     def faulty(state: Any, value: bytes | None, timestamp: int, offset: int) -> CommitDecision:
         if value is not None and b"explode" in value:
             raise RuntimeError("injected fault in evaluate")
         return real(state, value, timestamp, offset)
 
-    monkeypatch.setattr(service_module, "evaluate_record", faulty)
+    monkeypatch.setattr(decider_module, "evaluate_record", faulty)
     with InProcessArbiter(settings) as running:
         commit_client.commit(create_intent("faulty"), timeout=30)
         bad = commit_client.commit(insert_intent("faulty", "explode", "1"), timeout=30)
@@ -542,9 +542,9 @@ def test_core_raising_on_evaluate_becomes_a_malformed_rejection(
 def test_core_raising_on_apply_aborts_rebuilds_and_rejects_that_record(
     settings: Settings, commit_client: CommitClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import arbiter.service as service_module
+    import arbiter.decider as decider_module
 
-    real = service_module.apply
+    real = decider_module.apply
 
     def faulty(state: Any, decision: CommitDecision, data: bytes | None = None) -> Any:
         real(state, decision, data)  # leaves the state advanced, as a half-done fold would
@@ -552,7 +552,7 @@ def test_core_raising_on_apply_aborts_rebuilds_and_rejects_that_record(
             raise RuntimeError("injected fault in apply")
         return state
 
-    monkeypatch.setattr(service_module, "apply", faulty)
+    monkeypatch.setattr(decider_module, "apply", faulty)
     with InProcessArbiter(settings) as running:
         commit_client.commit(create_intent("halfdone"), timeout=30)
         futures = [

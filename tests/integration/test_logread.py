@@ -162,6 +162,28 @@ def test_read_to_end_reads_a_transactional_log_without_re_reads(bootstrap_server
     assert [m.offset() for m in tail] == [4, 5, 7]
 
 
+def test_read_to_end_through_a_kept_consumer_reads_log_after_log_and_stops_on_request(bootstrap_servers: str) -> None:
+    """The arbiter's state loader reads every table's log with one consumer; ``stop`` ends a read early."""
+    from confluent_kafka import Consumer
+
+    first, second = (_topic(bootstrap_servers, DECISIONS_CONFIG) for _ in range(2))
+    _produce_transactions(bootstrap_servers, first, [(2, True), (3, True)])
+    _produce_transactions(bootstrap_servers, second, [(1, True)])
+    config = {**_config(bootstrap_servers), "enable.partition.eof": True}
+    consumer = Consumer(config)
+    checker = GapChecker(config, transactional=True, consumer=consumer, name="kept")
+    try:
+        for topic, offsets in ((first, [0, 1, 3, 4, 5]), (second, [0]), (first, [3, 4, 5])):
+            start = offsets[0]
+            read = list(read_to_end({}, topic, start=start, transactional=True, reader=(consumer, checker)))
+            assert [m.offset() for m in read] == offsets, topic
+            assert consumer.assignment() == [] and checker.expected(topic) is None
+        assert list(read_to_end({}, first, transactional=True, reader=(consumer, checker), stop=lambda: True)) == []
+    finally:
+        checker.close()
+        consumer.close()
+
+
 def test_a_gap_no_re_read_can_explain_is_held_back_and_re_read_later(
     bootstrap_servers: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -21,6 +21,7 @@ import pytest
 from consumer import Catalog, CatalogTimeoutError, TableBrokenError, TableNotFoundError, VersionNotFoundError
 from consumer.store import CatalogWriter, LogRecord, connect
 from schemas import CommitDecision, CommitIntent, DataFile, Operation, encode
+from schemas.decisionlog import LogProblem
 
 from .test_catalog_model import Script
 
@@ -422,7 +423,7 @@ def test_chain_must_start_at_the_genesis_hash(catalog_at: Callable[[str], str]) 
     writer = CatalogWriter(catalog_at("other.db"), "ordo")
     writer.apply(script.records[1:])  # the log's first record is missing
     writer.close()
-    assert Catalog(catalog_at("other.db")).health()["broken"]["t"].startswith("hash chain broken")
+    assert Catalog(catalog_at("other.db")).health()["broken"]["t"].startswith("chain: hash chain broken")
     assert catalog.head("t") == 0
 
 
@@ -444,6 +445,7 @@ def test_inconsistent_records_stop_the_table_with_a_reason(catalog_at: Callable[
         )
     last = script.decisions[-1]
     chain = script.state.chain
+    following = last.intent_offset + 1  # a later intent: what the record breaks is the invariant under test
     value: bytes | None
     if corruption == "undecodable":
         value, reason = b"\xc3\x01garbage", "undecodable"
@@ -454,7 +456,10 @@ def test_inconsistent_records_stop_the_table_with_a_reason(catalog_at: Callable[
     elif corruption == "other_table":
         value, reason = _rechained(last, chain, table="u"), "names table 'u'"
     elif corruption == "version_gap":
-        value, reason = _rechained(last, chain, id_version=9, txn_id="z"), "does not follow the head version 3"
+        value, reason = (
+            _rechained(last, chain, id_version=9, txn_id="z", intent_offset=following),
+            "does not follow the head version 3",
+        )
     elif corruption == "not_live":
         value, reason = (
             _rechained(
@@ -462,6 +467,7 @@ def test_inconsistent_records_stop_the_table_with_a_reason(catalog_at: Callable[
                 chain,
                 id_version=4,
                 txn_id="z",
+                intent_offset=following,
                 operation=Operation.MINOR_COMPACT,
                 time_version=None,
                 removed_files=("dt=a/nope.parquet",),
@@ -469,16 +475,56 @@ def test_inconsistent_records_stop_the_table_with_a_reason(catalog_at: Callable[
             "only 0 of them are live",
         )
     elif corruption == "time_backwards":
-        value, reason = _rechained(last, chain, id_version=4, txn_id="z"), "does not increase"
+        value, reason = _rechained(last, chain, id_version=4, txn_id="z", intent_offset=following), "does not increase"
     else:
-        value, reason = _rechained(script.decisions[0], chain), "second CREATE_TABLE"
+        value, reason = _rechained(script.decisions[0], chain, intent_offset=following), "second CREATE_TABLE"
     script.records.append(LogRecord("t", len(script.records), 0, value))
     catalog = build(catalog_at("c.db"), script)
     info = catalog.table("t")
     assert info.head_version == 3
     assert info.error is not None and reason in info.error
+    assert info.error.endswith("run: ordo repair t)")
     assert info.error_offset == len(script.records) - 1
     assert len(catalog.snapshot("t").files) == 3  # nothing of the bad record was applied
+    with pytest.raises(TableBrokenError) as caught:
+        catalog.wait_for_version("t", 4, timeout=1)
+    assert caught.value.kind is KINDS[corruption]
+
+
+KINDS = {
+    "undecodable": LogProblem.UNDECODABLE,
+    "empty": LogProblem.UNDECODABLE,
+    "intent": LogProblem.NOT_DECISION,
+    "other_table": LogProblem.WRONG_TABLE,
+    "version_gap": LogProblem.VERSION_GAP,
+    "not_live": LogProblem.NOT_LIVE,
+    "time_backwards": LogProblem.TIME_VERSION,
+    "second_create": LogProblem.SECOND_CREATE,
+}
+
+
+def test_a_later_decision_for_a_decided_intent_is_skipped_and_the_table_goes_on(
+    catalog_at: Callable[[str], str],
+) -> None:
+    """The first decision for an intent offset is the decision (docs/tansu.md): a late repeat is passed over."""
+    script = Script("t", seed=17).run(12)
+    late = script.decisions[5].model_copy(update={"message": "late copy", "prev_hash": bytes(32)})
+    records = list(script.records)
+    records.insert(9, LogRecord("t", -1, 0, encode(late)))
+    records = [LogRecord("t", i, r.timestamp_ms, r.value) for i, r in enumerate(records)]
+    writer = CatalogWriter(catalog_at("c.db"), "ordo")
+    result = writer.apply(records[:10])  # the repeat is the last record of this batch
+    assert not result.broken and result.skipped == 1
+    assert writer.stream("t").next_offset == 9  # type: ignore[union-attr]  # the offset stays at the record applied last
+    result = writer.apply(records)
+    writer.close()
+    assert not result.broken and result.applied == len(records) - 10
+    catalog = Catalog(catalog_at("c.db"))
+    info = catalog.table("t")
+    assert info.error is None and info.decisions == len(script.records) and info.log_offset == len(records)
+    assert catalog.head("t") == script.model.head
+    history = catalog.history("t")
+    assert len(history) == len(script.records) and all(d.message != "late copy" for d in history)
 
 
 def test_a_half_written_inconsistent_decision_in_a_batch_leaves_no_row_behind(tmp_path: Path) -> None:
@@ -501,6 +547,7 @@ def test_a_half_written_inconsistent_decision_in_a_batch_leaves_no_row_behind(tm
         script.state.chain,
         id_version=4,
         txn_id="z",
+        intent_offset=script.decisions[-1].intent_offset + 1,
         operation=Operation.MINOR_COMPACT,
         time_version=None,
         added_files=(),

@@ -9,6 +9,11 @@
 Every ``import`` counts, also one inside a function. The few calls a lower
 layer makes into ``ordo`` lazily are listed in ``LAZY_UPWARD`` with the reason;
 a new one fails this test until it is moved down or listed with its reason.
+
+Size: a class holds one named part. No class grows beyond ``CLASS_LINES``
+lines; the few that are larger today are listed in ``OVERSIZED`` (to be split
+the way ``ArbiterService`` was into the arbiter's sink, loader, checkpointer,
+ownership, intents reader, tables and decider), and a new one fails this test.
 """
 
 from __future__ import annotations
@@ -35,6 +40,17 @@ LAZY_UPWARD = {
     ("producer/table.py", "ordo.datasource"),
     # The HTTP API's layout view shows what the table service would do next (its planner).
     ("consumer/http.py", "ordo.compactor"),
+}
+
+
+CLASS_LINES = 320
+OVERSIZED = {
+    "producer/table.py::DeltaTable",
+    "producer/table.py::Transaction",
+    "producer/client.py::CommitClient",
+    "ordo/demo.py::Demo",
+    "consumer/store.py::CatalogWriter",
+    "consumer/materializer.py::Materializer",
 }
 
 
@@ -96,3 +112,30 @@ def test_the_check_can_fail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sou
     (tmp_path / "arbiter" / "planted.py").write_text(source)
     monkeypatch.setattr(__import__(__name__, fromlist=["ROOT"]), "ROOT", tmp_path)
     assert any(expected in problem for problem in violations()), violations()
+
+
+def oversized() -> list[str]:
+    """Every class above ``CLASS_LINES`` lines that ``OVERSIZED`` does not list, with its size."""
+    found = []
+    for package in ALLOWED:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.ClassDef) and node.end_lineno is not None:
+                    name = f"{path.relative_to(ROOT).as_posix()}::{node.name}"
+                    size = node.end_lineno - node.lineno + 1
+                    if size > CLASS_LINES and name not in OVERSIZED:
+                        found.append(f"{name}: {size} lines (at most {CLASS_LINES}: split it into named parts)")
+    return found
+
+
+def test_no_class_grows_beyond_the_size_of_one_named_part() -> None:
+    assert oversized() == []
+
+
+def test_the_size_check_can_fail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for package in ALLOWED:
+        (tmp_path / package).mkdir()
+    body = "".join(f"    def m{i}(self) -> None:\n        pass\n" for i in range(CLASS_LINES))
+    (tmp_path / "arbiter" / "big.py").write_text(f"class Big:\n{body}")
+    monkeypatch.setattr(__import__(__name__, fromlist=["ROOT"]), "ROOT", tmp_path)
+    assert [p.split(":")[0] for p in oversized()] == ["arbiter/big.py"]

@@ -76,3 +76,21 @@ def test_tampering_is_reported_with_its_offset(tamper, kind: str) -> None:
 def test_chain_of_a_faithful_log_is_intact() -> None:
     _, log = history()
     assert list(verify_chain(log)) == []
+
+
+def test_verify_log_checks_every_invariant_of_the_one_fold() -> None:
+    """``--verify`` reads the log with the readers' invariants: CREATE first, a time version iff data changes."""
+    from arbiter.replay import verify_log
+    from schemas import decode
+
+    _, log = history()
+    assert verify_log("t", log) == []
+    headless = [DecisionRecord(r.offset, r.value) for r in log[1:]]
+    first = verify_log("t", headless)[:2]
+    assert [(d.kind, d.decision_offset) for d in first] == [("chain", 1), ("dropped", 1)], first
+    accepted = next(i for i, r in enumerate(log) if i > 0 and decode(r.value).accepted)
+    timeless = decode(log[accepted].value).model_copy(update={"time_version": None})
+    edited = [*log[:accepted], DecisionRecord(log[accepted].offset, encode(timeless)), *log[accepted + 1 :]]
+    problems = verify_log("t", edited)
+    assert ("edited", accepted) in [(d.kind, d.decision_offset) for d in problems], problems
+    assert verify_log("u", log)[0].kind == "injected"  # another table's log

@@ -1,0 +1,157 @@
+"""The tables an arbiter decides: taking one (fence, load, follow), dropping one, loading one again.
+
+A table is taken in a fixed order (``take_new``): its producer is initialised
+first (``TransactionalSink.take``), which fences whichever arbiter owned the
+table before and ends its open transaction; only then is its state loaded from
+the decisions log (``StateLoader``), so the load sees everything the older
+owner will ever have written; then its intents are read from the offset after
+its last decided intent. A table whose decisions log cannot be folded is left
+undecided until restart (``broken``); the others go on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from arbiter.core import new_state
+from arbiter.intents import IntentReader
+from arbiter.loader import ArbiterStateError, OwnedTable, StateLoader, Stopped
+from arbiter.metrics import ArbiterMetrics
+from arbiter.ownership import Ownership
+from arbiter.prom import ArbiterPrometheus
+from arbiter.sink import KAFKA_TIMEOUT, TransactionalSink
+from kernel.admin import DECISIONS_CONFIG, create_topics, existing_topics
+from kernel.logread import warm_metadata
+from schemas import decisions_topic
+from schemas.decisionlog import BrokenLogError
+
+log = logging.getLogger("ordo.arbiter")
+
+
+class OwnedTables:
+    """The owned tables by intents topic, and what taking, dropping and reloading one involves."""
+
+    def __init__(
+        self,
+        ownership: Ownership,
+        sink: TransactionalSink,
+        intents: IntentReader,
+        metrics: ArbiterMetrics,
+        prom: ArbiterPrometheus,
+    ) -> None:
+        self.prefix = ownership.prefix
+        self.ownership = ownership
+        self.sink = sink
+        self.intents = intents
+        self.metrics = metrics
+        self.prom = prom
+        self.loader: StateLoader | None = None  # set by the service's start (it needs keys and a consumer)
+        self.by_topic: dict[str, OwnedTable] = {}
+        self.broken: set[str] = set()  # tables whose decisions log could not be folded
+
+    def __iter__(self) -> Iterator[OwnedTable]:
+        return iter(list(self.by_topic.values()))
+
+    def __len__(self) -> int:
+        return len(self.by_topic)
+
+    def positions(self) -> list[tuple[str, int]]:
+        """``(intents topic, resume offset)`` of every owned table."""
+        return [(t.intents, t.state.next_offset) for t in self.by_topic.values()]
+
+    def take_new(self, admin: Any, reader: Any) -> list[str]:
+        """Take the tables this arbiter owns whose intents topics appeared since the last look; their names."""
+        topics = existing_topics(admin, timeout=KAFKA_TIMEOUT)
+        new = self.ownership.new_tables(topics, self.by_topic, self.broken)
+        if not new:
+            return []
+        missing = {decisions_topic(self.prefix, name): DECISIONS_CONFIG for name, _ in new}
+        missing = {name: cfg for name, cfg in missing.items() if name not in topics}
+        if missing:
+            create_topics(admin, missing, timeout=KAFKA_TIMEOUT)
+        # A consumer assigned a topic it has no metadata for waits ~1 s for
+        # librdkafka's leader query; a full metadata request fills the cache now.
+        warm_metadata(reader, KAFKA_TIMEOUT)
+        self.intents.warm()
+        self.sink.take_all([name for name, _ in new if name not in self.sink.producers])
+        for name, topic in new:
+            table = OwnedTable(name, topic, decisions_topic(self.prefix, name), new_state(name))
+            try:
+                self.sink.take(name)  # fence the table's previous owner before reading what it wrote
+                self.load(table)
+            except (BrokenLogError, ArbiterStateError) as exc:
+                log.error("table %s left undecided until restart: %s", name, exc)
+                self.broken.add(name)
+                continue
+            except Stopped:
+                break
+            # One table at a time: a failure on the next one leaves this one assigned.
+            self.by_topic[topic] = table
+            self.intents.follow(topic, table.state.next_offset)
+            log.info(
+                "table %s: rebuilt %d decision(s), head version %d, resuming intents at offset %d (%s)",
+                name,
+                table.state.decisions,
+                table.state.head_version,
+                table.state.next_offset,
+                table.origin,
+            )
+        self.metrics.tables = len(self.by_topic)
+        self.prom.tables.set(len(self.by_topic))
+        return [name for name, _ in new]
+
+    def load(self, table: OwnedTable) -> None:
+        """Load ``table``'s state from its checkpoint and decisions log (the sink learns its newest record)."""
+        assert self.loader is not None, "start() first"
+        began = time.monotonic()
+        table.state, last = self.loader.load(table)
+        if last is not None:
+            self.sink.last_record[table.decisions] = last
+        else:
+            self.sink.last_record.pop(table.decisions, None)
+        self.prom.rebuild_seconds.labels(table.name).set(time.monotonic() - began)
+
+    def reload(self, names: set[str]) -> None:
+        """Load the state of the tables ``names`` again (their transaction was aborted)."""
+        for table in self:
+            if table.name in names:
+                try:
+                    self.load(table)
+                except (BrokenLogError, ArbiterStateError) as exc:
+                    log.error("table %s left undecided until restart: %s", table.name, exc)
+                    self.broken.add(table.name)
+                    self.drop(table.name, "its decisions log cannot be folded")
+
+    def drop(self, name: str, why: str) -> None:
+        """Stop deciding ``name``: forget its state and producer (an open transaction is the broker's to abort)."""
+        topic = next((t for t, table in self.by_topic.items() if table.name == name), None)
+        if topic is not None:
+            del self.by_topic[topic]
+            self.intents.forget(topic)
+        self.sink.drop(name)
+        self.metrics.tables = len(self.by_topic)
+        log.info("table %s dropped: %s", name, why)
+
+    def lose(self, name: str, why: str) -> None:
+        """``name`` was fenced away by its new owner: drop it, not taken again until the group assigns it anew."""
+        self.ownership.lose(name)
+        self.drop(name, why)
+
+    def serve_group(self) -> bool:
+        """Fleet: serve the group (between transactions); drop what it revoked or lost; True when it changed."""
+        changes = self.ownership.poll()
+        for name in sorted(changes.revoked):
+            self.drop(name, "revoked by the group")
+        for name in sorted(changes.lost):
+            self.drop(name, "lost (this arbiter left the group: paused or partitioned away)")
+        return bool(changes)
+
+    def lag(self) -> dict[str, int]:
+        """Intents lag per table (cached high watermarks)."""
+        return self.intents.lag((t.name, t.intents, t.state.next_offset) for t in self.by_topic.values())
+
+
+__all__ = ["OwnedTables"]
