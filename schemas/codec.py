@@ -9,9 +9,11 @@ Two implementations of one wire format:
 
 * **Fast path** (the arbiter decodes one intent and encodes one decision per
   record; the consumer and rebuilds decode every decision): a reader and a
-  writer hand-written for the current schemas. The reader builds the models
+  writer for the current schemas. The reader is one table per record type
+  (each field with the function that reads it) and builds the models
   directly, checking on the way every limit the models declare, without
-  pydantic. Avro binary is simple: zig-zag varints, length-prefixed UTF-8, a
+  pydantic validation. An intent's files and partitions keep their bytes
+  (``WireTuple``), which the writer of its decision copies. Avro binary is simple: zig-zag varints, length-prefixed UTF-8, a
   varint union branch index, an enum symbol index, block-encoded arrays and
   maps.
 * **Reference path**: fastavro's ``schemaless_reader``/``schemaless_writer``
@@ -31,6 +33,7 @@ import hashlib
 import io
 import json
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -83,8 +86,7 @@ class _Schema:
     writer: Any
     reader: Any
     header: bytes
-    fast_reader: Any = None  # hand-written readers and writer of this exact schema, or None
-    fast_model: Any = None
+    fast_model: Any = None  # the table-driven reader and the writer of this exact schema, or None
     fast_writer: Any = None
 
 
@@ -107,8 +109,8 @@ class Codec:
         self._by_fingerprint: dict[bytes, _Schema] = {}
         self.releases: dict[bytes, str] = {}  # fingerprint -> release of every schema from the history
         fast = {
-            CommitIntent: (_read_intent, _model_intent, _write_intent),
-            CommitDecision: (_read_decision, _model_decision, _write_decision),
+            CommitIntent: (_record_reader(CommitIntent, _INTENT_FIELDS), _write_intent),
+            CommitDecision: (_record_reader(CommitDecision, _DECISION_FIELDS), _write_decision),
         }
         for model in (CommitIntent, CommitDecision):
             parsed = _load(model.__name__, named)
@@ -144,7 +146,7 @@ class Codec:
             parsed = fastavro.parse_schema(inline_references(schema), named_schemas={})
         fp = fingerprint if fingerprint is not None else _fingerprint(parsed)
         known = self._by_fingerprint.get(fp)
-        if known is not None and known.fast_reader is not None:
+        if known is not None and known.fast_model is not None:
             return fp  # the current schema itself: nothing to resolve
         self._by_fingerprint[fp] = _Schema(model, parsed, self._by_model[model].writer, MAGIC + fp)
         return fp
@@ -165,7 +167,7 @@ class Codec:
         if data is None or len(data) < HEADER_LEN:
             return False
         entry = self._by_fingerprint.get(bytes(data[2:HEADER_LEN]))
-        return entry is not None and entry.fast_reader is not None and data[:2] == MAGIC
+        return entry is not None and entry.fast_model is not None and data[:2] == MAGIC
 
     def schema_of(self, model: type[CommitIntent] | type[CommitDecision]) -> Any:
         """The parsed current schema of ``model``."""
@@ -186,7 +188,12 @@ class Codec:
         return buffer.getvalue()
 
     def decode_dict(self, data: bytes) -> tuple[type[CommitIntent] | type[CommitDecision], dict[str, Any]]:
-        """Read ``data`` into ``(model, plain dict)`` without pydantic validation."""
+        """Read ``data`` into ``(model, plain dict)`` without pydantic validation.
+
+        The reference reader (fastavro) only: the arbiter asks for it when the
+        fast path could not take an intent (unusual or invalid input), so that
+        ``model_validate`` can then name the exact problem.
+        """
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise CodecError(f"expected bytes, got {type(data).__name__}")
         if len(data) < HEADER_LEN or data[:2] != MAGIC:
@@ -194,14 +201,6 @@ class Codec:
         entry = self._by_fingerprint.get(bytes(data[2:HEADER_LEN]))
         if entry is None:
             raise UnknownSchemaError(f"unknown schema fingerprint {bytes(data[2:HEADER_LEN]).hex()}")
-        if entry.fast_reader is not None:
-            raw = data if type(data) is bytes else bytes(data)
-            try:
-                record, end = entry.fast_reader(raw, HEADER_LEN)
-                if end == len(raw):
-                    return entry.model, record
-            except Exception:  # corrupt, truncated or unusual: the reference reader gives the answer or error
-                pass
         buffer = io.BytesIO(data)
         buffer.seek(HEADER_LEN)
         try:
@@ -283,22 +282,31 @@ def _summarize(exc: ValidationError) -> str:
 
 # --------------------------------------------------------------------------- fast reader
 #
-# Each ``_read_*`` takes ``(data, pos)`` and returns ``(value, new pos)``. They
-# read the *canonical* encoding only, the one this module's writer and fastavro
-# produce: shortest varints, every non-empty array or map in one block with a
-# positive count. Anything else (IndexError on truncation, _Bail on a
-# non-canonical or out-of-range value) makes the caller fall back to fastavro,
-# which reads every valid encoding. Reading canonical bytes only is what makes
-# re-using an intent's bytes in its decision exact (``_recent`` below).
+# One table-driven reader per record type: ``_INTENT_FIELDS`` and
+# ``_DECISION_FIELDS`` list every field of the current schema, in order, with
+# the function that reads it; ``_record_reader`` folds a table into a reader
+# that returns the model. A unit test checks each table against the model's
+# fields and the ``.avsc`` fields, so a schema change cannot skip it.
 #
-# ``_read_intent``/``_read_decision`` return records exactly as fastavro does
-# (for ``decode_dict``): dicts in schema field order, lists for arrays, dicts
-# for maps, enum symbols as strings, timestamp-millis as an aware UTC datetime.
+# Each field reader takes ``(data, pos)`` and returns ``(value, new pos)``, the
+# value already of the type validation would produce (tuples, enum members,
+# models), checked on the way against every limit the models declare
+# (``schemas.models``). They read the *canonical* encoding only, the one this
+# module's writer and fastavro produce: shortest varints, every non-empty array
+# or map in one block with a positive count. Anything else (IndexError on
+# truncation, _Bail on a non-canonical or out-of-range value) makes the caller
+# take the reference path (fastavro + ``model_validate``), which returns the
+# same model or raises the exact error it always raised.
+#
+# UTF-8 byte length bounds character length from above, so a string whose
+# byte length is within a limit needs no ``len()``.
 
 
 class _Bail(Exception):
     """Internal: the fast path does not handle this input; use the reference path."""
 
+
+Reader = Callable[[bytes, int], tuple[Any, int]]
 
 _TWO_64 = 1 << 64
 
@@ -381,142 +389,10 @@ def _read_opt_long(data: bytes, pos: int) -> tuple[int | None, int]:
     return _read_long(data, pos + 1)
 
 
-def _read_str_map(data: bytes, pos: int) -> tuple[dict[str, str], int]:
-    result: dict[str, str] = {}
-    count, pos = _read_count(data, pos)
-    if count:
-        for _ in range(count):
-            key, pos = _read_str(data, pos)
-            result[key], pos = _read_str(data, pos)
-        pos = _read_end(data, pos)
-    return result, pos
-
-
-def _read_str_array(data: bytes, pos: int) -> tuple[list[str], int]:
-    result: list[str] = []
-    count, pos = _read_count(data, pos)
-    if count:
-        for _ in range(count):
-            item, pos = _read_str(data, pos)
-            result.append(item)
-        pos = _read_end(data, pos)
-    return result, pos
-
-
-def _read_map_array(data: bytes, pos: int) -> tuple[list[dict[str, str]], int]:
-    result: list[dict[str, str]] = []
-    count, pos = _read_count(data, pos)
-    if count:
-        for _ in range(count):
-            item, pos = _read_str_map(data, pos)
-            result.append(item)
-        pos = _read_end(data, pos)
-    return result, pos
-
-
-def _read_data_file(data: bytes, pos: int) -> tuple[dict[str, Any], int]:
-    path, pos = _read_str(data, pos)
-    partition, pos = _read_str_map(data, pos)
-    record_count, pos = _read_long(data, pos)
-    size_bytes, pos = _read_long(data, pos)
-    min_key, pos = _read_opt_str(data, pos)
-    max_key, pos = _read_opt_str(data, pos)
-    bucket, pos = _read_long(data, pos)
-    if not 0 <= bucket <= MAX_BUCKET:
-        raise _Bail("bucket out of range")
-    return {
-        "path": path,
-        "partition": partition,
-        "record_count": record_count,
-        "size_bytes": size_bytes,
-        "min_key": min_key,
-        "max_key": max_key,
-        "bucket": bucket,
-    }, pos
-
-
-def _read_data_files(data: bytes, pos: int) -> tuple[list[dict[str, Any]], int]:
-    result: list[dict[str, Any]] = []
-    count, pos = _read_count(data, pos)
-    if count:
-        for _ in range(count):
-            item, pos = _read_data_file(data, pos)
-            result.append(item)
-        pos = _read_end(data, pos)
-    return result, pos
-
-
-def _read_metadata(data: bytes, pos: int) -> tuple[dict[str, Any] | None, int]:
-    branch = data[pos]
-    if branch == 0:
-        return None, pos + 1
-    if branch != 2:
-        raise _Bail("union branch")
-    location, pos = _read_str(data, pos + 1)
-    schema, pos = _read_str(data, pos)
-    primary_key, pos = _read_str_array(data, pos)
-    partition_columns, pos = _read_str_array(data, pos)
-    properties, pos = _read_str_map(data, pos)
-    return {
-        "location": location,
-        "schema": schema,
-        "primary_key": primary_key,
-        "partition_columns": partition_columns,
-        "properties": properties,
-    }, pos
-
-
-def _read_member(data: bytes, pos: int, members: tuple[Any, ...]) -> tuple[Any, int]:
-    """An enum: its symbol index (one byte for our enums) into ``members``."""
-    index = data[pos]
-    if index & 1 or (index >> 1) >= len(members):  # negative, multi-byte or out of range
-        raise _Bail("enum index")
-    return members[index >> 1], pos + 1
-
-
-def _read_optional(data: bytes, pos: int, reader: Any) -> tuple[Any, int]:
-    branch = data[pos]
-    if branch == 0:
-        return None, pos + 1
-    if branch != 2:
-        raise _Bail("union branch")
-    return reader(data, pos + 1)
-
-
-_OPERATIONS = tuple(op.value for op in Operation)
-_OUTCOMES = tuple(o.value for o in Outcome)
-_REBASES = tuple(r.value for r in Rebase)
-
-
-def _read_operation_symbol(data: bytes, pos: int) -> tuple[str, int]:
-    return _read_member(data, pos, _OPERATIONS)
-
-
-def _read_intent(data: bytes, pos: int) -> tuple[dict[str, Any], int]:
-    txn_id, pos = _read_str(data, pos)
-    table, pos = _read_str(data, pos)
-    operation, pos = _read_member(data, pos, _OPERATIONS)
-    read_version, pos = _read_long(data, pos)
-    partitions, pos = _read_optional(data, pos, _read_map_array)
-    added_files, pos = _read_data_files(data, pos)
-    removed_files, pos = _read_str_array(data, pos)
-    metadata, pos = _read_metadata(data, pos)
-    app_id, pos = _read_opt_str(data, pos)
-    batch_id, pos = _read_opt_long(data, pos)
-    writer, pos = _read_opt_str(data, pos)
-    return {
-        "txn_id": txn_id,
-        "table": table,
-        "operation": operation,
-        "read_version": read_version,
-        "partitions": partitions,
-        "added_files": added_files,
-        "removed_files": removed_files,
-        "metadata": metadata,
-        "app_id": app_id,
-        "batch_id": batch_id,
-        "writer": writer,
-    }, pos
+def _read_opt_millis(data: bytes, pos: int) -> tuple[datetime | None, int]:
+    """A ``timestamp-millis`` union as an aware UTC datetime (as fastavro reads it)."""
+    millis, pos = _read_opt_long(data, pos)
+    return (None if millis is None else _EPOCH + timedelta(microseconds=millis * 1000)), pos
 
 
 def _read_bytes(data: bytes, pos: int) -> tuple[bytes, int]:
@@ -527,101 +403,26 @@ def _read_bytes(data: bytes, pos: int) -> tuple[bytes, int]:
     return data[pos:end], end
 
 
-def _read_decision(data: bytes, pos: int) -> tuple[dict[str, Any], int]:
-    txn_id, pos = _read_str(data, pos)
-    table, pos = _read_str(data, pos)
-    intent_offset, pos = _read_long(data, pos)
-    outcome, pos = _read_member(data, pos, _OUTCOMES)
-    id_version, pos = _read_opt_long(data, pos)
-    millis, pos = _read_opt_long(data, pos)
-    time_version = None if millis is None else _EPOCH + timedelta(microseconds=millis * 1000)
-    operation, pos = _read_optional(data, pos, _read_operation_symbol)
-    read_version, pos = _read_opt_long(data, pos)
-    partitions, pos = _read_optional(data, pos, _read_map_array)
-    added_files, pos = _read_data_files(data, pos)
-    removed_files, pos = _read_str_array(data, pos)
-    metadata, pos = _read_metadata(data, pos)
-    rebase, pos = _read_member(data, pos, _REBASES)
-    reason, pos = _read_opt_str(data, pos)
-    message, pos = _read_opt_str(data, pos)
-    conflicting_txn_id, pos = _read_opt_str(data, pos)
-    conflicting_version, pos = _read_opt_long(data, pos)
-    writer, pos = _read_opt_str(data, pos)
-    app_id, pos = _read_opt_str(data, pos)
-    batch_id, pos = _read_opt_long(data, pos)
-    duplicate_of, pos = _read_opt_long(data, pos)
-    prev_hash, pos = _read_optional(data, pos, _read_bytes)
-    return {
-        "txn_id": txn_id,
-        "table": table,
-        "intent_offset": intent_offset,
-        "outcome": outcome,
-        "id_version": id_version,
-        "time_version": time_version,
-        "operation": operation,
-        "read_version": read_version,
-        "partitions": partitions,
-        "added_files": added_files,
-        "removed_files": removed_files,
-        "metadata": metadata,
-        "rebase": rebase,
-        "reason": reason,
-        "message": message,
-        "conflicting_txn_id": conflicting_txn_id,
-        "conflicting_version": conflicting_version,
-        "writer": writer,
-        "app_id": app_id,
-        "batch_id": batch_id,
-        "duplicate_of": duplicate_of,
-        "prev_hash": prev_hash,
-    }, pos
+def _read_str_tuple(data: bytes, pos: int) -> tuple[tuple[str, ...], int]:
+    count, pos = _read_count(data, pos)
+    if not count:
+        return (), pos
+    result: list[str] = []
+    for _ in range(count):
+        item, pos = _read_str(data, pos)
+        result.append(item)
+    return tuple(result), _read_end(data, pos)
 
 
-# --------------------------------------------------------------------------- models without pydantic
-
-_object_new = object.__new__
-_object_setattr = object.__setattr__
-
-
-def trusted(model: type[M], values: dict[str, Any]) -> M:
-    """Build ``model`` from ``values`` that are already valid, without validation.
-
-    What ``model_construct`` does, minus its per-field loop: ``values`` must
-    hold every field, in field order, with the types validation would produce;
-    the dict becomes the instance's ``__dict__``. For the arbiter's own
-    decisions and for records the fast reader has checked.
-    """
-    instance = _object_new(model)
-    _object_setattr(instance, "__dict__", values)
-    _object_setattr(instance, "__pydantic_fields_set__", set(values))
-    _object_setattr(instance, "__pydantic_extra__", None)
-    _object_setattr(instance, "__pydantic_private__", None)
-    return instance
-
-
-# --------------------------------------------------------------------------- fast reader to models
-#
-# ``_model_*`` decode straight into models, checking on the way every limit the
-# models declare (``schemas.models``). Any value outside a limit bails, and the
-# caller takes the reference path (fastavro + ``model_validate``), which
-# returns the same model or raises the exact error it always raised.
-#
-# UTF-8 byte length bounds character length from above, so a string whose
-# byte length is within a limit needs no ``len()``.
-#
-# ``_recent`` keeps the canonical bytes of the last intent's ``added_files``
-# and ``partitions`` with the very tuples they were decoded into. The
-# arbiter's accepted decision carries those same tuples (same objects), and
-# the writer copies the bytes instead of encoding the files again: canonical
-# input means they are exactly what encoding would produce. Models are
-# frozen; mutating the dicts inside one is not supported anywhere in ordo.
-
-_DATA_FILE_FIELDS = frozenset(DataFile.model_fields)
-_OPERATION_MEMBERS = tuple(Operation)
-_OUTCOME_MEMBERS = tuple(Outcome)
-_REBASE_MEMBERS = tuple(Rebase)
-_table_name_ok = TABLE_NAME_PATTERN.fullmatch
-_recent: tuple[Any, bytes, Any, bytes] = ((), b"", (), b"")
+def _read_str_map(data: bytes, pos: int) -> tuple[dict[str, str], int]:
+    result: dict[str, str] = {}
+    count, pos = _read_count(data, pos)
+    if count:
+        for _ in range(count):
+            key, pos = _read_str(data, pos)
+            result[key], pos = _read_str(data, pos)
+        pos = _read_end(data, pos)
+    return result, pos
 
 
 def _checked_str(data: bytes, pos: int, least: int, most: int) -> tuple[str, int]:
@@ -685,91 +486,7 @@ def _checked_version(data: bytes, pos: int) -> tuple[int, int]:
     return value, pos
 
 
-def _model_data_files(data: bytes, pos: int, most: int | None) -> tuple[tuple[DataFile, ...], int]:
-    """An array of DataFile records, checked and built into models (the hottest loop of the arbiter).
-
-    The files of one commit mostly share one partition: when a file's partition
-    map has the same bytes as the previous file's, its (immutable) strings are
-    re-used instead of decoded again.
-    """
-    count, pos = _read_count(data, pos)
-    if not count:
-        return (), pos
-    if most is not None and count > most:
-        raise _Bail("too many files")
-    result: list[DataFile] = []
-    append = result.append
-    fields_set = _DATA_FILE_FIELDS
-    same: bytes = b""  # the previous file's one-entry partition map, as bytes
-    same_key = same_value = ""
-    for _ in range(count):
-        # path: 1..4096 characters
-        b = data[pos]
-        if b < 0x80 and not b & 1:
-            n = b >> 1
-            pos += 1
-        else:
-            n, pos = _read_len(data, pos)
-        end = pos + n
-        path = data[pos:end].decode()
-        if not n or (n > MAX_PATH_LENGTH and len(path) > MAX_PATH_LENGTH):
-            raise _Bail("path length")
-        # partition: keys 1..256 characters, values up to 4096
-        if same and data.startswith(same, end):
-            partition = {same_key: same_value}
-            pos = end + len(same)
-        elif data[end] == 2:  # one entry
-            same_key, pos = _checked_str(data, end + 1, 1, MAX_ID_LENGTH)
-            same_value, pos = _checked_str(data, pos, 0, MAX_PATH_LENGTH)
-            pos = _read_end(data, pos)
-            partition = {same_key: same_value}
-            same = data[end:pos]
-        else:
-            partition, pos = _checked_map(data, end)
-            same = b""
-        record_count, pos = _checked_version(data, pos)
-        size_bytes, pos = _checked_version(data, pos)
-        if data[pos] == 0:
-            min_key = None
-            pos += 1
-        else:
-            min_key, pos = _checked_opt_str(data, pos, 0, MAX_PATH_LENGTH)
-        if data[pos] == 0:
-            max_key = None
-            pos += 1
-        else:
-            max_key, pos = _checked_opt_str(data, pos, 0, MAX_PATH_LENGTH)
-        # bucket: 0..MAX_BUCKET, one byte for 0..63
-        b = data[pos]
-        if b < 0x80 and not b & 1:
-            bucket = b >> 1
-            pos += 1
-        else:
-            bucket, pos = _read_long(data, pos)
-            if not 0 <= bucket <= MAX_BUCKET:
-                raise _Bail("bucket out of range")
-        instance = _object_new(DataFile)
-        _object_setattr(
-            instance,
-            "__dict__",
-            {
-                "path": path,
-                "partition": partition,
-                "record_count": record_count,
-                "size_bytes": size_bytes,
-                "min_key": min_key,
-                "max_key": max_key,
-                "bucket": bucket,
-            },
-        )
-        _object_setattr(instance, "__pydantic_fields_set__", set(fields_set))
-        _object_setattr(instance, "__pydantic_extra__", None)
-        _object_setattr(instance, "__pydantic_private__", None)
-        append(instance)
-    return tuple(result), _read_end(data, pos)
-
-
-def _checked_str_array(data: bytes, pos: int, least: int, most: int, count_most: int) -> tuple[tuple[str, ...], int]:
+def _checked_str_tuple(data: bytes, pos: int, least: int, most: int, count_most: int) -> tuple[tuple[str, ...], int]:
     count, pos = _read_count(data, pos)
     if not count:
         return (), pos
@@ -782,7 +499,149 @@ def _checked_str_array(data: bytes, pos: int, least: int, most: int, count_most:
     return tuple(result), _read_end(data, pos)
 
 
-def _model_metadata(data: bytes, pos: int) -> tuple[TableMetadata | None, int]:
+class WireTuple(tuple):  # type: ignore[type-arg]
+    """A tuple decoded from canonical Avro bytes that keeps them in ``wire``.
+
+    An intent's ``added_files`` and ``partitions`` come as ``WireTuple``; the
+    arbiter's accepted decision carries the very same objects, and the writer
+    copies ``wire`` instead of encoding the items again. Exact because the
+    reader takes canonical bytes only, and because the items are immutable
+    (frozen models; the partition dicts are never mutated anywhere in ordo).
+    Any other tuple or list is encoded item by item.
+    """
+
+    wire: bytes
+
+
+def _wire_tuple(items: list[Any], wire: bytes) -> WireTuple:
+    result = WireTuple(items)
+    result.wire = wire
+    return result
+
+
+# The shape of a DataFile instance built without validation (``trusted``, inlined in the hottest loop).
+_object_new = object.__new__
+_object_setattr = object.__setattr__
+_DATA_FILE_FIELDS = frozenset(DataFile.model_fields)
+
+
+def _data_files(most: int | None, keep_wire: bool) -> Reader:
+    """The reader of an array of DataFile records (the hottest loop of the arbiter), checked and built into models.
+
+    ``most``: the largest count taken (an intent's limit; None for decisions).
+    ``keep_wire``: return a ``WireTuple`` holding the array's bytes. The files
+    of one commit mostly share one partition: when a file's partition map has
+    the same bytes as the previous file's, its (immutable) strings are re-used
+    instead of decoded again.
+    """
+
+    def read(data: bytes, pos: int) -> tuple[tuple[DataFile, ...], int]:
+        start = pos
+        count, pos = _read_count(data, pos)
+        if not count:
+            return (), pos
+        if most is not None and count > most:
+            raise _Bail("too many files")
+        result: list[DataFile] = []
+        append = result.append
+        fields_set = _DATA_FILE_FIELDS
+        same: bytes = b""  # the previous file's one-entry partition map, as bytes
+        same_key = same_value = ""
+        for _ in range(count):
+            # path: 1..4096 characters
+            b = data[pos]
+            if b < 0x80 and not b & 1:
+                n = b >> 1
+                pos += 1
+            else:
+                n, pos = _read_len(data, pos)
+            end = pos + n
+            path = data[pos:end].decode()
+            if not n or (n > MAX_PATH_LENGTH and len(path) > MAX_PATH_LENGTH):
+                raise _Bail("path length")
+            # partition: keys 1..256 characters, values up to 4096
+            if same and data.startswith(same, end):
+                partition = {same_key: same_value}
+                pos = end + len(same)
+            elif data[end] == 2:  # one entry
+                same_key, pos = _checked_str(data, end + 1, 1, MAX_ID_LENGTH)
+                same_value, pos = _checked_str(data, pos, 0, MAX_PATH_LENGTH)
+                pos = _read_end(data, pos)
+                partition = {same_key: same_value}
+                same = data[end:pos]
+            else:
+                partition, pos = _checked_map(data, end)
+                same = b""
+            record_count, pos = _checked_version(data, pos)
+            size_bytes, pos = _checked_version(data, pos)
+            if data[pos] == 0:
+                min_key = None
+                pos += 1
+            else:
+                min_key, pos = _checked_opt_str(data, pos, 0, MAX_PATH_LENGTH)
+            if data[pos] == 0:
+                max_key = None
+                pos += 1
+            else:
+                max_key, pos = _checked_opt_str(data, pos, 0, MAX_PATH_LENGTH)
+            # bucket: 0..MAX_BUCKET, one byte for 0..63
+            b = data[pos]
+            if b < 0x80 and not b & 1:
+                bucket = b >> 1
+                pos += 1
+            else:
+                bucket, pos = _read_long(data, pos)
+                if not 0 <= bucket <= MAX_BUCKET:
+                    raise _Bail("bucket out of range")
+            instance = _object_new(DataFile)
+            _object_setattr(
+                instance,
+                "__dict__",
+                {
+                    "path": path,
+                    "partition": partition,
+                    "record_count": record_count,
+                    "size_bytes": size_bytes,
+                    "min_key": min_key,
+                    "max_key": max_key,
+                    "bucket": bucket,
+                },
+            )
+            _object_setattr(instance, "__pydantic_fields_set__", set(fields_set))
+            _object_setattr(instance, "__pydantic_extra__", None)
+            _object_setattr(instance, "__pydantic_private__", None)
+            append(instance)
+        pos = _read_end(data, pos)
+        return (_wire_tuple(result, data[start:pos]) if keep_wire else tuple(result)), pos
+
+    return read
+
+
+def _partition_specs(most: int, read_map: Reader, keep_wire: bool) -> Reader:
+    """The reader of the ``partitions`` union: None, or a tuple of specs (a ``WireTuple`` with ``keep_wire``)."""
+
+    def read(data: bytes, pos: int) -> tuple[tuple[dict[str, str], ...] | None, int]:
+        branch = data[pos]
+        if branch == 0:
+            return None, pos + 1
+        if branch != 2:
+            raise _Bail("union branch")
+        start = pos = pos + 1
+        count, pos = _read_count(data, pos)
+        if count > most:
+            raise _Bail("too many partitions")
+        specs: list[dict[str, str]] = []
+        for _ in range(count):
+            spec, pos = read_map(data, pos)
+            specs.append(spec)
+        if count:
+            pos = _read_end(data, pos)
+        return (_wire_tuple(specs, data[start:pos]) if keep_wire and count else tuple(specs)), pos
+
+    return read
+
+
+def _metadata(data: bytes, pos: int) -> tuple[TableMetadata | None, int]:
     branch = data[pos]
     if branch == 0:
         return None, pos + 1
@@ -790,8 +649,8 @@ def _model_metadata(data: bytes, pos: int) -> tuple[TableMetadata | None, int]:
         raise _Bail("union branch")
     location, pos = _checked_str(data, pos + 1, 1, MAX_PATH_LENGTH)
     schema, pos = _checked_str(data, pos, 1, 1_000_000)
-    primary_key, pos = _checked_str_array(data, pos, 1, MAX_ID_LENGTH, 64)
-    partition_columns, pos = _checked_str_array(data, pos, 1, MAX_ID_LENGTH, 64)
+    primary_key, pos = _checked_str_tuple(data, pos, 1, MAX_ID_LENGTH, 64)
+    partition_columns, pos = _checked_str_tuple(data, pos, 1, MAX_ID_LENGTH, 64)
     properties, pos = _checked_map(data, pos)
     if not primary_key:
         raise _Bail("empty primary key")
@@ -805,123 +664,135 @@ def _model_metadata(data: bytes, pos: int) -> tuple[TableMetadata | None, int]:
     return trusted(TableMetadata, values), pos
 
 
-def _model_intent(data: bytes, pos: int) -> tuple[CommitIntent, int]:
-    global _recent
-    txn_id, pos = _checked_str(data, pos, 1, MAX_ID_LENGTH)
+def _enum(members: tuple[Any, ...]) -> Reader:
+    """The reader of an enum: its symbol index (one byte for our enums) into ``members``."""
+
+    def read(data: bytes, pos: int) -> tuple[Any, int]:
+        index = data[pos]
+        if index & 1 or (index >> 1) >= len(members):  # negative, multi-byte or out of range
+            raise _Bail("enum index")
+        return members[index >> 1], pos + 1
+
+    return read
+
+
+def _optional(reader: Reader) -> Reader:
+    """The reader of a ``["null", T]`` union of ``reader``'s type."""
+
+    def read(data: bytes, pos: int) -> tuple[Any, int]:
+        branch = data[pos]
+        if branch == 0:
+            return None, pos + 1
+        if branch != 2:
+            raise _Bail("union branch")
+        return reader(data, pos + 1)
+
+    return read
+
+
+def _table_name(data: bytes, pos: int) -> tuple[str, int]:
     table, pos = _read_str(data, pos)
     if _table_name_ok(table) is None:
         raise _Bail("table name")
-    operation, pos = _read_member(data, pos, _OPERATION_MEMBERS)
-    read_version, pos = _checked_version(data, pos)
-    partitions_at = pos
-    branch = data[pos]
-    if branch == 0:
-        partitions = None
-        pos += 1
-    elif branch == 2:
-        count, pos = _read_count(data, pos + 1)
-        if count > MAX_PARTITIONS_PER_INTENT:
-            raise _Bail("too many partitions")
-        specs: list[dict[str, str]] = []
-        for _ in range(count):
-            spec, pos = _checked_map(data, pos)
-            specs.append(spec)
-        if count:
-            pos = _read_end(data, pos)
-        partitions = tuple(specs)
-    else:
-        raise _Bail("union branch")
-    files_at = pos
-    added_files, pos = _model_data_files(data, pos, MAX_FILES_PER_INTENT)
-    files_end = pos
-    removed_files, pos = _checked_str_array(data, pos, 1, MAX_PATH_LENGTH, MAX_FILES_PER_INTENT)
-    metadata, pos = _model_metadata(data, pos)
-    app_id, pos = _checked_opt_str(data, pos, 1, MAX_ID_LENGTH)
-    branch = data[pos]
-    if branch == 0:
-        batch_id = None
-        pos += 1
-    elif branch == 2:
-        batch_id, pos = _checked_version(data, pos + 1)
-    else:
-        raise _Bail("union branch")
-    writer, pos = _checked_opt_str(data, pos, 0, MAX_ID_LENGTH)
-    values = {
-        "txn_id": txn_id,
-        "table": table,
-        "operation": operation,
-        "read_version": read_version,
-        "partitions": partitions,
-        "added_files": added_files,
-        "removed_files": removed_files,
-        "metadata": metadata,
-        "app_id": app_id,
-        "batch_id": batch_id,
-        "writer": writer,
-    }
-    if pos == len(data):
-        _recent = (added_files, data[files_at:files_end], partitions, data[partitions_at:files_at])
-    return trusted(CommitIntent, values), pos
+    return table, pos
 
 
-def _model_decision(data: bytes, pos: int) -> tuple[CommitDecision, int]:
-    txn_id, pos = _read_str(data, pos)
-    table, pos = _read_str(data, pos)
-    intent_offset, pos = _read_long(data, pos)
-    outcome, pos = _read_member(data, pos, _OUTCOME_MEMBERS)
-    id_version, pos = _read_opt_long(data, pos)
-    millis, pos = _read_opt_long(data, pos)
-    time_version = None if millis is None else _EPOCH + timedelta(microseconds=millis * 1000)
-    operation, pos = _read_optional(data, pos, _read_operation_member)
-    read_version, pos = _read_opt_long(data, pos)
-    partitions, pos = _read_optional(data, pos, _read_map_tuple)
-    added_files, pos = _model_data_files(data, pos, None)
-    removed, pos = _read_str_array(data, pos)
-    metadata, pos = _model_metadata(data, pos)
-    rebase, pos = _read_member(data, pos, _REBASE_MEMBERS)
-    reason, pos = _read_opt_str(data, pos)
-    message, pos = _read_opt_str(data, pos)
-    conflicting_txn_id, pos = _read_opt_str(data, pos)
-    conflicting_version, pos = _read_opt_long(data, pos)
-    writer, pos = _read_opt_str(data, pos)
-    app_id, pos = _read_opt_str(data, pos)
-    batch_id, pos = _read_opt_long(data, pos)
-    duplicate_of, pos = _read_opt_long(data, pos)
-    prev_hash, pos = _read_optional(data, pos, _read_bytes)
-    values = {
-        "txn_id": txn_id,
-        "table": table,
-        "intent_offset": intent_offset,
-        "outcome": outcome,
-        "id_version": id_version,
-        "time_version": time_version,
-        "operation": operation,
-        "read_version": read_version,
-        "partitions": partitions,
-        "added_files": added_files,
-        "removed_files": tuple(removed),
-        "metadata": metadata,
-        "rebase": rebase,
-        "reason": reason,
-        "message": message,
-        "conflicting_txn_id": conflicting_txn_id,
-        "conflicting_version": conflicting_version,
-        "writer": writer,
-        "app_id": app_id,
-        "batch_id": batch_id,
-        "duplicate_of": duplicate_of,
-        "prev_hash": prev_hash,
-    }
-    return trusted(CommitDecision, values), pos
+_table_name_ok = TABLE_NAME_PATTERN.fullmatch
+
+# (field, reader, constant arguments after ``(data, pos)``)
+Field = tuple[Any, ...]
+
+_INTENT_FIELDS: tuple[Field, ...] = (
+    ("txn_id", _checked_str, 1, MAX_ID_LENGTH),
+    ("table", _table_name),
+    ("operation", _enum(tuple(Operation))),
+    ("read_version", _checked_version),
+    ("partitions", _partition_specs(MAX_PARTITIONS_PER_INTENT, _checked_map, keep_wire=True)),
+    ("added_files", _data_files(MAX_FILES_PER_INTENT, keep_wire=True)),
+    ("removed_files", _checked_str_tuple, 1, MAX_PATH_LENGTH, MAX_FILES_PER_INTENT),
+    ("metadata", _metadata),
+    ("app_id", _checked_opt_str, 1, MAX_ID_LENGTH),
+    ("batch_id", _optional(_checked_version)),
+    ("writer", _checked_opt_str, 0, MAX_ID_LENGTH),
+)
+
+_DECISION_FIELDS: tuple[Field, ...] = (
+    ("txn_id", _read_str),
+    ("table", _read_str),
+    ("intent_offset", _read_long),
+    ("outcome", _enum(tuple(Outcome))),
+    ("id_version", _read_opt_long),
+    ("time_version", _read_opt_millis),
+    ("operation", _optional(_enum(tuple(Operation)))),
+    ("read_version", _read_opt_long),
+    ("partitions", _partition_specs(1 << 62, _read_str_map, keep_wire=False)),
+    ("added_files", _data_files(None, keep_wire=False)),
+    ("removed_files", _read_str_tuple),
+    ("metadata", _metadata),
+    ("rebase", _enum(tuple(Rebase))),
+    ("reason", _read_opt_str),
+    ("message", _read_opt_str),
+    ("conflicting_txn_id", _read_opt_str),
+    ("conflicting_version", _read_opt_long),
+    ("writer", _read_opt_str),
+    ("app_id", _read_opt_str),
+    ("batch_id", _read_opt_long),
+    ("duplicate_of", _read_opt_long),
+    ("prev_hash", _optional(_read_bytes)),
+)
+
+RECORD_FIELDS: dict[type[BaseModel], tuple[Field, ...]] = {
+    CommitIntent: _INTENT_FIELDS,
+    CommitDecision: _DECISION_FIELDS,
+}
 
 
-def _read_operation_member(data: bytes, pos: int) -> tuple[Operation, int]:
-    return _read_member(data, pos, _OPERATION_MEMBERS)
+def _record_reader(model: type[M], fields: tuple[Field, ...]) -> Callable[[bytes, int], tuple[M, int]]:
+    """The reader of one record type, generated from its field table.
+
+    Generated as straight-line code, one line per field, as ``dataclasses``
+    generates ``__init__``: the same table read in a loop costs about 10% of
+    the arbiter's pure path in loop overhead alone.
+    """
+    names = [field[0] for field in fields]
+    if names != list(model.model_fields):
+        raise TypeError(f"the field table of {model.__name__} is not its fields in order: {names}")
+    scope: dict[str, Any] = {"trusted": trusted, "model": model}
+    lines = ["def read(data, pos):"]
+    for i, (_, reader, *constants) in enumerate(fields):
+        scope[f"read_{i}"] = reader
+        arguments = "".join(f", {constant!r}" for constant in constants)
+        lines.append(f"    value_{i}, pos = read_{i}(data, pos{arguments})")
+    values = ", ".join(f"{name!r}: value_{i}" for i, name in enumerate(names))
+    lines.append(f"    return trusted(model, {{{values}}}), pos")
+    exec("\n".join(lines), scope)
+    read: Callable[[bytes, int], tuple[M, int]] = scope["read"]
+    return read
 
 
-def _read_map_tuple(data: bytes, pos: int) -> tuple[tuple[dict[str, str], ...], int]:
-    specs, pos = _read_map_array(data, pos)
-    return tuple(specs), pos
+# --------------------------------------------------------------------------- models without validation
+
+
+def trusted(model: type[M], values: dict[str, Any]) -> M:
+    """Build ``model`` from ``values`` that are already valid, without validation.
+
+    What pydantic's public ``model_construct`` does, minus its per-field loop
+    over defaults and aliases: ``values`` must hold every field, in field order,
+    with the types validation would produce; the dict becomes the instance's
+    ``__dict__``, and the three attributes ``model_construct`` sets are set.
+    For the arbiter's own decisions and for records the fast reader has
+    checked. Why not ``model_construct`` itself: on a DataFile it costs 2.07 us
+    against 0.48 us here (more than ``model_validate``, 1.32 us), and the hot
+    path builds one model per intent, one per decision and one per data file:
+    about 8 us more of a ~45 us decision with 4 files. ``tests/unit/
+    test_codec_fast.py`` checks that both build equal models.
+    """
+    instance = _object_new(model)
+    _object_setattr(instance, "__dict__", values)
+    _object_setattr(instance, "__pydantic_fields_set__", set(values))
+    _object_setattr(instance, "__pydantic_extra__", None)
+    _object_setattr(instance, "__pydantic_private__", None)
+    return instance
 
 
 # --------------------------------------------------------------------------- fast writer
@@ -1015,9 +886,9 @@ def _write_partitions(out: list[bytes], partitions: Any) -> None:
     if partitions is None:
         out.append(_NULL)
         return
-    recent = _recent
-    if partitions is recent[2] and partitions:
-        out.append(recent[3])
+    if type(partitions) is WireTuple:
+        out.append(_SOME)
+        out.append(partitions.wire)
         return
     if type(partitions) is not tuple and type(partitions) is not list:
         raise _Bail("not a sequence")
@@ -1030,9 +901,8 @@ def _write_partitions(out: list[bytes], partitions: Any) -> None:
 
 
 def _write_data_files(out: list[bytes], files: Any) -> None:
-    recent = _recent
-    if files is recent[0] and files:
-        out.append(recent[1])
+    if type(files) is WireTuple:
+        out.append(files.wire)
         return
     if type(files) is not tuple and type(files) is not list:
         raise _Bail("not a sequence")
