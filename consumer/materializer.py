@@ -1,7 +1,12 @@
 """The consumer's Kafka loop: follow every ``<prefix>.*.decisions`` topic and fold it into the catalog.
 
-The adapter around ``consumer.store.CatalogWriter``; the only module of the
-consumer that imports ``confluent_kafka``.
+The adapter around ``consumer.store.CatalogWriter``, in named parts as the
+arbiter's service is: ``Materializer`` (here) owns the Kafka consumer, the
+consumer group and the loop (poll, verify signatures, apply a batch);
+``consumer.following.Following`` which topics are followed from which offset,
+stopped tables, readiness and lag; ``consumer.repair.RepairDesk`` the repairs
+run while every other table is served. The only modules of the consumer that
+import ``confluent_kafka`` are these.
 
 * ``assign()``-based: no consumer group (a group join costs ~3-23 s on Tansu and
   buys nothing, since the catalog stores its own offsets). Topics are
@@ -32,31 +37,26 @@ from __future__ import annotations
 
 import collections
 import logging
-import queue
-import re
 import threading
 import time
 import uuid
 import zlib
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from consumer.following import KAFKA_TIMEOUT, READY_MESSAGE, Following
+from consumer.repair import RepairDesk
 from consumer.store import ApplyResult, CatalogWriter, LogRecord
 from kernel.errors import BrokerUnavailableError
 from kernel.keys import reader_trust
 from kernel.logread import GapChecker, GapStats
 from kernel.membership import GroupMembership
 from kernel.settings import Settings
-from schemas import chain_hash, decisions_pattern, decisions_topic, parse_topic
-from schemas.decisionlog import BrokenLogError, LogProblem
-from schemas.signing import ChainVerifier, signature_of
+from schemas import decisions_pattern, decisions_topic, parse_topic
+from schemas.signing import signature_of
 
 log = logging.getLogger("ordo.consumer")
-
-READY_MESSAGE = "consumer ready"
-KAFKA_TIMEOUT = 10.0
 
 
 @dataclass
@@ -146,7 +146,6 @@ class Materializer:
         self.batch_size = batch_size
         self.discovery_interval = discovery_interval
         self.poll_timeout = poll_timeout
-        self._pattern = re.compile(decisions_pattern(self.prefix))
         self._shard = _parse_shard(settings.consumer_shard)
         # With a consumer group the group's assignment, not the shard, says which tables this consumer follows.
         self.group = settings.consumer_group or None
@@ -154,15 +153,11 @@ class Materializer:
             raise ValueError("a consumer shard and a consumer group exclude each other")
         self._membership: GroupMembership | None = None
         self._trust = reader_trust(settings)  # fails closed on a missing ORDO_TRUSTED_KEYS
-        self._verifiers: dict[str, ChainVerifier[LogRecord]] = {}  # by topic
         self._stop = threading.Event()
         self._consumer: Any = None
-        self._topics: dict[str, str] = {}  # assigned topic -> table
-        self._skipped: set[str] = set()  # topics not followed (broken table)
-        self._awaiting_eof: set[str] | None = None  # topics to reach the end of before ready
         self._gaps: Any = None  # GapChecker of the consumer
-        # Rebuilt tables waiting to be swapped in by the loop: (table, fresh catalog, scratch dir, future).
-        self._rebuilt: queue.Queue[tuple[str, Path, Any, Future[Any]]] = queue.Queue()
+        self._following: Following | None = None  # the parts that need the Kafka consumer, made by ``run``
+        self._repairs: RepairDesk | None = None
 
     def stop(self) -> None:
         """Ask ``run()`` to return after the current batch."""
@@ -182,10 +177,14 @@ class Materializer:
             name="consumer",
             stats=self.status.gaps,
         )
+        self._following = Following(
+            self.settings, self.writer, self.status, self._trust, self._consumer, self._gaps, self._owns
+        )
+        self._repairs = RepairDesk(self.settings, self.writer, self._following, self.status)
         try:
             if self.group is not None:
                 self._join_group()
-            self._loop()
+            self._loop(self._following, self._repairs)
         finally:
             if self._membership is not None:
                 self._membership.close()  # leaves the group: the others take its tables at once
@@ -196,6 +195,24 @@ class Materializer:
             except Exception:  # closing is best effort
                 log.debug("closing consumer failed", exc_info=True)
             self._consumer = None
+
+    def request_repair(self, table: str) -> Future[Any]:
+        """Re-materialize ``table`` from its decisions log (``consumer.repair``); a future of its ``RepairResult``.
+
+        The log is read into a scratch catalog on a thread of its own; the loop
+        then swaps the table's rows in one transaction and follows it again.
+        Every other table is materialized and served meanwhile. Only while
+        ``run()`` runs.
+        """
+        if self._repairs is None:
+            raise RuntimeError("the materializer is not running")
+        return self._repairs.request(table)
+
+    def _owns(self, table: str) -> bool:
+        """True when this consumer serves ``table``: its group assigned it, or it is in this consumer's shard."""
+        if self._membership is not None:
+            return table in self._membership.owned
+        return zlib.crc32(table.encode()) % self._shard[1] == self._shard[0]
 
     def _consumer_config(self) -> dict[str, Any]:
         return self.settings.kafka_config(
@@ -246,22 +263,19 @@ class Materializer:
         except KafkaException as exc:
             raise BrokerUnavailableError(f"cannot list topics: {exc.args[0]}") from exc
         # librdkafka joins only once the pattern matches a topic: with none yet there is nothing to wait for.
-        self._membership.join(wait=any(self._pattern.match(t) for t in topics), stop=self._stop)
+        assert self._following is not None
+        self._membership.join(wait=self._following.matches(topics), stop=self._stop)
         log.info("consumer group %s: following table(s) %s", self.group, ", ".join(sorted(self._membership.owned)))
 
     def _serve_group(self) -> bool:
         """Serve the group; stop following what it revoked or lost; True when it assigned something new."""
         if self._membership is None:
             return False
+        assert self._following is not None
         changes = self._membership.poll()
         for table in sorted(changes.revoked | changes.lost):
-            self._release(decisions_topic(self.prefix, table))
+            self._following.release(decisions_topic(self.prefix, table))
         return bool(changes.assigned)
-
-    def _release(self, topic: str) -> None:
-        """Stop following ``topic`` (another consumer of the group has it now); its catalog rows stay as they are."""
-        self._skipped.discard(topic)  # a stopped table is the new owner's to report
-        self._unfollow(topic, skip=False)
 
     def _on_kafka_error(self, error: Any) -> None:
         self.status.kafka_ok = False
@@ -270,28 +284,28 @@ class Materializer:
 
     # ------------------------------------------------------------------ loop
 
-    def _loop(self) -> None:
+    def _loop(self, following: Following, repairs: RepairDesk) -> None:
         next_discovery = 0.0
         while not self._stop.is_set():
-            if not self._rebuilt.empty():
-                self._swap_rebuilt()
+            if repairs.pending:
+                repairs.swap()
             if self._serve_group():
                 next_discovery = 0.0  # follow the newly assigned tables now
             now = time.monotonic()
             if now >= next_discovery:
                 try:
-                    self._discover()
-                    self._update_lag()
+                    following.discover()
+                    following.update_lag()
                 except BrokerUnavailableError as exc:
                     self.status.kafka_ok = False
                     self.status.last_error = str(exc)
                     log.warning("topic discovery failed: %s; retrying", exc)
                 self.status.tick()
-                self._take_repair_requests()
+                repairs.take_requests()
                 next_discovery = time.monotonic() + self.discovery_interval
             messages = self._next_messages()
             if messages:
-                self._process(messages)
+                self._process(following, messages)
 
     def _next_messages(self) -> list[Any]:
         first = self._consumer.poll(self.poll_timeout)
@@ -299,7 +313,7 @@ class Materializer:
             return []
         return self._gaps.check([first, *self._consumer.consume(num_messages=self.batch_size - 1, timeout=0)])
 
-    def _process(self, messages: list[Any]) -> None:
+    def _process(self, following: Following, messages: list[Any]) -> None:
         from confluent_kafka import KafkaError
 
         records: list[LogRecord] = []
@@ -311,15 +325,15 @@ class Materializer:
                 code = error.code()
                 if code == KafkaError._PARTITION_EOF:
                     ends.append(topic)
-                elif code == KafkaError._AUTO_OFFSET_RESET and topic in self._topics:
-                    self._fail(topic, f"the decisions log has no record at the catalog's offset ({error.str()})")
+                elif code == KafkaError._AUTO_OFFSET_RESET and topic in following.topics:
+                    following.fail(topic, f"the decisions log has no record at the catalog's offset ({error.str()})")
                 elif code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
                     continue
                 else:
                     log.warning("reading %s: %s", topic, error)
                 continue
-            table = self._topics.get(topic)
-            verifier = self._verifiers.get(topic)
+            table = following.topics.get(topic)
+            verifier = following.verifiers.get(topic)
             if table is None or verifier is None:
                 continue
             _, timestamp = message.timestamp()
@@ -334,269 +348,12 @@ class Materializer:
             result = self.writer.apply(records)
             self.status.record(result)
             for table, offset, error in result.broken:
-                self._unfollow(f"{self.prefix}.{table}.decisions")
+                following.unfollow(decisions_topic(self.prefix, table))
                 log.error("table %s: not materialized beyond offset %d: %s", table, offset, error)
         for topic in ends:
-            self._reached_end(topic)
+            following.reached_end(topic)
         if records or ends:
-            self._update_lag()
-
-    # ------------------------------------------------------------------ repair
-
-    def request_repair(self, table: str) -> Future[Any]:
-        """Re-materialize ``table`` from its decisions log (``consumer.repair``); a future of its ``RepairResult``.
-
-        The log is read into a scratch catalog on a thread of its own; the loop
-        then swaps the table's rows in one SQLite transaction and follows it
-        again. Every other table is materialized and served meanwhile.
-        """
-        from consumer.repair import build_fresh, scratch_dir
-
-        future: Future[Any] = Future()
-        future.set_running_or_notify_cancel()
-
-        def build() -> None:
-            scratch = scratch_dir(self.writer.path)
-            try:
-                path = scratch.__enter__()
-                build_fresh(self.settings, table, path / "table.db")
-            except BaseException as exc:
-                scratch.__exit__(None, None, None)
-                future.set_exception(exc)
-                return
-            self._rebuilt.put((table, path / "table.db", scratch, future))
-
-        threading.Thread(target=build, name=f"repair-{table}", daemon=True).start()
-        return future
-
-    def _take_repair_requests(self) -> None:
-        """Start the repairs ``ordo repair`` asked for (request files next to the catalog); answer each in a file."""
-        from consumer.repair import take_requests, write_result
-
-        if self.writer.store.shared:  # ``ordo repair`` on a PostgreSQL catalog swaps the rows itself
-            return
-        try:
-            requests = take_requests(self.writer.path)
-        except OSError as exc:
-            log.warning("cannot read repair requests: %s", exc)
-            return
-        for table, request_id in requests:
-            log.info("table %s: repair requested (%s)", table, request_id)
-
-            def answer(future: Future[Any], table: str = table, request_id: str = request_id) -> None:
-                exc = future.exception()
-                data = {"error_type": type(exc).__name__, "message": str(exc)} if exc else future.result().to_json()
-                try:
-                    write_result(self.writer.path, table, request_id, data)
-                except OSError:
-                    log.exception("table %s: cannot write the repair result", table)
-
-            self.request_repair(table).add_done_callback(answer)
-
-    def _swap_rebuilt(self) -> None:
-        from consumer.repair import RepairResult
-
-        while not self._rebuilt.empty():
-            table, fresh, scratch, future = self._rebuilt.get()
-            topic = decisions_topic(self.prefix, table)
-            try:
-                self._unfollow(topic)
-                state = self.writer.replace_table(table, fresh)
-                self._skipped.discard(topic)
-                self._topics.pop(topic, None)
-                self.status.broken.pop(table, None)
-                self._discover()  # follows it again from the rebuilt offset, or reports it stopped again
-            except BaseException as exc:
-                future.set_exception(exc)
-                continue
-            finally:
-                scratch.__exit__(None, None, None)
-            log.info("table %s: re-materialized from its decisions log: %s", table, RepairResult.of(state))
-            future.set_result(RepairResult.of(state))
-
-    # ------------------------------------------------------------------ topics
-
-    def _discover(self) -> None:
-        """Assign decisions topics that appeared since the last look, each at its stored offset."""
-        from confluent_kafka import KafkaException, TopicPartition
-
-        try:
-            metadata = self._consumer.list_topics(timeout=KAFKA_TIMEOUT)
-        except KafkaException as exc:
-            raise BrokerUnavailableError(f"cannot list topics: {exc.args[0]}") from exc
-        self.status.kafka_ok = True
-        if self.writer.store.shared:
-            self._retry_repaired()
-        found = sorted(
-            name
-            for name, topic in metadata.topics.items()
-            if topic.error is None and self._pattern.match(name) and name not in self._topics
-        )
-        assign: list[Any] = []
-        for topic in found:
-            parsed = parse_topic(self.prefix, topic)
-            if parsed is None or topic in self._skipped:
-                continue
-            table = parsed[0]
-            if self._membership is not None:
-                if table not in self._membership.owned:
-                    continue  # another member's table
-            elif zlib.crc32(table.encode()) % self._shard[1] != self._shard[0]:
-                continue  # another consumer's table
-            state = self.writer.ensure_stream(table, topic)
-            if state.error is not None:
-                self._skipped.add(topic)
-                self.status.broken[table] = state.error
-                log.error(
-                    "table %s: not followed, its log stopped applying at offset %s: %s",
-                    table,
-                    state.error_offset,
-                    state.error,
-                )
-                continue
-            try:
-                _, high = self._consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=KAFKA_TIMEOUT)
-            except KafkaException as exc:
-                log.warning("table %s: no watermarks yet (%s); retrying", table, exc.args[0])
-                continue
-            if high < state.next_offset and not self._log_still_holds(topic, state.next_offset, state.last_hash):
-                self._topics[topic] = table
-                self._fail(
-                    topic,
-                    f"the decisions log ends at offset {high} but the catalog applied it up to {state.next_offset}: "
-                    "the broker lost records or the topic was recreated",
-                )
-                continue
-            self._topics[topic] = table
-            self._verifiers[topic] = ChainVerifier(table, self._trust, anchor=state.last_hash)
-            assign.append(TopicPartition(topic, 0, state.next_offset))
-            log.info("table %s: following %s from offset %d", table, topic, state.next_offset)
-        if assign:
-            self._consumer.incremental_assign(assign)
-            for tp in assign:
-                self._gaps.expect(tp.topic, tp.offset, after_record=True)  # the catalog applied the one before
-        if self._awaiting_eof is None:
-            self._awaiting_eof = {tp.topic for tp in assign}
-            self._check_ready()
-
-    def _retry_repaired(self) -> None:
-        """Follow again the stopped tables whose rows a repair (run on another host) replaced."""
-        for topic in sorted(self._skipped):
-            parsed = parse_topic(self.prefix, topic)
-            if parsed is None:
-                continue
-            state = self.writer.refresh(parsed[0])
-            if state is not None and state.error is None:
-                log.info(
-                    "table %s: repaired elsewhere; following it again from offset %d", parsed[0], state.next_offset
-                )
-                self._skipped.discard(topic)
-                self.status.broken.pop(parsed[0], None)
-
-    def _log_still_holds(self, topic: str, next_offset: int, last_hash: bytes) -> bool:
-        """True when the record the catalog applied last is still in the log, unchanged.
-
-        A low watermark alone is not proof of lost records: on Tansu, ListOffsets
-        under read_committed answers 0 while a transaction is open, and the latest
-        offset can be a batch's base offset + 1 (docs/tansu.md). So before calling
-        a log short, fetch the last applied record itself and compare its hash.
-        """
-        from confluent_kafka import Consumer, TopicPartition
-
-        if next_offset == 0:
-            return True
-        probe = Consumer(
-            self.settings.kafka_config(
-                **{
-                    "group.id": f"{self.prefix}.consumer-probe.{uuid.uuid4().hex[:12]}",
-                    "client.id": f"{self.prefix}.consumer.probe",
-                    "enable.auto.commit": False,
-                    "isolation.level": "read_uncommitted",
-                    "auto.offset.reset": "error",
-                    "allow.auto.create.topics": False,
-                }
-            )
-        )
-        try:
-            probe.assign([TopicPartition(topic, 0, next_offset - 1)])
-            deadline = time.monotonic() + 5.0
-            while time.monotonic() < deadline:
-                message = probe.poll(0.2)
-                if message is None:
-                    continue
-                if message.error() is not None:
-                    return False
-                if message.offset() != next_offset - 1:
-                    return False
-                return chain_hash(message.value() or b"") == last_hash
-            return False
-        finally:
-            probe.close()
-
-    def _fail(self, topic: str, message: str) -> None:
-        """Stop ``topic``'s table: its log no longer holds what the catalog applied (``LogProblem.LOST``)."""
-        table = self._topics.get(topic) or topic
-        error = BrokenLogError(LogProblem.LOST, message)
-        self.writer.mark_broken(table, error)
-        self.status.broken[table] = str(error)
-        log.error("table %s: %s", table, error)
-        self._unfollow(topic)
-
-    def _unfollow(self, topic: str, *, skip: bool = True) -> None:
-        """Stop reading ``topic``; with ``skip`` it is not followed again (a stopped table)."""
-        from confluent_kafka import TopicPartition
-
-        self._verifiers.pop(topic, None)
-        if topic in self._topics:
-            del self._topics[topic]
-            if skip:
-                self._skipped.add(topic)
-            self._gaps.forget(topic)
-            try:
-                self._consumer.incremental_unassign([TopicPartition(topic, 0)])
-            except Exception:  # not assigned yet
-                log.debug("unassign %s failed", topic, exc_info=True)
-        self._reached_end(topic)
-
-    def _reached_end(self, topic: str) -> None:
-        if self._awaiting_eof is not None and topic in self._awaiting_eof:
-            self._awaiting_eof.discard(topic)
-            self._check_ready()
-
-    def _check_ready(self) -> None:
-        if not self.status.ready and self._awaiting_eof is not None and not self._awaiting_eof:
-            self.status.ready = True
-            log.info(
-                "%s: prefix %r, catalog %s, %d table(s) caught up",
-                READY_MESSAGE,
-                self.prefix,
-                self.writer.path,
-                len(self._topics),
-            )
-
-    def _update_lag(self) -> None:
-        """Records between each table's applied offset and its log end (transaction markers included)."""
-        from confluent_kafka import TopicPartition
-
-        lag: dict[str, int] = {}
-        streams = self.writer.streams()
-        for topic, table in list(self._topics.items()):
-            try:
-                _, high = self._consumer.get_watermark_offsets(TopicPartition(topic, 0), cached=True)
-            except Exception:
-                continue
-            state = streams.get(table)
-            if high is None or high < 0 or state is None:
-                continue
-            position = state.next_offset
-            try:
-                reported = self._consumer.position([TopicPartition(topic, 0)])[0].offset
-                if reported is not None and reported > position:
-                    position = reported  # past transaction markers the catalog never sees
-            except Exception:
-                pass
-            lag[table] = max(0, high - position)
-        self.status.lag = lag
+            following.update_lag()
 
 
 __all__ = ["READY_MESSAGE", "ConsumerStatus", "Materializer"]

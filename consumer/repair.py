@@ -30,11 +30,14 @@ import fcntl
 import json
 import logging
 import os
+import queue
 import shutil
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -321,3 +324,87 @@ __all__ = [
     "wait_result",
     "write_result",
 ]
+
+
+class RepairDesk:
+    """The running consumer's part that repairs tables while it keeps materializing every other one.
+
+    ``request`` rebuilds a table from its decisions log into a scratch catalog
+    on a thread of its own; the loop calls ``swap`` to replace the table's rows
+    in one transaction and follow it again, and ``take_requests`` to start the
+    repairs ``ordo repair`` asked for through request files.
+    """
+
+    def __init__(self, settings: Settings, writer: CatalogWriter, following: Any, status: Any) -> None:
+        self.settings = settings
+        self.writer = writer
+        self.following = following  # consumer.following.Following
+        self.status = status
+        # Rebuilt tables waiting to be swapped in by the loop: (table, fresh catalog, scratch dir, future).
+        self._rebuilt: queue.Queue[tuple[str, Path, Any, Future[Any]]] = queue.Queue()
+
+    @property
+    def pending(self) -> bool:
+        """True when a rebuilt table waits to be swapped in."""
+        return not self._rebuilt.empty()
+
+    def request(self, table: str) -> Future[Any]:
+        """Re-materialize ``table`` from its decisions log; a future of its ``RepairResult``."""
+        future: Future[Any] = Future()
+        future.set_running_or_notify_cancel()
+
+        def build() -> None:
+            scratch = scratch_dir(self.writer.path)
+            try:
+                path = scratch.__enter__()
+                build_fresh(self.settings, table, path / "table.db")
+            except BaseException as exc:
+                scratch.__exit__(None, None, None)
+                future.set_exception(exc)
+                return
+            self._rebuilt.put((table, path / "table.db", scratch, future))
+
+        threading.Thread(target=build, name=f"repair-{table}", daemon=True).start()
+        return future
+
+    def take_requests(self) -> None:
+        """Start the repairs ``ordo repair`` asked for (request files next to the catalog); answer each in a file."""
+        if self.writer.store.shared:  # ``ordo repair`` on a PostgreSQL catalog swaps the rows itself
+            return
+        try:
+            requests = take_requests(self.writer.path)
+        except OSError as exc:
+            log.warning("cannot read repair requests: %s", exc)
+            return
+        for table, request_id in requests:
+            log.info("table %s: repair requested (%s)", table, request_id)
+
+            def answer(future: Future[Any], table: str = table, request_id: str = request_id) -> None:
+                exc = future.exception()
+                data = {"error_type": type(exc).__name__, "message": str(exc)} if exc else future.result().to_json()
+                try:
+                    write_result(self.writer.path, table, request_id, data)
+                except OSError:
+                    log.exception("table %s: cannot write the repair result", table)
+
+            self.request(table).add_done_callback(answer)
+
+    def swap(self) -> None:
+        """Swap in every rebuilt table and follow it again (or report it stopped again)."""
+        following = self.following
+        while not self._rebuilt.empty():
+            table, fresh, scratch, future = self._rebuilt.get()
+            topic = decisions_topic(self.settings.topic_prefix, table)
+            try:
+                following.unfollow(topic)
+                state = self.writer.replace_table(table, fresh)
+                following.forget(topic)
+                self.status.broken.pop(table, None)
+                following.discover()  # follows it again from the rebuilt offset, or reports it stopped again
+            except BaseException as exc:
+                future.set_exception(exc)
+                continue
+            finally:
+                scratch.__exit__(None, None, None)
+            log.info("table %s: re-materialized from its decisions log: %s", table, RepairResult.of(state))
+            future.set_result(RepairResult.of(state))

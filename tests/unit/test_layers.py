@@ -50,7 +50,6 @@ OVERSIZED = {
     "producer/client.py::CommitClient",
     "ordo/demo.py::Demo",
     "consumer/store.py::CatalogWriter",
-    "consumer/materializer.py::Materializer",
 }
 
 
