@@ -22,7 +22,7 @@ import re
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 
 from arbiter.policy import (
     DEFAULT_POLICY,
@@ -51,11 +51,10 @@ from schemas import (
 from schemas.buckets import table_buckets
 from schemas.codec import DEFAULT_CODEC, trusted
 from schemas.decisionlog import GENESIS_HASH, BrokenLogError, LogHead, already_live, check, not_live
-from schemas.models import MAX_ID_LENGTH, parse_ddl
+from schemas.models import MAX_ID_LENGTH, datetime_to_millis, millis_to_datetime, parse_ddl
 from schemas.operations import RESERVED_COLUMNS, RESERVED_PREFIX
 from schemas.paths import FILE_NAME_PATTERN, partition_path, split_data_file_path, write_id_of
 
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MAX_TIMESTAMP_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last instant a datetime holds
 # How many recent txn ids are remembered to answer a repeated intent idempotently.
 DEDUPE_WINDOW = 1_000_000
@@ -72,19 +71,6 @@ _REBASE_OF = {
 
 PartitionKey = tuple[str, ...]
 Last = tuple[int, str]  # (id version, txn id) of the latest commit of one class in one scope
-
-
-def millis_to_datetime(millis: int) -> datetime:
-    """Exact UTC datetime for a Kafka timestamp in milliseconds."""
-    return EPOCH + timedelta(0, 0, 0, millis)
-
-
-def datetime_to_millis(value: datetime) -> int:
-    """Inverse of ``millis_to_datetime`` (naive datetimes are taken as UTC)."""
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    delta = value - EPOCH  # normalized: only ``days`` can be negative, so this is floor division by 1 ms
-    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
 
 
 # Hot-path constants: enum class attributes and ``Operation`` properties cost a call each in Python 3.11.

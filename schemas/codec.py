@@ -46,6 +46,7 @@ from pydantic import BaseModel, ValidationError
 from schemas.errors import CodecError, UnknownSchemaError
 from schemas.history import current_schema, inline_references, released_schemas, schema_fingerprint, wire_fingerprint
 from schemas.models import (
+    EPOCH,
     MAX_BUCKET,
     MAX_FILES_PER_INTENT,
     MAX_ID_LENGTH,
@@ -247,7 +248,6 @@ class Codec:
 
 
 _MILLISECOND = timedelta(milliseconds=1)
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _to_record(event: Event) -> dict[str, Any]:
@@ -268,7 +268,7 @@ def _to_record(event: Event) -> dict[str, Any]:
     if time_version is not None:
         if time_version.tzinfo is None:
             time_version = time_version.replace(tzinfo=UTC)
-        record["time_version"] = (time_version - _EPOCH) // _MILLISECOND
+        record["time_version"] = (time_version - EPOCH) // _MILLISECOND
     return record
 
 
@@ -392,7 +392,7 @@ def _read_opt_long(data: bytes, pos: int) -> tuple[int | None, int]:
 def _read_opt_millis(data: bytes, pos: int) -> tuple[datetime | None, int]:
     """A ``timestamp-millis`` union as an aware UTC datetime (as fastavro reads it)."""
     millis, pos = _read_opt_long(data, pos)
-    return (None if millis is None else _EPOCH + timedelta(microseconds=millis * 1000)), pos
+    return (None if millis is None else EPOCH + timedelta(microseconds=millis * 1000)), pos
 
 
 def _read_bytes(data: bytes, pos: int) -> tuple[bytes, int]:
@@ -977,7 +977,7 @@ def _write_decision(header: bytes, values: dict[str, Any]) -> bytes:
         if time_version.tzinfo is None:
             time_version = time_version.replace(tzinfo=UTC)
         out.append(_SOME)
-        out.append(_long_bytes((time_version - _EPOCH) // _MILLISECOND))
+        out.append(_long_bytes((time_version - EPOCH) // _MILLISECOND))
     operation = values["operation"]
     if operation is None:
         out.append(_NULL)

@@ -41,18 +41,15 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
 from schemas.codec import chain_hash, decode
 from schemas.errors import CodecError, OrdoError
-from schemas.models import CommitDecision, Outcome, TableMetadata
+from schemas.models import CommitDecision, Outcome, TableMetadata, datetime_to_millis
 from schemas.operations import TRAITS, Operation
 
 GENESIS_HASH = bytes(32)  # the prev_hash of a table's first decision
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MILLISECOND = timedelta(milliseconds=1)
 _ACCEPTED = Outcome.ACCEPTED
 _CREATE_TABLE = Operation.CREATE_TABLE
 _DATA_CHANGES = frozenset(op for op, t in TRAITS.items() if t.data_change)
@@ -203,12 +200,6 @@ def _file_error(kind: LogProblem, decision: CommitDecision, what: str, offset: i
     )
 
 
-def _millis(value: datetime) -> int:
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return (value - _EPOCH) // _MILLISECOND
-
-
 def _inspect(
     head: LogHead, value: bytes | None, offset: int
 ) -> tuple[CommitDecision | None, list[BrokenLogError], LogHead]:
@@ -286,7 +277,7 @@ def _inspect(
                     f"{operation.value} at version {id_version} carries a time version",
                 )
             if own is not None:
-                own_ms = _millis(own)
+                own_ms = datetime_to_millis(own)
                 if time_ms is not None and own_ms <= time_ms:
                     _add(
                         problems,

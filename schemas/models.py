@@ -12,7 +12,7 @@ import enum
 import re
 import warnings
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -29,6 +29,23 @@ MAX_PARTITIONS_PER_INTENT = 10_000
 MAX_VERSION = 2**62
 # Highest bucket number of a data file: a bucketed table has at most MAX_BUCKET + 1 buckets.
 MAX_BUCKET = 65_535
+
+# Time versions and Kafka timestamps are UTC milliseconds since the epoch.
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def millis_to_datetime(millis: int) -> datetime:
+    """Exact UTC datetime for a Kafka timestamp in milliseconds."""
+    return EPOCH + timedelta(0, 0, 0, millis)
+
+
+def datetime_to_millis(value: datetime) -> int:
+    """Inverse of ``millis_to_datetime`` (naive datetimes are taken as UTC); sub-millisecond parts are dropped."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    delta = value - EPOCH  # normalized: only ``days`` can be negative, so this is floor division by 1 ms
+    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+
 
 Id = Annotated[str, Field(min_length=1, max_length=MAX_ID_LENGTH)]
 Version = Annotated[int, Field(ge=0, le=MAX_VERSION)]
