@@ -148,22 +148,32 @@ def _decisions(results: list[Result]) -> None:
         for history, live in order:
             measured[(history, live)].append(_child("decide", str(history), str(live), str(blocks), str(block)))
     med = {case: median(r["median_us"] for r in runs) for case, runs in measured.items()}
+
+    def flat(figure: str, large: float, peer: str, small: float, samples: dict[str, Any]) -> Result:
+        """A per-decision cost that must not grow with the case: ``large`` against ``small``."""
+        return Result(
+            BENCHMARK,
+            figure,
+            "µs",
+            round(large, 2),
+            peer=peer,
+            peer_value=round(small, 2),
+            ratio=ratio(large, small),
+            target="flat (ratio ~1)",
+            met=(ratio(large, small) or 9) <= 1.25,
+            samples=samples,
+            notes="pure path, CPU time, median of blocks; each case in its own interpreter",
+            machine=machine(),
+        )
+
     for live in (100, 100_000):
-        small, large = med[(1_000, live)], med[(big, live)]
         results.append(
-            Result(
-                BENCHMARK,
+            flat(
                 f"µs per decision, {big:,} vs 1,000 commits of history ({live:,} live files)",
-                "µs",
-                round(large, 2),
-                peer="1,000 commits of history",
-                peer_value=round(small, 2),
-                ratio=ratio(large, small),
-                target="flat (ratio ~1)",
-                met=(ratio(large, small) or 9) <= 1.25,
-                samples={str(k): v for k, v in measured.items() if k[1] == live},
-                notes="pure path, CPU time, median of blocks; each case in its own interpreter",
-                machine=machine(),
+                med[(big, live)],
+                "1,000 commits of history",
+                med[(1_000, live)],
+                {str(k): v for k, v in measured.items() if k[1] == live},
             )
         )
     pause = median(r["gc_full_collection_ms"] for r in measured[(big, 100_000)])
@@ -184,21 +194,13 @@ def _decisions(results: list[Result]) -> None:
         )
     )
     for history in (1_000, big):
-        few, many = med[(history, 100)], med[(history, 100_000)]
         results.append(
-            Result(
-                BENCHMARK,
+            flat(
                 f"µs per decision, 100k vs 100 live files ({history:,} commits of history)",
-                "µs",
-                round(many, 2),
-                peer="100 live files",
-                peer_value=round(few, 2),
-                ratio=ratio(many, few),
-                target="flat (ratio ~1)",
-                met=(ratio(many, few) or 9) <= 1.25,
-                samples={str(k): v for k, v in measured.items() if k[0] == history},
-                notes="pure path, CPU time, median of blocks; each case in its own interpreter",
-                machine=machine(),
+                med[(history, 100_000)],
+                "100 live files",
+                med[(history, 100)],
+                {str(k): v for k, v in measured.items() if k[0] == history},
             )
         )
 

@@ -331,13 +331,16 @@ def _read_long(data: bytes, pos: int) -> tuple[int, int]:
 
 
 def _read_count(data: bytes, pos: int) -> tuple[int, int]:
-    """The item count of an array or map's first block (0: empty); a blocked (negative) count bails."""
+    """A size: the length of a string or bytes, or the item count of an array or map's first block (0: empty).
+
+    Negative bails (a blocked array or map, or a corrupt length).
+    """
     b = data[pos]
     if b < 0x80 and not b & 1:
         return b >> 1, pos + 1
     count, pos = _read_long(data, pos)
     if count < 0:
-        raise _Bail("array or map with block sizes")
+        raise _Bail("negative size (an array or map with block sizes, or a corrupt length)")
     return count, pos
 
 
@@ -348,23 +351,13 @@ def _read_end(data: bytes, pos: int) -> int:
     return pos + 1
 
 
-def _read_len(data: bytes, pos: int) -> tuple[int, int]:
-    b = data[pos]
-    if b < 0x80 and not b & 1:
-        return b >> 1, pos + 1
-    n, pos = _read_long(data, pos)
-    if n < 0:
-        raise _Bail("negative length")
-    return n, pos
-
-
 def _read_str(data: bytes, pos: int) -> tuple[str, int]:
     b = data[pos]
     if b < 0x80 and not b & 1:
         n = b >> 1
         pos += 1
     else:
-        n, pos = _read_len(data, pos)
+        n, pos = _read_count(data, pos)
     end = pos + n
     if end > len(data):
         raise _Bail("string runs past the end")
@@ -396,7 +389,7 @@ def _read_opt_millis(data: bytes, pos: int) -> tuple[datetime | None, int]:
 
 
 def _read_bytes(data: bytes, pos: int) -> tuple[bytes, int]:
-    size, pos = _read_len(data, pos)
+    size, pos = _read_count(data, pos)
     end = pos + size
     if end > len(data):
         raise _Bail("bytes run past the end")
@@ -431,7 +424,7 @@ def _checked_str(data: bytes, pos: int, least: int, most: int) -> tuple[str, int
         n = b >> 1
         pos += 1
     else:
-        n, pos = _read_len(data, pos)
+        n, pos = _read_count(data, pos)
     end = pos + n
     value = data[pos:end].decode()
     if n < least or (n > most and len(value) > most) or end > len(data):
@@ -554,7 +547,7 @@ def _data_files(most: int | None, keep_wire: bool) -> Reader:
                 n = b >> 1
                 pos += 1
             else:
-                n, pos = _read_len(data, pos)
+                n, pos = _read_count(data, pos)
             end = pos + n
             path = data[pos:end].decode()
             if not n or (n > MAX_PATH_LENGTH and len(path) > MAX_PATH_LENGTH):
