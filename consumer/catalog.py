@@ -330,10 +330,10 @@ class LocalBackend:
     def _read(self) -> _ReadTxn:
         return _ReadTxn(self.store, self._conn())
 
-    def _row(self, conn: Any, name: str, *, created: bool = True) -> tuple[Any, ...]:
+    def _row(self, conn: Any, name: str, *, created: bool = True) -> store.TableRow:
         row = store.query_table(conn, name)
-        if row is None or (created and row[5] is None):
-            names = [r[1] for r in store.query_tables(conn)]
+        if row is None or (created and row.metadata_json is None):
+            names = [r.name for r in store.query_tables(conn)]
             known = ", ".join(names[:20]) + (", ..." if len(names) > 20 else "") if names else "none"
             if row is None:
                 raise TableNotFoundError(f"table {name!r} is not in the catalog {self.path} (tables: {known})")
@@ -341,41 +341,43 @@ class LocalBackend:
         return row
 
     @staticmethod
-    def _info(row: tuple[Any, ...]) -> TableInfo:
+    def _info(row: store.TableRow) -> TableInfo:
+        assert row.metadata_json is not None  # _row(created=True)
         return TableInfo(
-            name=row[1],
-            metadata=TableMetadata.model_validate_json(row[5]),
-            head_version=row[7],
-            head_time_version=ms_to_datetime(row[8]),  # type: ignore[arg-type]
-            created_time=ms_to_datetime(row[6]),  # type: ignore[arg-type]
-            decisions=row[4],
-            log_offset=row[3],
-            error=row[9],
-            error_offset=row[10],
+            name=row.name,
+            metadata=TableMetadata.model_validate_json(row.metadata_json),
+            head_version=row.head_version,
+            head_time_version=ms_to_datetime(row.head_time_ms),  # type: ignore[arg-type]
+            created_time=ms_to_datetime(row.created_time_ms),  # type: ignore[arg-type]
+            decisions=row.decisions,
+            log_offset=row.next_offset,
+            error=row.error,
+            error_offset=row.error_offset,
         )
 
     @staticmethod
-    def _files(rows: list[tuple[Any, ...]], location: str) -> tuple[FileEntry, ...]:
+    def _files(rows: list[store.FileRow], location: str) -> tuple[FileEntry, ...]:
         prefix = location if location.endswith("/") else location + "/"
-        parts: dict[str, dict[str, str]] = {}
+        parts: dict[str, dict[str, str]] = {}  # one partition dict per distinct partition (FileEntry shares it)
         result = []
-        for path, part, records, size, min_key, max_key, added, data_change, operation, bucket in rows:
-            partition = parts.get(part)
+        for r in rows:
+            partition = parts.get(r.partition)
             if partition is None:
-                partition = parts[part] = json.loads(part)
+                partition = parts[r.partition] = json.loads(r.partition)
+            path = r.path
             result.append(
                 FileEntry(
                     path,
                     prefix + path,
                     partition,
-                    records,
-                    size,
-                    min_key,
-                    max_key,
-                    added,
-                    bool(data_change),
-                    operation,
-                    bucket,
+                    r.record_count,
+                    r.size_bytes,
+                    r.min_key,
+                    r.max_key,
+                    r.added_version,
+                    bool(r.data_change),
+                    r.operation,
+                    r.bucket,
                 )
             )
         return tuple(result)
@@ -391,19 +393,19 @@ class LocalBackend:
             return self._info(self._row(conn, name))
 
     def resolve(
-        self, conn: Any, row: tuple[Any, ...], version: int | None, timestamp: Timestamp | None
+        self, conn: Any, row: store.TableRow, version: int | None, timestamp: Timestamp | None
     ) -> tuple[int, int]:
         """``(id_version, effective_time_ms)`` for a version, a timestamp, or the head."""
-        name, table_id, head = row[1], row[0], row[7]
+        name, table_id, head = row.name, row.id, row.head_version
         if timestamp is not None:
             millis = to_millis(timestamp)
             found = store.query_version_at(conn, table_id, millis)
             if found is None:
                 raise VersionNotFoundError(
                     f"timestamp {_iso_ms(millis)} is before table {name!r} was created "
-                    f"(valid from {_iso_ms(row[6])} on)"
+                    f"(valid from {_iso_ms(row.created_time_ms)} on)"  # type: ignore[arg-type]
                 )
-            return int(found[0]), int(found[1])
+            return int(found.id_version), int(found.effective_time_ms)
         if version is None:
             version = head
         if version < 0 or version > head:
@@ -413,7 +415,7 @@ class LocalBackend:
             )
         found = store.query_commit(conn, table_id, version)
         assert found is not None, f"commit row missing for {name} v{version}"
-        return int(found[0]), int(found[1])
+        return int(found.id_version), int(found.effective_time_ms)
 
     def snapshot(
         self, name: str, version: int | None, timestamp: Timestamp | None, groups: Sequence[Group] | None = None
@@ -421,10 +423,10 @@ class LocalBackend:
         with self._read() as conn:
             row = self._row(conn, name)
             id_version, millis = self.resolve(conn, row, version, timestamp)
-            at = store.query_metadata_at(conn, row[0], id_version) if id_version < row[7] else None
-            metadata = TableMetadata.model_validate_json(at or row[5])  # the schema of that version
+            at = store.query_metadata_at(conn, row.id, id_version) if id_version < row.head_version else None
+            metadata = TableMetadata.model_validate_json(at or row.metadata_json)  # type: ignore[arg-type]
             if groups is None:
-                rows = store.query_snapshot_files(conn, row[0], id_version)
+                rows = store.query_snapshot_files(conn, row.id, id_version)
             else:
                 columns = tuple(metadata.partition_columns)
                 every = range(table_buckets(metadata.properties))  # a file in another bucket is never accepted
@@ -435,14 +437,14 @@ class LocalBackend:
                     except ValueError as exc:
                         raise ValueError(f"table {name!r}: {exc}") from None
                     for one in every if bucket is None else (bucket,):  # one index range per bucket
-                        rows += store.query_group_files(conn, row[0], id_version, text, one)
+                        rows += store.query_group_files(conn, row.id, id_version, text, one)
             files = self._files(rows, metadata.location)
         return Snapshot(name, id_version, ms_to_datetime(millis), metadata, files)  # type: ignore[arg-type]
 
     def history(self, name: str, limit: int | None) -> list[DecisionRecord]:
         with self._read() as conn:
             row = self._row(conn, name, created=False)
-            rows = store.query_decisions(conn, row[0], limit)
+            rows = store.query_decisions(conn, row.id, limit)
         return [_decision(name, r) for r in rows]
 
     def commits(
@@ -450,7 +452,7 @@ class LocalBackend:
     ) -> list[Commit]:
         with self._read() as conn:
             row = self._row(conn, name)
-            table_id, head = row[0], row[7]
+            table_id, head = row.id, row.head_version
             if by == "id":
                 if not isinstance(start, int) or isinstance(start, bool):
                     raise TypeError("by='id' needs integer ID versions")
@@ -473,42 +475,42 @@ class LocalBackend:
                 rows = store.query_commits(conn, table_id, "effective_time_ms", low, high_ms, include_rewrites)
             return self._commits(conn, name, row, rows)
 
-    def _commits(self, conn: Any, name: str, row: tuple[Any, ...], rows: list[tuple[Any, ...]]) -> list[Commit]:
+    def _commits(self, conn: Any, name: str, row: store.TableRow, rows: list[store.CommitRow]) -> list[Commit]:
         if not rows:
             return []
-        table_id = row[0]
-        location = TableMetadata.model_validate_json(row[5]).location
-        low, high = rows[0][0], rows[-1][0]
-        wanted = {r[0] for r in rows}
+        table_id = row.id
+        location = TableMetadata.model_validate_json(row.metadata_json).location  # type: ignore[arg-type]
+        low, high = rows[0].id_version, rows[-1].id_version
+        wanted = {r.id_version for r in rows}
         added: dict[int, list[FileEntry]] = {}
         for entry in self._files(
-            [f for f in store.query_added_files(conn, table_id, low, high) if f[6] in wanted], location
+            [f for f in store.query_added_files(conn, table_id, low, high) if f.added_version in wanted], location
         ):
             added.setdefault(entry.added_version, []).append(entry)
         removed: dict[int, list[str]] = {}
-        for version, path in store.query_removed_paths(conn, table_id, low, high):
-            if version in wanted:
-                removed.setdefault(version, []).append(path)
+        for gone in store.query_removed_paths(conn, table_id, low, high):
+            if gone.removed_version in wanted:
+                removed.setdefault(gone.removed_version, []).append(gone.path)
         result = []
         for r in rows:
-            version = r[0]
+            version = r.id_version
             result.append(
                 Commit(
                     table=name,
                     id_version=version,
-                    time_version=ms_to_datetime(r[1]),
-                    timestamp=ms_to_datetime(r[2]),  # type: ignore[arg-type]
-                    operation=Operation(r[3]),
-                    data_change=bool(r[4]),
-                    txn_id=r[5],
-                    read_version=r[6],
-                    rebase=Rebase(r[7]),
-                    partitions=None if r[8] is None else tuple(json.loads(r[8])),
-                    writer=r[9],
-                    app_id=r[10],
-                    batch_id=r[11],
-                    intent_offset=r[12],
-                    log_offset=r[13],
+                    time_version=ms_to_datetime(r.time_version_ms),
+                    timestamp=ms_to_datetime(r.effective_time_ms),  # type: ignore[arg-type]
+                    operation=Operation(r.operation),
+                    data_change=bool(r.data_change),
+                    txn_id=r.txn_id,
+                    read_version=r.read_version,
+                    rebase=Rebase(r.rebase),
+                    partitions=None if r.partitions is None else tuple(json.loads(r.partitions)),
+                    writer=r.writer,
+                    app_id=r.app_id,
+                    batch_id=r.batch_id,
+                    intent_offset=r.intent_offset,
+                    log_offset=r.log_offset,
                     added_files=tuple(added.get(version, ())),
                     removed_files=tuple(removed.get(version, ())),
                 )
@@ -524,13 +526,13 @@ class LocalBackend:
         with self._read() as conn:
             rows = store.query_streams(conn)
         tables = {
-            r[1]: {
-                "created": r[5] is not None,
-                "head_version": r[7],
-                "log_offset": r[3],
-                "decisions": r[4],
-                "error": r[9],
-                "error_offset": r[10],
+            r.name: {
+                "created": r.metadata_json is not None,
+                "head_version": r.head_version,
+                "log_offset": r.next_offset,
+                "decisions": r.decisions,
+                "error": r.error,
+                "error_offset": r.error_offset,
             }
             for r in rows
         }
@@ -562,35 +564,35 @@ def _poll_subscription(
         time.sleep(poll_interval)
 
 
-def _decision(name: str, r: tuple[Any, ...]) -> DecisionRecord:
+def _decision(name: str, r: store.DecisionRow) -> DecisionRecord:
     return DecisionRecord(
         table=name,
-        log_offset=r[0],
-        log_timestamp=ms_to_datetime(r[1]),
-        txn_id=r[2],
-        outcome=Outcome(r[3]),
-        operation=None if r[4] is None else Operation(r[4]),
-        read_version=r[5],
-        intent_offset=r[6],
-        id_version=r[7],
-        time_version=ms_to_datetime(r[8]),
-        timestamp=ms_to_datetime(r[9]),
-        rebase=Rebase(r[10]),
-        reason=r[11],
-        message=r[12],
-        conflicting_txn_id=r[13],
-        conflicting_version=r[14],
-        writer=r[15],
-        app_id=r[16],
-        batch_id=r[17],
-        duplicate_of=r[18],
-        partitions=None if r[19] is None else tuple(json.loads(r[19])),
-        files_added=r[20],
-        files_removed=r[21],
-        records_added=r[22],
-        bytes_added=r[23],
-        prev_hash=None if r[24] is None else bytes(r[24]).hex(),
-        hash=bytes(r[25]).hex(),
+        log_offset=r.log_offset,
+        log_timestamp=ms_to_datetime(r.log_timestamp_ms),
+        txn_id=r.txn_id,
+        outcome=Outcome(r.outcome),
+        operation=None if r.operation is None else Operation(r.operation),
+        read_version=r.read_version,
+        intent_offset=r.intent_offset,
+        id_version=r.id_version,
+        time_version=ms_to_datetime(r.time_version_ms),
+        timestamp=ms_to_datetime(r.effective_time_ms),
+        rebase=Rebase(r.rebase),
+        reason=r.reason,
+        message=r.message,
+        conflicting_txn_id=r.conflicting_txn_id,
+        conflicting_version=r.conflicting_version,
+        writer=r.writer,
+        app_id=r.app_id,
+        batch_id=r.batch_id,
+        duplicate_of=r.duplicate_of,
+        partitions=None if r.partitions is None else tuple(json.loads(r.partitions)),
+        files_added=r.files_added,
+        files_removed=r.files_removed,
+        records_added=r.records_added,
+        bytes_added=r.bytes_added,
+        prev_hash=None if r.prev_hash is None else bytes(r.prev_hash).hex(),
+        hash=bytes(r.hash).hex(),
     )
 
 

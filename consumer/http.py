@@ -45,6 +45,17 @@ log = logging.getLogger("ordo.consumer.http")
 
 SSE_PAGE = 200
 
+# The status code of each error the catalog raises (the most specific class in the exception's MRO wins),
+# answered as ``{"error": <exception class>, "message": ...}``.
+ERROR_STATUS: dict[type[Exception], int] = {
+    TableNotFoundError: 404,
+    VersionNotFoundError: 404,
+    CatalogUnavailableError: 503,
+    CatalogError: 500,
+    ValueError: 400,
+    TypeError: 400,
+}
+
 
 def parse_bound(value: str | None, by: str) -> int | str | None:
     """A ``start``/``end`` query value: an ID version for ``by=id``; ISO-8601 or epoch ms for ``by=time``."""
@@ -76,32 +87,12 @@ def create_app(
         version="1",
     )
 
-    def error(status_code: int, exc: Exception) -> JSONResponse:
+    async def error(request: Request, exc: Exception) -> JSONResponse:
+        status_code = next(ERROR_STATUS[kind] for kind in type(exc).__mro__ if kind in ERROR_STATUS)
         return JSONResponse({"error": type(exc).__name__, "message": str(exc)}, status_code=status_code)
 
-    @app.exception_handler(TableNotFoundError)
-    async def _table_not_found(request: Request, exc: TableNotFoundError) -> JSONResponse:
-        return error(404, exc)
-
-    @app.exception_handler(VersionNotFoundError)
-    async def _version_not_found(request: Request, exc: VersionNotFoundError) -> JSONResponse:
-        return error(404, exc)
-
-    @app.exception_handler(CatalogUnavailableError)
-    async def _unavailable(request: Request, exc: CatalogUnavailableError) -> JSONResponse:
-        return error(503, exc)
-
-    @app.exception_handler(CatalogError)
-    async def _catalog_error(request: Request, exc: CatalogError) -> JSONResponse:
-        return error(500, exc)
-
-    @app.exception_handler(ValueError)
-    async def _bad_value(request: Request, exc: ValueError) -> JSONResponse:
-        return error(400, exc)
-
-    @app.exception_handler(TypeError)
-    async def _bad_type(request: Request, exc: TypeError) -> JSONResponse:
-        return error(400, exc)
+    for kind in ERROR_STATUS:  # Starlette picks the handler of the nearest class in the MRO, as ``error`` does
+        app.add_exception_handler(kind, error)
 
     @app.get("/tables", summary="Every created table")
     def tables() -> JSONResponse:

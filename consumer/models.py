@@ -5,6 +5,16 @@ table holds 100k+ files, and building plain dataclasses is several times
 cheaper. Each model has ``to_dict`` (JSON-ready, used by the HTTP service) and
 ``from_dict`` (used by the HTTP client), so both catalog backends return the
 same objects.
+
+The converters are pydantic's, over the dataclasses as they are: one
+``pydantic.TypeAdapter`` per model; ``to_dict`` is its ``dump_python(...,
+mode="json")`` and ``from_dict`` its ``validate_python``. The JSON form is
+fixed by the field annotations: enums as their values, datetimes as
+``datetime.isoformat()`` (``IsoDatetime``), metadata as ``metadata_to_dict``
+(``JsonMetadata``), ``FileEntry.seq`` as a computed field; fields an older
+payload may lack have a ``Field(default=...)`` for ``from_dict`` only (the
+dataclass constructors still require them). ``tests/unit/test_models.py`` pins
+the JSON of every model.
 """
 
 from __future__ import annotations
@@ -12,7 +22,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field, PlainSerializer, TypeAdapter, computed_field
 
 from schemas import Operation, Outcome, Rebase, TableMetadata
 
@@ -31,14 +43,6 @@ def datetime_to_ms(value: datetime) -> int:
     return (value - EPOCH) // timedelta(milliseconds=1)
 
 
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
-
-
-def _parse_iso(value: str | None) -> datetime | None:
-    return None if value is None else datetime.fromisoformat(value)
-
-
 def metadata_to_dict(metadata: TableMetadata) -> dict[str, Any]:
     """JSON-ready form of table metadata (tuples become lists)."""
     return {
@@ -48,6 +52,24 @@ def metadata_to_dict(metadata: TableMetadata) -> dict[str, Any]:
         "partition_columns": list(metadata.partition_columns),
         "properties": dict(metadata.properties),
     }
+
+
+def _parse_iso(value: Any) -> Any:
+    return datetime.fromisoformat(value) if isinstance(value, str) else value
+
+
+# A datetime as ``isoformat()`` ("+00:00", where pydantic alone writes "Z"), read back by ``fromisoformat``.
+IsoDatetime = Annotated[
+    datetime, BeforeValidator(_parse_iso), PlainSerializer(datetime.isoformat, return_type=str, when_used="json")
+]
+# Table metadata as ``metadata_to_dict``.
+JsonMetadata = Annotated[TableMetadata, PlainSerializer(metadata_to_dict, when_used="json")]
+Partitions = tuple[Mapping[str, str], ...] | None
+
+
+def _default(value: Any) -> Any:
+    """A default for ``from_dict`` of a payload without the field (the dataclass itself has none)."""
+    return Field(default=value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,13 +89,14 @@ class FileEntry:
     partition: Mapping[str, str]
     record_count: int
     size_bytes: int
-    min_key: str | None
-    max_key: str | None
+    min_key: Annotated[str | None, _default(None)]
+    max_key: Annotated[str | None, _default(None)]
     added_version: int
     data_change: bool
     operation: str
-    bucket: int = 0  # DataFile.bucket: of the primary-key hash (0 for unbucketed tables)
+    bucket: int = 0  # DataFile.bucket: of the primary-key hash (0 for unbucketed tables, and in older payloads)
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def seq(self) -> int:
         """The file's sequence number (= ``added_version``)."""
@@ -81,37 +104,12 @@ class FileEntry:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {
-            "path": self.path,
-            "absolute_path": self.absolute_path,
-            "partition": dict(self.partition),
-            "record_count": self.record_count,
-            "size_bytes": self.size_bytes,
-            "min_key": self.min_key,
-            "max_key": self.max_key,
-            "added_version": self.added_version,
-            "seq": self.added_version,
-            "data_change": self.data_change,
-            "operation": self.operation,
-            "bucket": self.bucket,
-        }
+        return _FILE_ENTRY.dump_python(self, mode="json")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> FileEntry:
         """Inverse of ``to_dict``."""
-        return cls(
-            path=data["path"],
-            absolute_path=data["absolute_path"],
-            partition=dict(data["partition"]),
-            record_count=data["record_count"],
-            size_bytes=data["size_bytes"],
-            min_key=data.get("min_key"),
-            max_key=data.get("max_key"),
-            added_version=data["added_version"],
-            data_change=data["data_change"],
-            operation=data["operation"],
-            bucket=data.get("bucket", 0),  # absent from a consumer older than the bucket field
-        )
+        return _FILE_ENTRY.validate_python(data)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,10 +123,10 @@ class TableInfo:
     """
 
     name: str
-    metadata: TableMetadata
+    metadata: JsonMetadata
     head_version: int
-    head_time_version: datetime
-    created_time: datetime
+    head_time_version: IsoDatetime
+    created_time: IsoDatetime
     decisions: int
     log_offset: int
     error: str | None = None
@@ -141,32 +139,12 @@ class TableInfo:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {
-            "name": self.name,
-            "metadata": metadata_to_dict(self.metadata),
-            "head_version": self.head_version,
-            "head_time_version": _iso(self.head_time_version),
-            "created_time": _iso(self.created_time),
-            "decisions": self.decisions,
-            "log_offset": self.log_offset,
-            "error": self.error,
-            "error_offset": self.error_offset,
-        }
+        return _TABLE_INFO.dump_python(self, mode="json")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TableInfo:
         """Inverse of ``to_dict``."""
-        return cls(
-            name=data["name"],
-            metadata=TableMetadata.model_validate(data["metadata"]),
-            head_version=data["head_version"],
-            head_time_version=_parse_iso(data["head_time_version"]),  # type: ignore[arg-type]
-            created_time=_parse_iso(data["created_time"]),  # type: ignore[arg-type]
-            decisions=data["decisions"],
-            log_offset=data["log_offset"],
-            error=data.get("error"),
-            error_offset=data.get("error_offset"),
-        )
+        return _TABLE_INFO.validate_python(data)
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,8 +158,8 @@ class Snapshot:
 
     table: str
     id_version: int
-    time_version: datetime
-    metadata: TableMetadata
+    time_version: IsoDatetime
+    metadata: JsonMetadata
     files: tuple[FileEntry, ...]
 
     @property
@@ -201,24 +179,12 @@ class Snapshot:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {
-            "table": self.table,
-            "id_version": self.id_version,
-            "time_version": _iso(self.time_version),
-            "metadata": metadata_to_dict(self.metadata),
-            "files": [f.to_dict() for f in self.files],
-        }
+        return _SNAPSHOT.dump_python(self, mode="json")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Snapshot:
         """Inverse of ``to_dict``."""
-        return cls(
-            table=data["table"],
-            id_version=data["id_version"],
-            time_version=_parse_iso(data["time_version"]),  # type: ignore[arg-type]
-            metadata=TableMetadata.model_validate(data["metadata"]),
-            files=tuple(FileEntry.from_dict(f) for f in data["files"]),
-        )
+        return _SNAPSHOT.validate_python(data)
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,67 +198,30 @@ class Commit:
 
     table: str
     id_version: int
-    time_version: datetime | None
-    timestamp: datetime
+    time_version: Annotated[IsoDatetime | None, _default(None)]
+    timestamp: IsoDatetime
     operation: Operation
     data_change: bool
     txn_id: str
-    read_version: int | None
-    rebase: Rebase
-    partitions: tuple[Mapping[str, str], ...] | None
-    writer: str | None
-    app_id: str | None
-    batch_id: int | None
+    read_version: Annotated[int | None, _default(None)]
+    rebase: Annotated[Rebase, _default(Rebase.NONE)]
+    partitions: Annotated[Partitions, _default(None)]
+    writer: Annotated[str | None, _default(None)]
+    app_id: Annotated[str | None, _default(None)]
+    batch_id: Annotated[int | None, _default(None)]
     intent_offset: int
     log_offset: int
-    added_files: tuple[FileEntry, ...]
-    removed_files: tuple[str, ...]
+    added_files: Annotated[tuple[FileEntry, ...], _default(())]
+    removed_files: Annotated[tuple[str, ...], _default(())]
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {
-            "table": self.table,
-            "id_version": self.id_version,
-            "time_version": _iso(self.time_version),
-            "timestamp": _iso(self.timestamp),
-            "operation": self.operation.value,
-            "data_change": self.data_change,
-            "txn_id": self.txn_id,
-            "read_version": self.read_version,
-            "rebase": self.rebase.value,
-            "partitions": None if self.partitions is None else [dict(p) for p in self.partitions],
-            "writer": self.writer,
-            "app_id": self.app_id,
-            "batch_id": self.batch_id,
-            "intent_offset": self.intent_offset,
-            "log_offset": self.log_offset,
-            "added_files": [f.to_dict() for f in self.added_files],
-            "removed_files": list(self.removed_files),
-        }
+        return _COMMIT.dump_python(self, mode="json")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Commit:
         """Inverse of ``to_dict``."""
-        partitions = data.get("partitions")
-        return cls(
-            table=data["table"],
-            id_version=data["id_version"],
-            time_version=_parse_iso(data.get("time_version")),
-            timestamp=_parse_iso(data["timestamp"]),  # type: ignore[arg-type]
-            operation=Operation(data["operation"]),
-            data_change=data["data_change"],
-            txn_id=data["txn_id"],
-            read_version=data.get("read_version"),
-            rebase=Rebase(data.get("rebase", "NONE")),
-            partitions=None if partitions is None else tuple(dict(p) for p in partitions),
-            writer=data.get("writer"),
-            app_id=data.get("app_id"),
-            batch_id=data.get("batch_id"),
-            intent_offset=data["intent_offset"],
-            log_offset=data["log_offset"],
-            added_files=tuple(FileEntry.from_dict(f) for f in data.get("added_files", ())),
-            removed_files=tuple(data.get("removed_files", ())),
-        )
+        return _COMMIT.validate_python(data)
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,30 +235,30 @@ class DecisionRecord:
 
     table: str
     log_offset: int
-    log_timestamp: datetime | None
+    log_timestamp: Annotated[IsoDatetime | None, _default(None)]
     txn_id: str
     outcome: Outcome
-    operation: Operation | None
-    read_version: int | None
+    operation: Annotated[Operation | None, _default(None)]
+    read_version: Annotated[int | None, _default(None)]
     intent_offset: int
-    id_version: int | None
-    time_version: datetime | None
-    timestamp: datetime | None
-    rebase: Rebase
-    reason: str | None
-    message: str | None
-    conflicting_txn_id: str | None
-    conflicting_version: int | None
-    writer: str | None
-    app_id: str | None
-    batch_id: int | None
-    duplicate_of: int | None
-    partitions: tuple[Mapping[str, str], ...] | None
-    files_added: int
-    files_removed: int
-    records_added: int
-    bytes_added: int
-    prev_hash: str | None
+    id_version: Annotated[int | None, _default(None)]
+    time_version: Annotated[IsoDatetime | None, _default(None)]
+    timestamp: Annotated[IsoDatetime | None, _default(None)]
+    rebase: Annotated[Rebase, _default(Rebase.NONE)]
+    reason: Annotated[str | None, _default(None)]
+    message: Annotated[str | None, _default(None)]
+    conflicting_txn_id: Annotated[str | None, _default(None)]
+    conflicting_version: Annotated[int | None, _default(None)]
+    writer: Annotated[str | None, _default(None)]
+    app_id: Annotated[str | None, _default(None)]
+    batch_id: Annotated[int | None, _default(None)]
+    duplicate_of: Annotated[int | None, _default(None)]
+    partitions: Annotated[Partitions, _default(None)]
+    files_added: Annotated[int, _default(0)]
+    files_removed: Annotated[int, _default(0)]
+    records_added: Annotated[int, _default(0)]
+    bytes_added: Annotated[int, _default(0)]
+    prev_hash: Annotated[str | None, _default(None)]
     hash: str
 
     @property
@@ -339,70 +268,19 @@ class DecisionRecord:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {
-            "table": self.table,
-            "log_offset": self.log_offset,
-            "log_timestamp": _iso(self.log_timestamp),
-            "txn_id": self.txn_id,
-            "outcome": self.outcome.value,
-            "operation": None if self.operation is None else self.operation.value,
-            "read_version": self.read_version,
-            "intent_offset": self.intent_offset,
-            "id_version": self.id_version,
-            "time_version": _iso(self.time_version),
-            "timestamp": _iso(self.timestamp),
-            "rebase": self.rebase.value,
-            "reason": self.reason,
-            "message": self.message,
-            "conflicting_txn_id": self.conflicting_txn_id,
-            "conflicting_version": self.conflicting_version,
-            "writer": self.writer,
-            "app_id": self.app_id,
-            "batch_id": self.batch_id,
-            "duplicate_of": self.duplicate_of,
-            "partitions": None if self.partitions is None else [dict(p) for p in self.partitions],
-            "files_added": self.files_added,
-            "files_removed": self.files_removed,
-            "records_added": self.records_added,
-            "bytes_added": self.bytes_added,
-            "prev_hash": self.prev_hash,
-            "hash": self.hash,
-        }
+        return _DECISION_RECORD.dump_python(self, mode="json")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> DecisionRecord:
         """Inverse of ``to_dict``."""
-        operation = data.get("operation")
-        partitions = data.get("partitions")
-        return cls(
-            table=data["table"],
-            log_offset=data["log_offset"],
-            log_timestamp=_parse_iso(data.get("log_timestamp")),
-            txn_id=data["txn_id"],
-            outcome=Outcome(data["outcome"]),
-            operation=None if operation is None else Operation(operation),
-            read_version=data.get("read_version"),
-            intent_offset=data["intent_offset"],
-            id_version=data.get("id_version"),
-            time_version=_parse_iso(data.get("time_version")),
-            timestamp=_parse_iso(data.get("timestamp")),
-            rebase=Rebase(data.get("rebase", "NONE")),
-            reason=data.get("reason"),
-            message=data.get("message"),
-            conflicting_txn_id=data.get("conflicting_txn_id"),
-            conflicting_version=data.get("conflicting_version"),
-            writer=data.get("writer"),
-            app_id=data.get("app_id"),
-            batch_id=data.get("batch_id"),
-            duplicate_of=data.get("duplicate_of"),
-            partitions=None if partitions is None else tuple(dict(p) for p in partitions),
-            files_added=data.get("files_added", 0),
-            files_removed=data.get("files_removed", 0),
-            records_added=data.get("records_added", 0),
-            bytes_added=data.get("bytes_added", 0),
-            prev_hash=data.get("prev_hash"),
-            hash=data["hash"],
-        )
+        return _DECISION_RECORD.validate_python(data)
+
+
+_FILE_ENTRY = TypeAdapter(FileEntry)
+_TABLE_INFO = TypeAdapter(TableInfo)
+_SNAPSHOT = TypeAdapter(Snapshot)
+_COMMIT = TypeAdapter(Commit)
+_DECISION_RECORD = TypeAdapter(DecisionRecord)
 
 
 __all__ = [

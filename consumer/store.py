@@ -25,6 +25,14 @@ advanced a table meanwhile, the writer takes the stored state and skips what
 is already applied. Several consumers may therefore write one catalog, each
 following its own tables, and a table's rows are never written twice or out
 of order even when two of them follow it at once. See docs/consumer.md.
+
+The read queries at the bottom (``query_*``, used by ``consumer.catalog``)
+return named rows: one ``typing.NamedTuple`` per query (``TableRow``,
+``FileRow``, ``CommitRow``, ``DecisionRow``, ...) whose fields ARE the query's
+column list (``select_list`` builds the SQL from them), made with
+``RowType._make`` in the query function, so both stores' rows read the same
+(``row.head_version``, never ``row[7]``) and a column added to a query cannot
+shift its readers. The writer reads ``tables`` rows the same way (``StreamRow``).
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -40,7 +48,7 @@ from typing import Any, NamedTuple
 
 from consumer.errors import repair_hint
 from consumer.models import datetime_to_ms
-from consumer.stores import CatalogStore, Connection, open_store
+from consumer.stores import CatalogStore, Connection, open_store, scalar
 from schemas import CommitDecision, Operation, Outcome, TableMetadata
 from schemas.decisionlog import GENESIS_HASH, BrokenLogError, LogHead, already_live, check, not_live
 
@@ -143,37 +151,75 @@ GROUP_INDEX = (
     "CREATE INDEX IF NOT EXISTS files_group ON files (table_id, partition, bucket, removed_version, added_version)"
 )
 
+
+class StreamRow(NamedTuple):
+    """A ``tables`` row as the writer reads it (``_STREAM_COLUMNS``)."""
+
+    id: int
+    name: str
+    topic: str
+    next_offset: int
+    last_hash: bytes
+    decisions: int
+    metadata_json: str | None  # the ``metadata`` column
+    created_time_ms: int | None
+    head_version: int
+    head_time_ms: int | None
+    error: str | None
+    error_offset: int | None
+    last_intent_offset: int | None  # of the last decision applied (None before the first)
+
+
+def select_list(row_type: type[tuple[Any, ...]], **expressions: str) -> str:
+    """The SELECT list of a NamedTuple row type: its field names in order, or ``<expression> AS <field>``.
+
+    The row types below are the one statement of each query's columns: their SQL
+    is built from the fields, and the query functions hand out rows of them
+    (``RowType._make(row)``), so no reader indexes a row by position.
+    """
+    fields: tuple[str, ...] = row_type._fields  # type: ignore[attr-defined]
+    unknown = set(expressions) - set(fields)
+    assert not unknown, f"{row_type.__name__} has no field {sorted(unknown)}"
+    return ", ".join(f"{expressions[f]} AS {f}" if f in expressions else f for f in fields)
+
+
 # The last column: the intent offset of the last decision applied (the decisions table's primary key finds it).
-_STREAM_COLUMNS = (
-    "id, name, topic, next_offset, last_hash, decisions, metadata, created_time_ms, head_version,"
-    " head_time_ms, error, error_offset,"
-    " (SELECT d.intent_offset FROM decisions d WHERE d.table_id = tables.id ORDER BY d.log_offset DESC LIMIT 1)"
+_STREAM_COLUMNS = select_list(
+    StreamRow,
+    metadata_json="metadata",
+    last_intent_offset="(SELECT d.intent_offset FROM decisions d WHERE d.table_id = tables.id"
+    " ORDER BY d.log_offset DESC LIMIT 1)",
 )
 
 
-def _stream_state(row: Any) -> StreamState:
+def _stream_state(row: StreamRow) -> StreamState:
     """The ``StreamState`` of a ``tables`` row selected with ``_STREAM_COLUMNS``."""
-    name = row[1]
     head = LogHead(
-        table=name,
-        chain=bytes(row[4]),
-        last_intent_offset=-1 if row[12] is None else row[12],
-        version=row[8],
-        time_ms=row[9],
-        metadata=TableMetadata.model_validate_json(row[6]) if row[6] else None,
-        decisions=row[5],
+        table=row.name,
+        chain=bytes(row.last_hash),
+        last_intent_offset=-1 if row.last_intent_offset is None else row.last_intent_offset,
+        version=row.head_version,
+        time_ms=row.head_time_ms,
+        metadata=TableMetadata.model_validate_json(row.metadata_json) if row.metadata_json else None,
+        decisions=row.decisions,
     )
     return StreamState(
-        table_id=row[0],
-        name=name,
-        topic=row[2],
+        table_id=row.id,
+        name=row.name,
+        topic=row.topic,
         head=head,
-        next_offset=row[3],
-        metadata_json=row[6],
-        created_time_ms=row[7],
-        error=row[10],
-        error_offset=row[11],
+        next_offset=row.next_offset,
+        metadata_json=row.metadata_json,
+        created_time_ms=row.created_time_ms,
+        error=row.error,
+        error_offset=row.error_offset,
     )
+
+
+def _streams(conn: Connection, where: str = "", parameters: Sequence[Any] = ()) -> list[StreamRow]:
+    """The ``tables`` rows ``where`` selects (a SQL suffix: ``WHERE ...``, ``ORDER BY``, a lock)."""
+    rows = conn.execute(f"SELECT {_STREAM_COLUMNS} FROM tables{where}", parameters).fetchall()
+    return list(map(StreamRow._make, rows))
 
 
 class LogRecord(NamedTuple):
@@ -330,12 +376,12 @@ class CatalogWriter:
             for statement in store.schema_statements(GROUP_INDEX):  # after the bucket column exists
                 conn.execute(statement)
             store.set_schema_version(conn, SCHEMA_VERSION)
-            row = conn.execute("SELECT value FROM catalog_info WHERE key = 'topic_prefix'").fetchone()
-            if row is None:
+            prefix = scalar(conn, "SELECT value FROM catalog_info WHERE key = 'topic_prefix'")
+            if prefix is None:
                 conn.execute("INSERT INTO catalog_info (key, value) VALUES ('topic_prefix', ?)", (self.topic_prefix,))
-            elif row[0] != self.topic_prefix:
+            elif prefix != self.topic_prefix:
                 raise RuntimeError(
-                    f"catalog {store.describe()} belongs to topic prefix {row[0]!r}, not {self.topic_prefix!r}: "
+                    f"catalog {store.describe()} belongs to topic prefix {prefix!r}, not {self.topic_prefix!r}: "
                     "use one catalog per prefix"
                 )
             conn.execute("COMMIT")
@@ -344,17 +390,17 @@ class CatalogWriter:
             raise
 
     def _load_streams(self) -> None:
-        for row in self._conn.execute(f"SELECT {_STREAM_COLUMNS} FROM tables").fetchall():
+        for row in _streams(self._conn):
             state = _stream_state(row)
             self._streams[state.name] = state
 
     def refresh(self, table: str) -> StreamState | None:
         """Re-read ``table``'s state from the catalog (another consumer or a repair may have moved it); a copy."""
-        row = self._conn.execute(f"SELECT {_STREAM_COLUMNS} FROM tables WHERE name = ?", (table,)).fetchone()
-        if row is None:
+        rows = _streams(self._conn, " WHERE name = ?", (table,))
+        if not rows:
             self._streams.pop(table, None)
             return None
-        state = self._streams[table] = _stream_state(row)
+        state = self._streams[table] = _stream_state(rows[0])
         return replace(state)
 
     def close(self) -> None:
@@ -418,25 +464,22 @@ class CatalogWriter:
         fresh = open_store(Path(source)).connect(readonly=True)
         conn = self._conn
         try:
-            row = fresh.execute("SELECT id, topic FROM tables WHERE name = ?", (table,)).fetchone()
-            if row is None:
+            found = _streams(fresh, " WHERE name = ?", (table,))
+            if not found:
                 raise ValueError(f"the rebuilt catalog {source} has no table {table!r}")
-            source_id, topic = row
+            source_id, topic = found[0].id, found[0].topic
             self.store.begin_write(conn)
             try:
                 self._claim([table])
                 known = self._streams.get(table)
                 target_id = known.table_id if known is not None else self._insert_stream(table, topic).table_id
                 for name in ("decisions", "commits", "files", "table_metadata"):
-                    columns = [c[1] for c in fresh.execute(f"PRAGMA table_info({name})").fetchall() if c[1] != "id"]
-                    at = columns.index("table_id")
+                    columns = [c for c in _column_names(fresh, name) if c != "id"]
+                    copied_columns = ", ".join("? AS table_id" if c == "table_id" else c for c in columns)
                     order = " ORDER BY id" if name == "files" else ""  # file ids keep their order (readers sort by id)
-                    rows = [
-                        (*r[:at], target_id, *r[at + 1 :])
-                        for r in fresh.execute(
-                            f"SELECT {', '.join(columns)} FROM {name} WHERE table_id = ?{order}", (source_id,)
-                        ).fetchall()
-                    ]
+                    rows = fresh.execute(  # the rows as they are, but of the target table id
+                        f"SELECT {copied_columns} FROM {name} WHERE table_id = ?{order}", (target_id, source_id)
+                    ).fetchall()
                     conn.execute(f"DELETE FROM {name} WHERE table_id = ?", (target_id,))
                     if rows:
                         conn.executemany(
@@ -470,15 +513,15 @@ class CatalogWriter:
         return replace(self._streams[table])
 
     def _insert_stream(self, table: str, topic: str) -> StreamState:
-        row = self._conn.execute(
+        table_id = scalar(
+            self._conn,
             "INSERT INTO tables (name, topic, last_hash, updated_ms) VALUES (?, ?, ?, ?)"
             " ON CONFLICT (name) DO NOTHING RETURNING id",
             (table, topic, GENESIS_HASH, int(time.time() * 1000)),
-        ).fetchone()
-        if row is None:  # another consumer registered it first
-            found = self._conn.execute(f"SELECT {_STREAM_COLUMNS} FROM tables WHERE name = ?", (table,)).fetchone()
-            return _stream_state(found)
-        return StreamState(table_id=int(row[0]), name=table, topic=topic, head=LogHead(table))
+        )
+        if table_id is None:  # another consumer registered it first
+            return _stream_state(_streams(self._conn, " WHERE name = ?", (table,))[0])
+        return StreamState(table_id=int(table_id), name=table, topic=topic, head=LogHead(table))
 
     def _claim(self, names: Iterable[str]) -> None:
         """Read (and lock, on PostgreSQL) the ``tables`` rows of ``names`` in the open transaction.
@@ -493,19 +536,16 @@ class CatalogWriter:
         for start in range(0, len(wanted), 500):
             chunk = wanted[start : start + 500]
             marks = ",".join("?" * len(chunk))
-            rows = self._conn.execute(
-                f"SELECT {_STREAM_COLUMNS} FROM tables WHERE name IN ({marks}) ORDER BY name{self.store.lock_rows}",
-                chunk,
-            ).fetchall()
+            rows = _streams(self._conn, f" WHERE name IN ({marks}) ORDER BY name{self.store.lock_rows}", chunk)
             for row in rows:
-                known = self._streams.get(row[1])
+                known = self._streams.get(row.name)
                 if (
                     known is None
-                    or known.next_offset != row[3]
-                    or known.last_hash != bytes(row[4])
-                    or known.error != row[10]
+                    or known.next_offset != row.next_offset
+                    or known.last_hash != bytes(row.last_hash)
+                    or known.error != row.error
                 ):
-                    self._streams[row[1]] = _stream_state(row)
+                    self._streams[row.name] = _stream_state(row)
 
     # ------------------------------------------------------------------ apply
 
@@ -776,87 +816,188 @@ class CatalogWriter:
 # ---------------------------------------------------------------------- read queries
 
 
-TABLE_COLUMNS = "id, name, topic, next_offset, decisions, metadata, created_time_ms, head_version, head_time_ms, error, error_offset"
-FILE_COLUMNS = (
-    "path, partition, record_count, size_bytes, min_key, max_key, added_version, data_change, operation, bucket"
-)
-_FILE_COLUMNS_V1 = FILE_COLUMNS.replace(", bucket", ", 0 AS bucket")  # a catalog no writer has migrated yet
+class TableRow(NamedTuple):
+    """A ``tables`` row as readers see it (``query_table``, ``query_tables``, ``query_streams``)."""
+
+    id: int
+    name: str
+    topic: str
+    next_offset: int  # Kafka offset of the next decision record to apply
+    decisions: int
+    metadata_json: str | None  # the ``metadata`` column: JSON TableMetadata, None until CREATE_TABLE is accepted
+    created_time_ms: int | None
+    head_version: int
+    head_time_ms: int | None
+    error: str | None
+    error_offset: int | None
+
+
+class FileRow(NamedTuple):
+    """A ``files`` row (``query_snapshot_files``, ``query_group_files``, ``query_added_files``)."""
+
+    path: str
+    partition: str  # partition_json text
+    record_count: int
+    size_bytes: int
+    min_key: str | None
+    max_key: str | None
+    added_version: int
+    data_change: int  # 0 or 1
+    operation: str
+    bucket: int
+
+
+class VersionRow(NamedTuple):
+    """An ID version and the time version readers see it at (``query_commit``, ``query_version_at``)."""
+
+    id_version: int
+    effective_time_ms: int
+
+
+class CommitRow(NamedTuple):
+    """A ``commits`` row joined with its decision (``query_commits``)."""
+
+    id_version: int
+    time_version_ms: int | None
+    effective_time_ms: int
+    operation: str
+    data_change: int
+    txn_id: str
+    read_version: int | None
+    rebase: str
+    partitions: str | None  # JSON list of partition specs
+    writer: str | None
+    app_id: str | None
+    batch_id: int | None
+    intent_offset: int
+    log_offset: int
+
+
+class RemovedRow(NamedTuple):
+    """A file removal (``query_removed_paths``)."""
+
+    removed_version: int
+    path: str
+
+
+class DecisionRow(NamedTuple):
+    """A ``decisions`` row (``query_decisions``)."""
+
+    log_offset: int
+    log_timestamp_ms: int | None
+    txn_id: str
+    outcome: str
+    operation: str | None
+    read_version: int | None
+    intent_offset: int
+    id_version: int | None
+    time_version_ms: int | None
+    effective_time_ms: int | None
+    rebase: str
+    reason: str | None
+    message: str | None
+    conflicting_txn_id: str | None
+    conflicting_version: int | None
+    writer: str | None
+    app_id: str | None
+    batch_id: int | None
+    duplicate_of: int | None
+    partitions: str | None  # JSON list of partition specs
+    files_added: int
+    files_removed: int
+    records_added: int
+    bytes_added: int
+    prev_hash: bytes | None
+    hash: bytes
+
+
+TABLE_COLUMNS = select_list(TableRow, metadata_json="metadata")
+FILE_COLUMNS = select_list(FileRow)
+_FILE_COLUMNS_V1 = select_list(FileRow, bucket="0")  # a catalog no writer has migrated yet
+_DECISION_SIDE = {"txn_id", "read_version", "rebase", "partitions", "writer", "app_id", "batch_id", "intent_offset"}
+COMMIT_COLUMNS = ", ".join(f"d.{f}" if f in _DECISION_SIDE else f"c.{f}" for f in CommitRow._fields)
+DECISION_COLUMNS = select_list(DecisionRow)
+
+
+def _user_version(conn: Connection) -> int:
+    return int(scalar(conn, "PRAGMA user_version"))
+
+
+def _column_names(conn: Connection, table: str) -> list[str]:
+    """The columns of a SQLite table, in order."""
+    return [name for (name,) in conn.execute("SELECT name FROM pragma_table_info(?)", (table,)).fetchall()]
 
 
 def _file_columns(conn: Connection) -> str:
     """The file columns to select: a version-1 catalog (read before its consumer was upgraded) has no bucket."""
     if getattr(conn, "kind", "sqlite") != "sqlite":
         return FILE_COLUMNS  # PostgreSQL catalogs start at version 2
-    return FILE_COLUMNS if conn.execute("PRAGMA user_version").fetchone()[0] >= 2 else _FILE_COLUMNS_V1
+    return FILE_COLUMNS if _user_version(conn) >= 2 else _FILE_COLUMNS_V1
 
 
-DECISION_COLUMNS = (
-    "log_offset, log_timestamp_ms, txn_id, outcome, operation, read_version, intent_offset, id_version,"
-    " time_version_ms, effective_time_ms, rebase, reason, message, conflicting_txn_id, conflicting_version, writer,"
-    " app_id, batch_id, duplicate_of, partitions, files_added, files_removed, records_added, bytes_added,"
-    " prev_hash, hash"
-)
-
-
-def query_table(conn: Connection, name: str) -> tuple[Any, ...] | None:
+def query_table(conn: Connection, name: str) -> TableRow | None:
     """The ``tables`` row of ``name`` (created or not), or None."""
-    return conn.execute(f"SELECT {TABLE_COLUMNS} FROM tables WHERE name = ?", (name,)).fetchone()  # type: ignore[no-any-return]
+    row = conn.execute(f"SELECT {TABLE_COLUMNS} FROM tables WHERE name = ?", (name,)).fetchone()
+    return None if row is None else TableRow._make(row)
 
 
-def query_tables(conn: Connection) -> list[tuple[Any, ...]]:
+def query_tables(conn: Connection) -> list[TableRow]:
     """Every created table's row, by name."""
-    return conn.execute(f"SELECT {TABLE_COLUMNS} FROM tables WHERE metadata IS NOT NULL ORDER BY name").fetchall()
+    rows = conn.execute(f"SELECT {TABLE_COLUMNS} FROM tables WHERE metadata IS NOT NULL ORDER BY name").fetchall()
+    return list(map(TableRow._make, rows))
 
 
-def query_streams(conn: Connection) -> list[tuple[Any, ...]]:
+def query_streams(conn: Connection) -> list[TableRow]:
     """Every followed topic's row, created or not (for health and metrics)."""
-    return conn.execute(f"SELECT {TABLE_COLUMNS} FROM tables ORDER BY name").fetchall()
+    return list(map(TableRow._make, conn.execute(f"SELECT {TABLE_COLUMNS} FROM tables ORDER BY name").fetchall()))
 
 
-def query_commit(conn: Connection, table_id: int, version: int) -> tuple[Any, ...] | None:
-    """``(id_version, effective_time_ms)`` of one ID version, or None."""
-    return conn.execute(  # type: ignore[no-any-return]
+def query_commit(conn: Connection, table_id: int, version: int) -> VersionRow | None:
+    """One ID version and its (inherited) time version, or None."""
+    row = conn.execute(
         "SELECT id_version, effective_time_ms FROM commits WHERE table_id = ? AND id_version = ?", (table_id, version)
     ).fetchone()
+    return None if row is None else VersionRow._make(row)
 
 
-def query_version_at(conn: Connection, table_id: int, millis: int) -> tuple[Any, ...] | None:
-    """``(id_version, effective_time_ms)`` of the highest ID version whose (inherited) time version <= ``millis``."""
-    return conn.execute(  # type: ignore[no-any-return]
+def query_version_at(conn: Connection, table_id: int, millis: int) -> VersionRow | None:
+    """The highest ID version whose (inherited) time version <= ``millis``, or None."""
+    row = conn.execute(
         "SELECT id_version, effective_time_ms FROM commits WHERE table_id = ? AND effective_time_ms <= ?"
         " ORDER BY effective_time_ms DESC, id_version DESC LIMIT 1",
         (table_id, millis),
     ).fetchone()
+    return None if row is None else VersionRow._make(row)
 
 
 def query_metadata_at(conn: Connection, table_id: int, version: int) -> str | None:
     """The JSON metadata in force at ``version`` if an ALTER_TABLE changed it, else None (``tables.metadata``)."""
     if getattr(conn, "kind", "sqlite") == "sqlite":
-        if conn.execute("PRAGMA user_version").fetchone()[0] < 3:
+        if _user_version(conn) < 3:
             return None  # a catalog its writer has not migrated yet: no ALTER_TABLE applied in it
-    elif conn.execute("SELECT to_regclass('table_metadata')").fetchone()[0] is None:
+    elif scalar(conn, "SELECT to_regclass('table_metadata')") is None:
         return None
-    row = conn.execute(
+    metadata = scalar(
+        conn,
         "SELECT metadata FROM table_metadata WHERE table_id = ? AND id_version <= ? ORDER BY id_version DESC LIMIT 1",
         (table_id, version),
-    ).fetchone()
-    return None if row is None else str(row[0])
+    )
+    return None if metadata is None else str(metadata)
 
 
-def query_snapshot_files(conn: Connection, table_id: int, version: int) -> list[tuple[Any, ...]]:
+def query_snapshot_files(conn: Connection, table_id: int, version: int) -> list[FileRow]:
     """Rows of the files live at ``version`` (one indexed query; see ``files_removed``)."""
     columns = _file_columns(conn)
-    return conn.execute(
+    rows = conn.execute(
         f"SELECT {columns} FROM files WHERE table_id = ? AND removed_version IS NULL AND added_version <= ?"
         f" UNION ALL SELECT {columns} FROM files WHERE table_id = ? AND removed_version > ?"
         " AND added_version <= ?",
         (table_id, version, table_id, version, version),
     ).fetchall()
+    return list(map(FileRow._make, rows))
 
 
-def query_group_files(
-    conn: Connection, table_id: int, version: int, partition: str, bucket: int
-) -> list[tuple[Any, ...]]:
+def query_group_files(conn: Connection, table_id: int, version: int, partition: str, bucket: int) -> list[FileRow]:
     """Rows of the files live at ``version`` in one bucket of one partition (its ``partition_json`` text): two
     ranges of the index ``files_group``, so the work follows the group's files, not the table's."""
     columns = _file_columns(conn)
@@ -867,51 +1008,56 @@ def query_group_files(
     else:
         where += " AND bucket = ?"
         params.append(bucket)
-    return conn.execute(
+    rows = conn.execute(
         f"SELECT {columns} FROM files WHERE {where} AND removed_version IS NULL AND added_version <= ?"
         f" UNION ALL SELECT {columns} FROM files WHERE {where} AND removed_version > ? AND added_version <= ?",
         (*params, version, *params, version, version),
     ).fetchall()
+    return list(map(FileRow._make, rows))
 
 
 def query_commits(
     conn: Connection, table_id: int, column: str, low: int, high: int, include_rewrites: bool
-) -> list[tuple[Any, ...]]:
+) -> list[CommitRow]:
     """Commit rows (joined with their decision) with ``column`` in ``[low, high]``, by ID version."""
     assert column in ("id_version", "effective_time_ms")
     where = "" if include_rewrites else " AND c.data_change = 1"
-    return conn.execute(
-        "SELECT c.id_version, c.time_version_ms, c.effective_time_ms, c.operation, c.data_change, d.txn_id,"
-        " d.read_version, d.rebase, d.partitions, d.writer, d.app_id, d.batch_id, d.intent_offset, c.log_offset"
+    rows = conn.execute(
+        f"SELECT {COMMIT_COLUMNS}"
         " FROM commits c JOIN decisions d ON d.table_id = c.table_id AND d.log_offset = c.log_offset"
         f" WHERE c.table_id = ? AND c.{column} BETWEEN ? AND ?{where} ORDER BY c.id_version",
         (table_id, low, high),
     ).fetchall()
+    return list(map(CommitRow._make, rows))
 
 
-def query_added_files(conn: Connection, table_id: int, low: int, high: int) -> list[tuple[Any, ...]]:
+def query_added_files(conn: Connection, table_id: int, low: int, high: int) -> list[FileRow]:
     """Rows of files added by ID versions ``low..high``."""
-    return conn.execute(
+    rows = conn.execute(
         f"SELECT {_file_columns(conn)} FROM files WHERE table_id = ? AND added_version BETWEEN ? AND ? ORDER BY id",
         (table_id, low, high),
     ).fetchall()
+    return list(map(FileRow._make, rows))
 
 
-def query_removed_paths(conn: Connection, table_id: int, low: int, high: int) -> list[tuple[Any, ...]]:
-    """``(removed_version, path)`` of files removed by ID versions ``low..high``."""
-    return conn.execute(
+def query_removed_paths(conn: Connection, table_id: int, low: int, high: int) -> list[RemovedRow]:
+    """Files removed by ID versions ``low..high``."""
+    rows = conn.execute(
         "SELECT removed_version, path FROM files WHERE table_id = ? AND removed_version BETWEEN ? AND ?"
         " ORDER BY removed_version, path",
         (table_id, low, high),
     ).fetchall()
+    return list(map(RemovedRow._make, rows))
 
 
-def query_decisions(conn: Connection, table_id: int, limit: int | None) -> list[tuple[Any, ...]]:
+def query_decisions(conn: Connection, table_id: int, limit: int | None) -> list[DecisionRow]:
     """Decision rows of a table, newest first."""
     sql = f"SELECT {DECISION_COLUMNS} FROM decisions WHERE table_id = ? ORDER BY log_offset DESC"
     if limit is not None:
-        return conn.execute(sql + " LIMIT ?", (table_id, limit)).fetchall()
-    return conn.execute(sql, (table_id,)).fetchall()
+        rows = conn.execute(sql + " LIMIT ?", (table_id, limit)).fetchall()
+    else:
+        rows = conn.execute(sql, (table_id,)).fetchall()
+    return list(map(DecisionRow._make, rows))
 
 
 __all__ = [
@@ -919,8 +1065,15 @@ __all__ = [
     "SCHEMA_VERSION",
     "ApplyResult",
     "CatalogWriter",
+    "CommitRow",
+    "DecisionRow",
+    "FileRow",
     "LogRecord",
+    "RemovedRow",
+    "StreamRow",
     "StreamState",
+    "TableRow",
+    "VersionRow",
     "connect",
     "partition_json",
 ]

@@ -9,8 +9,10 @@ a path or ``sqlite:///path`` is a SQLite file. Both speak one SQL dialect to
 write transaction starts, which errors mean a broken constraint or a schema
 not created yet) lives in the two ``CatalogStore`` classes here.
 
-Rows are positional tuples in both stores (the column lists are spelled out
-in ``consumer.store``), so one reader serves both.
+Both stores hand out plain DB-API row tuples; ``consumer.store`` turns them
+into named rows (one ``typing.NamedTuple`` per query, whose fields are the
+query's column list) in its query functions, so one reader serves both and no
+reader indexes a row by position. ``scalar`` reads one-value queries.
 """
 
 from __future__ import annotations
@@ -93,6 +95,15 @@ class CatalogStore(Protocol):
         """True when ``exc`` says the catalog's tables do not exist yet."""
 
 
+def scalar(conn: Connection, sql: str, parameters: Sequence[Any] = ()) -> Any:
+    """The one value a one-column query returns in its first row, or None when it returns no row."""
+    row = conn.execute(sql, parameters).fetchone()
+    if row is None:
+        return None
+    (value,) = row
+    return value
+
+
 # ---------------------------------------------------------------------- SQLite
 
 
@@ -154,7 +165,7 @@ class SqliteStore:
         return [s for s in schema.split(";") if s.strip()]
 
     def schema_version(self, conn: Connection) -> int:
-        return int(conn.execute("PRAGMA user_version").fetchone()[0])
+        return int(scalar(conn, "PRAGMA user_version"))
 
     def set_schema_version(self, conn: Connection, version: int) -> None:
         conn.execute(f"PRAGMA user_version = {int(version)}")
@@ -258,11 +269,10 @@ class PostgresStore:
         return [_pg_schema(s) for s in schema.split(";") if s.strip()]
 
     def schema_version(self, conn: Connection) -> int:
-        exists = conn.execute("SELECT to_regclass('catalog_info')").fetchone()[0]
-        if exists is None:
+        if scalar(conn, "SELECT to_regclass('catalog_info')") is None:
             return 0
-        row = conn.execute("SELECT value FROM catalog_info WHERE key = 'schema_version'").fetchone()
-        return 0 if row is None else int(row[0])
+        value = scalar(conn, "SELECT value FROM catalog_info WHERE key = 'schema_version'")
+        return 0 if value is None else int(value)
 
     def set_schema_version(self, conn: Connection, version: int) -> None:
         conn.execute(
@@ -307,4 +317,5 @@ __all__ = [
     "SqliteStore",
     "is_postgres",
     "open_store",
+    "scalar",
 ]

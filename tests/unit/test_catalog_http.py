@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from consumer import Catalog, TableNotFoundError, VersionNotFoundError
+from consumer.errors import CatalogError, CatalogTimeoutError, CatalogUnavailableError, TableBrokenError
 from consumer.http import HttpServer, create_app
 from consumer.materializer import ConsumerStatus
 from consumer.store import CatalogWriter
@@ -158,3 +159,28 @@ def test_layout_endpoint_answers_like_the_local_function(
         body["files"] == len(local.snapshot("t").files) and sum(body["files_per_partition"].values()) == body["files"]
     )
     assert httpx.get(f"{remote.location}/tables/nope/layout").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("raised", "status"),
+    [
+        (TableNotFoundError("no t"), 404),
+        (VersionNotFoundError("no v"), 404),
+        (CatalogUnavailableError("down"), 503),
+        (CatalogTimeoutError("slow"), 500),  # a CatalogError: the nearest class in its MRO
+        (TableBrokenError("broken", "why"), 500),
+        (CatalogError("odd"), 500),
+        (ValueError("bad"), 400),
+        (TypeError("worse"), 400),
+    ],
+)
+def test_each_catalog_error_has_its_status(raised: Exception, status: int) -> None:
+    class Failing:
+        def tables(self) -> None:
+            raise raised
+
+    from fastapi.testclient import TestClient
+
+    response = TestClient(create_app(Failing())).get("/tables")  # type: ignore[arg-type]
+    assert response.status_code == status
+    assert response.json() == {"error": type(raised).__name__, "message": str(raised)}
