@@ -34,7 +34,7 @@ from typing import Any
 
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
 from consumer.catalog import Catalog, groups_from_json
 from consumer.errors import CatalogError, CatalogUnavailableError
@@ -116,10 +116,11 @@ def create_app(
         groups: str | None = Query(
             None, description='only these groups\' files: [{"partition": {...}, "bucket": n or null}, ...]'
         ),
-    ) -> JSONResponse:
+    ) -> Response:
         ts = parse_bound(timestamp, "time")
         chosen = None if groups is None else groups_from_json(groups)
-        return JSONResponse(catalog.snapshot(table, version=version, timestamp=ts, groups=chosen).to_dict())
+        snapshot = catalog.snapshot(table, version=version, timestamp=ts, groups=chosen)
+        return Response(snapshot.to_json(), media_type="application/json")  # 100k+ files: no dict in between
 
     @app.get("/tables/{table}/history", summary="Every decision (accepted and rejected), newest first")
     def history(table: str, limit: int | None = Query(None, ge=1)) -> JSONResponse:

@@ -21,26 +21,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, PlainSerializer, TypeAdapter, computed_field
 
 from schemas import Operation, Outcome, Rebase, TableMetadata
-
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+from schemas.models import datetime_to_millis, millis_to_datetime
 
 
 def ms_to_datetime(millis: int | None) -> datetime | None:
     """UTC datetime of epoch milliseconds (None stays None)."""
-    return None if millis is None else EPOCH + timedelta(milliseconds=millis)
+    return None if millis is None else millis_to_datetime(millis)
 
 
-def datetime_to_ms(value: datetime) -> int:
-    """Epoch milliseconds of ``value`` (naive datetimes are taken as UTC); sub-millisecond parts are dropped."""
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return (value - EPOCH) // timedelta(milliseconds=1)
+datetime_to_ms = datetime_to_millis  # epoch milliseconds of a datetime (naive: UTC); sub-millisecond parts dropped
 
 
 def metadata_to_dict(metadata: TableMetadata) -> dict[str, Any]:
@@ -180,6 +175,10 @@ class Snapshot:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return _SNAPSHOT.dump_python(self, mode="json")
+
+    def to_json(self) -> bytes:
+        """``to_dict`` as JSON bytes, written by pydantic in one pass (the HTTP service's snapshot body)."""
+        return _SNAPSHOT.dump_json(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Snapshot:

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from consumer.errors import repair_hint
-from consumer.models import datetime_to_ms
+from consumer.models import datetime_to_ms, metadata_to_dict
 from consumer.stores import CatalogStore, Connection, open_store, scalar
 from schemas import CommitDecision, Operation, Outcome, TableMetadata
 from schemas.decisionlog import GENESIS_HASH, BrokenLogError, LogHead, already_live, check, not_live
@@ -319,17 +319,7 @@ def partition_json(columns: tuple[str, ...], spec: Mapping[str, str]) -> str:
 
 
 def _metadata_json(metadata: TableMetadata) -> str:
-    return json.dumps(
-        {
-            "location": metadata.location,
-            "schema": metadata.schema,
-            "primary_key": list(metadata.primary_key),
-            "partition_columns": list(metadata.partition_columns),
-            "properties": dict(metadata.properties),
-        },
-        separators=(",", ":"),
-        ensure_ascii=False,
-    )
+    return json.dumps(metadata_to_dict(metadata), separators=(",", ":"), ensure_ascii=False)
 
 
 def _ms(value: datetime | None) -> int | None:

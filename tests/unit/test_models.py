@@ -283,3 +283,9 @@ def test_optional_keys_may_be_missing_from_older_payloads() -> None:
     assert DecisionRecord.from_dict(decision) == replace(ACCEPTED, **{**defaults, "rebase": Rebase.NONE, **counts})
     table = {k: v for k, v in BROKEN_JSON.items() if k not in ("error", "error_offset")}
     assert TableInfo.from_dict(table) == INFO
+
+
+def test_a_snapshots_json_bytes_are_its_dict() -> None:
+    """The HTTP service writes a snapshot with ``to_json`` (one pass); it reads back as ``to_dict``."""
+    assert json.loads(SNAP.to_json()) == SNAP_JSON
+    assert Snapshot.from_dict(json.loads(SNAP.to_json())) == SNAP
