@@ -214,7 +214,9 @@ def run() -> list[Result]:
         "machine": machine(),
         "notes": f"pooled over {rounds} alternating blocks of {block} after {warmup} warm-up commits; "
         "ordo arbiter subprocess; embedded Tansu broker (in memory); raw round trip at fetch.wait.max.ms=1, "
-        f"linger.ms=0; idle CPU over {idle_seconds} s",
+        f"linger.ms=0; ordo's fetch waits: arbiter busy {settings.fetch_wait_busy_ms} ms / idle "
+        f"{settings.fetch_wait_idle_ms} ms, commit client {settings.client_fetch_wait_ms} ms (ORDO_FETCH_WAIT_BUSY_MS, "
+        f"ORDO_FETCH_WAIT_IDLE_MS, ORDO_CLIENT_FETCH_WAIT_MS); idle CPU over {idle_seconds} s",
     }
     p50, p99 = stats["ordo"]["p50"], stats["ordo"]["p99"]
     r50 = ratio(p50, stats["raw"]["p50"])
