@@ -12,7 +12,8 @@ clustering output). A record's effective sequence number is
 key the record with the highest effective sequence number, and drops keys
 whose winner is a delete. A partition needs no merge when its only live file
 is not clustering output, or when all its files come from one MAJOR_COMPACT:
-its keys are already unique, and only delete records are filtered out.
+its keys are already unique, and only delete records are filtered out (none
+when every such file is MAJOR_COMPACT output, which holds live rows only).
 
 ``changes`` returns the change feed in its compact form: the records written
 by logical commits in a version or time range (bounds inclusive) plus one
@@ -232,7 +233,11 @@ def read_snapshot(spark: SparkSession, snapshot: Snapshot, merge: str = "bucket"
     frames = []
     if direct:
         frame = _scan(spark, direct, file_schema)
-        frames.append(frame.where(F.col(OP_COLUMN) == UPSERT).select(*[F.col(_quote(c)) for c in columns]))
+        if not all(f.operation == "MAJOR_COMPACT" for f in direct):
+            # delete records to drop; a MAJOR_COMPACT holds live rows only (the writer contract, docs/writer.md),
+            # which spares its readers reading and testing the op column (~30 % of a plain Parquet read)
+            frame = frame.where(F.col(OP_COLUMN) == UPSERT)
+        frames.append(frame.select(*[F.col(_quote(c)) for c in columns]))
     if to_merge and merge == "bucket":
         frames.append(_merge_by_bucket(spark, to_merge, schema, metadata))
     elif to_merge:

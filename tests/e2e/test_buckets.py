@@ -142,3 +142,33 @@ def test_unbucketed_table_keeps_working(spark: Any, writer_stack: Any) -> None: 
     df = table.read()
     assert "Exchange" not in plan_text(df)
     assert sorted(tuple(r) for r in df.collect()) == [(1, 1.0), (2, 2.0), (3, 3.0)]
+
+
+def test_a_read_after_major_compaction_is_a_plain_scan_and_other_reads_drop_deletes(
+    spark: Any,
+    writer_stack: Any,  # noqa: F811
+) -> None:
+    """MAJOR_COMPACT output (live rows only) is read without the op column; other direct reads keep the filter."""
+    table = DeltaTable.create(
+        spark, "plain_after_major", schema=SCHEMA, primary_key="id", partitioned_by="dt", buckets=2,
+        settings=writer_stack.settings,
+    )  # fmt: skip
+    table.insert_into(frame(spark, [(i, f"a{i}", "x") for i in range(20)]))
+    table.insert_into(frame(spark, [(i, f"b{i}", "x") for i in range(5)]))
+    table.delete("id >= 15")
+    model = {("x", i): (f"b{i}" if i < 5 else f"a{i}") for i in range(15)}
+    merged = table.read()
+    assert "ordo_files" in plan_text(merged)  # groups with several files: merged in their tasks, deletes applied
+    assert state(merged) == model
+    table.compact("major")
+    assert {f.operation for f in table.snapshot().files} == {"MAJOR_COMPACT"}
+    compacted = table.read()
+    plan = plan_text(compacted)
+    assert "_ordo_op" not in plan and "ordo_files" not in plan, plan  # Spark's Parquet scan; op not read or tested
+    assert "Exchange" not in plan_text(compacted)
+    assert state(compacted) == model
+    # beside a group whose lone file is an INSERT's (it may hold delete records), the filter is back
+    table.insert_into(frame(spark, [(50, "c50", "w")]))
+    mixed = table.read()
+    assert "_ordo_op" in plan_text(mixed)
+    assert state(mixed) == {**model, ("w", 50): "c50"}
