@@ -199,3 +199,49 @@ def test_bucketed_merge_on_read_matches_model(buckets: int, steps: list[tuple[An
             got = {(r["dt"], r["id"]): r["v"] for r in rows}
             assert len(rows) == len(got), "a key appears twice"
             assert got == model, (version, action)
+
+
+_key_value = st.one_of(st.none(), st.integers(0, 3))
+_float_key = st.one_of(st.none(), st.sampled_from([0.0, 1.5, float("nan")]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(_key_value, _float_key, st.integers(0, 4), st.sampled_from(["upsert", "delete"])),
+        max_size=40,
+    )
+)
+def test_latest_records_keeps_per_key_the_highest_sequence_upsert_first(
+    rows: list[tuple[int | None, float | None, int, str]],
+) -> None:
+    """Against a plain-Python model: nulls are one key, NaN is one key, an upsert wins a tie of sequences."""
+    import math
+
+    from consumer.arrow import _SEQ, OP_COLUMN, latest_records
+
+    shape = TableShape(pa.schema([("a", pa.int64()), ("b", pa.float64()), ("n", pa.int64())]), ("a", "b"), ())
+    table = pa.table(
+        {
+            "a": pa.array([r[0] for r in rows], pa.int64()),
+            "b": pa.array([r[1] for r in rows], pa.float64()),
+            "n": pa.array(list(range(len(rows))), pa.int64()),  # which input row won
+            OP_COLUMN: pa.array([r[3] for r in rows], pa.string()),
+            _SEQ: pa.array([r[2] for r in rows], pa.int64()),
+        }
+    )
+
+    def key(a: int | None, b: float | None) -> tuple[Any, ...]:
+        return (a, "nan" if b is not None and math.isnan(b) else b)
+
+    best: dict[tuple[Any, ...], tuple[int, int, int]] = {}  # key -> (seq, upsert first, input row)
+    for n, (a, b, seq, op) in enumerate(rows):
+        rank = (seq, 1 if op == "upsert" else 0)
+        if key(a, b) not in best or rank > best[key(a, b)][:2]:
+            best[key(a, b)] = (*rank, n)
+    winners = latest_records(table, shape)
+    got = {key(a, b): n for a, b, n in zip(*(winners.column(c).to_pylist() for c in ("a", "b", "n")), strict=True)}
+    assert winners.num_rows == len(got) == len(best)
+    for k, (seq, upsert, n) in best.items():  # equal (seq, op) ranks: any of those rows is right
+        won = rows[got[k]]
+        assert (won[2], won[3] == "upsert") == (seq, bool(upsert)), (k, won, rows[n])
