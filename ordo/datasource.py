@@ -596,9 +596,8 @@ class _Writing:
 
     def _publish(self, messages: Sequence[Any], app_id: str | None = None, batch_id: int | None = None) -> Any:
         """Check keys across tasks, publish the one intent, wait for the decision and the catalog (numbered steps)."""
-        from consumer import Catalog
         from producer.arrow import check_unique, delete_files
-        from producer.client import CommitClient
+        from producer.table import shared_connection
         from schemas import CommitIntent, Operation
 
         files = self._files(messages)
@@ -623,49 +622,55 @@ class _Writing:
         ids = {m.txn_id for m in messages if m is not None and m.txn_id}
         txn_id = ids.pop() if len(ids) == 1 else self._txn_for(batch_id)
         retries = STREAM_RETRIES if batch_id is not None else 0
-        settings = self.table.settings
-        with CommitClient(settings=settings) as client, Catalog(settings.catalog) as catalog:
-            # a micro-batch reads nothing: it is pinned to the head when it commits, not when the query started
-            read_version = self.table.head if batch_id is None else catalog.head(self.table.name)
-            while True:
-                intent = CommitIntent(
-                    txn_id=txn_id,
-                    table=self.table.name,
-                    operation=self.operation,
-                    read_version=read_version,
-                    partitions=None if partitions is None else tuple(partitions),
-                    added_files=tuple(files),
-                    app_id=app_id,
-                    batch_id=batch_id,
-                    writer=f"ordo-datasource/{self.table.name}",
-                )
+        # one client and catalog per process and settings: a Python worker Spark reuses commits batch after
+        # batch without connecting to Kafka again (they close at the worker's exit)
+        connection = shared_connection(self.table.settings)
+        client, catalog = connection.client, connection.catalog
+        # a micro-batch reads nothing: it is pinned to the head when it commits, not when the query started
+        read_version = self.table.head if batch_id is None else catalog.head(self.table.name)
+        while True:
+            intent = CommitIntent(
+                txn_id=txn_id,
+                table=self.table.name,
+                operation=self.operation,
+                read_version=read_version,
+                partitions=None if partitions is None else tuple(partitions),
+                added_files=tuple(files),
+                app_id=app_id,
+                batch_id=batch_id,
+                writer=f"ordo-datasource/{self.table.name}",
+            )
+            try:
                 decision = client.commit(intent, timeout=self.wait)
-                if decision.accepted or decision.reason != CONFLICT_LATER_FAILS or retries <= 0:
-                    break
-                retries -= 1
-                if decision.conflicting_version is not None:
-                    catalog.wait_for_version(self.table.name, decision.conflicting_version, timeout=self.wait)
-                read_version = max(read_version, catalog.head(self.table.name))
-                txn_id = uuid.uuid4().hex
-                time.sleep(0.05)
-            if not decision.accepted:
-                delete_files(self.layout, [f.path for f in files])
-                if decision.reason == BATCH_ALREADY_COMMITTED:
-                    return None  # a replayed micro-batch: it is in the table already
-                detail = f": {decision.message}" if decision.message else ""
-                raise CommitConflictError(
-                    f"{self.operation.value} into {self.table.name} was rejected ({decision.reason}){detail}",
-                    reason=decision.reason,
-                    conflicting_txn_id=decision.conflicting_txn_id,
-                    conflicting_version=decision.conflicting_version,
-                    decision=decision,
-                )
-            if decision.duplicate_of is not None:
-                # the same txn id was decided before (a re-run of this batch): its files are the committed ones
-                kept = {f.path for f in decision.added_files}
-                delete_files(self.layout, [f.path for f in files if f.path not in kept])
-            # 3. read-your-writes: the catalog shows the version before the write returns
-            catalog.wait_for_version(self.table.name, int(decision.id_version or 0), timeout=self.wait)
+            except BaseException:
+                connection.close()  # no decision (broker gone, timeout): the next commit connects afresh
+                raise
+            if decision.accepted or decision.reason != CONFLICT_LATER_FAILS or retries <= 0:
+                break
+            retries -= 1
+            if decision.conflicting_version is not None:
+                catalog.wait_for_version(self.table.name, decision.conflicting_version, timeout=self.wait)
+            read_version = max(read_version, catalog.head(self.table.name))
+            txn_id = uuid.uuid4().hex
+            time.sleep(0.05)
+        if not decision.accepted:
+            delete_files(self.layout, [f.path for f in files])
+            if decision.reason == BATCH_ALREADY_COMMITTED:
+                return None  # a replayed micro-batch: it is in the table already
+            detail = f": {decision.message}" if decision.message else ""
+            raise CommitConflictError(
+                f"{self.operation.value} into {self.table.name} was rejected ({decision.reason}){detail}",
+                reason=decision.reason,
+                conflicting_txn_id=decision.conflicting_txn_id,
+                conflicting_version=decision.conflicting_version,
+                decision=decision,
+            )
+        if decision.duplicate_of is not None:
+            # the same txn id was decided before (a re-run of this batch): its files are the committed ones
+            kept = {f.path for f in decision.added_files}
+            delete_files(self.layout, [f.path for f in files if f.path not in kept])
+        # 3. read-your-writes: the catalog shows the version before the write returns
+        catalog.wait_for_version(self.table.name, int(decision.id_version or 0), timeout=self.wait)
         return decision
 
 

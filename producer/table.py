@@ -190,6 +190,16 @@ def _connection(settings: Settings) -> _Connection:
         return conn
 
 
+def shared_connection(settings: Settings) -> _Connection:
+    """The commit client and catalog this process shares for ``settings`` (opened on first use, closed at exit).
+
+    For writers outside a ``DeltaTable`` that commit again and again in one
+    process, such as the ``format("ordo")`` sink's commits in a reused Python
+    worker: a new ``CommitClient`` per commit costs its Kafka connections.
+    """
+    return _connection(settings)
+
+
 def close_connections() -> None:
     """Close every commit client and catalog the writer API opened (also done at interpreter exit)."""
     with _CONNECTIONS_LOCK:

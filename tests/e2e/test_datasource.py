@@ -13,6 +13,7 @@ import pytest
 from ordo.datasource import settings_options
 from ordo.errors import CommitConflictError
 from producer.table import DeltaTable
+from tests.chaos.common import wait_until
 from tests.e2e.stack import writer_stack  # noqa: F401
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
@@ -180,6 +181,8 @@ def test_a_rejected_commit_fails_with_the_reason_and_deletes_its_files(spark: An
     restarted = source_class(settings)({"path": "ds_rejected", "appId": "hand-driven"}).streamWriter(schema, False)
     restarted.commit([restarted.write(iter(batch))], 0)
     assert table.version == 3
+    # a rejection moves no version: wait until the consumer has applied it to see it in the history
+    wait_until(lambda: table.decisions(1)[0].reason is not None, 20, "the rejection in the catalog")
     assert [d.reason for d in table.decisions(1)] == ["BATCH_ALREADY_COMMITTED"]
     assert parquet_files(table.location) == committed
     assert rows(table.read()) == [(1, "a", "d1")]
