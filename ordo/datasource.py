@@ -64,7 +64,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from ordo.errors import CommitConflictError, OrdoError
+from ordo.errors import OrdoError
 from ordo.settings import Settings, load_settings, parse_bool
 from schemas.models import ddl_columns as _ddl_columns
 from schemas.operations import Reason
@@ -597,7 +597,7 @@ class _Writing:
     def _publish(self, messages: Sequence[Any], app_id: str | None = None, batch_id: int | None = None) -> Any:
         """Check keys across tasks, publish the one intent, wait for the decision and the catalog (numbered steps)."""
         from producer.arrow import check_unique, delete_files
-        from producer.table import shared_connection
+        from producer.table import conflict_error, shared_connection
         from schemas import CommitIntent, Operation
 
         files = self._files(messages)
@@ -657,14 +657,7 @@ class _Writing:
             delete_files(self.layout, [f.path for f in files])
             if decision.reason == BATCH_ALREADY_COMMITTED:
                 return None  # a replayed micro-batch: it is in the table already
-            detail = f": {decision.message}" if decision.message else ""
-            raise CommitConflictError(
-                f"{self.operation.value} into {self.table.name} was rejected ({decision.reason}){detail}",
-                reason=decision.reason,
-                conflicting_txn_id=decision.conflicting_txn_id,
-                conflicting_version=decision.conflicting_version,
-                decision=decision,
-            )
+            raise conflict_error(decision, f"{self.operation.value} into {self.table.name}")
         if decision.duplicate_of is not None:
             # the same txn id was decided before (a re-run of this batch): its files are the committed ones
             kept = {f.path for f in decision.added_files}

@@ -246,7 +246,8 @@ def _stamp_text(value: Any) -> str:
     return value.isoformat() if isinstance(value, datetime) else str(value)
 
 
-def _conflict_error(decision: CommitDecision, what: str) -> CommitConflictError:
+def conflict_error(decision: CommitDecision, what: str) -> CommitConflictError:
+    """The error a rejected ``decision`` of ``what`` raises: its reason, message and conflicting commit."""
     cls = TableExistsError if decision.reason == TABLE_EXISTS else CommitConflictError
     detail = f": {decision.message}" if decision.message else ""
     return cls(
@@ -379,7 +380,7 @@ class DeltaTable:
         )
         decision = table._conn.client.commit(intent, timeout=commit_timeout)
         if not decision.accepted:
-            raise _conflict_error(decision, f"CREATE TABLE {name}")
+            raise conflict_error(decision, f"CREATE TABLE {name}")
         table._wait_for_catalog(0, None)
         return table
 
@@ -572,7 +573,7 @@ class DeltaTable:
         )
         decision = self._conn.client.commit(intent, timeout=self.commit_timeout)
         if not decision.accepted or decision.id_version is None:
-            raise _conflict_error(decision, f"ALTER TABLE {self.name}")
+            raise conflict_error(decision, f"ALTER TABLE {self.name}")
         result = CommitResult(
             txn_id=intent.txn_id,
             id_version=decision.id_version,
@@ -1335,7 +1336,7 @@ class Transaction:
                 continue
             self._discard()
             self._state = _FAILED
-            raise _conflict_error(decision, f"{self.operation.value if self.operation else 'txn'} {self.txn_id}")
+            raise conflict_error(decision, f"{self.operation.value if self.operation else 'txn'} {self.txn_id}")
         assert decision.id_version is not None
         result = CommitResult(
             txn_id=self.txn_id,
