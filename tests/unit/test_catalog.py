@@ -573,6 +573,10 @@ def test_a_half_written_inconsistent_decision_in_a_batch_leaves_no_row_behind(tm
         conn.close()
     assert len(catalog.snapshot("t").files) == 3 and catalog.head("t") == 3
     assert catalog.head("u") == other.model.head  # the rest of the batch is applied
+    # the decisions and commits rows (deferred to the end of a fast batch) are there once each, in order
+    assert [d.log_offset for d in reversed(catalog.history("t"))] == [r.offset for r in script.records[:-1]]
+    assert [d.log_offset for d in reversed(catalog.history("u"))] == [r.offset for r in other.records]
+    assert [c.id_version for c in catalog.commits("t", 0)] == [0, 1, 2, 3]
 
 
 # ---------------------------------------------------------------------- reads while writing
