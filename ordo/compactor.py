@@ -8,7 +8,9 @@ snapshot:
   group, one without an INSERT or UPDATE committed in it for
   ``ordo.compaction.cold_seconds``: by the matrix a MAJOR fails when an INSERT
   or UPDATE commits in its partition meanwhile, so it only runs where none is
-  expected. It runs when small files pile up, when files that may hold delete
+  expected. It runs when small files pile up (``min_files`` counts the
+  small files beyond one per bucket, since a rewrite leaves one file per
+  bucket at least), when files that may hold delete
   records or superseded versions pile up (the cheap signal, below), or when
   ``ordo.cluster_by`` is set and the group has unclustered files.
 * CLUSTER in a group that only INSERTs write (cluster completes beside an
@@ -232,9 +234,17 @@ def _plan_rewrite(files: list[FileEntry], policy: Policy, insert_hot: bool, upda
         rewrite = CLUSTER if policy.cluster_by else MAJOR
         records = sum(f.record_count for f in files) or 1
         dirty = [f for f in files if f.operation in DIRTY_OPERATIONS]
+        # MAJOR COMPACT rewrites the partition when a bucket of it holds two files or more and is a no-op
+        # otherwise (``Transaction.compact``): a partition of one file per bucket has nothing for it to do.
+        buckets = [f.bucket for f in files]
+        if rewrite == MAJOR and len(set(buckets)) == len(buckets):
+            return None
         if dirty and sum(f.record_count for f in dirty) / records >= policy.major_ratio:
             return rewrite, f"{len(dirty)} files may hold deletes or superseded versions"
-        if len(small) >= policy.min_files:
+        # A rewrite leaves at least one file per bucket: only small files beyond that are worth one (else a
+        # table with as many buckets as min_files would rewrite its cold partitions forever).
+        extra = len(small) - len({f.bucket for f in small})
+        if extra >= policy.min_files - 1:
             return rewrite, f"{len(small)} small files"
         if unclustered:
             return CLUSTER, f"{len(unclustered)} unclustered files"

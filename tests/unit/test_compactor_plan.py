@@ -99,6 +99,24 @@ def test_a_cold_partition_with_several_buckets_gets_one_major_of_every_bucket() 
     assert [(a.operation, a.bucket) for a in one_bucket] == [(MAJOR, 3)]
 
 
+def test_a_cold_partition_left_with_one_small_file_per_bucket_is_not_rewritten_again() -> None:
+    """A MAJOR leaves one file per bucket: as many buckets as min_files must not mean a MAJOR every round."""
+    compacted = [entry(i, bucket=i, operation="MAJOR_COMPACT") for i in range(4)]
+    assert plan(snap(*compacted), Policy(min_files=4), Heat(), NOW) == []
+    two_in_one = [*compacted, entry(9, bucket=0)]  # one small file beyond one per bucket: not worth a MAJOR
+    assert plan(snap(*two_in_one), Policy(min_files=4), Heat(), NOW) == []
+    piled = [*compacted, *[entry(10 + i, bucket=i % 2) for i in range(3)]]  # three beyond: min_files - 1
+    assert [a.operation for a in plan(snap(*piled), Policy(min_files=4), Heat(), NOW)] == [MAJOR]
+
+
+def test_no_major_is_planned_where_it_would_be_a_no_op() -> None:
+    """MINOR output (it may hold deletes) alone in each bucket: MAJOR COMPACT rewrites nothing there, so no plan."""
+    minors = [entry(i, bucket=i, operation=MINOR) for i in range(4)]
+    assert plan(snap(*minors), Policy(min_files=4), Heat(), NOW) == []
+    stacked = [*minors, entry(9, bucket=2, operation="UPDATE")]  # two files in one bucket: the MAJOR acts
+    assert [a.operation for a in plan(snap(*stacked), Policy(min_files=4), Heat(), NOW)] == [MAJOR]
+
+
 def test_heat_is_per_partition_whatever_the_bucket() -> None:
     files = [entry(i, bucket=0) for i in range(8)] + [entry(100, bucket=1)]
     heat = hot(Operation.INSERT_INTO, files[-1])  # an INSERT into bucket 1 makes bucket 0 hot too
