@@ -174,7 +174,13 @@ _CONNECTIONS: dict[tuple[Any, ...], _Connection] = {}
 _CONNECTIONS_LOCK = threading.Lock()
 
 
-def _connection(settings: Settings) -> _Connection:
+def shared_connection(settings: Settings) -> _Connection:
+    """The commit client and catalog this process shares for ``settings`` (opened on first use, closed at exit).
+
+    Every ``DeltaTable`` handle uses it, and so do writers outside one that commit again and again in one
+    process, such as the ``format("ordo")`` sink's commits in a reused Python worker (a new ``CommitClient``
+    per commit costs its Kafka connections).
+    """
     key = (
         settings.bootstrap_servers,
         settings.topic_prefix,
@@ -188,16 +194,6 @@ def _connection(settings: Settings) -> _Connection:
         if conn is None:
             conn = _CONNECTIONS[key] = _Connection(settings)
         return conn
-
-
-def shared_connection(settings: Settings) -> _Connection:
-    """The commit client and catalog this process shares for ``settings`` (opened on first use, closed at exit).
-
-    For writers outside a ``DeltaTable`` that commit again and again in one
-    process, such as the ``format("ordo")`` sink's commits in a reused Python
-    worker: a new ``CommitClient`` per commit costs its Kafka connections.
-    """
-    return _connection(settings)
 
 
 def close_connections() -> None:
@@ -288,7 +284,7 @@ class DeltaTable:
         self.commit_timeout = commit_timeout
         self.catalog_timeout = catalog_timeout
         self.layout = Layout.of(name, metadata)
-        self._conn = _connection(settings)
+        self._conn = shared_connection(settings)
         self._writer = _writer_identity(spark)
         _register(spark, settings)
 
@@ -401,7 +397,7 @@ class DeltaTable:
         resolved = _resolve_settings(
             settings, {"bootstrap_servers": bootstrap_servers, "topic_prefix": topic_prefix, "catalog": catalog}
         )
-        info = _connection(resolved).catalog.table(validate_table_name(name))
+        info = shared_connection(resolved).catalog.table(validate_table_name(name))
         return cls(
             spark,
             name,
@@ -426,7 +422,7 @@ class DeltaTable:
             {k: options.pop(k, None) for k in ("bootstrap_servers", "topic_prefix", "catalog")},
         )
         wanted = location if _has_scheme(location) else os.path.abspath(location)
-        for info in _connection(resolved).catalog.tables():
+        for info in shared_connection(resolved).catalog.tables():
             if info.metadata.location.rstrip("/") == wanted.rstrip("/"):
                 return cls.open(spark, info.name, settings=resolved, **options)
         raise TableNotFoundError(f"no table has its data at {location!r}")
@@ -442,7 +438,7 @@ class DeltaTable:
         )
         _register(spark, resolved)  # like every DeltaTable call: format("ordo") works with these settings
         try:
-            _connection(resolved).catalog.table(validate_table_name(name))
+            shared_connection(resolved).catalog.table(validate_table_name(name))
         except TableNotFoundError:
             return False
         return True

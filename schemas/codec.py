@@ -13,9 +13,9 @@ Two implementations of one wire format:
   (each field with the function that reads it) and builds the models
   directly, checking on the way every limit the models declare, without
   pydantic validation. An intent's files and partitions keep their bytes
-  (``WireTuple``), which the writer of its decision copies. Avro binary is simple: zig-zag varints, length-prefixed UTF-8, a
-  varint union branch index, an enum symbol index, block-encoded arrays and
-  maps.
+  (``WireTuple``), which the writer of its decision copies. Avro binary is
+  simple: zig-zag varints, length-prefixed UTF-8, a varint union branch index,
+  an enum symbol index, block-encoded arrays and maps.
 * **Reference path**: fastavro's ``schemaless_reader``/``schemaless_writer``
   and pydantic's ``model_validate``. It serves registered older or newer
   writer schemas and every input the fast path does not take: the fast path
@@ -35,7 +35,7 @@ import json
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -46,7 +46,6 @@ from pydantic import BaseModel, ValidationError
 from schemas.errors import CodecError, UnknownSchemaError
 from schemas.history import current_schema, inline_references, released_schemas, schema_fingerprint, wire_fingerprint
 from schemas.models import (
-    EPOCH,
     MAX_BUCKET,
     MAX_FILES_PER_INTENT,
     MAX_ID_LENGTH,
@@ -60,6 +59,8 @@ from schemas.models import (
     Outcome,
     Rebase,
     TableMetadata,
+    datetime_to_millis,
+    millis_to_datetime,
 )
 from schemas.topics import TABLE_NAME_PATTERN
 
@@ -247,9 +248,6 @@ class Codec:
         return event if end == len(data) else None
 
 
-_MILLISECOND = timedelta(milliseconds=1)
-
-
 def _to_record(event: Event) -> dict[str, Any]:
     """The event as the plain dict fastavro writes (the reference writer's input).
 
@@ -266,9 +264,7 @@ def _to_record(event: Event) -> dict[str, Any]:
         record["metadata"] = metadata.__dict__
     time_version = record.get("time_version")
     if time_version is not None:
-        if time_version.tzinfo is None:
-            time_version = time_version.replace(tzinfo=UTC)
-        record["time_version"] = (time_version - EPOCH) // _MILLISECOND
+        record["time_version"] = datetime_to_millis(time_version)
     return record
 
 
@@ -385,7 +381,7 @@ def _read_opt_long(data: bytes, pos: int) -> tuple[int | None, int]:
 def _read_opt_millis(data: bytes, pos: int) -> tuple[datetime | None, int]:
     """A ``timestamp-millis`` union as an aware UTC datetime (as fastavro reads it)."""
     millis, pos = _read_opt_long(data, pos)
-    return (None if millis is None else EPOCH + timedelta(microseconds=millis * 1000)), pos
+    return (None if millis is None else millis_to_datetime(millis)), pos
 
 
 def _read_bytes(data: bytes, pos: int) -> tuple[bytes, int]:
@@ -394,17 +390,6 @@ def _read_bytes(data: bytes, pos: int) -> tuple[bytes, int]:
     if end > len(data):
         raise _Bail("bytes run past the end")
     return data[pos:end], end
-
-
-def _read_str_tuple(data: bytes, pos: int) -> tuple[tuple[str, ...], int]:
-    count, pos = _read_count(data, pos)
-    if not count:
-        return (), pos
-    result: list[str] = []
-    for _ in range(count):
-        item, pos = _read_str(data, pos)
-        result.append(item)
-    return tuple(result), _read_end(data, pos)
 
 
 def _read_str_map(data: bytes, pos: int) -> tuple[dict[str, str], int]:
@@ -692,6 +677,8 @@ def _table_name(data: bytes, pos: int) -> tuple[str, int]:
 
 _table_name_ok = TABLE_NAME_PATTERN.fullmatch
 
+_NO_LIMIT = 1 << 62  # a length or count no record reaches (the decision model sets none)
+
 # (field, reader, constant arguments after ``(data, pos)``)
 Field = tuple[Any, ...]
 
@@ -720,7 +707,7 @@ _DECISION_FIELDS: tuple[Field, ...] = (
     ("read_version", _read_opt_long),
     ("partitions", _partition_specs(1 << 62, _read_str_map, keep_wire=False)),
     ("added_files", _data_files(None, keep_wire=False)),
-    ("removed_files", _read_str_tuple),
+    ("removed_files", _checked_str_tuple, 0, _NO_LIMIT, _NO_LIMIT),  # decisions: no limit of their own
     ("metadata", _metadata),
     ("rebase", _enum(tuple(Rebase))),
     ("reason", _read_opt_str),
@@ -967,10 +954,8 @@ def _write_decision(header: bytes, values: dict[str, Any]) -> bytes:
     else:
         if type(time_version) is not datetime:
             raise _Bail("not a datetime")
-        if time_version.tzinfo is None:
-            time_version = time_version.replace(tzinfo=UTC)
         out.append(_SOME)
-        out.append(_long_bytes((time_version - EPOCH) // _MILLISECOND))
+        out.append(_long_bytes(datetime_to_millis(time_version)))
     operation = values["operation"]
     if operation is None:
         out.append(_NULL)
