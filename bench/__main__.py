@@ -4,8 +4,8 @@ Prints a Markdown table and writes ``bench/results.json``: one object per
 benchmark with its figures (ours, the peer's, their ratio, the target) and the
 machine they were measured on. Names: core, throughput, latency, pipeline, readable, peers, scale,
 spark, datasource, service (default: all, in that order; Spark last). Running some of them replaces
-their entries in an existing ``results.json`` of the same profile and keeps the
-others (each entry says when it was measured). A benchmark that fails is
+their entries in an existing ``results.json`` and keeps the others (each entry
+says when it was measured and in which profile). A benchmark that fails is
 recorded as an error with its reason, and the others still run.
 """
 
@@ -72,6 +72,7 @@ def main(argv: list[str]) -> int:
             {
                 "benchmark": BENCHMARKS[name],
                 "module": f"bench.{name}",
+                "profile": profile(),
                 "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
                 "seconds": round(seconds, 1),
                 "machine": results[0].machine if results else machine(),
@@ -103,15 +104,17 @@ def main(argv: list[str]) -> int:
 
 
 def _merge(report: list[dict[str, object]]) -> list[dict[str, object]]:
-    """This run's benchmarks, plus the other benchmarks of an existing results.json of the same profile."""
+    """This run's benchmarks, plus the other benchmarks of an existing results.json (each keeps its profile)."""
     try:
         previous = json.loads(RESULTS.read_text())
     except (OSError, ValueError):
         return report
-    if previous.get("profile") != profile():
-        return report
     ran = {entry["module"] for entry in report}
-    kept = {entry["module"]: entry for entry in previous.get("benchmarks", []) if entry.get("module") not in ran}
+    kept = {
+        entry["module"]: {"profile": previous.get("profile"), **entry}  # entries older than per-entry profiles
+        for entry in previous.get("benchmarks", [])
+        if entry.get("module") not in ran
+    }
     merged = {entry["module"]: entry for entry in report} | kept
     order = [f"bench.{name}" for name in BENCHMARKS]
     return [merged[m] for m in order if m in merged]

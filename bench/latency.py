@@ -10,12 +10,24 @@
   ``fetch.wait.max.ms`` 1, polling thread) reads it back from the same topic.
   Tansu holds an empty fetch for the full wait, so 1 ms is its fastest
   setting (0 never answers on Tansu: the reader times out).
+* floor: the same hops as a commit with no ordo code in them. A relay process
+  reads each record of a topic (read_committed, ``fetch.wait.max.ms`` 1, as the
+  arbiter's busy wait) and writes it to a second topic in a Kafka transaction
+  of its own (``begin``, ``produce``, ``commit_transaction``; ``linger.ms`` 5
+  as the arbiter's producers, which measured faster than 0); the benchmark
+  produces to the first topic and waits until its reader (as above) reads the
+  record back from the second. ordo's commit over this floor is what ordo
+  itself costs; the floor over the raw round trip is the transaction and the
+  second hop.
 * idle cost: after the latency blocks, with a consumer (``ordo consumer``)
   following the table, CPU time over ``idle_seconds`` of the broker, the
   arbiter, the consumer and this process (an idle ``CommitClient``) from
   ``/proc``, as a share of one core.
 
-Both on one embedded Tansu broker, in alternating blocks, after a warm-up.
+All on one embedded Tansu broker, in alternating blocks, after a warm-up. The
+comparators' readers (and the relay) fetch only during their own blocks, with
+one unmeasured round trip after resuming: an idle 1 ms fetcher costs the broker
+~13 % of a core, which would otherwise load it under ordo's blocks.
 The per-commit samples are kept (``latency_samples_ms``) for the CDF plot.
 """
 
@@ -29,6 +41,7 @@ import uuid
 from concurrent.futures import Future
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from bench.common import Result, interleave, isolate_state, machine, percentile, pick, ratio
 from bench.workload import create_intent, insert_intent
@@ -39,10 +52,14 @@ BENCHMARK = "commit latency"
 class RawRoundTrip:
     """Produce a record and wait until a same-process consumer reads it back (the ordo-free peer)."""
 
-    def __init__(self, bootstrap: str, topic: str, *, wait: int = 1, linger: int = 0) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, *, read_topic: str | None = None, wait: int = 1, linger: int = 0
+    ) -> None:
         from confluent_kafka import Consumer, Producer, TopicPartition
 
         self.topic = topic
+        self.read_topic = read_topic or topic
+        self._next = 0  # the read topic's next offset, where a resumed reader starts
         self.producer = Producer(
             {
                 "bootstrap.servers": bootstrap,
@@ -66,9 +83,10 @@ class RawRoundTrip:
             }
         )
         self.consumer.list_topics(timeout=10)
-        self.consumer.assign([TopicPartition(topic, 0, 0)])
+        self.consumer.assign([TopicPartition(self.read_topic, 0, 0)])
         self._waiting: dict[bytes, Future[float]] = {}
         self._lock = threading.Lock()
+        self._pending: tuple[bool, threading.Event] | None = None  # an assignment change for the reader thread
         self._stop = threading.Event()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._poller = threading.Thread(target=self._poll, daemon=True)
@@ -76,13 +94,25 @@ class RawRoundTrip:
         self._poller.start()
 
     def _read(self) -> None:
+        from confluent_kafka import TopicPartition
+
         while not self._stop.is_set():
+            with self._lock:
+                pending, self._pending = self._pending, None
+            if pending is not None:
+                fetch, done = pending
+                if fetch:
+                    self.consumer.assign([TopicPartition(self.read_topic, 0, self._next)])
+                else:
+                    self.consumer.unassign()
+                done.set()
             first = self.consumer.poll(0.05)
             messages = [] if first is None else [first, *self.consumer.consume(num_messages=1000, timeout=0)]
             for message in messages:
                 if message.error() is not None:
                     continue
                 with self._lock:
+                    self._next = message.offset() + 1
                     future = self._waiting.pop(message.key(), None)
                 if future is not None:
                     future.set_result(time.perf_counter())
@@ -90,6 +120,22 @@ class RawRoundTrip:
     def _poll(self) -> None:
         while not self._stop.is_set():
             self.producer.poll(0.05)
+
+    def pause(self) -> None:
+        """Stop fetching between this side's blocks: an idle 1 ms fetcher would load the broker under the others."""
+        self._change(False)
+
+    def resume(self) -> None:
+        """Fetch again from the next offset (the first round trip after it pays the assignment)."""
+        self._change(True)
+
+    def _change(self, fetch: bool) -> None:
+        """Have the reader thread assign or unassign (librdkafka's unassign blocks while another thread polls)."""
+        done = threading.Event()
+        with self._lock:
+            self._pending = (fetch, done)
+        if not done.wait(10):
+            raise RuntimeError("the round trip's reader did not change its assignment")
 
     def round_trip(self, size: int, timeout: float = 30.0) -> float:
         """Seconds from produce() to the record read back."""
@@ -109,6 +155,79 @@ class RawRoundTrip:
         self._poller.join(5)
         self.producer.flush(10)
         self.consumer.close()
+
+
+def relay(bootstrap: str, source: str, target: str, ready: Any, stop: Any, active: Any) -> None:
+    """Copy each record of ``source`` to ``target`` in a Kafka transaction of its own (a process of its own).
+
+    Fetches only while ``active`` is set (between its blocks an idle 1 ms fetcher would load the broker).
+    """
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench.latency.relay",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "fetch.wait.max.ms": 1,
+            "client.id": "bench-relay-consumer",
+        }
+    )
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": "bench.latency.relay",
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            "client.id": "bench-relay-producer",
+        }
+    )
+    producer.init_transactions(30)
+    ready.set()
+    position, assigned = 0, False
+    while not stop.is_set():
+        if not active.is_set():
+            if assigned:
+                consumer.unassign()
+                assigned = False
+            active.wait(0.05)
+            continue
+        if not assigned:
+            consumer.assign([TopicPartition(source, 0, position)])
+            assigned = True
+        message = consumer.poll(0.05)
+        if message is None or message.error() is not None:
+            continue
+        position = message.offset() + 1
+        producer.begin_transaction()
+        producer.produce(target, message.value(), message.key())
+        producer.commit_transaction(30)
+    consumer.close()
+
+
+class Relay:
+    """The ``relay`` process, started with ``spawn`` (never fork a process holding librdkafka threads)."""
+
+    def __init__(self, bootstrap: str, source: str, target: str) -> None:
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")
+        self._ready, self._stop, self.active = context.Event(), context.Event(), context.Event()
+        self.process = context.Process(
+            target=relay, args=(bootstrap, source, target, self._ready, self._stop, self.active), daemon=True
+        )
+        self.process.start()
+        if not self._ready.wait(120):
+            self.close()
+            raise RuntimeError("the relay process did not start")
+
+    def close(self) -> None:
+        self._stop.set()
+        self.process.join(10)
+        if self.process.is_alive():
+            self.process.kill()
 
 
 def cpu_seconds(pid: int) -> float:
@@ -148,9 +267,13 @@ def run() -> list[Result]:
             load_settings(bootstrap_servers=bootstrap, topic_prefix="lat", state_dir=str(work / "state")), work
         )
         arbiter = group.start_arbiter(settings, timeout=120)
-        create_topics(AdminClient({"bootstrap.servers": bootstrap}), {"lat.raw": {}})
+        create_topics(
+            AdminClient({"bootstrap.servers": bootstrap}), {"lat.raw": {}, "lat.relay-in": {}, "lat.relay-out": {}}
+        )
         client = CommitClient(settings=settings)
         raw = RawRoundTrip(bootstrap, "lat.raw")
+        relay_process = Relay(bootstrap, "lat.relay-in", "lat.relay-out")
+        floor = RawRoundTrip(bootstrap, "lat.relay-in", read_topic="lat.relay-out")
         try:
             client.commit(create_intent(), timeout=60)
             version = 0
@@ -169,18 +292,38 @@ def run() -> list[Result]:
                 version = decision.id_version or version
                 return elapsed
 
+            relay_process.active.set()
             for _ in range(warmup):
                 one_commit()
                 raw.round_trip(size)
+                floor.round_trip(size)
+            relay_process.active.clear()
+            raw.pause()
+            floor.pause()
 
             def ordo_side(_round: int) -> list[float]:
                 return [one_commit() for _ in range(block)]
 
             def raw_side(_round: int) -> list[float]:
-                return [raw.round_trip(size) for _ in range(block)]
+                raw.resume()
+                raw.round_trip(size)  # unmeasured: the first fetch after resuming
+                samples = [raw.round_trip(size) for _ in range(block)]
+                raw.pause()
+                return samples
 
-            runs = interleave({"ordo": ordo_side, "raw": raw_side}, rounds)
+            def floor_side(_round: int) -> list[float]:
+                relay_process.active.set()
+                floor.resume()
+                floor.round_trip(size)  # unmeasured: the first fetches after resuming
+                samples = [floor.round_trip(size) for _ in range(block)]
+                floor.pause()
+                relay_process.active.clear()
+                return samples
+
+            runs = interleave({"ordo": ordo_side, "raw": raw_side, "floor": floor_side}, rounds)
             raw.close()
+            floor.close()
+            relay_process.close()
             settings = replace(settings, catalog=str(work / "catalog.db"))
             consumer, _ = start_consumer(settings, http=False, timeout=120, group=group)
             time.sleep(3)  # everything settles: the arbiter and the client pause after their idle delays
@@ -190,16 +333,19 @@ def run() -> list[Result]:
             )
         finally:
             raw.close()
+            floor.close()
+            relay_process.close()
             client.close()
     idle_total = round(sum(idle.values()), 2)
     ordo = [x * 1000 for block_ in runs["ordo"] for x in block_]
     raw_ms = [x * 1000 for block_ in runs["raw"] for x in block_]
+    floor_ms = [x * 1000 for block_ in runs["floor"] for x in block_]
     stats: dict[str, dict[str, float]] = {}
-    for name, values in (("ordo", ordo), ("raw", raw_ms)):
+    for name, values in (("ordo", ordo), ("raw", raw_ms), ("floor", floor_ms)):
         stats[name] = {q: round(percentile(values, p), 2) for q, p in (("p50", 50), ("p90", 90), ("p99", 99))}
         stats[name]["max"] = round(max(values), 2)
     block_p50 = {
-        name: [round(percentile([x * 1000 for x in b], 50), 2) for b in runs[name]] for name in ("ordo", "raw")
+        name: [round(percentile([x * 1000 for x in b], 50), 2) for b in runs[name]] for name in ("ordo", "raw", "floor")
     }
     common = {
         "samples": {
@@ -208,13 +354,18 @@ def run() -> list[Result]:
             "block": block,
             **stats,
             "block_p50_ms": block_p50,
-            "latency_samples_ms": {"ordo": [round(x, 3) for x in ordo], "raw": [round(x, 3) for x in raw_ms]},
+            "latency_samples_ms": {
+                "ordo": [round(x, 3) for x in ordo],
+                "raw": [round(x, 3) for x in raw_ms],
+                "floor": [round(x, 3) for x in floor_ms],
+            },
             "idle_cpu_percent": idle,
         },
         "machine": machine(),
         "notes": f"pooled over {rounds} alternating blocks of {block} after {warmup} warm-up commits; "
         "ordo arbiter subprocess; embedded Tansu broker (in memory); raw round trip at fetch.wait.max.ms=1, "
-        f"linger.ms=0; ordo's fetch waits: arbiter busy {settings.fetch_wait_busy_ms} ms / idle "
+        "linger.ms=0; floor = the same hops through a transactional relay process without ordo "
+        f"(read at fetch.wait.max.ms=1, one Kafka transaction per record); ordo's fetch waits: arbiter busy {settings.fetch_wait_busy_ms} ms / idle "
         f"{settings.fetch_wait_idle_ms} ms, commit client {settings.client_fetch_wait_ms} ms (ORDO_FETCH_WAIT_BUSY_MS, "
         f"ORDO_FETCH_WAIT_IDLE_MS, ORDO_CLIENT_FETCH_WAIT_MS); idle CPU over {idle_seconds} s",
     }
@@ -232,6 +383,18 @@ def run() -> list[Result]:
             target="ratio <= 3 (raw at the broker's best)",
             met=(r50 or 99) <= 3,
             **common,
+        ),
+        Result(
+            BENCHMARK,
+            "p50 commit() to decision, vs the same hops without ordo",
+            "ms",
+            p50,
+            peer="transactional relay round trip (floor)",
+            peer_value=stats["floor"]["p50"],
+            ratio=ratio(p50, stats["floor"]["p50"]),
+            target="none (what ordo adds to the Kafka hops a commit needs)",
+            met=None,
+            **{**common, "samples": {"floor": stats["floor"], "raw": stats["raw"]}},
         ),
         Result(
             BENCHMARK,

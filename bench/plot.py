@@ -3,7 +3,8 @@
     .venv/bin/python -m bench.plot [results.json] [out.png]
 
 Left: one writer in a closed loop (``bench.latency``): ordo's ``commit()`` to
-decision and the raw produce->consume round trip at the broker's best. Right:
+decision, the raw produce->consume round trip at the broker's best and the same
+hops as a commit through a transactional relay without ordo (the floor). Right:
 8 writers on their own partitions (``bench.peers``): a commit including its
 Parquet file, for ordo, delta-rs and pyiceberg. ``python -m bench`` draws it
 after writing the results; a figure whose samples are missing is left out.
@@ -22,12 +23,23 @@ RESULTS = ROOT / "bench" / "results.json"
 OUT = ROOT / "docs" / "commit_latency_cdf.png"
 
 
-def _samples(document: dict[str, Any], module: str) -> dict[str, Any] | None:
+def _entry(document: dict[str, Any], module: str) -> dict[str, Any] | None:
     for entry in document.get("benchmarks", []):
         if entry.get("module") == module and entry.get("figures"):
-            samples = entry["figures"][0].get("samples")
-            return samples if isinstance(samples, dict) else None
+            return entry  # type: ignore[no-any-return]
     return None
+
+
+def _samples(document: dict[str, Any], module: str) -> dict[str, Any] | None:
+    entry = _entry(document, module)
+    samples = entry["figures"][0].get("samples") if entry else None
+    return samples if isinstance(samples, dict) else None
+
+
+def _when(document: dict[str, Any], module: str) -> str:
+    """When a panel's run was measured, and the machine's load then."""
+    entry = _entry(document, module) or {}
+    return f"{entry.get('measured_at', '?')}, load {entry.get('machine', {}).get('load_average', '?')}"
 
 
 def curves(document: dict[str, Any]) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
@@ -37,6 +49,8 @@ def curves(document: dict[str, Any]) -> tuple[dict[str, list[float]], dict[str, 
     if latency and "latency_samples_ms" in latency:
         single["ordo commit()"] = latency["latency_samples_ms"]["ordo"]
         single["raw round trip (fetch.wait.max.ms=1)"] = latency["latency_samples_ms"]["raw"]
+        if "floor" in latency["latency_samples_ms"]:
+            single["commit's hops without ordo (txn relay)"] = latency["latency_samples_ms"]["floor"]
     writers: dict[str, list[float]] = {}
     peers = _samples(document, "bench.peers")
     for system in ("ordo", "delta-rs", "pyiceberg"):
@@ -56,7 +70,12 @@ def draw(results: Path = RESULTS, out: Path = OUT) -> Path | None:
     document = json.loads(results.read_text())
     single, writers = curves(document)
     panels = [
-        (title, c) for title, c in (("one writer, closed loop", single), ("8 writers, own partitions", writers)) if c
+        (f"{title}\n({_when(document, module)})", c)
+        for title, module, c in (
+            ("one writer, closed loop", "bench.latency", single),
+            ("8 writers, own partitions", "bench.peers", writers),
+        )
+        if c
     ]
     if not panels:
         return None
@@ -69,11 +88,10 @@ def draw(results: Path = RESULTS, out: Path = OUT) -> Path | None:
         axis.set_xscale("log")
         axis.set_xlabel("commit latency (ms, log scale)")
         axis.set_ylabel("fraction of commits")
-        axis.set_title(title)
+        axis.set_title(title, fontsize=10)
         axis.grid(True, which="both", alpha=0.3)
         axis.legend(loc="lower right", fontsize=8)
-    load = document.get("machine", {}).get("load_average")
-    figure.suptitle(f"commit latency CDF ({document.get('started', '')}, load average {load})", fontsize=9)
+    figure.suptitle("commit latency CDF", fontsize=10)
     figure.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(out, dpi=110)

@@ -15,8 +15,10 @@ consumer``; Tansu keeps everything in memory) and one local Spark session.
   median. The table has the default 4 buckets per partition: the read before
   the compaction merges each (partition, bucket) in one task without a
   shuffle; the same snapshot is also read with the older plan
-  (``merge="shuffle"``) for comparison. Targets: before / plain <= 3, after /
-  plain <= 1.2.
+  (``merge="shuffle"``) for comparison, and the snapshot's data files as they
+  are read by Spark's own vectorized Parquet scan, unmerged (every record of
+  every small file: what opening the files costs with no merge at all).
+  Targets: before / plain <= 3, after / plain <= 1.2.
 """
 
 from __future__ import annotations
@@ -118,7 +120,8 @@ def run() -> list[Result]:
             }
             if len(set(counts.values())) != 1 or expected != base_rows:
                 raise RuntimeError(f"row counts differ: {counts} (expected {base_rows})")
-            files_before = len(reads_table.snapshot(before).files)
+            before_paths = [entry.absolute_path for entry in reads_table.snapshot(before).files]
+            files_before = len(before_paths)
             files_after = len(reads_table.snapshot(after).files)
             buckets = reads_table.layout.buckets
             timings = interleave(
@@ -126,6 +129,7 @@ def run() -> list[Result]:
                     "plain": lambda _r: _noop_read(spark.read.parquet(plain)),
                     "before": lambda _r: _noop_read(reads_table.read(version=before)),
                     "before_shuffle": lambda _r: _noop_read(reads_table.read(version=before, merge="shuffle")),
+                    "files_unmerged": lambda _r: _noop_read(spark.read.parquet(*before_paths)),
                     "after": lambda _r: _noop_read(reads_table.read(version=after)),
                 },
                 reads,
@@ -148,6 +152,7 @@ def run() -> list[Result]:
     }
     before_s, after_s = median(timings["before"]), median(timings["after"])
     shuffle_s = median(timings["before_shuffle"])
+    unmerged_s = median(timings["files_unmerged"])
     results.append(
         Result(
             BENCHMARK,
@@ -162,6 +167,23 @@ def run() -> list[Result]:
             samples=common,
             notes=f"{base_rows:,} rows in {buckets} buckets per partition, all columns read (noop sink), "
             f"merge-on-read per (partition, bucket) without a shuffle; median of {reads}",
+            machine=machine(),
+        )
+    )
+    results.append(
+        Result(
+            BENCHMARK,
+            f"Spark's own Parquet scan of the {files_before:,} files after {upserts} small upsert commits, unmerged",
+            "s",
+            round(unmerged_s, 3),
+            peer="plain Parquet, same rows",
+            peer_value=round(plain_s, 3),
+            ratio=ratio(unmerged_s, plain_s),
+            target="none (what the file count alone costs; ordo's merged read above for comparison)",
+            met=None,
+            samples=common,
+            notes=f"every record of the snapshot's data files ({files_before:,} files, no merge, no op filter) "
+            f"read by spark.read.parquet; ordo's merged read of the same snapshot {before_s:.3f} s; median of {reads}",
             machine=machine(),
         )
     )
