@@ -11,6 +11,7 @@ one is counted and logged, never raised.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import time
@@ -25,6 +26,23 @@ from arbiter.metrics import ArbiterMetrics
 from schemas import chain_hash
 
 log = logging.getLogger("ordo.arbiter")
+
+
+def freeze_state(*, full: bool) -> None:
+    """Move the objects alive now, the tables' state above all, out of the cyclic GC's way (``gc.freeze``).
+
+    Each of CPython's full collections walks every tracked object: with a
+    large state (1M decisions of history: 278 ms, docs/benchmarks.md, "Scale")
+    that is a pause of the decide loop at a moment nobody chooses. Frozen
+    objects are still freed by reference counting when the state lets go of
+    them; only cyclic garbage among them would stay, so a collection runs
+    first: a full one after a rebuild (once per table taken), the young
+    generations before a checkpoint is forked (which also keeps the child's
+    copy-on-write pages shared: the GC no longer writes to the frozen objects).
+    """
+    gc.collect(2 if full else 1)
+    gc.freeze()
+
 
 DEFAULT_CHECKPOINT_EVERY = 10_000
 DEFAULT_CHECKPOINT_INTERVAL = 10.0
@@ -187,6 +205,7 @@ class Checkpointer:
 
     def _fork(self, jobs: list[Job]) -> None:
         """Write ``jobs`` from a forked child: it sees a copy-on-write snapshot of the states, the loop goes on."""
+        freeze_state(full=False)
         pid = os.fork()
         if pid == 0:  # the child: write, report failures on stderr, exit without running any cleanup
             code = 0

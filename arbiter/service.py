@@ -45,7 +45,7 @@ import threading
 import time
 from typing import Any
 
-from arbiter.checkpointer import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHECKPOINT_INTERVAL, Checkpointer
+from arbiter.checkpointer import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHECKPOINT_INTERVAL, Checkpointer, freeze_state
 from arbiter.core import TableState
 from arbiter.decider import Decider, Rebuild
 from arbiter.intents import IDLE_AFTER, IntentReader, consumer_config
@@ -247,6 +247,7 @@ class ArbiterService:
     def _discover(self) -> None:
         """Take the tables this arbiter owns that appeared since the last look (``OwnedTables.take_new``)."""
         if self.owned.take_new(self._admin, self._reader):
+            freeze_state(full=True)  # the rebuilt states are long-lived: out of the full collections' walk
             self._checkpoint(after_rebuild=True)
 
     def _checkpoint(self, *, after_rebuild: bool = False) -> None:
@@ -366,6 +367,7 @@ class ArbiterService:
         for name, exc in fenced:
             self.owned.lose(name, f"fenced by its new owner ({exc})")
         self.owned.reload(touched)
+        freeze_state(full=True)
         self.intents.restart()
         log.info("rebuilt %d table(s) after an aborted transaction", len(touched))
 

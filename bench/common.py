@@ -64,6 +64,12 @@ def _memory_gib() -> float | None:
     return None
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` (all its threads) from ``/proc``."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def isolate_state(work: Path) -> None:
     """Point arbiters started from here at their own checkpoint directory (``ORDO_STATE_DIR``).
 

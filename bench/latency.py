@@ -43,7 +43,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bench.common import Result, interleave, isolate_state, machine, percentile, pick, ratio
+from bench.common import Result, cpu_seconds, interleave, isolate_state, machine, percentile, pick, ratio
 from bench.workload import create_intent, insert_intent
 
 BENCHMARK = "commit latency"
@@ -228,12 +228,6 @@ class Relay:
         self.process.join(10)
         if self.process.is_alive():
             self.process.kill()
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process ``pid`` (all its threads) from ``/proc``."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def idle_cpu(pids: dict[str, int], seconds: float) -> dict[str, float]:

@@ -72,7 +72,12 @@ def _fold(values: Iterator[bytes]) -> Any:
 
 
 def decide_case(history: int, live: int, blocks: int, block: int) -> dict[str, Any]:
-    """Build the history, then time ``blocks`` x ``block`` decisions (CPU µs per decision per block)."""
+    """Build the history, then time ``blocks`` x ``block`` decisions (CPU µs per decision per block).
+
+    Also the time of a full GC collection right after the build, and again after ``freeze_state`` (as the
+    arbiter does after a rebuild); the decisions are timed with the state frozen, as in the arbiter.
+    """
+    from arbiter.checkpointer import freeze_state
     from arbiter.core import apply, evaluate_record
     from bench.workload import BASE_TS, insert_intent
     from schemas import encode
@@ -84,6 +89,10 @@ def decide_case(history: int, live: int, blocks: int, block: int) -> dict[str, A
     collect = time.perf_counter()
     gc.collect()  # a full collection walks every tracked object of the state: a pause of the arbiter's loop
     gc_ms = (time.perf_counter() - collect) * 1000
+    freeze_state(full=True)  # what the arbiter does after a rebuild
+    collect = time.perf_counter()
+    gc.collect()  # the same full collection, the state frozen
+    frozen_ms = (time.perf_counter() - collect) * 1000
     per_decision: list[float] = []
     n = 0
     for _ in range(blocks):
@@ -106,11 +115,13 @@ def decide_case(history: int, live: int, blocks: int, block: int) -> dict[str, A
             apply(state, decision, encode(decision))
         per_decision.append((time.process_time() - cpu) / block * 1e6)
         n += block
+    gc.unfreeze()  # the next case starts from a heap like this one's
     return {
         "history": history,
         "live_files": live_files,
         "build_s": round(build_s, 1),
         "gc_full_collection_ms": round(gc_ms, 1),
+        "gc_full_collection_frozen_ms": round(frozen_ms, 1),
         "us_per_decision": [round(x, 2) for x in per_decision],
         "median_us": round(median(per_decision), 2),
     }
@@ -189,7 +200,28 @@ def _decisions(results: list[Result]) -> None:
                 "gc_full_collection_ms": {str(k): [r["gc_full_collection_ms"] for r in v] for k, v in measured.items()}
             },
             notes="gc.collect() right after the build: CPython's generation-2 collections walk the whole state, a "
-            "pause of the arbiter's loop that grows with history (gc.freeze() after a rebuild avoids it)",
+            "pause of the arbiter's loop that grows with history (the arbiter freezes the state after a rebuild: "
+            "next figure)",
+            machine=machine(),
+        )
+    )
+    frozen = median(r["gc_full_collection_frozen_ms"] for r in measured[(big, 100_000)])
+    results.append(
+        Result(
+            BENCHMARK,
+            f"full GC collection with {big:,} commits of history (100k live files), state frozen",
+            "ms",
+            round(frozen, 1),
+            peer="the same collection, state not frozen",
+            peer_value=round(pause, 1),
+            ratio=ratio(frozen, pause),
+            samples={
+                "gc_full_collection_frozen_ms": {
+                    str(k): [r["gc_full_collection_frozen_ms"] for r in v] for k, v in measured.items()
+                }
+            },
+            notes="gc.collect() after arbiter.checkpointer.freeze_state(full=True), which the arbiter runs after "
+            "every rebuild (and, for the young generations, before forking a checkpoint)",
             machine=machine(),
         )
     )

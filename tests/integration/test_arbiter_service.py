@@ -8,6 +8,7 @@ topic, table discovery, sharding and a clean stop.
 from __future__ import annotations
 
 import csv
+import gc
 import json
 import random
 import threading
@@ -511,7 +512,19 @@ class InProcessArbiter:
     def __exit__(self, *exc: object) -> None:
         self.service.stop()
         self.thread.join(timeout=30)
+        gc.unfreeze()  # the arbiter froze the heap after its rebuilds; this process is the test run's
         assert not self.thread.is_alive(), "the arbiter did not stop"
+
+
+def test_the_rebuilt_state_is_frozen_out_of_full_collections(settings: Settings, commit_client: CommitClient) -> None:
+    with InProcessArbiter(settings) as running:
+        commit_client.commit(create_intent("frozen"), timeout=30)
+        assert commit_client.commit(insert_intent("frozen", "a", "1"), timeout=30).id_version == 1
+        (table,) = [t for t in running.service.owned.by_topic.values() if t.name == "frozen"]
+        state = table.state
+        tracked = gc.get_objects()
+        assert not any(o is state for o in tracked), "the table's state, built at its rebuild, is not frozen"
+        assert running.error is None
 
 
 def test_core_raising_on_evaluate_becomes_a_malformed_rejection(
