@@ -71,6 +71,13 @@ def _fold(values: Iterator[bytes]) -> Any:
     return state
 
 
+def _full_collection_ms() -> float:
+    """Milliseconds of one full (generation-2) GC collection now."""
+    started = time.perf_counter()
+    gc.collect()
+    return (time.perf_counter() - started) * 1000
+
+
 def decide_case(history: int, live: int, blocks: int, block: int) -> dict[str, Any]:
     """Build the history, then time ``blocks`` x ``block`` decisions (CPU µs per decision per block).
 
@@ -86,13 +93,9 @@ def decide_case(history: int, live: int, blocks: int, block: int) -> dict[str, A
     state = _fold(_history(history, live))
     build_s = time.perf_counter() - started
     live_files = len(state.files)
-    collect = time.perf_counter()
-    gc.collect()  # a full collection walks every tracked object of the state: a pause of the arbiter's loop
-    gc_ms = (time.perf_counter() - collect) * 1000
+    gc_ms = _full_collection_ms()  # it walks every tracked object of the state: a pause of the arbiter's loop
     freeze_state(full=True)  # what the arbiter does after a rebuild
-    collect = time.perf_counter()
-    gc.collect()  # the same full collection, the state frozen
-    frozen_ms = (time.perf_counter() - collect) * 1000
+    frozen_ms = _full_collection_ms()  # the same collection, the state frozen
     per_decision: list[float] = []
     n = 0
     for _ in range(blocks):
