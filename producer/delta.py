@@ -7,25 +7,19 @@ A MERGE is one UPDATE transaction: it reads the pinned snapshot (the join with
 the source), then writes upsert records (matched updates, not-matched inserts)
 and delete records (matched deletes) in one commit. Its row of the conflict
 matrix is UPDATE's, scoped to the partitions it writes, plus the partitions
-its condition pins (``target.col = literal`` / ``IN (...)``; it reads only
-those), or the whole table for an unpartitioned one. Delta's merge on a table
+its condition can match (filters on the target's partition columns; it reads
+only those), or the whole table for an unpartitioned one. Delta's merge on a table
 without a primary key has no equivalent: every ordo table has one, and a
 merge condition should match it.
 
-Scope from a condition (``partition_pins``): the AND-ed top-level terms
-``col = literal`` and ``col IN (literal, ...)`` on partition columns pin
-values. Pins on every partition column give every combination of the pinned
-values as the scope; pins on some of them the partitions of the pinned
-snapshot that match (a partition created after the read version holds no row
-the transaction read or wrote, so serializing it before that commit is
-exact). Anything else (a top-level OR, a range, no partition column) is the
-whole table.
+Scope from a condition: the partitions whose rows it can match, from Spark's
+own analysis of it (``producer.scope``), never from its text; the whole
+table when no conjunct of it is a filter on partition columns alone.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -41,89 +35,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("ordo.producer")
 
 _LOGGED_WHOLE_TABLE: set[tuple[str, str]] = set()
-_LITERAL = r"'(?:[^']|'')*'|-?\d+|true|false"
-_COLUMN = r"(?:`?([A-Za-z_][A-Za-z0-9_]*)`?\s*\.\s*)?`?([A-Za-z_][A-Za-z0-9_]*)`?"
-_EQUAL = re.compile(rf"\s*\(?\s*{_COLUMN}\s*=\s*({_LITERAL})\s*\)?\s*", re.I)
-_IN = re.compile(rf"\s*\(?\s*{_COLUMN}\s+in\s*\(\s*((?:{_LITERAL})(?:\s*,\s*(?:{_LITERAL}))*)\s*\)\s*\)?\s*", re.I)
-MAX_PINNED_PARTITIONS = 256  # more pinned partitions than this: the scope is the whole table
-
-
-def _top_level_split(condition: str) -> list[str] | None:
-    """The AND-ed terms of ``condition`` at the top level; None when it has a top-level OR."""
-    terms, depth, quoted, start, i = [], 0, False, 0, 0
-    text = condition
-    while i < len(text):
-        ch = text[i]
-        if ch == "'":
-            quoted = not quoted
-        elif not quoted and ch == "(":
-            depth += 1
-        elif not quoted and ch == ")":
-            depth -= 1
-        elif not quoted and depth == 0:
-            word = re.match(r"(?i)\b(and|or)\b", text[i:])
-            if word and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")):
-                if word.group(1).lower() == "or":
-                    return None
-                terms.append(text[start:i])
-                i += 3
-                start = i
-                continue
-        i += 1
-    terms.append(text[start:])
-    return terms
-
-
-def _literal_value(literal: str) -> str:
-    return literal[1:-1].replace("''", "'") if literal.startswith("'") else literal.lower()
-
-
-def partition_pins(
-    condition: Any, partition_columns: Sequence[str], qualifier: str | None = None
-) -> dict[str, tuple[str, ...]] | None:
-    """The values a condition pins partition columns to: ``{column: values}`` from its AND-ed top-level terms
-    ``col = literal`` and ``col IN (literal, ...)`` (``qualifier.col`` too when a qualifier is given, as
-    ``target`` in a MERGE condition); None when it pins none, has a top-level OR, or contradicts itself.
-
-    Values are the literals' text (a quoted string unescaped); only columns it pins are keys.
-    """
-    if not isinstance(condition, str) or not partition_columns:
-        return None
-    terms = _top_level_split(condition)
-    if terms is None:
-        return None
-    found: dict[str, set[str]] = {}
-    for term in terms:
-        equal, listed = _EQUAL.fullmatch(term), None
-        if equal is None:
-            listed = _IN.fullmatch(term)
-        match = equal or listed
-        if match is None:
-            continue
-        owner, column = match.group(1), match.group(2)
-        if column not in partition_columns or (owner is not None and owner != qualifier):
-            continue
-        text = match.group(3)
-        values = (
-            {_literal_value(text)}
-            if equal is not None
-            else {_literal_value(m) for m in re.findall(_LITERAL, text, re.I)}
-        )
-        values = found[column] & values if column in found else values
-        if not values:
-            return None  # contradictory: leave the scope alone
-        found[column] = values
-    if not found:
-        return None
-    return {c: tuple(sorted(found[c])) for c in partition_columns if c in found}
-
-
-def partition_of_condition(condition: Any, partition_columns: Sequence[str]) -> dict[str, str] | None:
-    """The partition a condition pins: one value for every partition column among its AND-ed terms."""
-    pins = partition_pins(condition, partition_columns)
-    if pins is None or set(pins) != set(partition_columns) or any(len(v) != 1 for v in pins.values()):
-        return None
-    return {c: pins[c][0] for c in partition_columns}
 
 
 def log_whole_table(table: str, operation: str) -> None:
@@ -227,9 +138,9 @@ def _stage_merge(txn: Any, merge: MergeBuilder) -> None:
             frozen = [c for c in clause.assignments or {} if c in layout.identity]
             if frozen:
                 raise InvalidOperationError(f"a matched update cannot change key or partition columns {frozen}")
-    pins = partition_pins(merge.condition, layout.partition_columns, qualifier=merge.target_alias)
     with txn._stage(Operation.UPDATE):
-        pinned = txn.partitions_matching(pins)  # the target rows the condition can match: only these are read
+        # the target rows the condition can match: only these partitions are read
+        pinned = txn.partitions_of_condition(merge.condition, target_alias=tgt, source=merge.source, source_alias=src)
         target = txn._read_in(pinned)
         target = target.withColumn("__ordo_matched", F.lit(True)).alias(tgt)
         joined = merge.source.alias(src).join(target, _expr(merge.condition), "left")
@@ -304,14 +215,22 @@ class OptimizeBuilder:
     partition: dict[str, str] | None = None
 
     def where(self, condition: str) -> OptimizeBuilder:
-        """Restrict to one partition, named by equality predicates on every partition column."""
-        found = partition_of_condition(condition, self.table.partition_columns)
-        if found is None:
+        """Restrict to one partition: the condition (a predicate on partition columns) must match exactly one
+        partition of the table's current snapshot."""
+        from producer.scope import condition_scope
+
+        table = self.table
+        columns = table.partition_columns
+        keys = {tuple(f.partition.get(c, "") for c in columns) for f in table.snapshot().files}
+        found = condition_scope(
+            table.spark, table.layout, condition, [dict(zip(columns, k, strict=True)) for k in sorted(keys)]
+        )
+        if found is None or len(found) != 1:
             raise InvalidOperationError(
-                f"optimize().where({condition!r}): name one partition with equality on every partition column "
-                f"{list(self.table.partition_columns)}"
+                f"optimize().where({condition!r}) must select exactly one partition of the partition columns "
+                f"{list(columns)}; it selects {'the whole table' if found is None else found}"
             )
-        self.partition = found
+        self.partition = found[0]
         return self
 
     def executeCompaction(self) -> CommitResult | None:
@@ -390,11 +309,8 @@ def history_rows(records: Sequence[Any]) -> list[tuple[Any, ...]]:
 
 __all__ = [
     "HISTORY_COLUMNS",
-    "MAX_PINNED_PARTITIONS",
     "MergeBuilder",
     "OptimizeBuilder",
     "history_rows",
     "log_whole_table",
-    "partition_of_condition",
-    "partition_pins",
 ]

@@ -618,8 +618,8 @@ class DeltaTable:
         """UPDATE: ``set`` maps columns to SQL expressions, for rows matching ``where`` (and ``partition``).
 
         Delta's order is accepted too: ``update(condition, set)``, ``update(condition=..., set=...)``.
-        Delta's ``update(None, set)`` updates every row. A condition pinning partition columns (``col = v``,
-        ``col IN (...)``) narrows the scope to the partitions it selects (``producer.delta.partition_pins``).
+        Delta's ``update(None, set)`` updates every row. A condition with predicates on partition columns narrows
+        the scope to the partitions it can match, from Spark's analysis of it (``producer.scope``).
         """
         if isinstance(set, Mapping):
             assignments, cond = set, where if condition is None else condition
@@ -633,13 +633,12 @@ class DeltaTable:
             assignments, cond = where, set  # type: ignore[assignment]
         if not isinstance(assignments, Mapping) or not assignments:
             raise InvalidOperationError("update needs set= (a mapping of column -> expression)")
-        pins = self._pins_of(cond, partition)  # type: ignore[arg-type]
         return self._run(
             lambda t: t.update(
                 assignments,  # type: ignore[arg-type]
                 cond,  # type: ignore[arg-type]
                 partition=partition,
-                partitions=self._scope_of(t, pins, partition, "UPDATE"),
+                partitions=self._scope_of(t, cond, partition, "UPDATE"),  # type: ignore[arg-type]
             )
         )
 
@@ -652,38 +651,29 @@ class DeltaTable:
     ) -> CommitResult | None:
         """DELETE the rows matching ``where`` (Delta: ``condition``; all rows when None), within ``partition``.
 
-        A condition pinning partition columns narrows the scope as in ``update``.
+        A condition with predicates on partition columns narrows the scope as in ``update``.
         """
         if where is not None and condition is not None:
             raise InvalidOperationError("give the condition once: where= or condition=")
         cond = where if where is not None else condition
-        pins = self._pins_of(cond, partition)
         return self._run(
-            lambda t: t.delete(cond, partition=partition, partitions=self._scope_of(t, pins, partition, "DELETE"))
+            lambda t: t.delete(cond, partition=partition, partitions=self._scope_of(t, cond, partition, "DELETE"))
         )
-
-    def _pins_of(
-        self, condition: str | Column | None, partition: Mapping[str, Any] | None
-    ) -> dict[str, tuple[str, ...]] | None:
-        """What ``condition`` pins of the partition columns (nothing when ``partition`` is given)."""
-        from producer.delta import partition_pins
-
-        return None if partition is not None else partition_pins(condition, self.partition_columns)
 
     def _scope_of(
         self,
         txn: Transaction,
-        pins: Mapping[str, Sequence[str]] | None,
+        condition: str | Column | None,
         partition: Mapping[str, Any] | None,
         operation: str,
     ) -> list[dict[str, str]] | None:
-        """The partitions the pins select in ``txn``'s snapshot; None when ``partition`` is given, or (logged once)
-        for the whole table."""
+        """The partitions of ``txn``'s snapshot ``condition`` can match (``producer.scope``); None when
+        ``partition`` is given, or (logged once) for the whole table."""
         from producer.delta import log_whole_table
 
         if partition is not None:
             return None
-        found = txn.partitions_matching(pins)
+        found = txn.partitions_of_condition(condition)
         if found is None and self.partition_columns:
             log_whole_table(self.name, operation)
         return found
@@ -1059,7 +1049,7 @@ class Transaction:
         """Stage UPDATE: upsert records with new values for the keys matching ``where`` in the pinned snapshot.
 
         Key and partition columns cannot be set. Scope: ``partition`` (or the
-        several ``partitions``, e.g. from ``partitions_matching``; only their
+        several ``partitions``, e.g. from ``partitions_of_condition``; only their
         files are read) when given, else the whole table (the condition read
         every partition).
         """
@@ -1117,40 +1107,29 @@ class Transaction:
             scope.setdefault(key, dict(zip(columns, key, strict=True)))  # type: ignore[arg-type]
         return None, [scope[k] for k in sorted(scope)]  # type: ignore[type-var]
 
-    def partitions_matching(self, pins: Mapping[str, Sequence[Any]] | None) -> list[dict[str, str]] | None:
-        """The partitions a condition's pins (``producer.delta.partition_pins``) select, canonical, or None for the
-        whole table.
+    def partitions_of_condition(
+        self,
+        condition: str | Column | None,
+        *,
+        target_alias: str | None = None,
+        source: DataFrame | None = None,
+        source_alias: str | None = None,
+    ) -> list[dict[str, str]] | None:
+        """The partitions of the pinned snapshot (and those it names by equality) whose rows ``condition`` can
+        match, canonical, or None for the whole table: from Spark's analysis of it (``producer.scope``)."""
+        from producer.scope import condition_scope
 
-        Pins on every partition column: every combination of the values. Pins on
-        some: the partitions of the pinned snapshot whose values match (what the
-        transaction can read or write). None when nothing is pinned, none or
-        more than ``MAX_PINNED_PARTITIONS`` partitions are selected.
-        """
-        import itertools
-
-        from producer.data import canonical_values
-        from producer.delta import MAX_PINNED_PARTITIONS
-
-        layout = self.table.layout
-        columns = layout.partition_columns
-        if not pins or not columns:
-            return None
-        wanted = {
-            c: {v for v in canonical_values(self.table.spark, layout, c, pins[c]).values() if v is not None}
-            for c in columns
-            if c in pins
-        }
-        if len(wanted) == len(columns):
-            found = set(itertools.product(*(sorted(wanted[c]) for c in columns)))
-        else:
-            found = {
-                key
-                for key in {tuple(f.partition.get(c, "") for c in columns) for f in self.pinned_snapshot().files}
-                if all(key[columns.index(c)] in values for c, values in wanted.items())
-            }
-        if not found or len(found) > MAX_PINNED_PARTITIONS:
-            return None
-        return [dict(zip(columns, key, strict=True)) for key in sorted(found)]
+        columns = self.table.layout.partition_columns
+        partitions = {tuple(f.partition.get(c, "") for c in columns) for f in self.pinned_snapshot().files}
+        return condition_scope(
+            self.table.spark,
+            self.table.layout,
+            condition,
+            [dict(zip(columns, key, strict=True)) for key in sorted(partitions)],
+            target_alias=target_alias,
+            source=source,
+            source_alias=source_alias,
+        )
 
     def compact(
         self,

@@ -18,7 +18,6 @@ import pytest
 
 from consumer.arrow import CommitChanges, FileRef, TableShape, change_rows, live_rows, plan_commit, snapshot_rows
 from consumer.models import Commit, FileEntry
-from producer.delta import partition_of_condition, partition_pins
 from schemas import Operation, Rebase
 
 SHAPE = TableShape(pa.schema([("id", pa.int64()), ("v", pa.string()), ("dt", pa.string())]), ("id",), ("dt",))
@@ -162,44 +161,6 @@ def test_pre_images_are_looked_up_only_where_the_commit_touched(tmp_path: Path) 
         (),
     )
     assert [r.path for r in plan_commit(truncate, previous, SHAPE).previous] == ["other-part"]
-
-
-@pytest.mark.parametrize(
-    ("condition", "expected"),
-    [
-        ("dt = '2024-05-01' AND amount < 0", {"dt": "2024-05-01"}),
-        ("amount < 0 and `dt`='2024-05-01'", {"dt": "2024-05-01"}),
-        ("dt = '2024-05-01' OR amount < 0", None),
-        ("(dt = '2024-05-01' OR dt = '2024-05-02') AND amount < 0", None),
-        ("dt > '2024-05-01'", None),
-        ("dt = 'a' AND dt = 'b'", None),
-        ("note = 'x AND dt = ''y''' AND dt = 'z'", {"dt": "z"}),
-        (None, None),
-    ],
-)
-def test_equality_on_every_partition_column_pins_the_scope(condition: str | None, expected: Any) -> None:
-    assert partition_of_condition(condition, ("dt",)) == expected
-
-
-@pytest.mark.parametrize(
-    ("condition", "qualifier", "expected"),
-    [
-        ("dt IN ('a', 'b') AND x > 1", None, {"dt": ("a", "b")}),
-        ("dt in ('a','it''s, ok') and region = 'eu'", None, {"dt": ("a", "it's, ok"), "region": ("eu",)}),
-        ("(dt IN ('a', 'b')) AND dt = 'b'", None, {"dt": ("b",)}),  # intersected
-        ("dt IN ('a', 'b') AND dt = 'c'", None, None),  # contradictory: no narrowing
-        ("region = 'eu' AND amount < 0", None, {"region": ("eu",)}),  # a partial pin
-        ("dt NOT IN ('a')", None, None),
-        ("dt IN (1, 2, -3)", None, {"dt": ("-3", "1", "2")}),
-        ("dt IN ('a') OR region = 'eu'", None, None),
-        ("target.dt = 'a' AND target.id = source.id", "target", {"dt": ("a",)}),
-        ("source.dt = 'a' AND target.id = source.id", "target", None),  # the source's column pins nothing
-        ("t.dt IN ('a', 'b')", None, None),  # qualified, but no qualifier allowed
-        ("dt IN ()", None, None),
-    ],
-)
-def test_partition_pins_from_equality_and_in_lists(condition: str, qualifier: str | None, expected: Any) -> None:
-    assert partition_pins(condition, ("dt", "region"), qualifier) == expected
 
 
 def test_data_source_option_parsing_needs_no_spark_session() -> None:
