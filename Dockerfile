@@ -13,15 +13,21 @@ ENV PYTHONUNBUFFERED=1 \
 
 WORKDIR /app
 COPY pyproject.toml README.md ./
+# every package pyproject.toml installs ([tool.setuptools.packages.find]; tests/unit/test_compose.py checks the list)
 COPY schemas ./schemas
+COPY kernel ./kernel
 COPY arbiter ./arbiter
 COPY producer ./producer
 COPY consumer ./consumer
 COPY ordo ./ordo
+# /keys (public keys), /secret (the arbiter's private key), /warehouse (table data), /data (working dir): owned
+# by the image's user, so named volumes mounted there start writable by it
 RUN pip install . \
+ && python -c "import ordo.cli, arbiter.service, consumer.materializer, producer.table, kernel" \
  && useradd --create-home --uid 1000 ordo \
- && mkdir -p /data \
- && chown ordo /data
+ && mkdir -p /data /keys /secret /warehouse \
+ && chown ordo /data /keys /secret /warehouse \
+ && chmod 700 /secret
 
 USER ordo
 WORKDIR /data

@@ -507,19 +507,32 @@ def replay(settings: Settings, table: str, verify: bool, allow_unsigned: bool, t
 @click.argument("path", type=click.Path(dir_okay=False))
 @click.option("--force", is_flag=True, help="overwrite an existing key")
 @click.option("--keep", is_flag=True, help="keep an existing key pair and exit 0 (for a one-shot container)")
-def keygen(path: str, force: bool, keep: bool) -> None:
+@click.option(
+    "--public",
+    "public_copy",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="also write the public key here: a place readers mount without seeing the private key",
+)
+def keygen(path: str, force: bool, keep: bool, public_copy: str | None) -> None:
     """Write a new arbiter signing key to PATH (mode 0600) and its public key to PATH.pub.
 
     The arbiter signs with PATH (ORDO_ARBITER_KEY); every reader trusts PATH.pub (ORDO_TRUSTED_KEYS).
     """
+    from pathlib import Path
+
     from schemas.signing import Signer, write_keypair
 
     if keep and not force and os.path.exists(path) and os.path.exists(f"{path}.pub"):
         signer = Signer.from_file(path)
         click.echo(f"kept the existing key {path} (key id {signer.key_id.hex()})")
-        return
-    signer = write_keypair(path, overwrite=force)
-    click.echo(f"private key {path} (keep it secret), public key {path}.pub, key id {signer.key_id.hex()}")
+    else:
+        signer = write_keypair(path, overwrite=force)
+        click.echo(f"private key {path} (keep it secret), public key {path}.pub, key id {signer.key_id.hex()}")
+    if public_copy is not None:
+        Path(public_copy).parent.mkdir(parents=True, exist_ok=True)
+        Path(public_copy).write_bytes(signer.public_pem())
+        click.echo(f"public key also at {public_copy}")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -46,46 +47,59 @@ def parse_ordo(args: list[str]) -> click.Context:
     return command.make_context(name, rest)
 
 
+def kafka_nodes(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {name: s for name, s in compose["services"].items() if name.startswith("kafka")}
+
+
 def test_services_and_images(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    assert set(services) >= {"kafka", "arbiter", "consumer"}
-    assert re.fullmatch(r"apache/kafka:\d+\.\d+\.\d+", services["kafka"]["image"]), "pin an official apache/kafka tag"
+    assert set(services) >= {"kafka-1", "kafka-2", "kafka-3", "arbiter", "consumer"}
+    for node in kafka_nodes(compose).values():
+        assert re.fullmatch(r"apache/kafka:\d+\.\d+\.\d+", node["image"]), "pin an official apache/kafka tag"
     for name in ("arbiter", "consumer"):
         build = services[name]["build"]
         context = build if isinstance(build, str) else build["context"]
         assert (ROOT / context / "Dockerfile").exists()
 
 
-def test_kafka_is_single_node_kraft_with_a_durable_volume(compose: dict[str, Any]) -> None:
-    kafka = compose["services"]["kafka"]
-    settings = env(kafka)
-    assert set(settings["KAFKA_PROCESS_ROLES"].split(",")) == {"broker", "controller"}
-    node = settings["KAFKA_NODE_ID"]
-    assert settings["KAFKA_CONTROLLER_QUORUM_VOTERS"].startswith(f"{node}@kafka:")
-    assert "CONTROLLER" in settings["KAFKA_CONTROLLER_LISTENER_NAMES"]
-    assert "CLUSTER_ID" in settings
-    log_dirs = settings["KAFKA_LOG_DIRS"]
-    mounts = {m.split(":", 1)[1]: m.split(":", 1)[0] for m in kafka["volumes"]}
-    assert log_dirs in mounts, "Kafka's log dir must be on a volume"
-    assert mounts[log_dirs] in (compose.get("volumes") or {}), "a named volume, declared at the top level"
-    # the clients inside the network use the advertised PLAINTEXT listener
-    assert "PLAINTEXT://kafka:9092" in settings["KAFKA_ADVERTISED_LISTENERS"]
+def test_kafka_is_a_three_node_kraft_quorum_with_durable_volumes(compose: dict[str, Any]) -> None:
+    nodes = kafka_nodes(compose)
+    assert len(nodes) == 3, "three nodes: one may fail without losing or stopping anything"
+    voters = {env(n)["KAFKA_CONTROLLER_QUORUM_VOTERS"] for n in nodes.values()}
+    assert len(voters) == 1, "one quorum"
+    members = {v.split("@")[0]: v.split("@")[1].split(":")[0] for v in voters.pop().split(",")}
+    assert len({env(n)["CLUSTER_ID"] for n in nodes.values()}) == 1
+    data_volumes = set()
+    for name, kafka in nodes.items():
+        settings = env(kafka)
+        assert set(settings["KAFKA_PROCESS_ROLES"].split(",")) == {"broker", "controller"}
+        assert members[settings["KAFKA_NODE_ID"]] == kafka["hostname"] == name
+        assert "CONTROLLER" in settings["KAFKA_CONTROLLER_LISTENER_NAMES"]
+        log_dirs = settings["KAFKA_LOG_DIRS"]
+        mounts = {m.split(":", 1)[1]: m.split(":", 1)[0] for m in kafka["volumes"]}
+        assert log_dirs in mounts, "Kafka's log dir must be on a volume"
+        assert mounts[log_dirs] in (compose.get("volumes") or {}), "a named volume, declared at the top level"
+        data_volumes.add(mounts[log_dirs])
+        # the clients inside the network use the advertised PLAINTEXT listener
+        assert f"PLAINTEXT://{name}:9092" in settings["KAFKA_ADVERTISED_LISTENERS"]
+    assert len(data_volumes) == 3, "each node its own volume"
+    assert len({p for n in nodes.values() for p in n["ports"]}) == 3, "each node its own host port"
 
 
 def test_retention_and_replication_settings(compose: dict[str, Any]) -> None:
-    settings = env(compose["services"]["kafka"])
-    assert settings["KAFKA_LOG_RETENTION_MS"] == "-1" and settings["KAFKA_LOG_RETENTION_BYTES"] == "-1"
-    assert settings["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
-    for key in (
-        "KAFKA_DEFAULT_REPLICATION_FACTOR",
-        "KAFKA_MIN_INSYNC_REPLICAS",
-        "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR",
-        "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR",
-        "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR",
-    ):
-        assert settings[key] == "1", f"{key}: a single node cannot hold more replicas"
-    header = (ROOT / "docker-compose.yml").read_text()
-    assert "KAFKA_DEFAULT_REPLICATION_FACTOR=3" in header and "KAFKA_MIN_INSYNC_REPLICAS=2" in header
+    for node in kafka_nodes(compose).values():
+        settings = env(node)
+        assert settings["KAFKA_LOG_RETENTION_MS"] == "-1" and settings["KAFKA_LOG_RETENTION_BYTES"] == "-1"
+        assert settings["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
+        assert settings["KAFKA_UNCLEAN_LEADER_ELECTION_ENABLE"] == "false"
+        for key in (
+            "KAFKA_DEFAULT_REPLICATION_FACTOR",
+            "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR",
+            "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR",
+        ):
+            assert settings[key] == "3", f"{key}: on every node"
+        for key in ("KAFKA_MIN_INSYNC_REPLICAS", "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"):
+            assert settings[key] == "2", f"{key}: two in sync before a write is acknowledged"
 
 
 def test_ordo_topic_configs_keep_logs_forever() -> None:
@@ -97,8 +111,9 @@ def test_ordo_topic_configs_keep_logs_forever() -> None:
 
 def test_healthchecks(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    kafka_check = " ".join(services["kafka"]["healthcheck"]["test"])
-    assert "kafka-broker-api-versions.sh" in kafka_check and "localhost:9092" in kafka_check
+    for node in kafka_nodes(compose).values():
+        kafka_check = " ".join(node["healthcheck"]["test"])
+        assert "kafka-broker-api-versions.sh" in kafka_check and "localhost:9092" in kafka_check
     consumer = services["consumer"]
     check = " ".join(consumer["healthcheck"]["test"])
     port = parse_ordo(consumer["command"]).params["http_port"]
@@ -117,9 +132,10 @@ def test_consumer_serves_readyz() -> None:
 def test_services_wait_for_a_healthy_kafka_and_reach_it(compose: dict[str, Any]) -> None:
     for name in ("arbiter", "consumer"):
         service = compose["services"][name]
-        assert service["depends_on"]["kafka"]["condition"] == "service_healthy"
+        nodes = kafka_nodes(compose)
+        assert all(service["depends_on"][n]["condition"] == "service_healthy" for n in nodes)
         settings = env(service)
-        assert settings["ORDO_BOOTSTRAP_SERVERS"] == "kafka:9092"
+        assert sorted(settings["ORDO_BOOTSTRAP_SERVERS"].split(",")) == [f"{n}:9092" for n in sorted(nodes)]
         assert settings["ORDO_TOPIC_PREFIX"]
         assert service.get("restart") == "unless-stopped"
 
@@ -175,23 +191,48 @@ def test_dockerfile(dockerfile: str) -> None:
     assert "openjdk-17-jre-headless" in dockerfile
     assert re.search(r"^USER\s+(?!root)\S+", dockerfile, re.M), "run as a non-root user"
     copied = set(re.findall(r"^COPY\s+(\S+)", dockerfile, re.M))
-    for package in ("schemas", "arbiter", "producer", "consumer", "ordo", "pyproject.toml"):
-        assert package in copied
+    assert "pyproject.toml" in copied
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    packages = {pattern.rstrip("*").rstrip(".") for pattern in declared["include"]}
+    assert packages and all((ROOT / p / "__init__.py").exists() for p in packages)
+    missing = sorted(packages - copied)
+    assert not missing, f"the image installs pyproject's packages: COPY {missing}"
+    # the directories the image's volumes are mounted at are its user's (a new named volume copies that)
+    made = re.search(r"mkdir -p ([^&\\]+)", dockerfile)
+    owned = re.search(r"chown ordo ([^&\\]+)", dockerfile)
+    assert made is not None and owned is not None
+    for path in ("/keys", "/secret", "/warehouse", "/data"):
+        assert path in made.group(1).split() and path in owned.group(1).split()
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert ".venv" in ignored and ".git" in ignored
 
 
 def test_the_stack_makes_and_trusts_its_signing_key(compose: dict[str, Any]) -> None:
-    keys = compose["services"]["keys"]
+    services = compose["services"]
+    keys = services["keys"]
     args = parse_ordo(keys["command"])
-    assert args.params["keep"] and args.params["path"] == "/keys/arbiter.key"
-    arbiter = compose["services"]["arbiter"]
-    assert env(arbiter)["ORDO_ARBITER_KEY"] == args.params["path"]
-    for name in ("arbiter", "consumer"):
-        service = compose["services"][name]
-        assert env(service)["ORDO_TRUSTED_KEYS"] == f"{args.params['path']}.pub"
+    assert args.params["keep"]
+    private, public = args.params["path"], args.params["public_copy"]
+
+    def volume_at(service: dict[str, Any], path: str) -> str | None:
+        mounts = {m.split(":", 1)[1]: m.split(":", 1)[0] for m in service.get("volumes", [])}
+        found = [v for at, v in mounts.items() if path.startswith(at.rstrip("/") + "/")]
+        return found[0] if found else None
+
+    secret = volume_at(keys, private)
+    assert secret is not None and volume_at(keys, public) not in (None, secret), "the public key on another volume"
+    arbiters = [n for n, s in services.items() if s.get("command", [None])[0] == "arbiter"]
+    assert arbiters
+    for name in arbiters:
+        assert env(services[name])["ORDO_ARBITER_KEY"] == private
+        assert volume_at(services[name], private) == secret
+    holders = sorted(n for n, s in services.items() if any(m.split(":", 1)[0] == secret for m in s.get("volumes", [])))
+    assert holders == sorted(["keys", *arbiters]), "only the arbiters (and the keys service) see the private key"
+    for name in ("arbiter", "consumer", "consumer-2", "compactor"):
+        service = services[name]
+        assert env(service)["ORDO_TRUSTED_KEYS"] == public
+        assert volume_at(service, public) == volume_at(keys, public)
         assert service["depends_on"]["keys"]["condition"] == "service_completed_successfully"
-        assert any(volume.startswith("keys:") for volume in service["volumes"])
 
 
 def test_the_stack_runs_the_table_service(compose: dict[str, Any]) -> None:
