@@ -191,9 +191,10 @@ class Catalog:
             return self._backend.snapshot(name, version, timestamp, groups)  # type: ignore[no-any-return]
         return self._backend.snapshot(name, version, timestamp)  # type: ignore[no-any-return]
 
-    def history(self, name: str, limit: int | None = None) -> list[DecisionRecord]:
-        """Every decision of ``name``'s log (accepted and rejected), newest first, like DESCRIBE HISTORY."""
-        return self._backend.history(name, limit)  # type: ignore[no-any-return]
+    def history(self, name: str, limit: int | None = None, *, accepted_only: bool = False) -> list[DecisionRecord]:
+        """Every decision of ``name``'s log (accepted and rejected, or only accepted ones), newest first, like
+        DESCRIBE HISTORY; with ``limit`` only the ``limit`` newest are read."""
+        return self._backend.history(name, limit, accepted_only)  # type: ignore[no-any-return]
 
     def commits(
         self,
@@ -441,10 +442,10 @@ class LocalBackend:
             files = self._files(rows, metadata.location)
         return Snapshot(name, id_version, ms_to_datetime(millis), metadata, files)  # type: ignore[arg-type]
 
-    def history(self, name: str, limit: int | None) -> list[DecisionRecord]:
+    def history(self, name: str, limit: int | None, accepted_only: bool) -> list[DecisionRecord]:
         with self._read() as conn:
             row = self._row(conn, name, created=False)
-            rows = store.query_decisions(conn, row.id, limit)
+            rows = store.query_decisions(conn, row.id, limit, accepted_only=accepted_only)
         return [_decision(name, r) for r in rows]
 
     def commits(

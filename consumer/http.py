@@ -123,8 +123,13 @@ def create_app(
         return Response(snapshot.to_json(), media_type="application/json")  # 100k+ files: no dict in between
 
     @app.get("/tables/{table}/history", summary="Every decision (accepted and rejected), newest first")
-    def history(table: str, limit: int | None = Query(None, ge=1)) -> JSONResponse:
-        return JSONResponse({"decisions": [d.to_dict() for d in catalog.history(table, limit)]})
+    def history(
+        table: str,
+        limit: int | None = Query(None, ge=1),
+        accepted_only: bool = Query(False, description="only accepted decisions (DESCRIBE HISTORY)"),
+    ) -> JSONResponse:
+        found = catalog.history(table, limit, accepted_only=accepted_only)
+        return JSONResponse({"decisions": [d.to_dict() for d in found]})
 
     @app.get("/tables/{table}/commits", summary="Accepted commits in [start, end] (both inclusive)")
     def commits(

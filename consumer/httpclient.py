@@ -84,8 +84,9 @@ class HttpBackend:
             self._get(f"/tables/{name}/snapshot", version=version, timestamp=_bound(timestamp), groups=chosen)
         )
 
-    def history(self, name: str, limit: int | None) -> list[DecisionRecord]:
-        return [DecisionRecord.from_dict(d) for d in self._get(f"/tables/{name}/history", limit=limit)["decisions"]]
+    def history(self, name: str, limit: int | None, accepted_only: bool) -> list[DecisionRecord]:
+        found = self._get(f"/tables/{name}/history", limit=limit, accepted_only=str(accepted_only).lower())
+        return [DecisionRecord.from_dict(d) for d in found["decisions"]]
 
     def commits(self, name: str, start: Any, end: Any, by: str, include_rewrites: bool) -> list[Commit]:
         data = self._get(

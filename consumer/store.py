@@ -1040,9 +1040,12 @@ def query_removed_paths(conn: Connection, table_id: int, low: int, high: int) ->
     return list(map(RemovedRow._make, rows))
 
 
-def query_decisions(conn: Connection, table_id: int, limit: int | None) -> list[DecisionRow]:
-    """Decision rows of a table, newest first."""
-    sql = f"SELECT {DECISION_COLUMNS} FROM decisions WHERE table_id = ? ORDER BY log_offset DESC"
+def query_decisions(
+    conn: Connection, table_id: int, limit: int | None, *, accepted_only: bool = False
+) -> list[DecisionRow]:
+    """Decision rows of a table, newest first (the ``limit`` newest: only those rows are read)."""
+    accepted = f" AND outcome = '{Outcome.ACCEPTED.value}'" if accepted_only else ""
+    sql = f"SELECT {DECISION_COLUMNS} FROM decisions WHERE table_id = ?{accepted} ORDER BY log_offset DESC"
     if limit is not None:
         rows = conn.execute(sql + " LIMIT ?", (table_id, limit)).fetchall()
     else:

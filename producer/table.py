@@ -798,9 +798,9 @@ class DeltaTable:
         """
         from producer.delta import HISTORY_SCHEMA, history_rows
 
-        records = [d for d in self._conn.catalog.history(self.name) if include_rejected or d.accepted]
-        if limit is not None:
-            records = records[: int(limit)]
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+            raise InvalidOperationError(f"history(limit): a positive number of commits, not {limit!r}")
+        records = self._conn.catalog.history(self.name, limit, accepted_only=not include_rejected)
         return self.spark.createDataFrame(history_rows(records), HISTORY_SCHEMA)
 
     def decisions(self, limit: int | None = None) -> list[Any]:

@@ -234,6 +234,27 @@ def test_history_has_every_decision_newest_first(catalog_at: Callable[[str], str
     assert any(h.duplicate_of is not None for h in history)
     assert any(not h.accepted for h in history)
     assert len(catalog.history("t", limit=3)) == 3
+    accepted = [h.log_offset for h in history if h.accepted]
+    assert [h.log_offset for h in catalog.history("t", accepted_only=True)] == accepted
+    assert [h.log_offset for h in catalog.history("t", 4, accepted_only=True)] == accepted[:4]
+
+
+def test_history_of_n_reads_n_rows_by_the_primary_key(tmp_path: Path) -> None:
+    """``history(n)`` walks the (table_id, log_offset) key backwards and stops: no scan, no sort of the log."""
+    from consumer.store import DECISION_COLUMNS
+
+    build(str(tmp_path / "c.db"), Script(seed=5).run(40))
+    conn = sqlite3.connect(tmp_path / "c.db")
+    for accepted in ("", " AND outcome = 'accepted'"):
+        plan = " ".join(
+            str(row[-1])
+            for row in conn.execute(
+                f"EXPLAIN QUERY PLAN SELECT {DECISION_COLUMNS} FROM decisions WHERE table_id = 1{accepted} "
+                "ORDER BY log_offset DESC LIMIT 3"
+            )
+        )
+        assert "USING PRIMARY KEY" in plan or "USING INDEX" in plan, plan
+        assert "TEMP B-TREE" not in plan, plan
 
 
 def test_unknown_table_and_version_errors_name_the_table_and_range(catalog_at: Callable[[str], str]) -> None:
