@@ -55,7 +55,7 @@ def log_whole_table(table: str, operation: str) -> None:
 
 @dataclass
 class _Clause:
-    kind: str  # "update", "update_all", "delete", "insert", "insert_all"
+    kind: str  # "update", "update_all", "delete", "insert", "insert_all", "source_update", "source_delete"
     condition: str | Column | None = None
     assignments: Mapping[str, str | Column] | None = None
 
@@ -64,9 +64,12 @@ class _Clause:
 class MergeBuilder:
     """Delta's ``merge`` builder: add ``whenMatched*``/``whenNotMatched*`` clauses, then ``execute()``.
 
-    Clauses apply in order; a row takes the first clause whose condition holds.
-    The source is aliased ``source`` and the table ``target`` unless the caller
-    aliased them (use those names in conditions and assignments).
+    Clauses apply in order; a row takes the first clause of its kind (matched,
+    not matched, not matched by source) whose condition holds. The names in
+    conditions and assignments are the caller's: the table's alias
+    (``DeltaTable.alias``, else ``target``) and the source DataFrame's own
+    alias (``df.alias("s")``, else ``source``). ``execute()`` returns Delta's
+    metrics as a one-row DataFrame; the commit is in ``result``.
     """
 
     table: DeltaTable
@@ -75,6 +78,8 @@ class MergeBuilder:
     source_alias: str = "source"
     target_alias: str = "target"
     clauses: list[_Clause] = field(default_factory=list)
+    result: CommitResult | None = None
+    metrics: dict[str, int] = field(default_factory=dict)
 
     def whenMatchedUpdate(self, condition: Any = None, set: Mapping[str, Any] | None = None) -> MergeBuilder:
         """Update matched rows: ``set`` maps table columns to expressions over source and target."""
@@ -105,13 +110,53 @@ class MergeBuilder:
         self.clauses.append(_Clause("insert_all", condition))
         return self
 
-    def execute(self) -> CommitResult | None:
-        """Run the merge as one UPDATE transaction; None when no clause applied to any row."""
+    def whenNotMatchedBySourceUpdate(self, condition: Any = None, set: Mapping[str, Any] | None = None) -> MergeBuilder:
+        """Update table rows no source row matches: ``set`` maps table columns to expressions over the target."""
+        if not set:
+            raise InvalidOperationError("whenNotMatchedBySourceUpdate needs set= (column -> expression)")
+        self.clauses.append(_Clause("source_update", condition, set))
+        return self
+
+    def whenNotMatchedBySourceDelete(self, condition: Any = None) -> MergeBuilder:
+        """Delete table rows no source row matches."""
+        self.clauses.append(_Clause("source_delete", condition))
+        return self
+
+    def execute(self) -> DataFrame:
+        """Run the merge as one UPDATE transaction (none when no clause applied to any row); Delta's metrics.
+
+        The one row has ``num_affected_rows``, ``num_updated_rows``, ``num_deleted_rows`` and
+        ``num_inserted_rows``; ``result`` is the ``CommitResult`` (None without a commit).
+        """
         if not self.clauses:
             raise InvalidOperationError("a merge needs at least one whenMatched*/whenNotMatched* clause")
         with self.table.begin() as txn:
-            _stage_merge(txn, self)
-            return txn.commit()
+            self.metrics = _stage_merge(txn, self)
+            self.result = txn.commit()
+        values = tuple(self.metrics[name] for name in MERGE_METRICS)
+        return self.table.spark.createDataFrame([values], ", ".join(f"{name} BIGINT" for name in MERGE_METRICS))
+
+
+MERGE_METRICS = ("num_affected_rows", "num_updated_rows", "num_deleted_rows", "num_inserted_rows")
+_MATCHED = frozenset({"update", "update_all", "delete"})
+_BY_SOURCE = frozenset({"source_update", "source_delete"})
+_METRIC_OF = {
+    "update": "num_updated_rows",
+    "update_all": "num_updated_rows",
+    "source_update": "num_updated_rows",
+    "delete": "num_deleted_rows",
+    "source_delete": "num_deleted_rows",
+    "insert": "num_inserted_rows",
+    "insert_all": "num_inserted_rows",
+}
+
+
+def alias_of(df: DataFrame) -> str | None:
+    """The alias a DataFrame was given last (``df.alias("s")``), from its analyzed plan; None without one."""
+    plan = df._jdf.queryExecution().analyzed()
+    if plan.getClass().getSimpleName() != "SubqueryAlias":
+        return None
+    return str(plan.alias())
 
 
 def _expr(value: Any) -> Column:
@@ -121,7 +166,7 @@ def _expr(value: Any) -> Column:
     return value if isinstance(value, SparkColumn) else F.expr(str(value))
 
 
-def _stage_merge(txn: Any, merge: MergeBuilder) -> None:
+def _stage_merge(txn: Any, merge: MergeBuilder) -> dict[str, int]:
     from pyspark.sql import functions as F
 
     from producer.data import conform, delete_records, upsert_records
@@ -134,34 +179,49 @@ def _stage_merge(txn: Any, merge: MergeBuilder) -> None:
         unknown = [c for c in (clause.assignments or {}) if c not in names]
         if unknown:
             raise InvalidOperationError(f"merge assigns unknown columns {unknown}; table columns are {names}")
-        if clause.kind == "update":
+        if clause.kind in ("update", "source_update"):
             frozen = [c for c in clause.assignments or {} if c in layout.identity]
             if frozen:
-                raise InvalidOperationError(f"a matched update cannot change key or partition columns {frozen}")
+                raise InvalidOperationError(f"an update cannot change key or partition columns {frozen}")
+    by_source = any(clause.kind in _BY_SOURCE for clause in merge.clauses)
     with txn._stage(Operation.UPDATE):
-        # the target rows the condition can match: only these partitions are read
-        pinned = txn.partitions_of_condition(merge.condition, target_alias=tgt, source=merge.source, source_alias=src)
+        # the target rows the condition can match: only these partitions are read (every partition when rows
+        # no source row matches are updated or deleted)
+        pinned = (
+            None
+            if by_source
+            else txn.partitions_of_condition(merge.condition, target_alias=tgt, source=merge.source, source_alias=src)
+        )
         target = txn._read_in(pinned)
         target = target.withColumn("__ordo_matched", F.lit(True)).alias(tgt)
-        joined = merge.source.alias(src).join(target, _expr(merge.condition), "left")
+        source = merge.source.withColumn("__ordo_source", F.lit(True)).alias(src)
+        joined = source.join(target, _expr(merge.condition), "full" if by_source else "left")
         matched = F.col(f"{tgt}.__ordo_matched").isNotNull()
+        from_source = F.col(f"{src}.__ordo_source").isNotNull()
         action = None
         for i, clause in enumerate(merge.clauses):
-            when = matched if clause.kind in ("update", "update_all", "delete") else ~matched
+            if clause.kind in _MATCHED:
+                when = matched & from_source
+            elif clause.kind in _BY_SOURCE:
+                when = matched & ~from_source
+            else:
+                when = ~matched & from_source
             if clause.condition is not None:
                 when = when & _expr(clause.condition)
             action = F.when(when, F.lit(i)) if action is None else action.when(when, F.lit(i))
         assert action is not None
         joined = joined.withColumn("__ordo_action", action).where(F.col("__ordo_action").isNotNull())
-        upserts, deletes = [], []
+        upserts, deletes, upsert_kinds, delete_kinds = [], [], [], []
         for i, clause in enumerate(merge.clauses):
             rows = joined.where(F.col("__ordo_action") == i)
-            if clause.kind == "delete":
+            if clause.kind in ("delete", "source_delete"):
                 deletes.append(rows.select(*[F.col(f"{tgt}.`{c}`").alias(c) for c in names]))
+                delete_kinds.append(_METRIC_OF[clause.kind])
                 continue
+            upsert_kinds.append(_METRIC_OF[clause.kind])
             columns = []
             for c in names:
-                if clause.kind == "update":
+                if clause.kind in ("update", "source_update"):
                     given = (clause.assignments or {}).get(c)
                     columns.append((_expr(given) if given is not None else F.col(f"{tgt}.`{c}`")).alias(c))
                 elif clause.kind == "update_all" or clause.kind == "insert_all":
@@ -173,16 +233,20 @@ def _stage_merge(txn: Any, merge: MergeBuilder) -> None:
         schema = layout.schema()
         written = [conform(df, schema) for df in upserts]
         removed = [conform(df, schema) for df in deletes]
-        every = written + removed
+        every, kinds = written + removed, upsert_kinds + delete_kinds
+        metrics = dict.fromkeys(MERGE_METRICS, 0)
         if not every:
             txn._staged((), None, noop=True)
-            return
-        union = every[0]
-        for other in every[1:]:
-            union = union.unionByName(other)
+            return metrics
+        union = every[0].withColumn("__ordo_kind", F.lit(kinds[0]))
+        for other, kind in zip(every[1:], kinds[1:], strict=True):
+            union = union.unionByName(other.withColumn("__ordo_kind", F.lit(kind)))
         union = union.persist()
         try:
-            txn._validate(union)
+            for row in union.groupBy("__ordo_kind").count().collect():
+                metrics[row["__ordo_kind"]] += int(row["count"])
+            metrics["num_affected_rows"] = sum(metrics[m] for m in MERGE_METRICS[1:])
+            txn._validate(union.drop("__ordo_kind"))
             records = None
             for df in written:
                 part = upsert_records(df)
@@ -194,7 +258,7 @@ def _stage_merge(txn: Any, merge: MergeBuilder) -> None:
             files = txn._write(records)
         finally:
             union.unpersist()
-        if not layout.partition_columns:
+        if not layout.partition_columns or by_source:
             scope = None
             log_whole_table(table.name, "MERGE")
         else:  # what it read (the pinned partitions) and what it wrote (inserts may land anywhere)
@@ -202,6 +266,7 @@ def _stage_merge(txn: Any, merge: MergeBuilder) -> None:
             both = {tuple(p[c] for c in cols): p for p in [*(pinned or ()), *(txn._partitions_of(files) or ())]}
             scope = [both[k] for k in sorted(both)]
         txn._staged(files, scope, noop=not files)
+        return metrics
 
 
 # --------------------------------------------------------------------------- OPTIMIZE

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import copy
 import dataclasses
 import logging
 import os
@@ -284,6 +285,7 @@ class DeltaTable:
         self.commit_timeout = commit_timeout
         self.catalog_timeout = catalog_timeout
         self.layout = Layout.of(name, metadata)
+        self._alias: str | None = None
         self._conn = shared_connection(settings)
         self._writer = _writer_identity(spark)
         _register(spark, settings)
@@ -678,12 +680,24 @@ class DeltaTable:
             log_whole_table(self.name, operation)
         return found
 
+    def alias(self, name: str) -> DeltaTable:
+        """Delta's ``alias``: this table under ``name`` in ``merge`` conditions and assignments, and in ``toDF()``."""
+        if not isinstance(name, str) or not name.isidentifier():
+            raise InvalidOperationError(f"alias {name!r} must be a SQL identifier")
+        aliased = copy.copy(self)
+        aliased._alias = name
+        return aliased
+
     def merge(self, source: DataFrame, condition: str | Column) -> Any:
         """Delta's MERGE builder: ``.whenMatchedUpdate(All)``, ``.whenMatchedDelete``, ``.whenNotMatchedInsert(All)``,
-        then ``.execute()`` (one UPDATE transaction; see producer/delta.py)."""
-        from producer.delta import MergeBuilder
+        ``.whenNotMatchedBySourceUpdate``, ``.whenNotMatchedBySourceDelete``, then ``.execute()`` (one UPDATE
+        transaction; Delta's metrics; see producer/delta.py). Names: ``alias()``'s (else ``target``) and the
+        source's own alias (else ``source``)."""
+        from producer.delta import MergeBuilder, alias_of
 
-        return MergeBuilder(self, source, condition)
+        return MergeBuilder(
+            self, source, condition, source_alias=alias_of(source) or "source", target_alias=self._alias or "target"
+        )
 
     def optimize(self) -> Any:
         """Delta's OPTIMIZE builder: ``.where(partition)``, ``.executeCompaction()`` (MAJOR COMPACT) or
@@ -756,8 +770,9 @@ class DeltaTable:
         )
 
     def toDF(self) -> DataFrame:
-        """Delta's name for ``read()``: the table at the head."""
-        return self.read()
+        """Delta's name for ``read()``: the table at the head (under ``alias()``'s name when given)."""
+        df = self.read()
+        return df.alias(self._alias) if self._alias else df
 
     def changes(self, start: Any, end: Any = None, by: str = "id", form: str = "compact") -> DataFrame:
         """The change feed between two ID versions (``by="id"``) or time versions (``by="time"``), both inclusive.

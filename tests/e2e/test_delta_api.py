@@ -274,3 +274,63 @@ def test_scope_from_conditions_update_everything_exists_and_vacuum_override(
     assert not any(os.path.exists(path) for path in old.values())
     assert not {f.path for f in table.snapshot().files} & set(deleted)
     assert rows() == sorted(model.values())
+
+
+def test_the_canonical_merge_with_aliases_every_clause_kind_and_metrics(
+    spark: Any,
+    writer_stack: Any,  # noqa: F811
+) -> None:
+    """Delta's documented merge: ``forName(...).alias("t").merge(src.alias("s"), "t.id = s.id")`` with matched,
+    not-matched and not-matched-by-source clauses, each with a condition; Delta's metrics; against a model."""
+    settings = writer_stack.settings
+    created = DeltaTable.create(spark, "canon", schema=SCHEMA, primary_key="id", partitioned_by="dt", settings=settings)
+    model = {i: (i, i * 10, "a" if i % 2 else "b") for i in range(10)}
+    created.insert_into(spark.createDataFrame(list(model.values()), SCHEMA))
+    source = spark.createDataFrame([(1, 7, "a"), (2, -1, "b"), (4, 44, "b"), (20, 200, "a"), (21, -5, "b")], SCHEMA)
+
+    table = DeltaTable.forName(spark, "canon", settings=settings).alias("t")
+    assert rows_of(table.toDF().select("t.id", "t.amount", "t.dt")) == sorted(model.values())
+    builder = (
+        table.merge(source.alias("s"), "t.id = s.id")
+        .whenMatchedDelete(condition="s.amount < 0")
+        .whenMatchedUpdate(condition="t.amount > 5", set={"amount": "s.amount + t.amount"})
+        .whenMatchedUpdateAll()
+        .whenNotMatchedInsert(condition="s.amount > 0", values={"id": "s.id", "amount": "s.amount", "dt": "s.dt"})
+        .whenNotMatchedBySourceUpdate(condition="t.dt = 'a'", set={"amount": "t.amount + 1000"})
+        .whenNotMatchedBySourceDelete(condition="t.id >= 8")
+    )
+    metrics = builder.execute().collect()
+    # the model: matched 1, 2, 4; not matched 20 (inserted), 21 (amount < 0: nothing)
+    expected = dict(model)
+    expected.pop(2)  # matched, s.amount < 0
+    expected[1] = (1, 7 + 10, "a")  # matched, t.amount = 10 > 5: the first update clause
+    expected[4] = (4, 44 + 40, "b")  # matched, t.amount = 40 > 5
+    expected[20] = (20, 200, "a")
+    updated_by_source, deleted_by_source = 0, 0
+    for i, (_, amount, dt) in model.items():
+        if i in (1, 2, 4):
+            continue
+        if dt == "a":
+            expected[i] = (i, amount + 1000, dt)
+            updated_by_source += 1
+        elif i >= 8:
+            expected.pop(i)
+            deleted_by_source += 1
+    assert rows_of(table.toDF()) == sorted(expected.values())
+    assert [tuple(r) for r in metrics] == [
+        (1 + 2 + 1 + updated_by_source + deleted_by_source, 2 + updated_by_source, 1 + deleted_by_source, 1)
+    ]
+    assert builder.result is not None and builder.result.id_version == table.version
+    assert table.decisions(1)[0].partitions is None  # rows no source row matches: the whole table was read
+
+    # without an alias the names are target and source, as before; a merge that applies to nothing commits nothing
+    unchanged = table.version
+    nothing = (
+        DeltaTable.forName(spark, "canon", settings=settings)
+        .merge(spark.createDataFrame([(99, 1, "a")], SCHEMA), "target.id = source.id")
+        .whenMatchedDelete()
+        .execute()
+    )
+    assert [tuple(r) for r in nothing.collect()] == [(0, 0, 0, 0)] and table.version == unchanged
+    with pytest.raises(Exception, match="alias"):
+        table.alias("not an identifier")
