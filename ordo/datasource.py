@@ -90,7 +90,125 @@ SINK_APP_PREFIX = "ordo-sink-"
 
 
 class DataSourceOptionError(OrdoError, ValueError):
-    """Raised when a ``format("ordo")`` option is missing, unknown in combination, or malformed."""
+    """Raised when a ``format("ordo")`` option is missing, unknown, not for this use, or malformed."""
+
+
+# --------------------------------------------------------------------------- the options contract
+
+READ, STREAM_READ, WRITE, STREAM_WRITE = "batch read", "stream read", "batch write", "stream write"
+_ALL = frozenset({READ, STREAM_READ, WRITE, STREAM_WRITE})
+_READS, _WRITES = frozenset({READ, STREAM_READ}), frozenset({WRITE, STREAM_WRITE})
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option ``format("ordo")`` honours: its documented name, the uses it applies to, what it does."""
+
+    name: str
+    uses: frozenset[str]
+    meaning: str
+
+
+# The contract: every option ordo honours, as docs/api.md lists them (tests/e2e/test_datasource.py checks the
+# table against this one). Any other option fails the read or write with an error naming it.
+OPTIONS: tuple[Option, ...] = (
+    Option("path", _ALL, "the table's name: `load(name)`, `save(name)`, `start(name)`"),
+    Option("table", _ALL, "the table's name, when not given to `load`/`save`/`start`"),
+    Option("versionAsOf", frozenset({READ}), "time travel to an ID version"),
+    Option("timestampAsOf", frozenset({READ}), "time travel to a time version"),
+    Option("readChangeFeed", _READS, "`true`: the change feed (required for `readStream`)"),
+    Option(
+        "startingVersion",
+        _READS,
+        "where the change feed starts (inclusive; `n`, or `latest` for a stream); a stream without a starting "
+        "option begins with the snapshot at the head (each live row an `insert`), then the changes after it",
+    ),
+    Option("startingTimestamp", _READS, "where the change feed starts, by time version (inclusive)"),
+    Option("endingVersion", frozenset({READ}), "the batch change feed's inclusive upper bound (default: the head)"),
+    Option("endingTimestamp", frozenset({READ}), "the batch change feed's inclusive upper bound, by time version"),
+    Option(
+        "maxVersionsPerTrigger",
+        frozenset({STREAM_READ}),
+        "at most this many ID versions per micro-batch (ignored by `Trigger.AvailableNow`)",
+    ),
+    Option("ordo.changeFeedForm", _READS, "`delta` (default) or `compact`"),
+    Option(
+        "partition",
+        frozenset({WRITE}),
+        "overwrite: the one partition an INSERT OVERWRITE replaces (`dt=2024-05-01/...` or a JSON object)",
+    ),
+    Option(
+        "replaceWhere",
+        frozenset({WRITE}),
+        "overwrite: the one partition it replaces, as equality on every partition column joined by AND",
+    ),
+    Option(
+        "partitionOverwriteMode",
+        frozenset({WRITE}),
+        "overwrite: `static` (default: the whole table, or `partition`/`replaceWhere`'s) or `dynamic` (only the "
+        "partitions the rows are in)",
+    ),
+    Option(
+        "txnAppId",
+        frozenset({WRITE}),
+        "with `txnVersion`: an idempotent write; a version this app id "
+        "committed already is skipped (Delta's idempotent writes)",
+    ),
+    Option("txnVersion", frozenset({WRITE}), "with `txnAppId`: the write's number (an integer >= 0)"),
+    Option(
+        "checkpointLocation",
+        frozenset({STREAM_WRITE}),
+        "the sink's exactly-once identity, with Spark's query id kept in it (docs/writer.md)",
+    ),
+    Option("appId", frozenset({STREAM_WRITE}), "the sink's exactly-once identity, instead of the checkpoint's"),
+    Option("ordo.commitTimeout", _WRITES, "seconds to wait for the decision and for the catalog (default 60)"),
+    Option("ordo.bootstrapServers", _ALL, "settings, over the registered defaults and `ORDO_*`"),
+    Option("ordo.topicPrefix", _ALL, "settings, over the registered defaults and `ORDO_*`"),
+    Option("ordo.catalog", _ALL, "settings, over the registered defaults and `ORDO_*`"),
+    Option("ordo.warehouse", _ALL, "settings, over the registered defaults and `ORDO_*`"),
+    Option("ordo.trustedKeys", _ALL, "settings, over the registered defaults and `ORDO_*`"),
+    Option("ordo.requireSignatures", _ALL, "settings, over the registered defaults and `ORDO_*`"),
+)
+_BY_KEY = {o.name.lower(): o for o in OPTIONS}
+# Delta options ordo does not honour yet: refused with the reason instead of ignored
+NOT_YET = {
+    "mergeschema": "mergeSchema: schema evolution within a write is not supported yet; add the columns with "
+    "DeltaTable.alter(add_columns=...) first",
+    "overwriteschema": "overwriteSchema: replacing the schema with an overwrite is not supported yet; change it "
+    "with DeltaTable.alter first",
+    "maxfilespertrigger": "maxFilesPerTrigger: not supported yet; a stream of an ordo table is its change feed, "
+    "limited by maxVersionsPerTrigger",
+    "maxbytespertrigger": "maxBytesPerTrigger: not supported yet; a stream of an ordo table is its change feed, "
+    "limited by maxVersionsPerTrigger",
+    "skipchangecommits": "skipChangeCommits: not supported yet; a stream of an ordo table is its change feed, "
+    "which has every change",
+    "ignorechanges": "ignoreChanges: not supported; a stream of an ordo table is its change feed",
+    "ignoredeletes": "ignoreDeletes: not supported; a stream of an ordo table is its change feed",
+}
+
+
+def check_options(options: Mapping[str, Any], use: str) -> None:
+    """Refuse any option ``format("ordo")`` does not honour for ``use``, naming it (a typo never passes)."""
+    import difflib
+
+    problems = []
+    for key in sorted(options):
+        lowered = str(key).lower()
+        known = _BY_KEY.get(lowered)
+        if known is not None and use in known.uses:
+            continue
+        if known is not None:
+            problems.append(f"{known.name} applies to {' and '.join(sorted(known.uses))}, not to a {use}")
+        elif lowered in NOT_YET:
+            problems.append(NOT_YET[lowered])
+        else:
+            names = [o.name for o in OPTIONS if use in o.uses]
+            close = difflib.get_close_matches(lowered, [n.lower() for n in names], n=1, cutoff=0.75)
+            hint = f" (did you mean {_BY_KEY[close[0]].name}?)" if close else ""
+            problems.append(f"unknown option {key!r}{hint}")
+    if problems:
+        allowed = ", ".join(o.name for o in OPTIONS if use in o.uses)
+        raise DataSourceOptionError(f"format('ordo') {use}: {'; '.join(problems)}. Its options: {allowed}")
 
 
 def settings_options(settings: Settings) -> dict[str, str]:
@@ -201,11 +319,13 @@ class OrdoDataSource(DataSource):
         return ddl
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        check_options(self._options(), READ)
         if self._change_feed():
             return ChangeFeedReader(self._table(), schema, self._options(), self._form())
         return SnapshotReader(self._table(), schema, self._options())
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        check_options(self._options(), STREAM_READ)
         if not self._change_feed():
             raise DataSourceOptionError(
                 'a streaming read of an ordo table is its change feed: add option("readChangeFeed", "true")'
@@ -213,9 +333,11 @@ class OrdoDataSource(DataSource):
         return ChangeFeedStreamReader(self._table(), schema, self._options(), self._form())
 
     def writer(self, schema: StructType, overwrite: bool) -> OrdoWriter:
+        check_options(self._options(), WRITE)
         return OrdoWriter(self._table(), schema, self._options(), overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> OrdoStreamWriter:
+        check_options(self._options(), STREAM_WRITE)
         if overwrite:
             raise DataSourceOptionError("the ordo sink appends (outputMode 'append'); complete mode is not supported")
         return OrdoStreamWriter(self._table(), schema, self._options())
@@ -520,6 +642,24 @@ def equality_predicates(condition: str) -> dict[str, str] | None:
     return values
 
 
+def _idempotent_write(options: Mapping[str, str]) -> tuple[str | None, int | None]:
+    """Delta's ``txnAppId`` + ``txnVersion``: ordo's idempotency pair (app id, batch id), both or neither."""
+    app_id, version = options.get("txnappid"), options.get("txnversion")
+    if (app_id is None) != (version is None):
+        raise DataSourceOptionError("an idempotent write needs both txnAppId and txnVersion")
+    if app_id is None or version is None:
+        return None, None
+    if not app_id.strip():
+        raise DataSourceOptionError("txnAppId must not be empty")
+    try:
+        number = int(version)
+    except ValueError:
+        number = -1
+    if number < 0:
+        raise DataSourceOptionError(f"txnVersion must be an integer >= 0, not {version!r}")
+    return app_id, number
+
+
 def _check_write_schema(table: _Table, schema: StructType) -> Any:
     """The arrow schema to write (table order); ``SchemaMismatchError`` when the rows' columns differ."""
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -555,6 +695,15 @@ class _Writing:
         self.static = _static_partition(options, self.layout.partition_columns) if overwrite else None
         if not overwrite and ("partition" in options or "replacewhere" in options):
             raise DataSourceOptionError("partition/replaceWhere apply to mode('overwrite') only")
+        mode = options.get("partitionoverwritemode", "static").strip().lower()
+        if mode not in ("static", "dynamic"):
+            raise DataSourceOptionError(f"partitionOverwriteMode must be static or dynamic, not {mode!r}")
+        if mode == "dynamic" and (not overwrite or self.static is not None):
+            raise DataSourceOptionError(
+                "partitionOverwriteMode=dynamic applies to mode('overwrite') without partition/replaceWhere"
+            )
+        self.dynamic = mode == "dynamic"
+        self.txn_app_id, self.txn_version = _idempotent_write(options)
         self.operation = Operation.INSERT_OVERWRITE if overwrite else Operation.INSERT_INTO
         self.txn_id = uuid.uuid4().hex
         self.streaming = False
@@ -601,8 +750,9 @@ class _Writing:
         from schemas import CommitIntent, Operation
 
         files = self._files(messages)
-        # 1. nothing to append is a no-op (nothing is published); an empty overwrite still clears its scope
-        if not files and self.operation is Operation.INSERT_INTO:
+        # 1. nothing to append is a no-op (nothing is published), and so is an empty dynamic overwrite; an empty
+        # static overwrite still clears its scope
+        if not files and (self.operation is Operation.INSERT_INTO or self.dynamic):
             return None
         try:
             check_unique(self.layout, files)
@@ -614,20 +764,20 @@ class _Writing:
             partitions = None
         elif self.static is not None:
             partitions = [self.static]
-        elif self.operation is Operation.INSERT_OVERWRITE:
+        elif self.operation is Operation.INSERT_OVERWRITE and not self.dynamic:
             partitions = None  # mode("overwrite") without a partition replaces the whole table
         else:
             partitions = [dict(p) for p in sorted({tuple(sorted(f.partition.items())) for f in files})]
         # 2. publish; a concurrent INSERT INTO may make a streaming batch retry on the new head (same files)
         ids = {m.txn_id for m in messages if m is not None and m.txn_id}
         txn_id = ids.pop() if len(ids) == 1 else self._txn_for(batch_id)
-        retries = STREAM_RETRIES if batch_id is not None else 0
+        retries = STREAM_RETRIES if self.streaming else 0
         # one client and catalog per process and settings: a Python worker Spark reuses commits batch after
         # batch without connecting to Kafka again (they close at the worker's exit)
         connection = shared_connection(self.table.settings)
         client, catalog = connection.client, connection.catalog
         # a micro-batch reads nothing: it is pinned to the head when it commits, not when the query started
-        read_version = self.table.head if batch_id is None else catalog.head(self.table.name)
+        read_version = catalog.head(self.table.name) if self.streaming else self.table.head
         while True:
             intent = CommitIntent(
                 txn_id=txn_id,
@@ -674,7 +824,7 @@ class OrdoWriter(_Writing, DataSourceArrowWriter):
         self._setup(table, schema, options, overwrite)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        self._publish(messages)
+        self._publish(messages, self.txn_app_id, self.txn_version)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         self._abort(messages)
