@@ -22,7 +22,6 @@ SCHEMAS = {fp: fastavro.parse_schema(json.loads((HISTORY / f).read_text())) for 
 CURRENT = b"\xc3\x01" + bytes.fromhex([fp for fp, f in FINGERPRINTS.items() if "Decision" in f][-1])
 DATA_CHANGES = {"CREATE_TABLE", "INSERT_INTO", "INSERT_OVERWRITE", "TRUNCATE", "UPDATE", "DELETE", "ALTER_TABLE"}
 CARRY_METADATA = {"CREATE_TABLE", "ALTER_TABLE"}
-STOP = {"wrong_table", "repeated_intent", "reordered"}  # nothing more is checked of such a record
 
 
 def sha(data):
@@ -30,21 +29,20 @@ def sha(data):
 
 
 def decode(value):
-    """``(is_decision, record)`` read with its own writer schema, or None: not C3 01 + known fingerprint + body."""
+    """The record read with its own writer schema (a decision has an intent_offset), or None if it cannot be."""
     fp, body = value[2:10].hex(), io.BytesIO(value[10:])
     try:
         record = fastavro.schemaless_reader(body, SCHEMAS[fp], None) if value[:2] == b"\xc3\x01" else None
     except Exception:
         return None
-    return ("Decision" in FINGERPRINTS[fp], record) if record and body.tell() == len(value) - 10 else None
+    return record if record and body.tell() == len(value) - 10 else None
 
 
 def link(value):
     """The prev_hash a walk follows; for a current-schema record ordo takes its last 32 bytes without decoding."""
     if len(value) > 44 and value[:10] == CURRENT and value[-34:-32] == b"\x02\x40":
         return value[-32:]
-    decoded = decode(value)
-    return decoded[1]["prev_hash"] if decoded and decoded[0] else None
+    return (decode(value) or {}).get("prev_hash")
 
 
 def signature(table, value, header, keys):
@@ -53,9 +51,9 @@ def signature(table, value, header, keys):
         return "none" if header is None else "malformed" if len(header) != 72 else "unknown_key"
     try:
         keys[header[:8]].verify(header[8:], b"ordo-decision-v1\0" + table.encode() + b"\0" + sha(value))
-        return "valid"
     except Exception:
         return "bad_signature"
+    return "valid"
 
 
 def authenticate(table, records, keys, required):
@@ -88,35 +86,30 @@ def fold(table, records):
     """``{offset: [problem, ...]}`` of the authentic records from genesis, re-synchronized on each record."""
     chain, last, version, time, meta, found = bytes(32), -1, -1, None, None, {}
     for offset, value, _ in records:
-        decoded, p = decode(value), found.setdefault(offset, [])
-        if decoded is None or not decoded[0]:
-            p.append("not_decision" if decoded else "undecodable")
+        d, p = decode(value), found.setdefault(offset, [])
+        if d is None or "intent_offset" not in d:
+            p.append("not_decision" if d else "undecodable")
             continue
-        d = decoded[1]
         op, v, t, files = d["operation"], d["id_version"], d["time_version"], d["added_files"]
         if d["table"] != table or d["intent_offset"] <= last:
             p.append("wrong_table" if d["table"] != table else "repeated_intent" if d["intent_offset"] == last else "reordered")  # fmt: skip
         p[:0], chain = ["chain"] if d["prev_hash"] != chain else [], sha(value)
-        if STOP & set(p) or d["outcome"] != "ACCEPTED" or d["duplicate_of"] is not None:
-            last = last if STOP & set(p) else d["intent_offset"]
+        if {"wrong_table", "repeated_intent", "reordered"} & set(p):  # nothing more is checked of such a record
             continue
-        if op is None or v is None:
-            p.append("incomplete")
-        else:
-            p += [name for name, broken in [
-                ("second_create", op == "CREATE_TABLE" and meta is not None),
-                ("no_create", op != "CREATE_TABLE" and meta is None),
-                ("version_gap", v > version + 1), ("version_reused", v <= version),
-                ("time_version", (op in DATA_CHANGES) != (t is not None)),
-                ("time_version", t is not None and time is not None and t <= time),
-                ("no_metadata", op in CARRY_METADATA and d["metadata"] is None),
-                ("not_live", len(set(d["removed_files"])) != len(d["removed_files"])),
-                ("already_live", len({f["path"] for f in files}) != len(files)),
-                ("partition", meta is not None and any(set(f["partition"]) != set(meta["partition_columns"]) for f in files)),
-            ] if broken]  # fmt: skip
-            time, version = t if t is not None else time, v
-            meta = d["metadata"] if op in CARRY_METADATA and d["metadata"] is not None else meta
         last = d["intent_offset"]
+        if d["outcome"] != "ACCEPTED" or d["duplicate_of"] is not None or op is None or v is None:
+            p += ["incomplete"] if d["outcome"] == "ACCEPTED" and d["duplicate_of"] is None else []
+            continue
+        p += [name for name, broken in [
+            ("second_create", op == "CREATE_TABLE" and meta is not None), ("no_create", op != "CREATE_TABLE" and meta is None),
+            ("version_gap", v > version + 1), ("version_reused", v <= version),
+            ("time_version", (op in DATA_CHANGES) != (t is not None)), ("time_version", t is not None and time is not None and t <= time),
+            ("no_metadata", op in CARRY_METADATA and d["metadata"] is None),
+            ("not_live", len(set(d["removed_files"])) != len(d["removed_files"])), ("already_live", len({f["path"] for f in files}) != len(files)),
+            ("partition", meta is not None and any(set(f["partition"]) != set(meta["partition_columns"]) for f in files)),
+        ] if broken]  # fmt: skip
+        time, version = t if t is not None else time, v
+        meta = d["metadata"] if op in CARRY_METADATA and d["metadata"] is not None else meta
     return found
 
 
@@ -125,22 +118,15 @@ def verify(log):
     b64 = lambda text: None if text is None else base64.b64decode(text)  # noqa: E731
     sig = lambda headers: next((b64(v) for n, v in headers or () if n == "ordo-sig"), None)  # noqa: E731
     records = [(r["offset"], b64(r["value"]), sig(r["headers"])) for r in log["records"]]
-    keys = {}
-    for pem in log["public_keys"]:
-        key = load_pem_public_key(pem.encode())
-        keys[sha(key.public_bytes(Encoding.Raw, PublicFormat.Raw))[:8]] = key
+    keys = {sha(k.public_bytes(Encoding.Raw, PublicFormat.Raw))[:8]: k for k in map(load_pem_public_key, map(str.encode, log["public_keys"]))}  # fmt: skip
     authentic, refused = authenticate(log["table"], records, keys, log["require_signatures"])
     problems, known = fold(log["table"], authentic), {sha(r[1]) for r in authentic}
-    verdicts = []
-    for offset, value, header in records:
-        copy = offset in refused and value is not None and sha(value) in known
-        verdict = "copy" if copy else refused.get(offset) or "+".join(problems.get(offset, [])) or "ok"
-        verdicts.append((offset, verdict, signature(log["table"], value or b"", header, keys)))
-    return verdicts
+    copies = {o for o, v, _ in records if o in refused and v is not None and sha(v) in known}
+    verdict = lambda o: "copy" if o in copies else refused.get(o) or "+".join(problems.get(o, [])) or "ok"  # noqa: E731
+    return [(o, verdict(o), signature(log["table"], v or b"", h, keys)) for o, v, h in records]
 
 
 if __name__ == "__main__":
     out = verify(json.loads(Path(sys.argv[1]).read_text()))
-    for offset, verdict, sig in out:
-        print(json.dumps({"offset": offset, "verdict": verdict, "signature": sig}))
+    print("\n".join(json.dumps({"offset": o, "verdict": v, "signature": s}) for o, v, s in out))
     sys.exit(0 if all(verdict in ("ok", "copy") for _, verdict, _ in out) else 1)

@@ -57,7 +57,12 @@ SIGNER, OTHER = signer(SEED), signer(OTHER_SEED)
 
 def data_file(name: str, dt: str) -> DataFile:
     return DataFile(
-        path=f"dt={dt}/{name}-0.parquet", partition={"dt": dt}, record_count=10, size_bytes=1000, min_key="1", max_key="9"
+        path=f"dt={dt}/{name}-0.parquet",
+        partition={"dt": dt},
+        record_count=10,
+        size_bytes=1000,
+        min_key="1",
+        max_key="9",
     )
 
 
@@ -298,6 +303,7 @@ def vectors() -> list[Vector]:
     forged_1 = forged(DECIDED[1], at(SIGNED, 0).value or b"", message="forged", writer="mallory")
     forged_12 = forged(DECIDED[-1], at(SIGNED, LAST).value or b"", intent_offset=8, id_version=7, txn_id="forged")
     v1_edit = v1_decisions[3].model_copy(update={"prev_hash": b"\x11" * 32})
+    no_create = encode(DECIDED[1].model_copy(update={"intent_offset": 0, "id_version": 0, "prev_hash": bytes(32)}))
     trailing = (at(v1_log, 10).value or b"") + b"\x00"
     return [
         Vector(
@@ -445,6 +451,12 @@ def vectors() -> list[Vector]:
                     strict=True,
                 )
             },
+        ),
+        Vector(
+            "signed_before_create",
+            "A log whose first record, signed by the trusted key, accepts an INSERT_INTO before any CREATE_TABLE.",
+            [Record(0, no_create, b"ins1", sig(SIGNER, no_create))],
+            {0: "no_create"},
         ),
         Vector(
             "unsigned_broken",
