@@ -192,6 +192,27 @@ def test_the_standalone_verifier_knows_every_released_schema_and_operation() -> 
     assert verifier.CARRY_METADATA == {op.value for op, traits in TRAITS.items() if traits.metadata_only}
 
 
+def test_the_spec_lists_every_released_fingerprint_and_computes_them() -> None:
+    """docs/log-format.md's fingerprint table is the codec's, and its CRC-64-AVRO code gives the wire bytes."""
+    import re
+
+    import fastavro
+    from fastavro.schema import to_parsing_canonical_form
+
+    from schemas.history import HISTORY_DIR
+
+    spec = (ROOT / "docs" / "log-format.md").read_text()
+    rows = re.findall(r"^\| (\d+\.\d+) \| v\d+ \| (\w+) \| `([0-9a-f]{16})` \|", spec, re.M)
+    listed = {fp: f"{event}.{release}.avsc" for release, event, fp in rows}
+    assert listed == verifier.FINGERPRINTS
+    scope: dict[str, Any] = {}
+    exec(re.search(r"```python\n(EMPTY = .*?)```", spec, re.S).group(1), scope)  # type: ignore[union-attr]
+    for fp, name in listed.items():
+        if not name.endswith(".0.1.avsc"):  # 0.1 fingerprinted a form with the shared types as references
+            schema = fastavro.parse_schema(json.loads((HISTORY_DIR / name).read_text()))
+            assert scope["wire_fingerprint"](to_parsing_canonical_form(schema)).hex() == fp, name
+
+
 def test_the_verifier_stays_small() -> None:
     """At most 100 lines of code (docstrings, comments and blank lines aside): small enough to read in one sitting."""
     tree = ast.parse(VERIFIER.read_text())
