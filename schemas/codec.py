@@ -1,7 +1,10 @@
 """Avro codec for ordo events, in Avro single-object encoding.
 
-Every message is ``C3 01`` + the 8-byte little-endian CRC-64-AVRO fingerprint of
-its writer schema's canonical form + the schemaless Avro body. The fingerprint
+Every message is ``C3 01`` + the 8-byte CRC-64-AVRO fingerprint of its writer
+schema's canonical form + the schemaless Avro body. The fingerprint's bytes are
+big-endian: fastavro gives the little-endian bytes as hex, read back here as a
+number and packed little-endian again (since 0.1, so for good; the Avro
+specification stores it little-endian: docs/log-format.md). The fingerprint
 says which event it is and which schema version wrote it, so a reader can
 resolve an older writer schema against the current reader schema.
 

@@ -36,7 +36,7 @@ _FILE = re.compile(r"^(?P<event>[A-Za-z]+)\.(?P<release>\d+(?:\.\d+)*)\.avsc$")
 
 
 def schema_fingerprint(schema: Any) -> bytes:
-    """The 8-byte little-endian CRC-64-AVRO fingerprint of a schema (as in the single-object header)."""
+    """The 8-byte CRC-64-AVRO fingerprint of a schema as the single-object header holds it (big-endian, docs/log-format.md)."""
     parsed = fastavro.parse_schema(schema, named_schemas={}) if isinstance(schema, dict) else schema
     return struct.pack("<Q", int(fingerprint(to_parsing_canonical_form(parsed), "CRC-64-AVRO"), 16))
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from arbiter.replay import DecisionRecord, IntentRecord
 from ordo.audit import AuditResult, audit
-from schemas.signing import SIGNATURE_HEADER, Trust
+from schemas.signing import Trust, signature_of
 
 GOLDEN_DIR = Path(__file__).resolve().parents[1] / "golden"
 RELEASES = ("0.1", "0.2", "0.3")  # every release that committed a golden log
@@ -104,10 +104,7 @@ def intent_records(release: str, table: str) -> list[IntentRecord]:
 
 def decision_records(release: str, table: str) -> list[DecisionRecord]:
     """``table``'s decisions log."""
-    return [
-        DecisionRecord(r.offset, r.value, dict(r.headers or ()).get(SIGNATURE_HEADER))
-        for r in read_topic(release, table, "decisions")
-    ]
+    return [DecisionRecord(r.offset, r.value, signature_of(r.headers)) for r in read_topic(release, table, "decisions")]
 
 
 def trusted_key(release: str) -> Path | None:
