@@ -131,6 +131,24 @@ OPTIONS: tuple[Option, ...] = (
         frozenset({STREAM_READ}),
         "at most this many ID versions per micro-batch (ignored by `Trigger.AvailableNow`)",
     ),
+    Option(
+        "maxFilesPerTrigger",
+        frozenset({STREAM_READ}),
+        "at most about this many data files per micro-batch, whole commits (at least one; ignored by "
+        "`Trigger.AvailableNow`)",
+    ),
+    Option(
+        "maxBytesPerTrigger",
+        frozenset({STREAM_READ}),
+        "at most about this many bytes of data files per micro-batch, whole commits (at least one; `1g`, `64m` or "
+        "a number; ignored by `Trigger.AvailableNow`)",
+    ),
+    Option(
+        "skipChangeCommits",
+        frozenset({STREAM_READ}),
+        "a stream of the table's rows (no `readChangeFeed`): `true` skips a commit that updates or deletes rows "
+        "instead of failing the stream on it (Delta's rule)",
+    ),
     Option("ordo.changeFeedForm", _READS, "`delta` (default) or `compact`"),
     Option(
         "partition",
@@ -176,14 +194,10 @@ NOT_YET = {
     "DeltaTable.alter(add_columns=...) first",
     "overwriteschema": "overwriteSchema: replacing the schema with an overwrite is not supported yet; change it "
     "with DeltaTable.alter first",
-    "maxfilespertrigger": "maxFilesPerTrigger: not supported yet; a stream of an ordo table is its change feed, "
-    "limited by maxVersionsPerTrigger",
-    "maxbytespertrigger": "maxBytesPerTrigger: not supported yet; a stream of an ordo table is its change feed, "
-    "limited by maxVersionsPerTrigger",
-    "skipchangecommits": "skipChangeCommits: not supported yet; a stream of an ordo table is its change feed, "
-    "which has every change",
-    "ignorechanges": "ignoreChanges: not supported; a stream of an ordo table is its change feed",
-    "ignoredeletes": "ignoreDeletes: not supported; a stream of an ordo table is its change feed",
+    "ignorechanges": "ignoreChanges: not supported (deprecated in Delta); use skipChangeCommits, or the change feed "
+    "(readChangeFeed)",
+    "ignoredeletes": "ignoreDeletes: not supported (deprecated in Delta); use skipChangeCommits, or the change feed "
+    "(readChangeFeed)",
 }
 
 
@@ -327,8 +341,10 @@ class OrdoDataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         check_options(self._options(), STREAM_READ)
         if not self._change_feed():
+            return ChangeFeedStreamReader(self._table(), schema, self._options(), "delta", rows_only=True)
+        if "skipchangecommits" in self._options():
             raise DataSourceOptionError(
-                'a streaming read of an ordo table is its change feed: add option("readChangeFeed", "true")'
+                "skipChangeCommits applies to a stream of the table's rows, not its change feed"
             )
         return ChangeFeedStreamReader(self._table(), schema, self._options(), self._form())
 
@@ -495,25 +511,64 @@ class ChangeFeedReader(_ChangeReading, DataSourceReader):
             yield from super().read(partition)
 
 
-class ChangeFeedStreamReader(_ChangeReading, DataSourceStreamReader):
-    """The change feed as a stream; offsets are ``{"version": next ID version}``.
+class StreamChangeCommitError(OrdoError, RuntimeError):
+    """Raised in a stream of a table's rows by a commit that updates or deletes rows (without skipChangeCommits)."""
 
-    With no starting option it begins as Delta's does: the snapshot at the head
-    when the query first starts, every live row an ``insert`` at that version
-    (offset ``{"version": head, "snapshot": true}``), then the changes after it.
+
+def _size(text: str, option: str) -> int:
+    """``maxBytesPerTrigger``'s value: a number of bytes or ``64m``/``1g``-style (k, m, g, t)."""
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    found = re.fullmatch(r"\s*(\d+)\s*([kmgt]?)b?\s*", text.lower())
+    if found is None or int(found.group(1)) < 1:
+        raise DataSourceOptionError(f"{option} must be a positive size such as 1048576, 64m or 1g, not {text!r}")
+    return int(found.group(1)) * units.get(found.group(2), 1)
+
+
+def _positive(options: Mapping[str, str], key: str, name: str) -> int | None:
+    text = options.get(key)
+    if text is None:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise DataSourceOptionError(f"{name} must be an integer >= 1, not {text!r}")
+    return value
+
+
+class ChangeFeedStreamReader(_ChangeReading, DataSourceStreamReader):
+    """The change feed as a stream, or (``rows_only``) the table's rows as each append commits them.
+
+    Offsets are ``{"version": next ID version}``. With no starting option it
+    begins as Delta's does: the snapshot at the head when the query first
+    starts, every live row an ``insert`` at that version (offset ``{"version":
+    head, "snapshot": true}``), then the changes after it.
     ``startingVersion``/``startingTimestamp`` begin at that commit's changes,
-    ``"latest"`` after the head.
+    ``"latest"`` after the head. Compaction and clustering deliver nothing.
+
+    A stream of the rows (``readStream`` without ``readChangeFeed``) gives each
+    commit's inserted rows without the change columns; a commit whose change
+    rows hold anything but inserts (an upsert of an existing key, UPDATE,
+    DELETE, MERGE, an overwrite or truncate) fails the stream, or is skipped
+    whole with ``skipChangeCommits`` (Delta's rule). Every commit is one input
+    partition, so that decision is the commit's. Offsets are versions Spark
+    checkpoints: a restarted query reads each commit once.
     """
 
-    def __init__(self, table: _Table, schema: StructType, options: Mapping[str, str], form: str) -> None:
+    def __init__(
+        self, table: _Table, schema: StructType, options: Mapping[str, str], form: str, *, rows_only: bool = False
+    ) -> None:
         self.table = table
         self.shape = _shape(table, schema)
         self.form = form
         self.options = dict(options)
-        limit = options.get("maxversionspertrigger")
-        self.max_versions = None if limit is None else int(limit)
-        if self.max_versions is not None and self.max_versions < 1:
-            raise DataSourceOptionError("maxVersionsPerTrigger must be >= 1")
+        self.rows_only = rows_only
+        self.skip_changes = _truthy(options.get("skipchangecommits"))
+        self.max_versions = _positive(options, "maxversionspertrigger", "maxVersionsPerTrigger")
+        self.max_files = _positive(options, "maxfilespertrigger", "maxFilesPerTrigger")
+        text = options.get("maxbytespertrigger")
+        self.max_bytes = None if text is None else _size(text, "maxBytesPerTrigger")
 
     def _catalog(self) -> Any:
         from consumer import Catalog
@@ -535,21 +590,46 @@ class ChangeFeedStreamReader(_ChangeReading, DataSourceStreamReader):
         return {"version": int(start)}
 
     def getDefaultReadLimit(self) -> Any:
-        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxFiles, ReadMaxRows
 
-        return ReadAllAvailable() if self.max_versions is None else ReadMaxRows(self.max_versions)
+        if self.max_versions is not None:
+            return ReadMaxRows(self.max_versions)
+        if self.max_files is not None:
+            return ReadMaxFiles(self.max_files)
+        if self.max_bytes is not None:
+            return ReadMaxBytes(self.max_bytes)
+        return ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit: Any) -> dict:
-        from pyspark.sql.streaming.datasource import ReadMaxRows
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
         with self._catalog() as catalog:
             end = catalog.head(self.table.name) + 1
-        begin = int(start["version"])
-        if isinstance(limit, ReadMaxRows):  # maxVersionsPerTrigger: versions, not rows (the snapshot is one)
-            end = min(end, begin + int(limit.max_rows))
+            begin = int(start["version"])
+            if isinstance(limit, ReadMaxRows):  # maxVersionsPerTrigger: versions, not rows (the snapshot is one)
+                end = min(end, begin + int(limit.max_rows))
+            elif not isinstance(limit, ReadAllAvailable) and end > begin:
+                end = self._within(catalog, begin, end, start.get("snapshot", False))
         if start.get("snapshot"):
             end = max(end, begin + 1)  # the initial snapshot is read even when no commit follows it
         return {"version": max(begin, end)}
+
+    def _within(self, catalog: Any, begin: int, end: int, snapshot: bool) -> int:
+        """The end of the whole commits from ``begin`` whose files fit ``maxFilesPerTrigger``/``maxBytesPerTrigger``
+        (at least one commit; the initial snapshot counts as one)."""
+        if snapshot:
+            return begin + 1
+        files = size = taken = 0
+        for commit in catalog.commits(self.table.name, begin, end - 1, by="id"):  # what the stream reads
+            files += len(commit.added_files)
+            size += sum(f.size_bytes for f in commit.added_files)
+            over = (self.max_files is not None and files > self.max_files) or (
+                self.max_bytes is not None and size > self.max_bytes
+            )
+            if over and taken:
+                return int(commit.id_version)
+            taken += 1
+        return end
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         begin, stop = int(start["version"]), int(end["version"])
@@ -564,6 +644,31 @@ class ChangeFeedStreamReader(_ChangeReading, DataSourceStreamReader):
                 commits = catalog.commits(self.table.name, begin, stop - 1, by="id")
             parts += [InputPartition(p) for p in _plans(self.table, self.shape, commits)]
         return parts
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        if not self.rows_only:
+            yield from super().read(partition)
+            return
+        import pyarrow.compute as pc
+
+        from consumer.arrow import change_rows, snapshot_rows
+
+        part = partition.value
+        if isinstance(part, _SnapshotPart):
+            rows = snapshot_rows(part.refs, self.shape, part.version, part.timestamp, self.form, merge=part.merge)
+        else:
+            rows = change_rows(part, self.shape, self.form)
+            kinds = set(pc.unique(rows.column("_change_type")).to_pylist()) if rows.num_rows else set()
+            if kinds - {"insert"}:
+                if self.skip_changes:
+                    return
+                raise StreamChangeCommitError(
+                    f"version {part.id_version} of {self.table.name} ({part.operation}) updates or deletes rows "
+                    f"({', '.join(sorted(kinds))}): a stream of the table's rows takes appends only. Set "
+                    "option('skipChangeCommits', 'true') to skip such commits, or read the change feed "
+                    "(option('readChangeFeed', 'true'))"
+                )
+        yield from _batches(rows.select(list(self.shape.columns)))
 
     def _snapshot_parts(self, version: int) -> list[InputPartition]:
         from consumer.arrow import FileRef, merge_groups

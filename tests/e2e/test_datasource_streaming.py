@@ -275,3 +275,67 @@ def test_change_feed_stream_resumes_without_loss_or_repeat(
     query.processAllAvailable()
     query.stop()
     assert seen("feed_initial") == sorted(initial + expected[already:])
+
+
+def test_a_stream_of_the_tables_rows_takes_appends_exactly_once(
+    spark: Any,
+    writer_stack: Any,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """``readStream.format("ordo").load(t)`` (bronze -> silver): the initial snapshot, then each append's rows,
+    exactly once across a restart; compaction delivers nothing; ``maxFilesPerTrigger`` splits the commits; a
+    commit that updates or deletes rows fails the stream, naming the version, unless ``skipChangeCommits``."""
+    from pyspark.errors import StreamingQueryException
+
+    settings = writer_stack.settings
+    opts = settings_options(settings)
+    table = DeltaTable.create(
+        spark, "ds_rows", schema=SCHEMA, primary_key="id", partitioned_by="part", settings=settings
+    )
+    appended: list[tuple[Any, ...]] = []
+
+    def append(ids: range) -> None:
+        data = [(i, f"v{i}", str(i % 2)) for i in ids]
+        table.insert_into(spark.createDataFrame(data, SCHEMA))
+        appended.extend(data)
+
+    append(range(0, 4))  # v1: in the initial snapshot
+    checkpoint, output = str(tmp_path / "rows-chk"), str(tmp_path / "rows-out")
+
+    def run(**options: str) -> Any:
+        query = (
+            spark.readStream.format("ordo")
+            .options(**opts, **options)
+            .load("ds_rows")
+            .writeStream.format("parquet")
+            .option("path", output)
+            .option("checkpointLocation", checkpoint)
+            .start()
+        )
+        query.processAllAvailable()
+        query.stop()
+        assert query.exception() is None
+        return query
+
+    def delivered() -> list[tuple[Any, ...]]:
+        return sorted((r["id"], r["v"], r["part"]) for r in spark.read.parquet(output).collect())
+
+    run()
+    assert delivered() == sorted(appended)
+    for first in (10, 20, 30):  # v2..v4, each writing both partitions (two files)
+        append(range(first, first + 4))
+    table.compact("minor")  # v5: no rows
+    query = run(maxFilesPerTrigger="2")
+    assert len([p for p in query.recentProgress if p["numInputRows"]]) == 3, "one 2-file commit per micro-batch"
+    assert delivered() == sorted(appended), "each appended row once, across the restart; compaction adds none"
+    assert list(spark.read.parquet(output).columns) == ["id", "v", "part"]
+
+    # an upsert of an existing key changes a row: the stream fails naming the version, until told to skip
+    table.insert_into(spark.createDataFrame([(10, "changed", "0"), (50, "v50", "0")], SCHEMA))  # v6
+    changing = table.version
+    with pytest.raises(StreamingQueryException, match=rf"version {changing} of ds_rows .*skipChangeCommits"):
+        run()
+    table.delete("id = 11")  # v7
+    append(range(60, 62))  # v8
+    run(skipChangeCommits="true")
+    assert delivered() == sorted(appended), "the changing commits skipped whole, the append after them delivered"
