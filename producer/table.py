@@ -296,10 +296,10 @@ class DeltaTable:
     def create(
         cls,
         spark: SparkSession,
-        name: str,
+        name: str | None = None,
         *,
-        schema: str | StructType,
-        primary_key: str | Sequence[str],
+        schema: str | StructType | None = None,
+        primary_key: str | Sequence[str] | None = None,
         partitioned_by: str | Sequence[str] = (),
         location: str | None = None,
         properties: Mapping[str, Any] | None = None,
@@ -320,10 +320,29 @@ class DeltaTable:
         number of buckets per partition (default 4; 1 when a key type has no
         canonical text, see ``producer.buckets``). Raises ``TableExistsError`` if
         the table exists and ``InvalidTableError`` for a definition that cannot be a table.
+
+        ``DeltaTable.create(spark)`` (no name) is Delta's builder: ``.tableName(...).addColumns(...)...execute()``
+        (``producer.builder``).
         """
         from producer.buckets import BUCKETS_PROPERTY, BucketError, choose_buckets
         from producer.data import check_definition, parse_schema, schema_to_ddl
 
+        if name is None:
+            return cls._builder(  # type: ignore[no-any-return]
+                spark,
+                "create",
+                schema,
+                primary_key,
+                settings=settings,
+                bootstrap_servers=bootstrap_servers,
+                topic_prefix=topic_prefix,
+                warehouse=warehouse,
+                catalog=catalog,
+                commit_timeout=commit_timeout,
+                catalog_timeout=catalog_timeout,
+            )
+        if schema is None or primary_key is None:
+            raise InvalidTableError(f"DeltaTable.create({name!r}, ...) needs schema= and primary_key=")
         validate_table_name(name)
         resolved = _resolve_settings(
             settings,
@@ -446,8 +465,12 @@ class DeltaTable:
         return True
 
     @classmethod
-    def createIfNotExists(cls, spark: SparkSession, name: str, **definition: Any) -> DeltaTable:
-        """``open`` the table if it exists, else ``create`` it with ``definition`` (a lost race opens it)."""
+    def createIfNotExists(cls, spark: SparkSession, name: str | None = None, **definition: Any) -> DeltaTable:
+        """``open`` the table if it exists, else ``create`` it with ``definition`` (a lost race opens it).
+
+        Without a name: Delta's builder (``producer.builder``)."""
+        if name is None:
+            return cls._builder(spark, "createIfNotExists", None, None, **definition)
         connection_keys = (
             "settings",
             "bootstrap_servers",
@@ -463,6 +486,24 @@ class DeltaTable:
             return cls.create(spark, name, **definition)
         except TableExistsError:
             return cls.open(spark, name, **opening)
+
+    @classmethod
+    def replace(cls, spark: SparkSession, **connection: Any) -> Any:
+        """Delta's ``replace`` builder (its ``execute()`` refuses: see ``producer.builder``)."""
+        return cls._builder(spark, "replace", None, None, **connection)
+
+    @classmethod
+    def createOrReplace(cls, spark: SparkSession, **connection: Any) -> Any:
+        """Delta's ``createOrReplace`` builder (its ``execute()`` refuses: see ``producer.builder``)."""
+        return cls._builder(spark, "createOrReplace", None, None, **connection)
+
+    @staticmethod
+    def _builder(spark: SparkSession, mode: str, schema: Any, primary_key: Any, **connection: Any) -> Any:
+        from producer.builder import DeltaTableBuilder
+
+        if schema is not None or primary_key is not None:
+            raise InvalidTableError("the builder takes no schema= or primary_key=: name the table first")
+        return DeltaTableBuilder(spark, mode, **{k: v for k, v in connection.items() if v is not None})
 
     # ------------------------------------------------------------------ description
 

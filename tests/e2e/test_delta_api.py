@@ -334,3 +334,55 @@ def test_the_canonical_merge_with_aliases_every_clause_kind_and_metrics(
     assert [tuple(r) for r in nothing.collect()] == [(0, 0, 0, 0)] and table.version == unchanged
     with pytest.raises(Exception, match="alias"):
         table.alias("not an identifier")
+
+
+def test_the_table_builder(spark: Any, writer_stack: Any) -> None:  # noqa: F811
+    """``DeltaTable.create(spark).tableName(...).addColumn(s)(...)...execute()`` and ``createIfNotExists``; the
+    definition reaches the catalog as given; what ordo cannot do yet is refused with the reason."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from producer.data import InvalidOperationError, InvalidTableError
+
+    settings = writer_stack.settings
+    table = (
+        DeltaTable.create(spark, settings=settings)
+        .tableName("built")
+        .addColumn("id", "BIGINT", nullable=False)
+        .addColumn("kind", StringType(), comment="what happened")
+        .addColumns(StructType([StructField("amount", LongType()), StructField("dt", StringType())]))
+        .partitionedBy("dt")
+        .clusterBy("amount")
+        .primaryKey("id")
+        .property("owner", "payments")
+        .comment("the built table")
+        .execute()
+    )
+    metadata = DeltaTable.forName(spark, "built", settings=settings).metadata
+    assert [(f.name, f.dataType.simpleString(), f.nullable) for f in table.schema.fields] == [
+        ("id", "bigint", False),
+        ("kind", "string", True),
+        ("amount", "bigint", True),
+        ("dt", "string", True),
+    ]
+    assert (metadata.primary_key, metadata.partition_columns) == (("id",), ("dt",))
+    props = dict(metadata.properties)
+    assert (props["owner"], props["comment"], props["ordo.cluster_by"]) == ("payments", "the built table", "amount")
+    table.insert_into(spark.createDataFrame([(1, "a", 5, "d")], table.schema))
+
+    # createIfNotExists opens the existing table (its data kept), by the key property too
+    again = (
+        DeltaTable.createIfNotExists(spark, settings=settings)
+        .tableName("built")
+        .addColumns("id BIGINT, kind STRING, amount BIGINT, dt STRING")
+        .property("ordo.primaryKey", "id")
+        .execute()
+    )
+    assert again.toDF().count() == 1
+
+    with pytest.raises(InvalidTableError, match="needs a primary key"):
+        DeltaTable.create(spark, settings=settings).tableName("keyless").addColumns("id BIGINT").execute()
+    with pytest.raises(InvalidTableError, match="needs columns"):
+        DeltaTable.create(spark, settings=settings).tableName("empty").primaryKey("id").execute()
+    with pytest.raises(InvalidOperationError, match="createOrReplace: replacing a table's definition"):
+        DeltaTable.createOrReplace(spark, settings=settings).tableName("built").addColumns("id BIGINT").execute()
+    assert not DeltaTable.exists(spark, "keyless", settings=settings)
