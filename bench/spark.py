@@ -14,8 +14,7 @@ consumer``; Tansu keeps everything in memory) and one local Spark session.
   plain Parquet written once by Spark; the three reads alternate, repeated,
   median. The table has the default 4 buckets per partition: the read before
   the compaction merges each (partition, bucket) in one task without a
-  shuffle; the same snapshot is also read with the older plan
-  (``merge="shuffle"``) for comparison, and the snapshot's data files as they
+  shuffle; the snapshot's data files are also read as they
   are read by Spark's own vectorized Parquet scan, unmerged (every record of
   every small file: what opening the files costs with no merge at all).
   Targets: before / plain <= 3, after / plain <= 1.2.
@@ -128,7 +127,6 @@ def run() -> list[Result]:
                 {
                     "plain": lambda _r: _noop_read(spark.read.parquet(plain)),
                     "before": lambda _r: _noop_read(reads_table.read(version=before)),
-                    "before_shuffle": lambda _r: _noop_read(reads_table.read(version=before, merge="shuffle")),
                     "files_unmerged": lambda _r: _noop_read(spark.read.parquet(*before_paths)),
                     "after": lambda _r: _noop_read(reads_table.read(version=after)),
                 },
@@ -151,7 +149,6 @@ def run() -> list[Result]:
         "spread": {k: round(statistics.pstdev(v), 3) for k, v in timings.items()},
     }
     before_s, after_s = median(timings["before"]), median(timings["after"])
-    shuffle_s = median(timings["before_shuffle"])
     unmerged_s = median(timings["files_unmerged"])
     results.append(
         Result(
@@ -184,23 +181,6 @@ def run() -> list[Result]:
             samples=common,
             notes=f"every record of the snapshot's data files ({files_before:,} files, no merge, no op filter) "
             f"read by spark.read.parquet; ordo's merged read of the same snapshot {before_s:.3f} s; median of {reads}",
-            machine=machine(),
-        )
-    )
-    results.append(
-        Result(
-            BENCHMARK,
-            f"snapshot read after {upserts} small upsert commits, shuffle merge",
-            "s",
-            round(shuffle_s, 3),
-            peer="plain Parquet, same rows",
-            peer_value=round(plain_s, 3),
-            ratio=ratio(shuffle_s, plain_s),
-            target="none (the older plan, merge='shuffle', for comparison)",
-            met=None,
-            samples=common,
-            notes=f"{base_rows:,} rows, the same snapshot read with one groupBy over the records to merge; "
-            f"median of {reads}",
             machine=machine(),
         )
     )

@@ -32,12 +32,15 @@ Compaction and clustering commits yield no rows in either form.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from consumer.errors import DataFileError
+from schemas.models import parse_ddl
 from schemas.operations import OP_COLUMN, OP_DELETE, OP_UPSERT, SEQ_COLUMN, TRUNCATING_OPERATIONS
 
 if TYPE_CHECKING:
@@ -45,11 +48,13 @@ if TYPE_CHECKING:
 
     from consumer.catalog import Catalog
     from consumer.models import Commit, FileEntry
+    from schemas import TableMetadata
 
 CHANGE_TYPE = "_change_type"
 COMMIT_VERSION = "_commit_version"
 COMMIT_TIMESTAMP = "_commit_timestamp"
 SCOPE = "_scope"
+CHANGE_COLUMNS = (CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP, SCOPE)  # what the change feed adds to the rows
 UPSERT, DELETE, TRUNCATE = OP_UPSERT, OP_DELETE, "truncate"
 INSERT, PREIMAGE, POSTIMAGE = "insert", "update_preimage", "update_postimage"
 DELTA_FORM, COMPACT_FORM = "delta", "compact"
@@ -119,6 +124,18 @@ class TableShape:
     primary_key: tuple[str, ...]
     partition_columns: tuple[str, ...]
 
+    @classmethod
+    def of(cls, metadata: TableMetadata, columns: Sequence[str] | None = None) -> TableShape:
+        """The shape of a table from its metadata, without Spark (``columns``: only those, in table order)."""
+        import pyarrow as pa
+
+        fields = [
+            pa.field(c.name, arrow_type(c.type), c.nullable)
+            for c in parse_ddl(metadata.schema)
+            if columns is None or c.name in columns
+        ]
+        return cls(pa.schema(fields), tuple(metadata.primary_key), tuple(metadata.partition_columns))
+
     @property
     def columns(self) -> list[str]:
         return list(self.schema.names)
@@ -132,7 +149,108 @@ def check_form(form: str) -> str:
     return value
 
 
-# --------------------------------------------------------------------------- files
+# --------------------------------------------------------------------------- types and files
+
+_SIMPLE_TYPES = {
+    "boolean": "bool_",
+    "tinyint": "int8",
+    "byte": "int8",
+    "smallint": "int16",
+    "short": "int16",
+    "int": "int32",
+    "integer": "int32",
+    "bigint": "int64",
+    "long": "int64",
+    "float": "float32",
+    "real": "float32",
+    "double": "float64",
+    "string": "string",
+    "binary": "binary",
+    "date": "date32",
+}
+
+
+def _split_top(text: str) -> list[str]:
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        if char in "<(":
+            depth += 1
+        elif char in ">)":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [p.strip() for p in parts]
+
+
+def arrow_type(text: str) -> Any:
+    """The Arrow type Spark gives a column of Spark type ``text`` (its ``simpleString``), without Spark.
+
+    The same mapping as ``pyspark.sql.pandas.types.to_arrow_type`` (timestamps in microseconds, UTC unless
+    ``timestamp_ntz``); ``ValueError`` for a type it does not know.
+    """
+    import pyarrow as pa
+
+    value = " ".join(text.split()).lower()
+    if value in _SIMPLE_TYPES:
+        return getattr(pa, _SIMPLE_TYPES[value])()
+    if value in ("timestamp", "timestamp_ltz"):
+        return pa.timestamp("us", tz="UTC")
+    if value == "timestamp_ntz":
+        return pa.timestamp("us")
+    if re.fullmatch(r"(var)?char\(\d+\)", value):
+        return pa.string()
+    found = re.fullmatch(r"dec(?:imal)?(?:\((\d+)\s*(?:,\s*(\d+))?\))?|numeric", value)
+    if found is not None:
+        return pa.decimal128(int(found.group(1) or 10), int(found.group(2) or 0))
+    found = re.fullmatch(r"(array|map|struct)\s*<(.*)>", value, re.S)
+    if found is not None:
+        kind, inner = found.group(1), found.group(2)
+        if kind == "array":
+            return pa.list_(arrow_type(inner))
+        if kind == "map":
+            key, item = _split_top(inner)
+            return pa.map_(arrow_type(key), arrow_type(item))
+        fields = []
+        for part in _split_top(inner):
+            name, sep, field_type = part.partition(":")
+            if not sep:
+                raise ValueError(f"cannot read the struct field {part!r} of type {text!r}")
+            fields.append(pa.field(name.strip().strip("`"), arrow_type(field_type)))
+        return pa.struct(fields)
+    raise ValueError(f"no Arrow type for the Spark type {text!r}")
+
+
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def filesystem(path: str) -> tuple[Any, str]:
+    """``(pyarrow FileSystem, path within it)`` for a local path, ``file:`` URI or any URI pyarrow knows."""
+    from pyarrow import fs
+
+    if path.startswith("file:"):
+        return fs.LocalFileSystem(), re.sub(r"^file:(//)?", "", path)
+    if _SCHEME.match(path):
+        return fs.FileSystem.from_uri(path)  # type: ignore[no-any-return]
+    return fs.LocalFileSystem(), path
+
+
+def _parquet(path: str, columns: Sequence[str], filters: Any = None) -> pa.Table:
+    """The ``columns`` a data file has (of those asked for; ``filters`` pushed into the scan), on its filesystem;
+    ``DataFileError`` when it cannot be read."""
+    import pyarrow.parquet as pq
+
+    fs, inner = filesystem(path)
+    try:
+        with fs.open_input_file(inner) as handle:
+            parquet = pq.ParquetFile(handle)
+            present = [c for c in columns if c in parquet.schema_arrow.names]
+            if filters is None:
+                return parquet.read(columns=present)
+        return pq.read_table(inner, filesystem=fs, columns=present, filters=filters)
+    except OSError as exc:
+        raise DataFileError(f"cannot read data file {path}: {exc}") from exc
 
 
 def _typed(column: Any, value: str, data_type: Any) -> Any:
@@ -164,18 +282,18 @@ def read_file(ref: FileRef, shape: TableShape, keys: Any = None) -> pa.Table:
     """
     import pyarrow as pa
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
     if keys is not None and keys.num_rows == 0:
         return _concat([], shape)
     raw = None
+    wanted = [*shape.columns, OP_COLUMN, SEQ_COLUMN]
     if keys is not None:
         try:
-            raw = pq.read_table(ref.path, filters=_key_filter(keys, shape))
+            raw = _parquet(ref.path, wanted, filters=_key_filter(keys, shape))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
             raw = None  # a key column the filter cannot compare as written: read the file, join below
     if raw is None:
-        raw = pq.read_table(ref.path)
+        raw = _parquet(ref.path, wanted)
     n = raw.num_rows
     READ_STATS.add(1, n)
     arrays, names = [], []
@@ -217,7 +335,8 @@ def read_files(refs: Sequence[FileRef], shape: TableShape) -> pa.Table:
         return _concat([read_file(r, shape) for r in refs], shape)
 
     partition = refs[0].partition if refs else {}
-    if not refs or any(r.partition != partition for r in refs):
+    local = all(not (r.path.startswith("file:") or _SCHEME.match(r.path)) for r in refs)
+    if not refs or not local or any(r.partition != partition for r in refs):
         return one_by_one()
     fields = [*shape.schema, pa.field(OP_COLUMN, pa.string()), pa.field(SEQ_COLUMN, pa.int64())]
     schema = pa.schema([f.with_nullable(True) for f in fields])
@@ -584,6 +703,7 @@ def _stack(outputs: Sequence[pa.Table], shape: TableShape, form: str) -> pa.Tabl
 
 
 __all__ = [
+    "CHANGE_COLUMNS",
     "CHANGE_TYPE",
     "COMMIT_TIMESTAMP",
     "COMMIT_VERSION",

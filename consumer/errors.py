@@ -27,6 +27,10 @@ class CatalogTimeoutError(CatalogError, TimeoutError):
     """Raised by ``wait_for_version`` when the version was not materialized in time."""
 
 
+class DataFileError(OrdoError):
+    """Raised when a data file the catalog lists cannot be read (moved, deleted, or unreachable storage)."""
+
+
 class TableBrokenError(CatalogError):
     """Raised when waiting on a table whose decision log the consumer stopped applying (a broken log).
 
@@ -43,6 +47,7 @@ __all__ = [
     "CatalogError",
     "CatalogTimeoutError",
     "CatalogUnavailableError",
+    "DataFileError",
     "TableBrokenError",
     "TableNotFoundError",
     "VersionNotFoundError",

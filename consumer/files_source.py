@@ -1,10 +1,16 @@
-"""The ``ordo_files`` Spark data source: merge-on-read of given (partition, bucket) file groups, no shuffle.
+"""The ``ordo_files`` Spark data source: ``consumer.arrow``'s reads of given files, in Spark's tasks.
 
-Internal to ``consumer.spark.read_snapshot``, which registers it: the option
-``groups`` (JSON) lists the tasks, each a list of (partition, bucket) groups of
-files; every group is merged alone with pyarrow (``consumer.arrow.live_rows``)
-in its task's Python worker. Spark plans a scan of one input partition per
-task and no Exchange: all records of a key are in one group's files.
+Internal to ``consumer.spark``, which registers it. Two options, one each:
+
+``groups`` (JSON; ``read_snapshot``)
+    the tasks, each a list of (partition, bucket) groups of files; every group
+    is merged alone with pyarrow (``consumer.arrow.live_rows``) in its task's
+    Python worker. Spark plans a scan of one input partition per task and no
+    Exchange: all records of a key are in one group's files.
+``commits`` (JSON; ``changes``)
+    the planned commits (``consumer.arrow.CommitChanges``) and the change feed
+    form; each commit is one input partition whose rows are
+    ``consumer.arrow.change_rows``.
 """
 
 from __future__ import annotations
@@ -17,6 +23,13 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 NAME = "ordo_files"
+
+
+def arrow_schema(schema: StructType) -> Any:
+    """The Arrow schema of Spark rows as Python data sources exchange them (timestamps in UTC)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(schema, timezone="UTC")
 
 
 def groups_option(
@@ -35,14 +48,34 @@ def groups_option(
     )
 
 
+def commits_option(plans: Sequence[Any], primary_key: Sequence[str], partitions: Sequence[str], form: str) -> str:
+    """The ``commits`` option: planned commits (``CommitChanges``, as JSON), key and partition columns, the form."""
+    from dataclasses import asdict
+
+    def plan(p: Any) -> dict[str, Any]:
+        return {
+            "id_version": p.id_version,
+            "timestamp": p.timestamp.isoformat(),
+            "operation": p.operation,
+            "scope": None if p.scope is None else [dict(s) for s in p.scope],
+            "added": [asdict(r) for r in p.added],
+            "previous": [asdict(r) for r in p.previous],
+        }
+
+    spec = {"primary_key": list(primary_key), "partition_columns": list(partitions), "form": form}
+    return json.dumps({**spec, "commits": [plan(p) for p in plans]}, separators=(",", ":"))
+
+
 class FilesDataSource(DataSource):
-    """``format("ordo_files")`` with ``.schema(table schema)`` and the ``groups`` option."""
+    """``format("ordo_files")`` with ``.schema(...)`` and the ``groups`` or the ``commits`` option."""
 
     @classmethod
     def name(cls) -> str:
         return NAME
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        if "commits" in self.options:
+            return ChangesReader(schema, json.loads(self.options["commits"]))
         return FilesReader(schema, json.loads(self.options["groups"]))
 
 
@@ -50,11 +83,9 @@ class FilesReader(DataSourceReader):
     """One input partition per task; each task merges its (partition, bucket) groups one at a time."""
 
     def __init__(self, schema: StructType, spec: dict[str, Any]) -> None:
-        from pyspark.sql.pandas.types import to_arrow_schema
-
         from consumer.arrow import FileRef, TableShape
 
-        self.shape = TableShape(to_arrow_schema(schema), tuple(spec["primary_key"]), tuple(spec["partition_columns"]))
+        self.shape = TableShape(arrow_schema(schema), tuple(spec["primary_key"]), tuple(spec["partition_columns"]))
         self.bins = [[tuple(FileRef(**ref) for ref in group) for group in task] for task in spec["bins"]]
 
     def partitions(self) -> Sequence[InputPartition]:
@@ -65,6 +96,41 @@ class FilesReader(DataSourceReader):
 
         for refs in partition.value:
             yield from live_rows(refs, self.shape, merge=True).to_batches(max_chunksize=65_536)
+
+
+class ChangesReader(DataSourceReader):
+    """One input partition per commit: its change rows in the requested form."""
+
+    def __init__(self, schema: StructType, spec: dict[str, Any]) -> None:
+        from datetime import datetime
+
+        from consumer.arrow import CHANGE_COLUMNS, CommitChanges, FileRef, TableShape
+
+        table = StructType([f for f in schema.fields if f.name not in CHANGE_COLUMNS])
+        self.shape = TableShape(arrow_schema(table), tuple(spec["primary_key"]), tuple(spec["partition_columns"]))
+        self.schema = arrow_schema(schema)  # Spark's, nullability included
+        self.form = spec["form"]
+        self.plans = [
+            CommitChanges(
+                c["id_version"],
+                datetime.fromisoformat(c["timestamp"]),
+                c["operation"],
+                None if c["scope"] is None else tuple(c["scope"]),
+                tuple(FileRef(**r) for r in c["added"]),
+                tuple(FileRef(**r) for r in c["previous"]),
+            )
+            for c in spec["commits"]
+        ]
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return [InputPartition(plan) for plan in self.plans] or [InputPartition(None)]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        from consumer.arrow import change_rows
+
+        if partition.value is not None:
+            rows = change_rows(partition.value, self.shape, self.form).cast(self.schema)
+            yield from rows.to_batches(max_chunksize=65_536)
 
 
 def register(spark: Any) -> None:

@@ -19,12 +19,15 @@ when every such file is MAJOR_COMPACT output, which holds live rows only).
 by logical commits in a version or time range (bounds inclusive) plus one
 ``truncate`` marker row per INSERT_OVERWRITE/TRUNCATE commit. Delta's form
 (``insert``/``update_preimage``/``update_postimage``/``delete`` with full rows)
-comes from ``format("ordo")`` (``consumer.arrow``).
+comes from ``format("ordo")``.
+
+Merge-on-read and change rows are ``consumer.arrow``'s, the one implementation
+every reader shares: Spark runs them in its Python workers through the
+``ordo_files`` data source (``consumer.files_source``).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Sequence
@@ -34,12 +37,9 @@ from consumer.arrow import (  # the record and change-feed columns, declared onc
     CHANGE_TYPE,
     COMMIT_TIMESTAMP,
     COMMIT_VERSION,
-    DELETE,
     OP_COLUMN,
     SCOPE,
     SEQ_COLUMN,
-    TRUNCATE,
-    TRUNCATING_OPERATIONS,
     UPSERT,
 )
 from consumer.catalog import Catalog, Timestamp
@@ -50,9 +50,6 @@ if TYPE_CHECKING:
 
 
 _GLOB = re.compile(r"([\\\[\]{}*?])")
-# Up to this many files, file -> sequence number lookups are literal maps in the plan; above, a broadcast join.
-INLINE_FILE_LIMIT = 500
-MERGE_METHODS = ("bucket", "shuffle")
 TASK_BYTES = 128 * 1024 * 1024  # a no-shuffle read packs (partition, bucket) groups into tasks of about this size
 
 
@@ -102,64 +99,6 @@ def _scan(spark: SparkSession, files: Sequence[FileEntry], schema: Any) -> DataF
     return spark.read.schema(schema).parquet(*[_glob_escape(f.absolute_path) for f in files])
 
 
-def _with_file_info(
-    spark: SparkSession, frame: DataFrame, files: Sequence[FileEntry], location: str, extra: dict[str, Any]
-) -> DataFrame:
-    """Join each record with its file's catalog entry (``_f_seq``, ``_f_part`` and ``extra`` columns).
-
-    ``extra`` maps a column name to ``(Spark type, {file path: value})``.
-
-    Spark reports a record's file in ``_metadata.file_path`` as a URL-encoded
-    qualified path; it is decoded (a literal ``+`` survives) and matched with
-    the catalog's paths. A record whose file is not matched fails the query
-    rather than being dropped or mis-sequenced.
-    """
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import LongType, StringType, StructField, StructType
-
-    prefix = qualified_location(spark, location)
-    decoded = F.expr("url_decode(replace(_metadata.file_path, '+', '%2B'))")
-    unmatched = F.concat(F.lit("ordo: data file not in the catalog snapshot: "), F.col("_f_path"))
-    if len(files) <= INLINE_FILE_LIMIT:
-        # Few files: look the file up in literal maps (no join, no extra Spark job).
-        def lookup(values: list[tuple[str, Any]], data_type: Any) -> Any:
-            pairs = [item for key, value in values for item in (F.lit(key), F.lit(value).cast(data_type))]
-            return F.element_at(F.create_map(*pairs), F.col("_f_path"))
-
-        paths = [prefix + "/" + f.path for f in files]
-        frame = frame.withColumn("_f_path", decoded)
-        columns = {
-            "_f_seq": lookup([(p, f.added_version) for p, f in zip(paths, files, strict=True)], LongType()),
-            "_f_part": lookup(
-                [(p, json.dumps(dict(f.partition), sort_keys=True)) for p, f in zip(paths, files, strict=True)],
-                StringType(),
-            ),
-        }
-        for name, (data_type, values) in extra.items():
-            columns[name] = lookup([(p, values[f.path]) for p, f in zip(paths, files, strict=True)], data_type)
-        frame = frame.withColumns(columns)
-        return frame.withColumn(
-            "_f_seq", F.when(F.col("_f_seq").isNull(), F.raise_error(unmatched)).otherwise(F.col("_f_seq"))
-        )
-    fields = [
-        StructField("_f_path", StringType(), False),
-        StructField("_f_seq", LongType(), False),
-        StructField("_f_part", StringType(), False),
-    ]
-    for name, (data_type, _) in extra.items():
-        fields.append(StructField(name, data_type))
-    rows = []
-    for f in files:
-        row = [prefix + "/" + f.path, f.added_version, json.dumps(dict(f.partition), sort_keys=True)]
-        row.extend(values[f.path] for _, values in extra.values())
-        rows.append(tuple(row))
-    mapping = spark.createDataFrame(rows, StructType(fields))
-    joined = frame.withColumn("_f_path", decoded).join(F.broadcast(mapping), "_f_path", "left")
-    return joined.withColumn(
-        "_f_seq", F.when(F.col("_f_seq").isNull(), F.raise_error(unmatched)).otherwise(F.col("_f_seq"))
-    )
-
-
 def _no_merge_needed(files: Sequence[FileEntry]) -> bool:
     """True when a (partition, bucket)'s live files hold each key at most once (see the module docstring)."""
     if len(files) == 1:
@@ -198,17 +137,14 @@ def _merge_by_bucket(spark: SparkSession, groups: list[list[FileEntry]], schema:
     return spark.read.format(NAME).schema(schema).option("groups", option).load()
 
 
-def read_snapshot(spark: SparkSession, snapshot: Snapshot, merge: str = "bucket") -> DataFrame:
+def read_snapshot(spark: SparkSession, snapshot: Snapshot) -> DataFrame:
     """The table's rows at ``snapshot``: merge-on-read of its live files, table columns only.
 
-    ``merge="bucket"`` (the default) merges each (partition, bucket) in one
-    task with pyarrow (the plan has no Exchange); ``merge="shuffle"`` is the
-    older plan, one ``groupBy`` over every record to be merged.
+    Groups that need no merge are a plain Parquet scan; the others are merged
+    each (partition, bucket) in one task with pyarrow (the plan has no
+    Exchange).
     """
     from pyspark.sql import functions as F
-
-    if merge not in MERGE_METHODS:
-        raise ValueError(f"merge must be one of {list(MERGE_METHODS)}, not {merge!r}")
 
     metadata = snapshot.metadata
     schema = table_schema(spark, metadata.schema)
@@ -218,7 +154,6 @@ def read_snapshot(spark: SparkSession, snapshot: Snapshot, merge: str = "bucket"
         raise ValueError(f"table {snapshot.table!r}: key/partition columns {missing} are not in its schema")
     if not snapshot.files:
         return spark.createDataFrame([], schema)
-    file_schema = _file_schema(schema)
     # the unit of merge-on-read: a (partition, bucket); every record of a key is in its bucket's files
     groups: dict[tuple[tuple[tuple[str, str], ...], int], list[FileEntry]] = {}
     for f in snapshot.files:
@@ -232,26 +167,14 @@ def read_snapshot(spark: SparkSession, snapshot: Snapshot, merge: str = "bucket"
             to_merge.append(group)
     frames = []
     if direct:
-        frame = _scan(spark, direct, file_schema)
+        frame = _scan(spark, direct, _file_schema(schema))
         if not all(f.operation == "MAJOR_COMPACT" for f in direct):
             # delete records to drop; a MAJOR_COMPACT holds live rows only (the writer contract, docs/writer.md),
             # which spares its readers reading and testing the op column (~30 % of a plain Parquet read)
             frame = frame.where(F.col(OP_COLUMN) == UPSERT)
         frames.append(frame.select(*[F.col(_quote(c)) for c in columns]))
-    if to_merge and merge == "bucket":
+    if to_merge:
         frames.append(_merge_by_bucket(spark, to_merge, schema, metadata))
-    elif to_merge:
-        files = [f for g in to_merge for f in g]
-        keys = list(metadata.primary_key)
-        frame = _with_file_info(spark, _scan(spark, files, file_schema), files, metadata.location, {})
-        seq = F.coalesce(F.col(SEQ_COLUMN), F.col("_f_seq"))
-        payload = F.struct(*[F.col(_quote(c)).alias(c) for c in columns], F.col(OP_COLUMN).alias(OP_COLUMN))
-        # Highest effective sequence number wins; on a tie (a writer broke the one-record-per-key-per-commit
-        # contract) the upsert wins, so the result is deterministic.
-        order = F.struct(seq.alias("s"), F.col(OP_COLUMN).alias("o"))
-        winners = frame.groupBy("_f_part", *[F.col(_quote(k)) for k in keys]).agg(F.max_by(payload, order).alias("_w"))
-        live = winners.where(F.col("_w").getField(OP_COLUMN) != DELETE)
-        frames.append(live.select(*[F.col("_w").getField(c).alias(c) for c in columns]))
     result = frames[0]
     for other in frames[1:]:
         result = result.unionByName(other)
@@ -264,15 +187,13 @@ def read(
     version: int | None = None,
     timestamp: Timestamp | None = None,
     catalog: Catalog | str | os.PathLike[str] | None = None,
-    merge: str = "bucket",
 ) -> DataFrame:
     """The table at ID ``version``, as of ``timestamp``, or at the head (table columns only).
 
     ``catalog`` is a ``Catalog``, a catalog location, or None for ``ORDO_CATALOG``.
     Raises ``TableNotFoundError`` / ``VersionNotFoundError`` like ``Catalog.snapshot``.
-    ``merge`` is ``read_snapshot``'s.
     """
-    return read_snapshot(spark, _catalog(catalog).snapshot(table, version=version, timestamp=timestamp), merge)
+    return read_snapshot(spark, _catalog(catalog).snapshot(table, version=version, timestamp=timestamp))
 
 
 def change_schema(schema: Any) -> Any:
@@ -309,74 +230,17 @@ def changes(
     it cleared the whole table; apply it before that version's other rows.
     Compaction and clustering never contribute rows. Row order is unspecified.
     """
-    from pyspark.sql import Row
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import LongType, StringType, TimestampType
+    from consumer.arrow import COMPACT_FORM, TableShape, plan_commit
+    from consumer.files_source import NAME, arrow_schema, commits_option, register
 
     cat = _catalog(catalog)
-    info = cat.table(table)
-    schema = table_schema(spark, info.metadata.schema)
-    columns = [f.name for f in schema.fields]
-    out_schema = change_schema(schema)
-    found = cat.commits(table, start, end, by=by)
-    files = [f for c in found for f in c.added_files if f.data_change]
-    markers = []
-    for commit in found:
-        if commit.operation.value in TRUNCATING_OPERATIONS:
-            scope = None
-            if commit.partitions is not None and info.metadata.partition_columns:
-                scope = json.dumps([dict(p) for p in commit.partitions], sort_keys=True, separators=(",", ":"))
-            values = dict.fromkeys(columns)
-            values.update(
-                {
-                    CHANGE_TYPE: TRUNCATE,
-                    COMMIT_VERSION: commit.id_version,
-                    COMMIT_TIMESTAMP: commit.timestamp,
-                    SCOPE: scope,
-                }
-            )
-            markers.append(Row(**values))
-    frames = []
-    if markers:
-        frames.append(
-            spark.createDataFrame([tuple(r[c] for c in out_schema.fieldNames()) for r in markers], out_schema)
-        )
-    if files:
-        versions = {f.path: f.added_version for f in files}
-        stamps = {c.id_version: c.timestamp for c in found}
-        extra: dict[str, tuple[Any, dict[str, Any]]] = {
-            "_c_version": (LongType(), versions),
-            "_c_time": (TimestampType(), {path: stamps[v] for path, v in versions.items()}),
-        }
-        types = {f.name: f.dataType for f in schema.fields}
-        partition_columns = info.metadata.partition_columns
-        for i, column in enumerate(partition_columns):
-            extra[f"_c_part{i}"] = (StringType(), {f.path: f.partition.get(column) for f in files})
-        frame = _with_file_info(spark, _scan(spark, files, _file_schema(schema)), files, info.metadata.location, extra)
-
-        def output(column: str) -> Any:
-            if column not in partition_columns:
-                return F.col(_quote(column))
-            # a delete record may leave its partition columns null: the file's partition says where it applies
-            index = partition_columns.index(column)
-            from_file = F.col(f"_c_part{index}").cast(types[column])
-            return F.coalesce(F.col(_quote(column)), from_file).alias(column)
-
-        frames.append(
-            frame.select(
-                *[output(c) for c in columns],
-                F.col(OP_COLUMN).alias(CHANGE_TYPE),
-                F.col("_c_version").alias(COMMIT_VERSION),
-                F.col("_c_time").alias(COMMIT_TIMESTAMP),
-                F.lit(None).cast("string").alias(SCOPE),
-            )
-        )
-    if not frames:
-        return spark.createDataFrame([], out_schema)
-    result = frames[0]
-    for other in frames[1:]:
-        result = result.unionByName(other)
-    return result
+    metadata = cat.table(table).metadata
+    schema = table_schema(spark, metadata.schema)
+    shape = TableShape(arrow_schema(schema), tuple(metadata.primary_key), tuple(metadata.partition_columns))
+    plans = [plan_commit(c, (), shape) for c in cat.commits(table, start, end, by=by)]  # the compact form reads
+    register(spark)  # only each commit's own files
+    option = commits_option(plans, metadata.primary_key, metadata.partition_columns, COMPACT_FORM)
+    return spark.read.format(NAME).schema(change_schema(schema)).option("commits", option).load()
 
 
 __all__ = [

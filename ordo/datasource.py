@@ -64,6 +64,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from consumer.arrow import CHANGE_COLUMNS
 from ordo.errors import OrdoError
 from ordo.settings import Settings, load_settings, parse_bool
 from schemas.models import ddl_columns as _ddl_columns
@@ -79,7 +80,6 @@ SETTINGS_OPTIONS = {
     "ordo.requiresignatures": "require_signatures",
 }
 FORM_OPTION = "ordo.changefeedform"
-CHANGE_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp", "_scope")
 DEFAULT_WAIT = 60.0
 STREAM_RETRIES = 5
 BATCH_ALREADY_COMMITTED = Reason.BATCH_ALREADY_COMMITTED
@@ -363,12 +363,11 @@ class OrdoDataSource(DataSource):
 
 
 def _shape(table: _Table, schema: StructType) -> Any:
-    from pyspark.sql.pandas.types import to_arrow_schema
-
     from consumer.arrow import TableShape
+    from consumer.files_source import arrow_schema
 
     fields = [f for f in schema.fields if f.name not in CHANGE_COLUMNS]
-    arrow = to_arrow_schema(StructType(fields))
+    arrow = arrow_schema(StructType(fields))
     return TableShape(arrow, tuple(table.metadata.primary_key), tuple(table.metadata.partition_columns))
 
 
@@ -767,8 +766,7 @@ def _idempotent_write(options: Mapping[str, str]) -> tuple[str | None, int | Non
 
 def _check_write_schema(table: _Table, schema: StructType) -> Any:
     """The arrow schema to write (table order); ``SchemaMismatchError`` when the rows' columns differ."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
+    from consumer.files_source import arrow_schema
     from producer.data import SchemaMismatchError
 
     wanted = ddl_columns(table.metadata.schema)
@@ -784,7 +782,7 @@ def _check_write_schema(table: _Table, schema: StructType) -> Any:
         raise SchemaMismatchError(
             f"the rows do not match table {table.name}: missing {missing}, unexpected {extra}, wrong types {wrong}"
         )
-    return to_arrow_schema(StructType([have[n] for n, _ in wanted]))
+    return arrow_schema(StructType([have[n] for n, _ in wanted]))
 
 
 class _Writing:

@@ -1,148 +1,51 @@
 """Reading a table's data files without Spark, for the CLI (``ordo show``, ``ordo changes --rows``, ``ordo vacuum``).
 
-The files follow the writer contract (docs/writer.md): Parquet with every
-table column plus ``_ordo_op`` (``upsert``/``delete``) and ``_ordo_seq`` (NULL
-in files of user commits, whose records take the ID version that added the
-file; the original sequence number in compaction output). pyarrow reads them
-in a fraction of a second where a Spark session takes ten to start; Spark
-remains the reader for data-sized work (``consumer.spark``).
+The reading itself is ``consumer.arrow``'s, the one merge-on-read and change
+feed that Spark reads (through the ``ordo`` and ``ordo_files`` data sources)
+and these commands share; this module shapes its results for the CLI.
+pyarrow reads in a fraction of a second where a Spark session takes ten to
+start; Spark remains the reader for data-sized work (``consumer.spark``).
 """
 
 from __future__ import annotations
 
-import json
-import re
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from ordo.errors import OrdoError
+from consumer.arrow import COMPACT_FORM, FileRef, TableShape, filesystem, live_rows, merge_groups, plan_commit
+from consumer.arrow import change_rows as _change_rows
+from consumer.errors import DataFileError
 from schemas.models import ddl_columns
-from schemas.operations import OP_COLUMN, SEQ_COLUMN, TRUNCATING_OPERATIONS
 
 if TYPE_CHECKING:
-    from consumer.models import Commit, FileEntry, Snapshot
-
-_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-
-
-class DataFileError(OrdoError):
-    """Raised when a data file the catalog lists cannot be read (moved, deleted, or unreachable storage)."""
-
-
-def filesystem(path: str) -> tuple[Any, str]:
-    """``(pyarrow FileSystem, path within it)`` for a local path, ``file:`` URI or any URI pyarrow knows."""
-    from pyarrow import fs
-
-    if path.startswith("file:"):
-        return fs.LocalFileSystem(), re.sub(r"^file:(//)?", "", path)
-    if _SCHEME.match(path):
-        return fs.FileSystem.from_uri(path)  # type: ignore[no-any-return]
-    return fs.LocalFileSystem(), path
-
-
-def read_file(entry: FileEntry, columns: Sequence[str] | None = None) -> Any:
-    """One data file as a pyarrow Table (only ``columns`` when given); ``DataFileError`` if unreadable.
-
-    A requested column the file lacks (added by ALTER TABLE after it was written) reads as NULL.
-    """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    fs, path = filesystem(entry.absolute_path)
-    try:
-        if columns is None:
-            return pq.read_table(path, filesystem=fs)
-        with fs.open_input_file(path) as handle:
-            parquet = pq.ParquetFile(handle)
-            present = set(parquet.schema_arrow.names)
-            table = parquet.read(columns=[c for c in columns if c in present])
-    except (OSError, ValueError) as exc:
-        raise DataFileError(f"cannot read data file {entry.absolute_path}: {exc}") from exc
-    for column in columns:
-        if column not in present:
-            table = table.append_column(column, pa.nulls(table.num_rows))
-    return table.select(list(columns))
+    from consumer.models import Commit, Snapshot
+    from schemas import TableMetadata
 
 
 def live_row_count(snapshot: Snapshot) -> int:
-    """Rows a reader sees at ``snapshot`` (merge-on-read), reading only the key and ordo columns.
-
-    Per partition and primary key the record with the highest effective
-    sequence number wins (an upsert beats a delete on a tie, as in
-    ``consumer.spark.read``); a winning delete hides the key.
-    """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
+    """Rows a reader sees at ``snapshot`` (merge-on-read), reading only the key and partition columns."""
     metadata = snapshot.metadata
-    keys = [*metadata.partition_columns, *metadata.primary_key]
-    keys = list(dict.fromkeys(keys))
-    parts = []
-    for entry in snapshot.files:
-        if entry.record_count == 0:
-            continue
-        table = read_file(entry, [*keys, OP_COLUMN, SEQ_COLUMN])
-        seq = pc.coalesce(table[SEQ_COLUMN].cast(pa.int64()), pa.scalar(entry.added_version, pa.int64()))
-        upsert = pc.equal(table[OP_COLUMN], pa.scalar("upsert")).cast(pa.int64())
-        rank = pc.add(pc.multiply(seq, pa.scalar(2, pa.int64())), upsert)  # upsert wins a tie
-        columns = {}
-        for column in keys:
-            values = table[column]
-            if column in metadata.partition_columns:
-                # a delete record may leave its partition column null: the file's partition says where it is
-                fill = pa.scalar(entry.partition.get(column), pa.string())
-                values = pc.coalesce(values.cast(pa.string()), fill)
-            columns[column] = values
-        columns["_rank"] = rank
-        parts.append(pa.table(columns))
-    if not parts:
-        return 0
-    merged = pa.concat_tables(parts, promote_options="permissive")
-    winners = merged.group_by(keys, use_threads=False).aggregate([("_rank", "max")])
-    live = pc.equal(pc.bit_wise_and(winners["_rank_max"], pa.scalar(1, pa.int64())), pa.scalar(1, pa.int64()))
-    return int(pc.sum(live.cast(pa.int64())).as_py() or 0)
+    shape = TableShape.of(metadata, columns=[*metadata.partition_columns, *metadata.primary_key])
+    refs = [FileRef.of(f) for f in snapshot.files if f.record_count]
+    return sum(
+        live_rows(group, shape, merge=merge).num_rows for group, merge in merge_groups(refs, shape.partition_columns)
+    )
 
 
-def change_rows(commits: Iterable[Commit], columns: Sequence[str], partition_columns: Sequence[str]) -> list[dict]:
-    """The change feed of ``commits`` as plain rows (the same rows as ``consumer.spark.changes``).
+def change_rows(commits: Iterable[Commit], metadata: TableMetadata) -> list[dict]:
+    """The change feed of ``commits`` in the compact form as plain rows (``consumer.arrow.change_rows``).
 
-    Each row holds the table ``columns`` plus ``_change_type`` (``upsert``,
+    Each row holds the table's columns plus ``_change_type`` (``upsert``,
     ``delete`` or ``truncate``), ``_commit_version``, ``_commit_timestamp`` and
     ``_scope``; a version's ``truncate`` row comes before its other rows.
     Compaction and clustering contribute nothing.
     """
+    shape = TableShape.of(metadata)
     rows: list[dict] = []
     for commit in sorted(commits, key=lambda c: c.id_version):
-        if not commit.data_change:
-            continue
-        if commit.operation.value in TRUNCATING_OPERATIONS:
-            scope = None
-            if commit.partitions is not None and partition_columns:
-                scope = json.dumps([dict(p) for p in commit.partitions], sort_keys=True, separators=(",", ":"))
-            row = dict.fromkeys(columns)
-            row.update(
-                _change_type="truncate",
-                _commit_version=commit.id_version,
-                _commit_timestamp=commit.timestamp,
-                _scope=scope,
-            )
-            rows.append(row)
-        for entry in commit.added_files:
-            if not entry.data_change or entry.record_count == 0:
-                continue
-            for record in read_file(entry, [*columns, OP_COLUMN]).to_pylist():
-                row = {c: record.get(c) for c in columns}
-                for column in partition_columns:
-                    if row.get(column) is None:
-                        row[column] = entry.partition.get(column)
-                row.update(
-                    _change_type=record[OP_COLUMN],
-                    _commit_version=commit.id_version,
-                    _commit_timestamp=commit.timestamp,
-                    _scope=None,
-                )
-                rows.append(row)
+        if commit.data_change:
+            rows.extend(_change_rows(plan_commit(commit, (), shape), shape, COMPACT_FORM).to_pylist())
     return rows
 
 
-__all__ = ["DataFileError", "change_rows", "ddl_columns", "filesystem", "live_row_count", "read_file"]
+__all__ = ["DataFileError", "change_rows", "ddl_columns", "filesystem", "live_row_count"]

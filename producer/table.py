@@ -796,19 +796,12 @@ class DeltaTable:
 
     # ------------------------------------------------------------------ reads (delegated to the consumer)
 
-    def read(
-        self, version: int | None = None, timestamp: datetime | str | None = None, *, merge: str = "bucket"
-    ) -> DataFrame:
-        """The table as a DataFrame at the head, an ID ``version`` or a ``timestamp`` (time travel).
-
-        ``merge="bucket"`` merges each (partition, bucket) in one task (no shuffle);
-        ``merge="shuffle"`` is the older plan (one ``groupBy`` over the records to merge).
-        """
+    def read(self, version: int | None = None, timestamp: datetime | str | None = None) -> DataFrame:
+        """The table as a DataFrame at the head, an ID ``version`` or a ``timestamp`` (time travel): merge-on-read,
+        each (partition, bucket) in one task (no shuffle)."""
         from consumer.spark import read
 
-        return read(
-            self.spark, self.name, version=version, timestamp=timestamp, catalog=self._conn.catalog, merge=merge
-        )
+        return read(self.spark, self.name, version=version, timestamp=timestamp, catalog=self._conn.catalog)
 
     def toDF(self) -> DataFrame:
         """Delta's name for ``read()``: the table at the head (under ``alias()``'s name when given)."""

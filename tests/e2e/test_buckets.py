@@ -44,7 +44,6 @@ def check(spark: Any, table: DeltaTable, model: dict[tuple[str, int], str | None
     df = table.read()
     assert "Exchange" not in plan_text(df), plan_text(df)
     assert state(df) == model
-    assert state(table.read(merge="shuffle")) == model
     assert state(spark.read.format("ordo").load(table.name)) == model
     buckets = table.layout.buckets
     for entry in table.snapshot().files:

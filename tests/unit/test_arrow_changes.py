@@ -256,3 +256,36 @@ def test_a_whole_table_scope_is_logged_once(caplog: pytest.LogCaptureFixture) ->
         "DELETE on scope_log_table has whole-table scope (its condition pins no partition with equality "
         "predicates): it conflicts with writes in every partition"
     ) == 1
+
+
+def _spark_types() -> list[Any]:
+    from pyspark.sql import types as T
+
+    point = T.StructType(
+        [T.StructField("x", T.DoubleType()), T.StructField("y", T.MapType(T.StringType(), T.DateType()))]
+    )
+    nested = T.StructType([T.StructField("a", T.IntegerType()), T.StructField("b", T.ArrayType(T.StringType()))])
+    return [
+        T.BooleanType(), T.ByteType(), T.ShortType(), T.IntegerType(), T.LongType(), T.FloatType(), T.DoubleType(),
+        T.StringType(), T.BinaryType(), T.DateType(), T.TimestampType(), T.TimestampNTZType(), T.DecimalType(10, 2),
+        T.DecimalType(38, 0), T.ArrayType(T.LongType()), T.MapType(T.StringType(), T.IntegerType()), nested,
+        T.ArrayType(point),
+    ]  # fmt: skip
+
+
+def test_arrow_type_is_sparks_mapping_without_spark() -> None:
+    """``TableShape.of`` reads a table's DDL (Spark's ``simpleString`` per column) with ``arrow_type``: the Arrow
+    types Spark's own mapping gives, for every type a column can have."""
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    from consumer.arrow import arrow_type
+
+    for data_type in _spark_types():
+        assert arrow_type(data_type.simpleString()) == to_arrow_type(data_type, timezone="UTC"), data_type
+
+
+def test_arrow_type_refuses_a_type_it_does_not_know() -> None:
+    from consumer.arrow import arrow_type
+
+    with pytest.raises(ValueError, match="no Arrow type for the Spark type 'interval day'"):
+        arrow_type("interval day")
