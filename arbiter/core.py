@@ -27,6 +27,7 @@ from datetime import datetime
 from arbiter.policy import (
     DEFAULT_POLICY,
     POLICY_PROPERTY,
+    REBASE_OF,
     Policy,
     PolicyError,
     Resolution,
@@ -34,13 +35,11 @@ from arbiter.policy import (
 )
 from schemas import (
     OP_CLASS,
-    TRAITS,
     CodecError,
     CommitDecision,
     CommitIntent,
     DataFile,
     OpClass,
-    Operation,
     Outcome,
     Reason,
     Rebase,
@@ -52,7 +51,7 @@ from schemas.buckets import table_buckets
 from schemas.codec import DEFAULT_CODEC, trusted
 from schemas.decisionlog import GENESIS_HASH, BrokenLogError, LogHead, already_live, check, not_live
 from schemas.models import MAX_ID_LENGTH, datetime_to_millis, millis_to_datetime, parse_ddl
-from schemas.operations import RESERVED_COLUMNS, RESERVED_PREFIX
+from schemas.operations import REGISTRY, RESERVED_COLUMNS, RESERVED_PREFIX, Check, Removes
 from schemas.paths import FILE_NAME_PATTERN, partition_path, split_data_file_path, write_id_of
 
 MAX_TIMESTAMP_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last instant a datetime holds
@@ -63,30 +62,57 @@ DEDUPE_WINDOW = 1_000_000
 # rejected (FILE_NOT_LIVE): safe, and it bounds memory.
 LINEAGE_WINDOW = 100_000
 
-_REBASE_OF = {
-    Resolution.LATER_OVERWRITES: Rebase.LATER_OVERWRITES,
-    Resolution.COMPACTION_COMPLETES: Rebase.COMPACTION_COMPLETES,
-    Resolution.NEW_DATA_WRITTEN: Rebase.NEW_DATA_WRITTEN,
-}
-
 PartitionKey = tuple[str, ...]
 Last = tuple[int, str]  # (id version, txn id) of the latest commit of one class in one scope
 
 
 # Hot-path constants: enum class attributes and ``Operation`` properties cost a call each in Python 3.11.
+# Every set below is read off the operation registry (``schemas.operations.REGISTRY``); none lists operations.
 _CLASSES = tuple(OpClass)
-_REWRITES = frozenset(op for op, t in TRAITS.items() if t.rewrites)
-_TRUNCATES = frozenset(op for op, t in TRAITS.items() if t.truncates)
-_ADDS_NO_FILES = frozenset(op for op, t in TRAITS.items() if not t.adds_files)
-_NAMES_NO_REMOVED = frozenset(op for op, t in TRAITS.items() if not t.removes_files)
-_DATA_CHANGES = frozenset(op for op, t in TRAITS.items() if t.data_change)
-_CREATE_TABLE = Operation.CREATE_TABLE
+_REWRITES = frozenset(op for op, t in REGISTRY.items() if t.removes is Removes.NAMED)
+_TRUNCATES = frozenset(op for op, t in REGISTRY.items() if t.removes is Removes.SCOPE)
+_ADDS_NO_FILES = frozenset(op for op, t in REGISTRY.items() if not t.adds_files)
+_NAMES_NO_REMOVED = frozenset(op for op, t in REGISTRY.items() if t.removes is Removes.NOTHING)
+_DATA_CHANGES = frozenset(op for op, t in REGISTRY.items() if t.data_change)
+_CREATES = frozenset(op for op, t in REGISTRY.items() if Check.CREATE in t.checks)
+_ALTERS = frozenset(op for op, t in REGISTRY.items() if Check.ALTER in t.checks)  # metadata after the change
+_CARRIES_METADATA = frozenset(op for op, t in REGISTRY.items() if t.metadata)
+_WHOLE_PARTITIONS = frozenset(  # rewrites that must rewrite every file of a partition they touch
+    op for op, t in REGISTRY.items() if Reason.INCOMPLETE_REWRITE in t.reasons
+)
 _MALFORMED_INTENT = str(Reason.MALFORMED_INTENT)
-_MINOR_COMPACT = Operation.MINOR_COMPACT
-_METADATA_ONLY = frozenset(op for op, t in TRAITS.items() if t.metadata_only and op is not Operation.CREATE_TABLE)
+# The class whose last commit makes every older snapshot stale (SCHEMA_CHANGED): ALTER's, the registry's fixed row.
 _ALTER = OpClass.ALTER
 _ACCEPTED = Outcome.ACCEPTED
 _LATER_FAILS = Resolution.LATER_FAILS
+
+# The decision template: every field in ``CommitDecision`` order, at its value when nothing was decided.
+# Each decision is this dict with the fields its path sets (``_decision``).
+_BLANK: dict[str, object] = {
+    "txn_id": "",
+    "table": "",
+    "intent_offset": -1,
+    "outcome": Outcome.REJECTED,
+    "id_version": None,
+    "time_version": None,
+    "operation": None,
+    "read_version": None,
+    "partitions": None,
+    "added_files": (),
+    "removed_files": (),
+    "metadata": None,
+    "rebase": Rebase.NONE,
+    "reason": None,
+    "message": None,
+    "conflicting_txn_id": None,
+    "conflicting_version": None,
+    "writer": None,
+    "app_id": None,
+    "batch_id": None,
+    "duplicate_of": None,
+    "prev_hash": GENESIS_HASH,
+}
+assert tuple(_BLANK) == tuple(CommitDecision.model_fields), "the template lists CommitDecision's fields in order"
 
 
 @dataclass(slots=True)
@@ -203,33 +229,29 @@ def evaluate(state: TableState, intent: CommitIntent, record_timestamp: int, off
 
 def reject_malformed(state: TableState, offset: int, error: str, txn_id: str = "") -> CommitDecision:
     """The decision for an intent record that could not be decoded or validated."""
-    return trusted(
-        CommitDecision,
-        {
-            "txn_id": txn_id,
-            "table": state.table,
-            "intent_offset": offset,
-            "outcome": Outcome.REJECTED,
-            "id_version": None,
-            "time_version": None,
-            "operation": None,
-            "read_version": None,
-            "partitions": None,
-            "added_files": (),
-            "removed_files": (),
-            "metadata": None,
-            "rebase": Rebase.NONE,
-            "reason": _MALFORMED_INTENT,
-            "message": error[:1000],
-            "conflicting_txn_id": None,
-            "conflicting_version": None,
-            "writer": None,
-            "app_id": None,
-            "batch_id": None,
-            "duplicate_of": None,
-            "prev_hash": state.chain,
-        },
-    )
+    record = {**_BLANK, "table": state.table, "intent_offset": offset, "prev_hash": state.chain}
+    record["txn_id"] = txn_id
+    record["reason"] = _MALFORMED_INTENT
+    record["message"] = error[:1000]
+    return trusted(CommitDecision, record)
+
+
+def _decision(state: TableState, intent: CommitIntent, offset: int, fields: dict[str, object]) -> CommitDecision:
+    """The decision template filled for ``intent`` (what every answer to it repeats), then ``fields``."""
+    record = {
+        **_BLANK,
+        "txn_id": intent.txn_id,
+        "table": state.table,
+        "intent_offset": offset,
+        "operation": intent.operation,
+        "read_version": intent.read_version,
+        "writer": intent.writer,
+        "app_id": intent.app_id,
+        "batch_id": intent.batch_id,
+        "prev_hash": state.chain,
+    }
+    record.update(fields)
+    return trusted(CommitDecision, record)
 
 
 def evaluate_record(state: TableState, value: bytes | None, record_timestamp: int, offset: int) -> CommitDecision:
@@ -268,62 +290,35 @@ def _first_error(exc: ValueError) -> str:
 
 
 def _repeat(state: TableState, intent: CommitIntent, offset: int, previous: TxnRecord) -> CommitDecision:
-    return trusted(
-        CommitDecision,
+    return _decision(
+        state,
+        intent,
+        offset,
         {
-            "txn_id": intent.txn_id,
-            "table": state.table,
-            "intent_offset": offset,
             "outcome": previous.outcome,
             "id_version": previous.id_version,
             "time_version": previous.time_version,
-            "operation": intent.operation,
-            "read_version": intent.read_version,
-            "partitions": None,
-            "added_files": (),
-            "removed_files": (),
-            "metadata": None,
-            "rebase": Rebase.NONE,
             "reason": previous.reason,
             "message": f"txn {intent.txn_id} was already decided at intent offset {previous.offset}",
             "conflicting_txn_id": previous.conflicting_txn_id,
             "conflicting_version": previous.conflicting_version,
-            "writer": intent.writer,
-            "app_id": intent.app_id,
-            "batch_id": intent.batch_id,
             "duplicate_of": previous.offset,
-            "prev_hash": state.chain,
         },
     )
 
 
 def _reject(state: TableState, intent: CommitIntent, offset: int, rejection: _Reject) -> CommitDecision:
     conflicting = rejection.conflicting
-    return trusted(
-        CommitDecision,
+    return _decision(
+        state,
+        intent,
+        offset,
         {
-            "txn_id": intent.txn_id,
-            "table": state.table,
-            "intent_offset": offset,
-            "outcome": Outcome.REJECTED,
-            "id_version": None,
-            "time_version": None,
-            "operation": intent.operation,
-            "read_version": intent.read_version,
             "partitions": intent.partitions,
-            "added_files": (),
-            "removed_files": (),
-            "metadata": None,
-            "rebase": Rebase.NONE,
             "reason": rejection.reason,
             "message": rejection.message[:1000],
             "conflicting_txn_id": conflicting[1] if conflicting else None,
             "conflicting_version": conflicting[0] if conflicting else None,
-            "writer": intent.writer,
-            "app_id": intent.app_id,
-            "batch_id": intent.batch_id,
-            "duplicate_of": None,
-            "prev_hash": state.chain,
         },
     )
 
@@ -335,11 +330,11 @@ def _accept(state: TableState, intent: CommitIntent, record_timestamp: int, offs
             Reason.TABLE_MISMATCH, f"intent names table {intent.table!r} but was published for {state.table!r}"
         )
     operation = intent.operation
-    if operation is _CREATE_TABLE:
+    if operation in _CREATES:
         return _create(state, intent, record_timestamp, offset)
     if state.metadata is None or state.policy is None:
         raise _Reject(Reason.UNKNOWN_TABLE, f"table {state.table!r} does not exist (no CREATE_TABLE accepted)")
-    if intent.metadata is not None and operation not in _METADATA_ONLY:
+    if intent.metadata is not None and operation not in _ALTERS:
         # The message predates ALTER_TABLE; it stays as logged so that replays of older logs match.
         raise _Reject(Reason.INVALID_OPERATION, "metadata may only be given with CREATE_TABLE")
     if intent.read_version > state.head_version:
@@ -355,7 +350,7 @@ def _accept(state: TableState, intent: CommitIntent, record_timestamp: int, offs
             f"version {intent.read_version}: read the table again and redo the work against the new schema",
             altered,
         )
-    metadata = _check_alter(state, intent) if operation in _METADATA_ONLY else None
+    metadata = _check_alter(state, intent) if operation in _ALTERS else None
     scope = _scope(state, intent)
     _check_files(state, intent, scope)
     _check_batch(state, intent)
@@ -377,31 +372,19 @@ def _accept(state: TableState, intent: CommitIntent, record_timestamp: int, offs
         if millis > MAX_TIMESTAMP_MS:
             raise _Reject(Reason.MALFORMED_INTENT, "no time version is left after 9999-12-31 for this table")
         time_version = millis_to_datetime(millis)
-    return trusted(
-        CommitDecision,
+    return _decision(
+        state,
+        intent,
+        offset,
         {
-            "txn_id": intent.txn_id,
-            "table": state.table,
-            "intent_offset": offset,
             "outcome": _ACCEPTED,
             "id_version": version,
             "time_version": time_version,
-            "operation": operation,
-            "read_version": intent.read_version,
             "partitions": intent.partitions,
             "added_files": added,
             "removed_files": removed,
             "metadata": metadata,
             "rebase": rebase,
-            "reason": None,
-            "message": None,
-            "conflicting_txn_id": None,
-            "conflicting_version": None,
-            "writer": intent.writer,
-            "app_id": intent.app_id,
-            "batch_id": intent.batch_id,
-            "duplicate_of": None,
-            "prev_hash": state.chain,
         },
     )
 
@@ -422,31 +405,17 @@ def _create(state: TableState, intent: CommitIntent, record_timestamp: int, offs
         raise _Reject(Reason.INVALID_METADATA, str(exc)) from None
     if intent.added_files or intent.removed_files:
         raise _Reject(Reason.INVALID_OPERATION, "CREATE_TABLE cannot add or remove files")
-    return trusted(
-        CommitDecision,
+    return _decision(
+        state,
+        intent,
+        offset,
         {
-            "txn_id": intent.txn_id,
-            "table": state.table,
-            "intent_offset": offset,
-            "outcome": Outcome.ACCEPTED,
+            "outcome": _ACCEPTED,
             "id_version": 0,
             "time_version": millis_to_datetime(record_timestamp),
-            "operation": Operation.CREATE_TABLE,
-            "read_version": intent.read_version,
-            "partitions": None,
-            "added_files": (),
-            "removed_files": (),
             "metadata": metadata,
-            "rebase": Rebase.NONE,
-            "reason": None,
-            "message": None,
-            "conflicting_txn_id": None,
-            "conflicting_version": None,
-            "writer": intent.writer,
             "app_id": None,
             "batch_id": None,
-            "duplicate_of": None,
-            "prev_hash": state.chain,
         },
     )
 
@@ -732,7 +701,7 @@ def _check_conflicts(
             if worst is None or newest[0] > worst[0]:
                 worst = newest
         else:
-            rebase = _REBASE_OF[resolution]
+            rebase = REBASE_OF[resolution]
     if worst is not None:
         raise _Reject(
             Reason.CONFLICT_LATER_FAILS,
@@ -780,7 +749,7 @@ def _check_rewrite(
                 f"added file {data_file.path[:200]!r} lies in partition {list(key)!r}, "
                 f"where {intent.operation.value} rewrites no file",
             )
-    if intent.operation is _MINOR_COMPACT:
+    if intent.operation not in _WHOLE_PARTITIONS:
         return
     gone = set(removed)
     versions = state.data_versions
@@ -872,12 +841,12 @@ def apply(
     state.head_version = version
     if decision.time_version is not None:
         state.head_time_ms = datetime_to_millis(decision.time_version)
-    if operation is _CREATE_TABLE:
+    if operation in _CREATES:
         assert decision.metadata is not None
         state.metadata = decision.metadata
         state.policy = load_policy(decision.metadata.properties.get(POLICY_PROPERTY, DEFAULT_POLICY))
         return state
-    if operation in _METADATA_ONLY:  # ALTER_TABLE: the new metadata (no files); its class is recorded below
+    if operation in _CARRIES_METADATA:  # ALTER_TABLE: the new metadata (no files); its class is recorded below
         assert decision.metadata is not None
         state.metadata = decision.metadata
     assert state.metadata is not None

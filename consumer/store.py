@@ -49,8 +49,9 @@ from typing import Any, NamedTuple
 from consumer.errors import repair_hint
 from consumer.models import datetime_to_ms, metadata_to_dict
 from consumer.stores import CatalogStore, Connection, open_store, scalar
-from schemas import CommitDecision, Operation, Outcome, TableMetadata
+from schemas import CommitDecision, Outcome, TableMetadata
 from schemas.decisionlog import GENESIS_HASH, BrokenLogError, LogHead, already_live, check, not_live
+from schemas.operations import REGISTRY, CatalogEffect
 
 log = logging.getLogger("ordo.consumer.store")
 
@@ -718,7 +719,8 @@ class CatalogWriter:
         assert operation is not None and version is not None  # decisionlog.check: INCOMPLETE
         conn = self._conn
         table_id = state.table_id
-        if operation is Operation.CREATE_TABLE:
+        spec = REGISTRY[operation]  # what this operation does to the catalog (schemas.operations)
+        if spec.catalog is CatalogEffect.CREATE:
             assert decision.metadata is not None and decision.time_version is not None  # decisionlog.check
             millis = datetime_to_ms(decision.time_version)
             conn.execute(
@@ -729,7 +731,7 @@ class CatalogWriter:
             return _Applied(0, 0, 0, 0, True, millis, created)
         metadata = state.metadata
         assert metadata is not None and state.head_time_ms is not None  # decisionlog.check: NO_CREATE
-        if operation.data_change:
+        if spec.data_change:
             assert decision.time_version is not None  # decisionlog.check: TIME_VERSION
             own_ms: int | None = datetime_to_ms(decision.time_version)
             effective_ms = own_ms
@@ -737,7 +739,9 @@ class CatalogWriter:
             own_ms = None
             effective_ms = state.head_time_ms
         updates: dict[str, Any] = {}
-        if operation.traits.metadata_only:  # ALTER_TABLE: the metadata from this version on (older stays readable)
+        if (
+            spec.catalog is CatalogEffect.METADATA
+        ):  # ALTER_TABLE: the metadata from this version on (older stays readable)
             assert decision.metadata is not None  # decisionlog.check: NO_METADATA
             new_json = _metadata_json(decision.metadata)
             conn.execute(
@@ -756,7 +760,7 @@ class CatalogWriter:
                 raise not_live(decision, cursor.rowcount, record.offset)
         columns = metadata.partition_columns
         added = decision.added_files
-        data_change = 1 if operation.data_change else 0
+        data_change = 1 if spec.data_change else 0
         if added:
             rows = []
             cache: dict[tuple[tuple[str, str], ...], str] = {}
