@@ -36,6 +36,7 @@ class Operation(str, enum.Enum):
     MAJOR_COMPACT = "MAJOR_COMPACT"
     CLUSTER = "CLUSTER"
     ALTER_TABLE = "ALTER_TABLE"  # since 0.3: add columns, set properties (metadata only)
+    RESTORE = "RESTORE"  # since 0.4: make an earlier version's live files the table's again (no data written)
 
     @property
     def traits(self) -> OperationTraits:
@@ -90,6 +91,13 @@ class Reason(enum.StrEnum):
     SCHEMA_CHANGED = "SCHEMA_CHANGED"  # the intent's read version predates an accepted ALTER_TABLE
     UNSUPPORTED_ALTER = "UNSUPPORTED_ALTER"  # an ALTER_TABLE that drops, renames, retypes or unsets
     INVALID_BUCKET = "INVALID_BUCKET"  # an added file's bucket is not below the table's ordo.buckets
+    # RESTORE (since 0.4): no restore version, or one below 0 or above the read version
+    INVALID_RESTORE_VERSION = "INVALID_RESTORE_VERSION"
+    # RESTORE: a re-added file was not live at the restore version (or is live now, or in another partition),
+    # or a file live at that version is neither live nor re-added
+    NOT_LIVE_AT_VERSION = "NOT_LIVE_AT_VERSION"
+    # RESTORE: a file it needs was removed longer ago than the table's ordo.retention_hours: vacuum may have deleted it
+    FILE_VACUUMED = "FILE_VACUUMED"
 
 
 Reason.ALL = tuple(Reason)
@@ -113,6 +121,7 @@ class Removes(enum.Enum):
     NOTHING = "nothing"  # merge-on-read writes and metadata: the intent names no removed file
     SCOPE = "scope"  # every file live in the intent's scope at the head (INSERT OVERWRITE, TRUNCATE)
     NAMED = "named"  # the inputs the intent names, rebased through compaction lineage (compaction, clustering)
+    RESTORE = "restore"  # every file live at the head that was not live at the restore version (RESTORE)
 
 
 class Check(enum.Enum):
@@ -125,6 +134,7 @@ class Check(enum.Enum):
     MATRIX = "matrix"  # the conflict matrix (arbiter.core._check_conflicts)
     LINEAGE = "lineage"  # a rewrite's inputs rebased through lineage (arbiter.core._resolve_inputs)
     REWRITE = "rewrite"  # a rewrite stays in its scope and rewrites whole partitions (arbiter.core._check_rewrite)
+    RESTORE = "restore"  # re-added files were live at the restore version and are not vacuumed (arbiter.core._restore)
 
 
 class CatalogEffect(enum.Enum):
@@ -133,6 +143,7 @@ class CatalogEffect(enum.Enum):
     CREATE = "create"  # the table's first commit and its metadata
     METADATA = "metadata"  # a new metadata version; no file
     FILES = "files"  # files added and removed at the new version
+    RESTORE = "restore"  # files as FILES; a re-added file keeps the sequence number its records had
 
 
 class ChangeRows(enum.Enum):
@@ -141,6 +152,7 @@ class ChangeRows(enum.Enum):
     NONE = "none"  # no logical change: compaction, clustering, CREATE_TABLE, ALTER_TABLE
     KEYED = "keyed"  # per key of the files it added: insert, update pre/post-image, delete
     SCOPE = "scope"  # every row its scope held is deleted, every row it wrote inserted
+    DIFF = "diff"  # the rows that differ between the snapshot before it and the one after (RESTORE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +284,17 @@ REGISTRY: Mapping[Operation, OperationSpec] = MappingProxyType(
                     Reason.INVALID_OPERATION, Reason.CONFLICT_LATER_FAILS,
                 ),
                 CatalogEffect.METADATA, ChangeRows.NONE, since="0.3",
+            ),
+            # A whole-table overwrite made of files the table already had: class OVERWRITE (docs/conflicts.md).
+            OperationSpec(
+                Operation.RESTORE, OpClass.OVERWRITE, True, Removes.RESTORE, True, False,
+                (Check.RESTORE, Check.BATCH, Check.MATRIX),
+                (
+                    Reason.INVALID_RESTORE_VERSION, Reason.NOT_LIVE_AT_VERSION, Reason.FILE_VACUUMED,
+                    Reason.INVALID_PARTITION, Reason.INVALID_BUCKET, Reason.INVALID_OPERATION,
+                    Reason.BATCH_ALREADY_COMMITTED, Reason.CONFLICT_LATER_FAILS,
+                ),
+                CatalogEffect.RESTORE, ChangeRows.DIFF, since="0.4",
             ),
         )
     }
