@@ -789,7 +789,7 @@ def _check_rewrite(
                 )
 
 
-def _retention_ms(metadata: TableMetadata) -> int:
+def restore_retention_ms(metadata: TableMetadata) -> int:
     """The table's ``ordo.retention_hours`` in ms (the default when absent or not a number >= 0)."""
     text = metadata.properties.get(RETENTION_PROPERTY)
     try:
@@ -988,7 +988,7 @@ def apply(
         assert decision.metadata is not None
         state.metadata = decision.metadata
         state.policy = load_policy(decision.metadata.properties.get(POLICY_PROPERTY, DEFAULT_POLICY))
-        state.retention_ms = _retention_ms(decision.metadata)
+        state.retention_ms = restore_retention_ms(decision.metadata)
         return state
     if operation in _CARRIES_METADATA:  # ALTER_TABLE: the new metadata (no files); its class is recorded below
         assert decision.metadata is not None
@@ -1190,4 +1190,5 @@ __all__ = [
     "partition_key",
     "rebuild",
     "reject_malformed",
+    "restore_retention_ms",
 ]

@@ -44,6 +44,7 @@ from consumer.arrow import (  # the record and change-feed columns, declared onc
 )
 from consumer.catalog import Catalog, Timestamp
 from consumer.models import FileEntry, Snapshot
+from schemas.operations import REGISTRY, ChangeRows
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -129,7 +130,7 @@ def _with_file_info(
         paths = [prefix + "/" + f.path for f in files]
         frame = frame.withColumn("_f_path", decoded)
         columns = {
-            "_f_seq": lookup([(p, f.added_version) for p, f in zip(paths, files, strict=True)], LongType()),
+            "_f_seq": lookup([(p, f.seq) for p, f in zip(paths, files, strict=True)], LongType()),
             "_f_part": lookup(
                 [(p, json.dumps(dict(f.partition), sort_keys=True)) for p, f in zip(paths, files, strict=True)],
                 StringType(),
@@ -150,7 +151,7 @@ def _with_file_info(
         fields.append(StructField(name, data_type))
     rows = []
     for f in files:
-        row = [prefix + "/" + f.path, f.added_version, json.dumps(dict(f.partition), sort_keys=True)]
+        row = [prefix + "/" + f.path, f.seq, json.dumps(dict(f.partition), sort_keys=True)]
         row.extend(values[f.path] for _, values in extra.values())
         rows.append(tuple(row))
     mapping = spark.createDataFrame(rows, StructType(fields))
@@ -164,7 +165,7 @@ def _no_merge_needed(files: Sequence[FileEntry]) -> bool:
     """True when a (partition, bucket)'s live files hold each key at most once (see the module docstring)."""
     if len(files) == 1:
         return files[0].operation != "CLUSTER"
-    return all(f.operation == "MAJOR_COMPACT" for f in files) and len({f.added_version for f in files}) == 1
+    return all(f.operation == "MAJOR_COMPACT" for f in files) and len({f.seq for f in files}) == 1
 
 
 def _bins(groups: list[list[FileEntry]], tasks: int) -> list[list[list[FileEntry]]]:
@@ -306,7 +307,9 @@ def changes(
     are filled from its file's partition. Each INSERT_OVERWRITE/TRUNCATE commit adds
     one ``truncate`` row, all table columns NULL, whose ``_scope`` is a JSON
     array of the partitions it cleared (``[{"dt": "2024-01-01"}]``) or NULL when
-    it cleared the whole table; apply it before that version's other rows.
+    it cleared the whole table; apply it before that version's other rows. A
+    RESTORE gives the exact difference between the table before it and after:
+    an ``upsert`` per row new or changed, a ``delete`` per key gone (its row before).
     Compaction and clustering never contribute rows. Row order is unspecified.
     """
     from pyspark.sql import Row
@@ -337,6 +340,9 @@ def changes(
             )
             markers.append(Row(**values))
     frames = []
+    for commit in found:
+        if REGISTRY[commit.operation].change_rows is ChangeRows.DIFF:
+            frames.append(_diff_changes(spark, cat, table, commit, columns, info.metadata))
     if markers:
         frames.append(
             spark.createDataFrame([tuple(r[c] for c in out_schema.fieldNames()) for r in markers], out_schema)
@@ -377,6 +383,31 @@ def changes(
     for other in frames[1:]:
         result = result.unionByName(other)
     return result
+
+
+def _diff_changes(
+    spark: SparkSession, cat: Catalog, table: str, commit: Any, columns: list[str], metadata: Any
+) -> DataFrame:
+    """A RESTORE's change rows: the rows that differ between the snapshots before and after it (compact form)."""
+    from pyspark.sql import functions as F
+
+    def rows(version: int) -> DataFrame:
+        frame = read_snapshot(spark, cat.snapshot(table, version))
+        have = set(frame.columns)
+        return frame.select(*[F.col(_quote(c)) if c in have else F.lit(None).alias(c) for c in columns])
+
+    before, after = rows(commit.id_version - 1), rows(commit.id_version)
+    keys = list(dict.fromkeys([*metadata.partition_columns, *metadata.primary_key]))
+    upserts = after.exceptAll(before).withColumn(CHANGE_TYPE, F.lit(UPSERT))
+    deletes = before.join(after.select(*keys), keys, "left_anti").withColumn(CHANGE_TYPE, F.lit(DELETE))
+    meta = [
+        F.lit(commit.id_version).cast("long").alias(COMMIT_VERSION),
+        F.lit(commit.timestamp).cast("timestamp").alias(COMMIT_TIMESTAMP),
+        F.lit(None).cast("string").alias(SCOPE),
+    ]
+    return upserts.unionByName(deletes.select(*upserts.columns)).select(
+        *[F.col(_quote(c)) for c in columns], F.col(CHANGE_TYPE), *meta
+    )
 
 
 __all__ = [

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ordo.errors import OrdoError
 from schemas.models import ddl_columns
-from schemas.operations import OP_COLUMN, SEQ_COLUMN, TRUNCATING_OPERATIONS
+from schemas.operations import OP_COLUMN, REGISTRY, SEQ_COLUMN, TRUNCATING_OPERATIONS, ChangeRows
 
 if TYPE_CHECKING:
     from consumer.models import Commit, FileEntry, Snapshot
@@ -82,7 +82,7 @@ def live_row_count(snapshot: Snapshot) -> int:
         if entry.record_count == 0:
             continue
         table = read_file(entry, [*keys, OP_COLUMN, SEQ_COLUMN])
-        seq = pc.coalesce(table[SEQ_COLUMN].cast(pa.int64()), pa.scalar(entry.added_version, pa.int64()))
+        seq = pc.coalesce(table[SEQ_COLUMN].cast(pa.int64()), pa.scalar(entry.seq, pa.int64()))
         upsert = pc.equal(table[OP_COLUMN], pa.scalar("upsert")).cast(pa.int64())
         rank = pc.add(pc.multiply(seq, pa.scalar(2, pa.int64())), upsert)  # upsert wins a tie
         columns = {}
@@ -115,6 +115,12 @@ def change_rows(commits: Iterable[Commit], columns: Sequence[str], partition_col
     for commit in sorted(commits, key=lambda c: c.id_version):
         if not commit.data_change:
             continue
+        if REGISTRY[commit.operation].change_rows is ChangeRows.DIFF:
+            raise DataFileError(
+                f"version {commit.id_version} is a {commit.operation.value}: its rows are the difference of two "
+                "snapshots, which this reader does not compute yet; read them with DeltaTable.changes or the "
+                "format('ordo') change feed"
+            )
         if commit.operation.value in TRUNCATING_OPERATIONS:
             scope = None
             if commit.partitions is not None and partition_columns:

@@ -718,7 +718,9 @@ class DeltaTable:
                     f"vacuum with a retention of {hours:g} hours is below the safety floor of "
                     f"{DEFAULT_RETENTION_HOURS} hours; set {RETENTION_CHECK_CONF}=false to allow it"
                 )
-        plan = plan_vacuum(self._conn.catalog, self.name, hours)
+        # Below the floor only with Delta's check off; that also lifts the table's ordo.retention_hours (RESTORE).
+        force = str(self.spark.conf.get(RETENTION_CHECK_CONF, "true")).lower() == "false"
+        plan = plan_vacuum(self._conn.catalog, self.name, hours, force=force)
         if dry_run:
             return [f.path for f in plan.files]
         deleted: list[str] = []
