@@ -574,9 +574,9 @@ def _same_rows(a: pa.Table, b: pa.Table) -> Any:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    same: Any = pa.array([True] * a.num_rows)
+    same: Any = pa.array([True] * a.num_rows, pa.bool_())
     for name in a.column_names:
-        x, y = a.column(name), b.column(name)
+        x, y = a.column(name).combine_chunks(), b.column(name).combine_chunks()
         equal = pc.or_(pc.fill_null(pc.equal(x, y), False), pc.and_(pc.is_null(x), pc.is_null(y)))
         if pa.types.is_floating(x.type):
             equal = pc.or_(equal, pc.fill_null(pc.and_(pc.is_nan(x), pc.is_nan(y)), False))
