@@ -366,8 +366,8 @@ class CatalogWriter:
                 conn.execute(statement)
             if version == 1:  # written before DataFile.bucket: every file it holds is in bucket 0
                 conn.execute("ALTER TABLE files ADD COLUMN bucket INTEGER NOT NULL DEFAULT 0")
-            if version in (1, 2, 3):  # written before RESTORE (0.4): no file was ever re-added
-                conn.execute("ALTER TABLE files ADD COLUMN seq_version INTEGER")
+            if version in (1, 2, 3) and not _has_column(conn, "files", "seq_version"):
+                conn.execute("ALTER TABLE files ADD COLUMN seq_version INTEGER")  # before RESTORE (0.4): none re-added
             for statement in store.schema_statements(GROUP_INDEX):  # after the bucket column exists
                 conn.execute(statement)
             store.set_schema_version(conn, SCHEMA_VERSION)
@@ -944,15 +944,18 @@ def _column_names(conn: Connection, table: str) -> list[str]:
     return [name for (name,) in conn.execute("SELECT name FROM pragma_table_info(?)", (table,)).fetchall()]
 
 
+def _has_column(conn: Connection, table: str, column: str) -> bool:
+    if getattr(conn, "kind", "sqlite") == "sqlite":
+        return column in _column_names(conn, table)
+    query = "SELECT count(*) FROM information_schema.columns WHERE table_name = ? AND column_name = ?"
+    return bool(scalar(conn, query, (table, column)))
+
+
 def _file_columns(conn: Connection) -> str:
     """The file columns to select: a catalog read before its consumer was upgraded may lack bucket (version 1) or
     seq_version (before 4)."""
     if getattr(conn, "kind", "sqlite") != "sqlite":  # PostgreSQL catalogs start at version 2
-        has_seq = scalar(
-            conn,
-            "SELECT count(*) FROM information_schema.columns WHERE table_name = 'files' AND column_name = 'seq_version'",
-        )
-        return FILE_COLUMNS if has_seq else _FILE_COLUMNS_V3
+        return FILE_COLUMNS if _has_column(conn, "files", "seq_version") else _FILE_COLUMNS_V3
     version = _user_version(conn)
     return FILE_COLUMNS if version >= 4 else _FILE_COLUMNS_V3 if version >= 2 else _FILE_COLUMNS_V1
 
