@@ -66,7 +66,7 @@ from arbiter.policy import DEFAULT_POLICY, POLICY_PROPERTY, OpClass, load_policy
 from schemas import Outcome, TableMetadata
 from schemas.errors import OrdoError
 
-FORMAT_VERSION = 2  # 2: data versions of live files and the write ids of accepted commits
+FORMAT_VERSION = 3  # 2: data versions of live files and the write ids of accepted commits; 3: RESTORE's stays
 MAGIC = b"ORDOCKPT"
 SUFFIX = ".ckpt"
 _HEADER_LEN = struct.Struct("<I")
@@ -96,6 +96,11 @@ _KNOWN_FIELDS = {
         "batches",
         "lineage",
         "lineage_order",
+        "added_at",
+        "gone",
+        "gone_order",
+        "restore_floor",
+        "retention_ms",
     ),
     TxnRecord: (
         "offset",
@@ -216,8 +221,8 @@ def dump_state(state: TableState) -> bytes:
     partitions = [(key, part.live, tuple(part.last)) for key, part in state.partitions.items()]
     if sum(len(part.live) for part in state.partitions.values()) != len(state.files):
         raise CheckpointError("live files per partition do not add up to the table's live files (inconsistent state)")
-    if len(state.data_versions) != len(state.files):
-        raise CheckpointError("data versions do not cover exactly the live files (inconsistent state)")
+    if len(state.data_versions) != len(state.files) or len(state.added_at) != len(state.files):
+        raise CheckpointError("data or added versions do not cover exactly the live files (inconsistent state)")
     body = (
         state.table,
         None if state.metadata is None else state.metadata.model_dump_json(),
@@ -235,6 +240,11 @@ def dump_state(state: TableState) -> bytes:
         refs,
         dict(state.data_versions),
         set(state.write_ids),
+        dict(state.added_at),
+        dict(state.gone),
+        list(state.gone_order),
+        state.restore_floor,
+        state.retention_ms,
     )
     return marshal.dumps(body)
 
@@ -267,6 +277,11 @@ def _load_state(data: bytes) -> TableState:
         lineage_refs,
         data_versions,
         write_ids,
+        added_at,
+        gone,
+        gone_order,
+        restore_floor,
+        retention_ms,
     ) = marshal.loads(data)
     metadata = None if metadata_json is None else TableMetadata.model_validate_json(metadata_json)
     policy = None
@@ -290,6 +305,13 @@ def _load_state(data: bytes) -> TableState:
     if data_versions.keys() != files.keys():
         raise CheckpointError("data versions do not cover exactly the live files")
     state.data_versions = data_versions
+    if added_at.keys() != files.keys():
+        raise CheckpointError("added versions do not cover exactly the live files")
+    state.added_at = added_at
+    state.gone = gone
+    state.gone_order = deque(gone_order)
+    state.restore_floor = restore_floor
+    state.retention_ms = retention_ms
     state.write_ids = write_ids
     state.whole = list(whole)
     state.any_scope = list(any_scope)
@@ -466,6 +488,10 @@ def states_equal(a: TableState, b: TableState) -> bool:
         and a.any_scope == b.any_scope
         and a.files == b.files
         and a.data_versions == b.data_versions
+        and a.added_at == b.added_at
+        and a.gone == b.gone
+        and list(a.gone_order) == list(b.gone_order)
+        and (a.restore_floor, a.retention_ms) == (b.restore_floor, b.retention_ms)
         and a.write_ids == b.write_ids
         and a.batches == b.batches
         and list(a.lineage_order) == list(b.lineage_order)

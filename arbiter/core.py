@@ -27,6 +27,7 @@ from datetime import datetime
 from arbiter.policy import (
     DEFAULT_POLICY,
     POLICY_PROPERTY,
+    REBASE_OF,
     Policy,
     PolicyError,
     Resolution,
@@ -34,13 +35,11 @@ from arbiter.policy import (
 )
 from schemas import (
     OP_CLASS,
-    TRAITS,
     CodecError,
     CommitDecision,
     CommitIntent,
     DataFile,
     OpClass,
-    Operation,
     Outcome,
     Reason,
     Rebase,
@@ -52,7 +51,7 @@ from schemas.buckets import table_buckets
 from schemas.codec import DEFAULT_CODEC, trusted
 from schemas.decisionlog import GENESIS_HASH, BrokenLogError, LogHead, already_live, check, not_live
 from schemas.models import MAX_ID_LENGTH, datetime_to_millis, millis_to_datetime, parse_ddl
-from schemas.operations import RESERVED_COLUMNS, RESERVED_PREFIX
+from schemas.operations import REGISTRY, RESERVED_COLUMNS, RESERVED_PREFIX, Check, Removes
 from schemas.paths import FILE_NAME_PATTERN, partition_path, split_data_file_path, write_id_of
 
 MAX_TIMESTAMP_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last instant a datetime holds
@@ -62,31 +61,65 @@ DEDUPE_WINDOW = 1_000_000
 # version is older than this and whose inputs were rewritten meanwhile is
 # rejected (FILE_NOT_LIVE): safe, and it bounds memory.
 LINEAGE_WINDOW = 100_000
-
-_REBASE_OF = {
-    Resolution.LATER_OVERWRITES: Rebase.LATER_OVERWRITES,
-    Resolution.COMPACTION_COMPLETES: Rebase.COMPACTION_COMPLETES,
-    Resolution.NEW_DATA_WRITTEN: Rebase.NEW_DATA_WRITTEN,
-}
+# How long a removed file stays restorable, by default (table property ``ordo.retention_hours``, fixed at
+# creation): a RESTORE may re-add a file only if it was removed less than this before the RESTORE intent, and
+# ``ordo vacuum`` never deletes a file removed more recently (docs/conflicts.md "RESTORE").
+RETENTION_PROPERTY = "ordo.retention_hours"
+DEFAULT_RETENTION_HOURS = 168
 
 PartitionKey = tuple[str, ...]
 Last = tuple[int, str]  # (id version, txn id) of the latest commit of one class in one scope
 
 
 # Hot-path constants: enum class attributes and ``Operation`` properties cost a call each in Python 3.11.
+# Every set below is read off the operation registry (``schemas.operations.REGISTRY``); none lists operations.
 _CLASSES = tuple(OpClass)
-_REWRITES = frozenset(op for op, t in TRAITS.items() if t.rewrites)
-_TRUNCATES = frozenset(op for op, t in TRAITS.items() if t.truncates)
-_ADDS_NO_FILES = frozenset(op for op, t in TRAITS.items() if not t.adds_files)
-_NAMES_NO_REMOVED = frozenset(op for op, t in TRAITS.items() if not t.removes_files)
-_DATA_CHANGES = frozenset(op for op, t in TRAITS.items() if t.data_change)
-_CREATE_TABLE = Operation.CREATE_TABLE
+_REWRITES = frozenset(op for op, t in REGISTRY.items() if t.removes is Removes.NAMED)
+_TRUNCATES = frozenset(op for op, t in REGISTRY.items() if t.removes is Removes.SCOPE)
+_ADDS_NO_FILES = frozenset(op for op, t in REGISTRY.items() if not t.adds_files)
+_NAMES_NO_REMOVED = frozenset(op for op, t in REGISTRY.items() if t.removes is Removes.NOTHING)
+_DATA_CHANGES = frozenset(op for op, t in REGISTRY.items() if t.data_change)
+_CREATES = frozenset(op for op, t in REGISTRY.items() if Check.CREATE in t.checks)
+_ALTERS = frozenset(op for op, t in REGISTRY.items() if Check.ALTER in t.checks)  # metadata after the change
+_CARRIES_METADATA = frozenset(op for op, t in REGISTRY.items() if t.metadata)
+_RESTORES = frozenset(op for op, t in REGISTRY.items() if t.removes is Removes.RESTORE)
+_WHOLE_PARTITIONS = frozenset(  # rewrites that must rewrite every file of a partition they touch
+    op for op, t in REGISTRY.items() if Reason.INCOMPLETE_REWRITE in t.reasons
+)
 _MALFORMED_INTENT = str(Reason.MALFORMED_INTENT)
-_MINOR_COMPACT = Operation.MINOR_COMPACT
-_METADATA_ONLY = frozenset(op for op, t in TRAITS.items() if t.metadata_only and op is not Operation.CREATE_TABLE)
+# The class whose last commit makes every older snapshot stale (SCHEMA_CHANGED): ALTER's, the registry's fixed row.
 _ALTER = OpClass.ALTER
 _ACCEPTED = Outcome.ACCEPTED
 _LATER_FAILS = Resolution.LATER_FAILS
+
+# The decision template: every field in ``CommitDecision`` order, at its value when nothing was decided.
+# Each decision is this dict with the fields its path sets (``_decision``).
+_BLANK: dict[str, object] = {
+    "txn_id": "",
+    "table": "",
+    "intent_offset": -1,
+    "outcome": Outcome.REJECTED,
+    "id_version": None,
+    "time_version": None,
+    "operation": None,
+    "read_version": None,
+    "partitions": None,
+    "added_files": (),
+    "removed_files": (),
+    "metadata": None,
+    "rebase": Rebase.NONE,
+    "reason": None,
+    "message": None,
+    "conflicting_txn_id": None,
+    "conflicting_version": None,
+    "writer": None,
+    "app_id": None,
+    "batch_id": None,
+    "duplicate_of": None,
+    "prev_hash": GENESIS_HASH,
+    "restore_version": None,
+}
+assert tuple(_BLANK) == tuple(CommitDecision.model_fields), "the template lists CommitDecision's fields in order"
 
 
 @dataclass(slots=True)
@@ -146,6 +179,14 @@ class TableState:
     batches: dict[str, tuple[int, int]] = field(default_factory=dict)
     lineage: dict[str, Lineage] = field(default_factory=dict)
     lineage_order: deque[Lineage] = field(default_factory=deque)
+    # What RESTORE checks (docs/conflicts.md "RESTORE"): per live file the version its current stay began; per
+    # file removed within the retention, its partition and each stay (added, removed, removal's time in ms);
+    # the removals in time order, to forget them after the retention; the lowest version still restorable.
+    added_at: dict[str, int] = field(default_factory=dict)
+    gone: dict[str, tuple[PartitionKey, tuple[tuple[int, int, int], ...]]] = field(default_factory=dict)
+    gone_order: deque[tuple[int, int, str]] = field(default_factory=deque)
+    restore_floor: int = 0
+    retention_ms: int = DEFAULT_RETENTION_HOURS * 3_600_000
 
     @property
     def exists(self) -> bool:
@@ -203,33 +244,30 @@ def evaluate(state: TableState, intent: CommitIntent, record_timestamp: int, off
 
 def reject_malformed(state: TableState, offset: int, error: str, txn_id: str = "") -> CommitDecision:
     """The decision for an intent record that could not be decoded or validated."""
-    return trusted(
-        CommitDecision,
-        {
-            "txn_id": txn_id,
-            "table": state.table,
-            "intent_offset": offset,
-            "outcome": Outcome.REJECTED,
-            "id_version": None,
-            "time_version": None,
-            "operation": None,
-            "read_version": None,
-            "partitions": None,
-            "added_files": (),
-            "removed_files": (),
-            "metadata": None,
-            "rebase": Rebase.NONE,
-            "reason": _MALFORMED_INTENT,
-            "message": error[:1000],
-            "conflicting_txn_id": None,
-            "conflicting_version": None,
-            "writer": None,
-            "app_id": None,
-            "batch_id": None,
-            "duplicate_of": None,
-            "prev_hash": state.chain,
-        },
-    )
+    record = {**_BLANK, "table": state.table, "intent_offset": offset, "prev_hash": state.chain}
+    record["txn_id"] = txn_id
+    record["reason"] = _MALFORMED_INTENT
+    record["message"] = error[:1000]
+    return trusted(CommitDecision, record)
+
+
+def _decision(state: TableState, intent: CommitIntent, offset: int, fields: dict[str, object]) -> CommitDecision:
+    """The decision template filled for ``intent`` (what every answer to it repeats), then ``fields``."""
+    record = {
+        **_BLANK,
+        "txn_id": intent.txn_id,
+        "table": state.table,
+        "intent_offset": offset,
+        "operation": intent.operation,
+        "read_version": intent.read_version,
+        "writer": intent.writer,
+        "app_id": intent.app_id,
+        "batch_id": intent.batch_id,
+        "prev_hash": state.chain,
+        "restore_version": intent.restore_version,
+    }
+    record.update(fields)
+    return trusted(CommitDecision, record)
 
 
 def evaluate_record(state: TableState, value: bytes | None, record_timestamp: int, offset: int) -> CommitDecision:
@@ -268,62 +306,35 @@ def _first_error(exc: ValueError) -> str:
 
 
 def _repeat(state: TableState, intent: CommitIntent, offset: int, previous: TxnRecord) -> CommitDecision:
-    return trusted(
-        CommitDecision,
+    return _decision(
+        state,
+        intent,
+        offset,
         {
-            "txn_id": intent.txn_id,
-            "table": state.table,
-            "intent_offset": offset,
             "outcome": previous.outcome,
             "id_version": previous.id_version,
             "time_version": previous.time_version,
-            "operation": intent.operation,
-            "read_version": intent.read_version,
-            "partitions": None,
-            "added_files": (),
-            "removed_files": (),
-            "metadata": None,
-            "rebase": Rebase.NONE,
             "reason": previous.reason,
             "message": f"txn {intent.txn_id} was already decided at intent offset {previous.offset}",
             "conflicting_txn_id": previous.conflicting_txn_id,
             "conflicting_version": previous.conflicting_version,
-            "writer": intent.writer,
-            "app_id": intent.app_id,
-            "batch_id": intent.batch_id,
             "duplicate_of": previous.offset,
-            "prev_hash": state.chain,
         },
     )
 
 
 def _reject(state: TableState, intent: CommitIntent, offset: int, rejection: _Reject) -> CommitDecision:
     conflicting = rejection.conflicting
-    return trusted(
-        CommitDecision,
+    return _decision(
+        state,
+        intent,
+        offset,
         {
-            "txn_id": intent.txn_id,
-            "table": state.table,
-            "intent_offset": offset,
-            "outcome": Outcome.REJECTED,
-            "id_version": None,
-            "time_version": None,
-            "operation": intent.operation,
-            "read_version": intent.read_version,
             "partitions": intent.partitions,
-            "added_files": (),
-            "removed_files": (),
-            "metadata": None,
-            "rebase": Rebase.NONE,
             "reason": rejection.reason,
             "message": rejection.message[:1000],
             "conflicting_txn_id": conflicting[1] if conflicting else None,
             "conflicting_version": conflicting[0] if conflicting else None,
-            "writer": intent.writer,
-            "app_id": intent.app_id,
-            "batch_id": intent.batch_id,
-            "duplicate_of": None,
-            "prev_hash": state.chain,
         },
     )
 
@@ -335,11 +346,11 @@ def _accept(state: TableState, intent: CommitIntent, record_timestamp: int, offs
             Reason.TABLE_MISMATCH, f"intent names table {intent.table!r} but was published for {state.table!r}"
         )
     operation = intent.operation
-    if operation is _CREATE_TABLE:
+    if operation in _CREATES:
         return _create(state, intent, record_timestamp, offset)
     if state.metadata is None or state.policy is None:
         raise _Reject(Reason.UNKNOWN_TABLE, f"table {state.table!r} does not exist (no CREATE_TABLE accepted)")
-    if intent.metadata is not None and operation not in _METADATA_ONLY:
+    if intent.metadata is not None and operation not in _ALTERS:
         # The message predates ALTER_TABLE; it stays as logged so that replays of older logs match.
         raise _Reject(Reason.INVALID_OPERATION, "metadata may only be given with CREATE_TABLE")
     if intent.read_version > state.head_version:
@@ -355,9 +366,14 @@ def _accept(state: TableState, intent: CommitIntent, record_timestamp: int, offs
             f"version {intent.read_version}: read the table again and redo the work against the new schema",
             altered,
         )
-    metadata = _check_alter(state, intent) if operation in _METADATA_ONLY else None
+    metadata = _check_alter(state, intent) if operation in _ALTERS else None
     scope = _scope(state, intent)
-    _check_files(state, intent, scope)
+    if operation in _RESTORES:
+        restored = _check_restore(state, intent, record_timestamp)
+    else:
+        if intent.restore_version is not None:
+            raise _Reject(Reason.INVALID_OPERATION, f"{operation.value} has no restore version (only RESTORE)")
+        _check_files(state, intent, scope)
     _check_batch(state, intent)
     op_class = OP_CLASS[operation]
     rebase = _check_conflicts(state, state.policy, intent.read_version, op_class, scope)
@@ -368,6 +384,8 @@ def _accept(state: TableState, intent: CommitIntent, record_timestamp: int, offs
     elif operation in _REWRITES:
         removed = _resolve_inputs(state, intent)
         _check_rewrite(state, intent, removed, scope)
+    elif operation in _RESTORES:
+        removed = _restore_removed(state, intent, restored)
     else:
         removed = ()
     version = state.head_version + 1
@@ -377,31 +395,19 @@ def _accept(state: TableState, intent: CommitIntent, record_timestamp: int, offs
         if millis > MAX_TIMESTAMP_MS:
             raise _Reject(Reason.MALFORMED_INTENT, "no time version is left after 9999-12-31 for this table")
         time_version = millis_to_datetime(millis)
-    return trusted(
-        CommitDecision,
+    return _decision(
+        state,
+        intent,
+        offset,
         {
-            "txn_id": intent.txn_id,
-            "table": state.table,
-            "intent_offset": offset,
             "outcome": _ACCEPTED,
             "id_version": version,
             "time_version": time_version,
-            "operation": operation,
-            "read_version": intent.read_version,
             "partitions": intent.partitions,
             "added_files": added,
             "removed_files": removed,
             "metadata": metadata,
             "rebase": rebase,
-            "reason": None,
-            "message": None,
-            "conflicting_txn_id": None,
-            "conflicting_version": None,
-            "writer": intent.writer,
-            "app_id": intent.app_id,
-            "batch_id": intent.batch_id,
-            "duplicate_of": None,
-            "prev_hash": state.chain,
         },
     )
 
@@ -422,31 +428,17 @@ def _create(state: TableState, intent: CommitIntent, record_timestamp: int, offs
         raise _Reject(Reason.INVALID_METADATA, str(exc)) from None
     if intent.added_files or intent.removed_files:
         raise _Reject(Reason.INVALID_OPERATION, "CREATE_TABLE cannot add or remove files")
-    return trusted(
-        CommitDecision,
+    return _decision(
+        state,
+        intent,
+        offset,
         {
-            "txn_id": intent.txn_id,
-            "table": state.table,
-            "intent_offset": offset,
-            "outcome": Outcome.ACCEPTED,
+            "outcome": _ACCEPTED,
             "id_version": 0,
             "time_version": millis_to_datetime(record_timestamp),
-            "operation": Operation.CREATE_TABLE,
-            "read_version": intent.read_version,
-            "partitions": None,
-            "added_files": (),
-            "removed_files": (),
             "metadata": metadata,
-            "rebase": Rebase.NONE,
-            "reason": None,
-            "message": None,
-            "conflicting_txn_id": None,
-            "conflicting_version": None,
-            "writer": intent.writer,
             "app_id": None,
             "batch_id": None,
-            "duplicate_of": None,
-            "prev_hash": state.chain,
         },
     )
 
@@ -732,7 +724,7 @@ def _check_conflicts(
             if worst is None or newest[0] > worst[0]:
                 worst = newest
         else:
-            rebase = _REBASE_OF[resolution]
+            rebase = REBASE_OF[resolution]
     if worst is not None:
         raise _Reject(
             Reason.CONFLICT_LATER_FAILS,
@@ -780,7 +772,7 @@ def _check_rewrite(
                 f"added file {data_file.path[:200]!r} lies in partition {list(key)!r}, "
                 f"where {intent.operation.value} rewrites no file",
             )
-    if intent.operation is _MINOR_COMPACT:
+    if intent.operation not in _WHOLE_PARTITIONS:
         return
     gone = set(removed)
     versions = state.data_versions
@@ -795,6 +787,126 @@ def _check_rewrite(
                     f"(data of version {versions[path]} <= read version {read_version}); it must rewrite "
                     "every file of each partition it touches",
                 )
+
+
+def restore_retention_ms(metadata: TableMetadata) -> int:
+    """The table's ``ordo.retention_hours`` in ms (the default when absent or not a number >= 0)."""
+    text = metadata.properties.get(RETENTION_PROPERTY)
+    try:
+        hours = float(text) if text is not None else DEFAULT_RETENTION_HOURS
+    except ValueError:
+        hours = DEFAULT_RETENTION_HOURS
+    return int(hours * 3_600_000) if 0 <= hours <= 1e9 else DEFAULT_RETENTION_HOURS * 3_600_000
+
+
+def _live_at(stays: tuple[tuple[int, int, int], ...], version: int) -> tuple[int, int, int] | None:
+    for stay in stays:
+        if stay[0] <= version < stay[1]:
+            return stay
+    return None
+
+
+def _check_restore(state: TableState, intent: CommitIntent, record_timestamp: int) -> set[str]:
+    """A RESTORE re-adds only files this table had live at its restore version N and vacuum cannot have deleted.
+
+    Checked as if the writer were hostile: N lies between 0 and the read
+    version; the intent names the whole table and no removed file (the
+    arbiter removes them); each added file is not live now, was live at N (a
+    stay in ``state.gone``) in the partition it names, in a bucket of the
+    table, and was removed less than the table's retention before this intent
+    (else ``FILE_VACUUMED``: ``ordo vacuum`` may have deleted it). Returns the
+    re-added paths. Costs O(files it re-adds).
+    """
+    version = intent.restore_version
+    if version is None or not 0 <= version <= intent.read_version:
+        raise _Reject(
+            Reason.INVALID_RESTORE_VERSION,
+            f"RESTORE needs a restore version between 0 and its read version {intent.read_version}, not {version}",
+        )
+    if intent.partitions is not None:
+        raise _Reject(Reason.INVALID_PARTITION, "RESTORE applies to the whole table (partitions must be null)")
+    if intent.removed_files:
+        raise _Reject(
+            Reason.INVALID_OPERATION, "RESTORE names no removed files: the arbiter removes every file not live at N"
+        )
+    if version < state.restore_floor:
+        raise _Reject(
+            Reason.FILE_VACUUMED,
+            f"version {version} is no longer restorable: files live at it were removed before version "
+            f"{state.restore_floor}, longer than the table's retention ago, and may be vacuumed",
+        )
+    assert state.metadata is not None
+    columns = state.metadata.partition_columns
+    buckets = table_buckets(state.metadata.properties) if intent.added_files else 1
+    horizon = record_timestamp - state.retention_ms
+    live, gone = state.files, state.gone
+    restored: set[str] = set()
+    for data_file in intent.added_files:
+        path = data_file.path
+        if path in restored or path in live:
+            raise _Reject(
+                Reason.NOT_LIVE_AT_VERSION,
+                f"re-added file {path[:200]!r} is listed twice or live at the head (RESTORE re-adds removed files)",
+            )
+        restored.add(path)
+        entry = gone.get(path)
+        stay = None if entry is None else _live_at(entry[1], version)
+        if entry is None or stay is None:
+            raise _Reject(
+                Reason.NOT_LIVE_AT_VERSION,
+                f"re-added file {path[:200]!r} was not live at version {version} of this table",
+            )
+        try:
+            key = partition_key(columns, data_file.partition)
+        except ValueError as exc:
+            raise _Reject(Reason.INVALID_PARTITION, f"re-added file {path[:200]!r}: {exc}") from None
+        if key != entry[0]:
+            raise _Reject(
+                Reason.NOT_LIVE_AT_VERSION,
+                f"re-added file {path[:200]!r} names partition {list(key)!r}; it was live in {list(entry[0])!r}",
+            )
+        if data_file.bucket >= buckets:
+            raise _Reject(
+                Reason.INVALID_BUCKET, f"re-added file {path[:200]!r} is in bucket {data_file.bucket} of {buckets}"
+            )
+        if stay[2] < horizon:
+            raise _Reject(
+                Reason.FILE_VACUUMED,
+                f"re-added file {path[:200]!r} was removed at version {stay[1]}, longer than the table's retention "
+                f"({RETENTION_PROPERTY}) before this RESTORE: vacuum may have deleted it",
+            )
+    return restored
+
+
+def _restore_removed(state: TableState, intent: CommitIntent, restored: set[str]) -> tuple[str, ...]:
+    """The files a RESTORE removes (live at the head, not at N); rejects it unless the result is version N's files.
+
+    After the rebase (an earlier INSERT or UPDATE's files are removed like
+    any file not live at N), every file live at N must be live at the head or
+    re-added: a commit since the read version that removed one (a compaction,
+    an overwrite) makes the intent stale. Costs O(live files + files removed
+    within the retention): a RESTORE is rare and whole-table.
+    """
+    version = intent.restore_version
+    assert version is not None
+    gone, live = state.gone, state.files
+    removed = []
+    for path, added in state.added_at.items():
+        if added > version:
+            entry = gone.get(path)
+            if entry is None or _live_at(entry[1], version) is None:
+                removed.append(path)
+    for path, (_, stays) in gone.items():
+        if path not in live and path not in restored:
+            stay = _live_at(stays, version)
+            if stay is not None:
+                raise _Reject(
+                    Reason.NOT_LIVE_AT_VERSION,
+                    f"file {path[:200]!r} was live at version {version} but is neither live nor re-added (removed "
+                    f"at version {stay[1]}): read the table again and restore from there",
+                )
+    removed.sort()
+    return tuple(removed)
 
 
 def _live_in_scope(state: TableState, scope: tuple[PartitionKey, ...] | None) -> tuple[str, ...]:
@@ -872,12 +984,13 @@ def apply(
     state.head_version = version
     if decision.time_version is not None:
         state.head_time_ms = datetime_to_millis(decision.time_version)
-    if operation is _CREATE_TABLE:
+    if operation in _CREATES:
         assert decision.metadata is not None
         state.metadata = decision.metadata
         state.policy = load_policy(decision.metadata.properties.get(POLICY_PROPERTY, DEFAULT_POLICY))
+        state.retention_ms = restore_retention_ms(decision.metadata)
         return state
-    if operation in _METADATA_ONLY:  # ALTER_TABLE: the new metadata (no files); its class is recorded below
+    if operation in _CARRIES_METADATA:  # ALTER_TABLE: the new metadata (no files); its class is recorded below
         assert decision.metadata is not None
         state.metadata = decision.metadata
     assert state.metadata is not None
@@ -887,12 +1000,23 @@ def apply(
     versions = state.data_versions
     rewrite = operation in _REWRITES
     oldest: dict[PartitionKey, int] = {}  # a rewrite's outputs hold data as old as their inputs'
-    for path in decision.removed_files:
-        key = files.pop(path)
-        partitions[key].live.discard(path)
-        data_version = versions.pop(path)
-        if rewrite and data_version < oldest.get(key, version):
-            oldest[key] = data_version
+    added_at = state.added_at
+    if decision.removed_files:
+        _forget_stays(state)
+        gone = state.gone
+        gone_order = state.gone_order
+        removed_ms = state.head_time_ms
+        assert removed_ms is not None
+        for path in decision.removed_files:
+            key = files.pop(path)
+            partitions[key].live.discard(path)
+            data_version = versions.pop(path)
+            if rewrite and data_version < oldest.get(key, version):
+                oldest[key] = data_version
+            stay = (added_at.pop(path), version, removed_ms)
+            entry = gone.get(path)
+            gone[path] = (key, (stay,) if entry is None else (*entry[1], stay))
+            gone_order.append((removed_ms, version, path))
     fallback = min(oldest.values()) if oldest else version
     write_ids = state.write_ids
     txn_id = decision.txn_id
@@ -904,6 +1028,7 @@ def apply(
             part = partitions[key] = PartitionState()
         part.live.add(path)
         files[path] = key
+        added_at[path] = version
         versions[path] = oldest.get(key, fallback) if rewrite else version
         write_id = write_id_of(path)
         if write_id is not None:  # a name an older writer chose freely is skipped: apply never rejects
@@ -926,6 +1051,25 @@ def apply(
     if decision.app_id is not None and decision.batch_id is not None:
         state.batches[decision.app_id] = (decision.batch_id, version)
     return state
+
+
+def _forget_stays(state: TableState) -> None:
+    """Drop the removals older than the retention before the head's time; RESTORE cannot reach before them."""
+    order = state.gone_order
+    if state.head_time_ms is None:
+        return
+    horizon = state.head_time_ms - state.retention_ms
+    gone = state.gone
+    while order and order[0][0] < horizon:
+        _, removed_version, path = order.popleft()
+        key, stays = gone[path]
+        kept = tuple(s for s in stays if s[1] != removed_version)
+        if kept:
+            gone[path] = (key, kept)
+        else:
+            del gone[path]
+        if removed_version > state.restore_floor:
+            state.restore_floor = removed_version
 
 
 def _remember(state: TableState, decision: CommitDecision) -> None:
@@ -1046,4 +1190,5 @@ __all__ = [
     "partition_key",
     "rebuild",
     "reject_malformed",
+    "restore_retention_ms",
 ]

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from schemas import OP_CLASS, OpClass
+from schemas import OP_CLASS, OpClass, Rebase
 from schemas.errors import OrdoError
+from schemas.operations import CLASSES, REGISTRY
 
 POLICY_DIR = Path(__file__).parent / "policies"
 POLICY_PROPERTY = "ordo.conflict_policy"
@@ -32,10 +33,26 @@ class Resolution(str, enum.Enum):
     NEW_DATA_WRITTEN = "new_data_written"
 
 
+# The rebase an accepted decision names for each cell that lets the later commit through.
+REBASE_OF = {
+    Resolution.LATER_OVERWRITES: Rebase.LATER_OVERWRITES,
+    Resolution.COMPACTION_COMPLETES: Rebase.COMPACTION_COMPLETES,
+    Resolution.NEW_DATA_WRITTEN: Rebase.NEW_DATA_WRITTEN,
+}
+
+# Cells no policy chooses: those of a row or column the registry fixes (``schemas.operations.CLASSES``).
 # An ALTER_TABLE changes the schema every file must follow: a commit written against
 # the old schema cannot be rebased over it, and an ALTER cannot be rebased over data
 # it did not see (docs/conflicts.md). So every cell of its row and column fails the later commit.
-FIXED_CELLS = tuple((e, la) for e in OpClass for la in OpClass if OpClass.ALTER in (e, la))
+_FIXED = {spec.op_class: Resolution(spec.fixed) for spec in CLASSES if spec.fixed is not None}
+FIXED_CELLS = {(e, la): _FIXED.get(e) or _FIXED[la] for e in OpClass for la in OpClass if e in _FIXED or la in _FIXED}
+# The docs' symbol of each cell (docs/conflicts.md).
+SYMBOL = {
+    Resolution.LATER_FAILS: "✗",
+    Resolution.LATER_OVERWRITES: "OW",
+    Resolution.COMPACTION_COMPLETES: "CC",
+    Resolution.NEW_DATA_WRITTEN: "NW",
+}
 
 
 class PolicyError(OrdoError, ValueError):
@@ -57,8 +74,8 @@ class Policy:
     def from_csv(cls, name: str, path: Path) -> Policy:
         """Load and check a policy file: all 36 cells of the six data classes present, none twice.
 
-        The ALTER row and column are not a policy's choice: every cell is
-        ``later_fails`` (``FIXED_CELLS``). A file may list them, as ``later_fails`` only.
+        A row and column the registry fixes (ALTER: every cell ``later_fails``)
+        are not a policy's choice (``FIXED_CELLS``). A file may list them, with that outcome only.
         """
         grid: list[list[Resolution | None]] = [[None] * len(OpClass) for _ in OpClass]
         with path.open(newline="") as handle:
@@ -70,18 +87,39 @@ class Policy:
                     raise PolicyError(f"{path}:{line}: bad row {row}") from exc
                 if grid[earlier][later] is not None:
                     raise PolicyError(f"{path}:{line}: cell {earlier.name},{later.name} given twice")
-                if OpClass.ALTER in (earlier, later) and outcome is not Resolution.LATER_FAILS:
+                fixed = FIXED_CELLS.get((earlier, later))
+                if fixed is not None and outcome is not fixed:
                     raise PolicyError(
-                        f"{path}:{line}: cell {earlier.name},{later.name} must be later_fails: a schema change "
+                        f"{path}:{line}: cell {earlier.name},{later.name} must be {fixed.value}: a schema change "
                         "conflicts with every concurrent commit"
                     )
                 grid[earlier][later] = outcome
-        for earlier, later in FIXED_CELLS:
-            grid[earlier][later] = Resolution.LATER_FAILS
+        for (earlier, later), fixed in FIXED_CELLS.items():
+            grid[earlier][later] = fixed
         missing = [f"{e.name},{la.name}" for e in OpClass for la in OpClass if grid[e][la] is None]
         if missing:
             raise PolicyError(f"{path}: missing cells {', '.join(missing)}")
         return cls(name, tuple(tuple(r for r in row if r is not None) for row in grid))
+
+
+def matrix_markdown(policy: Policy) -> str:
+    """The policy's matrix as the docs' table (docs/conflicts.md; a test keeps the two equal).
+
+    Rows are the earlier commit, columns the later one, in ``OpClass`` order;
+    each row names the operations of its class from the registry.
+    """
+    members: dict[OpClass, list[str]] = {c: [] for c in OpClass}
+    for spec in REGISTRY.values():
+        if spec.op_class is not None:
+            members[spec.op_class].append(spec.label)
+    lines = [
+        "| earlier \\ later | " + " | ".join(c.title for c in CLASSES) + " |",
+        "|---" * (len(CLASSES) + 1) + "|",
+    ]
+    for row in CLASSES:
+        cells = " | ".join(SYMBOL[policy.resolve(row.op_class, column.op_class)] for column in CLASSES)
+        lines.append(f"| {row.title} ({', '.join(members[row.op_class])}) | {cells} |")
+    return "\n".join(lines) + "\n"
 
 
 def available_policies() -> list[str]:
@@ -103,10 +141,13 @@ __all__ = [  # OpClass and OP_CLASS are the contract's (schemas.operations), re-
     "OP_CLASS",
     "POLICY_DIR",
     "POLICY_PROPERTY",
+    "REBASE_OF",
+    "SYMBOL",
     "OpClass",
     "Policy",
     "PolicyError",
     "Resolution",
     "available_policies",
     "load_policy",
+    "matrix_markdown",
 ]

@@ -22,9 +22,13 @@ The change feed comes in two forms (docs/consumer.md, "Change feed"):
   The work per commit follows the rows it touched and the files of their
   groups, not the table. An INSERT OVERWRITE or TRUNCATE gives one ``delete``
   per row it removed (it reads the partitions it cleared, or the table), then
-  its ``insert`` rows.
+  its ``insert`` rows. A RESTORE gives exactly the rows that differ between
+  the snapshot before it and the version it restored (``diff_rows``): keys
+  only before are ``delete``, keys only after ``insert``, keys whose row
+  changed a pre- and a post-image; an unchanged row gives nothing.
 * ``compact``: the records as written (``upsert``/``delete``) plus one
-  ``truncate`` marker per INSERT OVERWRITE/TRUNCATE, with its ``_scope``.
+  ``truncate`` marker per INSERT OVERWRITE/TRUNCATE, with its ``_scope``; a
+  RESTORE's difference as ``upsert`` (new or changed rows) and ``delete``.
 
 Compaction and clustering commits yield no rows in either form.
 """
@@ -41,7 +45,16 @@ from typing import TYPE_CHECKING, Any
 
 from consumer.errors import DataFileError
 from schemas.models import parse_ddl
-from schemas.operations import OP_COLUMN, OP_DELETE, OP_UPSERT, SEQ_COLUMN, TRUNCATING_OPERATIONS
+from schemas.operations import (
+    OP_COLUMN,
+    OP_DELETE,
+    OP_UPSERT,
+    REGISTRY,
+    SEQ_COLUMN,
+    TRUNCATING_OPERATIONS,
+    ChangeRows,
+    Operation,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -107,7 +120,7 @@ class FileRef:
     def of(cls, entry: FileEntry) -> FileRef:
         return cls(
             entry.absolute_path,
-            entry.added_version,
+            entry.seq,  # the records' sequence: added_version, or what a file a RESTORE re-added had
             dict(entry.partition),
             entry.operation,
             entry.min_key,
@@ -539,6 +552,8 @@ def touched_groups(commit: Commit, partition_columns: Sequence[str]) -> list[tup
     is in its bucket's files); an INSERT OVERWRITE or TRUNCATE every bucket of
     the partitions it cleared (``bucket`` None), or the whole table.
     """
+    if REGISTRY[commit.operation].change_rows is ChangeRows.DIFF:  # RESTORE: the whole table before and after
+        return None
     if commit.operation.value in TRUNCATING_OPERATIONS:
         if commit.partitions is None or not partition_columns:
             return None
@@ -558,8 +573,14 @@ def plan_commit(commit: Commit, previous_files: Sequence[FileEntry], shape: Tabl
     groups' files (``plan_commits``); the result is the same.
     """
     partition_columns = shape.partition_columns
-    added = tuple(FileRef.of(f) for f in commit.added_files if f.data_change)
     op = commit.operation.value
+    if REGISTRY[commit.operation].change_rows is ChangeRows.DIFF:  # ``added``: the whole snapshot after it
+        gone = set(commit.removed_files)
+        kept = [FileRef.of(f) for f in previous_files if f.path not in gone]
+        after = (*kept, *(FileRef.of(f) for f in commit.added_files))
+        previous = tuple(FileRef.of(f) for f in previous_files)
+        return CommitChanges(commit.id_version, commit.timestamp, op, None, after, previous)
+    added = tuple(FileRef.of(f) for f in commit.added_files if f.data_change)
     scope = None if commit.partitions is None or not partition_columns else tuple(dict(p) for p in commit.partitions)
     prev = [FileRef.of(f) for f in previous_files]
     if op in TRUNCATING_OPERATIONS:
@@ -577,12 +598,20 @@ def plan_commit(commit: Commit, previous_files: Sequence[FileEntry], shape: Tabl
     return CommitChanges(commit.id_version, commit.timestamp, op, scope, added, tuple(prev))
 
 
-def plan_commits(catalog: Catalog, table: str, commits: Sequence[Commit], shape: TableShape) -> list[CommitChanges]:
-    """``plan_commit`` of each commit, with only its touched groups' files at the previous version from the catalog."""
+def plan_commits(
+    catalog: Catalog, table: str, commits: Sequence[Commit], shape: TableShape, form: str = DELTA_FORM
+) -> list[CommitChanges]:
+    """``plan_commit`` of each commit, with only its touched groups' files at the previous version from the catalog.
+
+    The compact form needs no previous files, but for a commit whose rows are a difference (a RESTORE).
+    """
+    compact = check_form(form) == COMPACT_FORM
     plans = []
     for commit in commits:
         groups = touched_groups(commit, shape.partition_columns)
         previous: Sequence[FileEntry] = ()
+        if compact and REGISTRY[commit.operation].change_rows is not ChangeRows.DIFF:
+            groups = []
         if commit.id_version > 0 and groups != []:
             previous = catalog.snapshot(table, version=commit.id_version - 1, groups=groups).files
         plans.append(plan_commit(commit, previous, shape))
@@ -612,6 +641,16 @@ def change_rows(plan: CommitChanges, shape: TableShape, form: str = DELTA_FORM) 
     parts = shape.partition_columns
     outputs: list[pa.Table] = []
     truncating = plan.operation in TRUNCATING_OPERATIONS
+    if REGISTRY[Operation(plan.operation)].change_rows is ChangeRows.DIFF:
+        inserted, deleted, pre, post = diff_rows(plan.previous, plan.added, shape)
+        if form == COMPACT_FORM:
+            for rows, kind in ((deleted, DELETE), (inserted, UPSERT), (post, UPSERT)):
+                rows = _with_meta(rows, kind, version, stamp)
+                outputs.append(rows.append_column(SCOPE, pa.nulls(rows.num_rows, pa.string())))
+        else:
+            for rows, kind in ((deleted, DELETE), (inserted, INSERT), (pre, PREIMAGE), (post, POSTIMAGE)):
+                outputs.append(_with_meta(rows, kind, version, stamp))
+        return _stack(outputs, shape, form)
     if form == COMPACT_FORM:
         if truncating:
             scope = None
@@ -655,6 +694,57 @@ def change_rows(plan: CommitChanges, shape: TableShape, form: str = DELTA_FORM) 
         outputs.append(_with_meta(updated.select(columns), POSTIMAGE, version, stamp))
         outputs.append(_with_meta(gone.select(columns), DELETE, version, stamp))
     return _stack(outputs, shape, form)
+
+
+def _same_rows(a: pa.Table, b: pa.Table) -> Any:
+    """Per row, True where ``a`` and ``b`` (same length, same columns) hold equal values; NULL equals NULL."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    same: Any = pa.array([True] * a.num_rows, pa.bool_())
+    for name in a.column_names:
+        x, y = a.column(name).combine_chunks(), b.column(name).combine_chunks()
+        equal = pc.or_(pc.fill_null(pc.equal(x, y), False), pc.and_(pc.is_null(x), pc.is_null(y)))
+        if pa.types.is_floating(x.type):
+            equal = pc.or_(equal, pc.fill_null(pc.and_(pc.is_nan(x), pc.is_nan(y)), False))
+        same = pc.and_(same, equal)
+    return same
+
+
+def diff_rows(
+    before: Sequence[FileRef], after: Sequence[FileRef], shape: TableShape
+) -> tuple[pa.Table, pa.Table, pa.Table, pa.Table]:
+    """The live rows that differ between two snapshots' files: (inserted, deleted, pre-images, post-images).
+
+    Merged per (partition, bucket), where every record of a key lives; per
+    primary key a row only after is inserted, only before deleted, and one
+    whose values changed gives its row before (pre) and after (post). Equal
+    rows give nothing: the change feed of a RESTORE is the exact difference.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    keys = list(shape.primary_key)
+    order = [(k, "ascending") for k in keys]
+    parts = shape.partition_columns
+    old_groups, new_groups = by_bucket(before, parts), by_bucket(after, parts)
+    found: list[list[pa.Table]] = [[], [], [], []]
+    empty = shape.schema.empty_table()
+    for group in sorted(set(old_groups) | set(new_groups)):
+        old_refs, new_refs = old_groups.get(group, []), new_groups.get(group, [])
+        if {r.path for r in old_refs} == {r.path for r in new_refs}:
+            continue  # the same files: the same rows
+        old = live_rows(old_refs, shape) if old_refs else empty
+        new = live_rows(new_refs, shape) if new_refs else empty
+        found[0].append(new.join(old.select(keys), keys, join_type="left anti").select(shape.columns))
+        found[1].append(old.join(new.select(keys), keys, join_type="left anti").select(shape.columns))
+        common_old = old.join(new.select(keys), keys, join_type="left semi").sort_by(order).select(shape.columns)
+        common_new = new.join(old.select(keys), keys, join_type="left semi").sort_by(order).select(shape.columns)
+        changed = pc.invert(_same_rows(common_old, common_new))
+        found[2].append(common_old.filter(changed))
+        found[3].append(common_new.filter(changed))
+    tables = [pa.concat_tables(t).cast(shape.schema) if t else empty for t in found]
+    return tables[0], tables[1], tables[2], tables[3]
 
 
 def snapshot_rows(
@@ -719,6 +809,7 @@ __all__ = [
     "change_rows",
     "change_schema",
     "check_form",
+    "diff_rows",
     "live_rows",
     "merge_groups",
     "needs_merge",

@@ -379,6 +379,7 @@ class LocalBackend:
                     bool(r.data_change),
                     r.operation,
                     r.bucket,
+                    r.seq_version,
                 )
             )
         return tuple(result)

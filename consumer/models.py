@@ -90,12 +90,13 @@ class FileEntry:
     data_change: bool
     operation: str
     bucket: int = 0  # DataFile.bucket: of the primary-key hash (0 for unbucketed tables, and in older payloads)
+    seq_version: int | None = None  # a file a RESTORE re-added: the sequence its records had (None: added_version)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def seq(self) -> int:
-        """The file's sequence number (= ``added_version``)."""
-        return self.added_version
+        """The file's sequence number: ``added_version``, or for a file a RESTORE re-added the one it had."""
+        return self.added_version if self.seq_version is None else self.seq_version
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""

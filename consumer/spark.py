@@ -103,7 +103,7 @@ def _no_merge_needed(files: Sequence[FileEntry]) -> bool:
     """True when a (partition, bucket)'s live files hold each key at most once (see the module docstring)."""
     if len(files) == 1:
         return files[0].operation != "CLUSTER"
-    return all(f.operation == "MAJOR_COMPACT" for f in files) and len({f.added_version for f in files}) == 1
+    return all(f.operation == "MAJOR_COMPACT" for f in files) and len({f.seq for f in files}) == 1
 
 
 def _bins(groups: list[list[FileEntry]], tasks: int) -> list[list[list[FileEntry]]]:
@@ -227,18 +227,20 @@ def changes(
     are filled from its file's partition. Each INSERT_OVERWRITE/TRUNCATE commit adds
     one ``truncate`` row, all table columns NULL, whose ``_scope`` is a JSON
     array of the partitions it cleared (``[{"dt": "2024-01-01"}]``) or NULL when
-    it cleared the whole table; apply it before that version's other rows.
+    it cleared the whole table; apply it before that version's other rows. A
+    RESTORE gives the exact difference between the table before it and after:
+    an ``upsert`` per row new or changed, a ``delete`` per key gone (its row before).
     Compaction and clustering never contribute rows. Row order is unspecified.
     """
-    from consumer.arrow import COMPACT_FORM, TableShape, plan_commit
+    from consumer.arrow import COMPACT_FORM, TableShape, plan_commits
     from consumer.files_source import NAME, arrow_schema, commits_option, register
 
     cat = _catalog(catalog)
     metadata = cat.table(table).metadata
     schema = table_schema(spark, metadata.schema)
     shape = TableShape(arrow_schema(schema), tuple(metadata.primary_key), tuple(metadata.partition_columns))
-    plans = [plan_commit(c, (), shape) for c in cat.commits(table, start, end, by=by)]  # the compact form reads
-    register(spark)  # only each commit's own files
+    plans = plan_commits(cat, table, cat.commits(table, start, end, by=by), shape, form=COMPACT_FORM)
+    register(spark)
     option = commits_option(plans, metadata.primary_key, metadata.partition_columns, COMPACT_FORM)
     return spark.read.format(NAME).schema(change_schema(schema)).option("commits", option).load()
 

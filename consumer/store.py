@@ -49,12 +49,14 @@ from typing import Any, NamedTuple
 from consumer.errors import repair_hint
 from consumer.models import datetime_to_ms, metadata_to_dict
 from consumer.stores import CatalogStore, Connection, open_store, scalar
-from schemas import CommitDecision, Operation, Outcome, TableMetadata
+from schemas import CommitDecision, Outcome, TableMetadata
 from schemas.decisionlog import GENESIS_HASH, BrokenLogError, LogHead, already_live, check, not_live
+from schemas.operations import REGISTRY, CatalogEffect, ChangeRows
 
 log = logging.getLogger("ordo.consumer.store")
 
-SCHEMA_VERSION = 3  # 2: files.bucket (a version-1 catalog is migrated when a writer opens it); 3: table_metadata
+# 2: files.bucket (a version-1 catalog is migrated when a writer opens it); 3: table_metadata; 4: files.seq_version
+SCHEMA_VERSION = 4
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS catalog_info (
@@ -130,7 +132,8 @@ CREATE TABLE IF NOT EXISTS files (
     removed_version INTEGER,                      -- NULL while live
     data_change     INTEGER NOT NULL,             -- the adding commit changed logical data
     operation       TEXT NOT NULL,                -- the adding commit's operation
-    bucket          INTEGER NOT NULL DEFAULT 0    -- DataFile.bucket (0 for unbucketed tables)
+    bucket          INTEGER NOT NULL DEFAULT 0,   -- DataFile.bucket (0 for unbucketed tables)
+    seq_version     INTEGER                       -- a file a RESTORE re-added: its records' sequence (NULL: added_version)
 );
 CREATE UNIQUE INDEX IF NOT EXISTS files_live_path ON files (table_id, path) WHERE removed_version IS NULL;
 CREATE INDEX IF NOT EXISTS files_removed ON files (table_id, removed_version, added_version);
@@ -355,7 +358,7 @@ class CatalogWriter:
         try:
             store.lock_schema(conn)
             version = store.schema_version(conn)
-            if version not in (0, 1, 2, SCHEMA_VERSION):
+            if version not in (0, 1, 2, 3, SCHEMA_VERSION):
                 raise RuntimeError(
                     f"catalog {store.describe()} has schema version {version}; this build reads {SCHEMA_VERSION}"
                 )
@@ -363,6 +366,8 @@ class CatalogWriter:
                 conn.execute(statement)
             if version == 1:  # written before DataFile.bucket: every file it holds is in bucket 0
                 conn.execute("ALTER TABLE files ADD COLUMN bucket INTEGER NOT NULL DEFAULT 0")
+            if version in (1, 2, 3) and not _has_column(conn, "files", "seq_version"):
+                conn.execute("ALTER TABLE files ADD COLUMN seq_version INTEGER")  # before RESTORE (0.4): none re-added
             for statement in store.schema_statements(GROUP_INDEX):  # after the bucket column exists
                 conn.execute(statement)
             store.set_schema_version(conn, SCHEMA_VERSION)
@@ -718,7 +723,8 @@ class CatalogWriter:
         assert operation is not None and version is not None  # decisionlog.check: INCOMPLETE
         conn = self._conn
         table_id = state.table_id
-        if operation is Operation.CREATE_TABLE:
+        spec = REGISTRY[operation]  # what this operation does to the catalog (schemas.operations)
+        if spec.catalog is CatalogEffect.CREATE:
             assert decision.metadata is not None and decision.time_version is not None  # decisionlog.check
             millis = datetime_to_ms(decision.time_version)
             conn.execute(
@@ -729,7 +735,7 @@ class CatalogWriter:
             return _Applied(0, 0, 0, 0, True, millis, created)
         metadata = state.metadata
         assert metadata is not None and state.head_time_ms is not None  # decisionlog.check: NO_CREATE
-        if operation.data_change:
+        if spec.data_change:
             assert decision.time_version is not None  # decisionlog.check: TIME_VERSION
             own_ms: int | None = datetime_to_ms(decision.time_version)
             effective_ms = own_ms
@@ -737,7 +743,9 @@ class CatalogWriter:
             own_ms = None
             effective_ms = state.head_time_ms
         updates: dict[str, Any] = {}
-        if operation.traits.metadata_only:  # ALTER_TABLE: the metadata from this version on (older stays readable)
+        if (
+            spec.catalog is CatalogEffect.METADATA
+        ):  # ALTER_TABLE: the metadata from this version on (older stays readable)
             assert decision.metadata is not None  # decisionlog.check: NO_METADATA
             new_json = _metadata_json(decision.metadata)
             conn.execute(
@@ -756,7 +764,22 @@ class CatalogWriter:
                 raise not_live(decision, cursor.rowcount, record.offset)
         columns = metadata.partition_columns
         added = decision.added_files
-        data_change = 1 if operation.data_change else 0
+        data_change = 1 if spec.data_change else 0
+        # Whether the change feed reads a file's records as this commit's changes (a RESTORE's are its DIFF).
+        file_change = 1 if spec.change_rows in (ChangeRows.KEYED, ChangeRows.SCOPE) else 0
+        origins: dict[str, tuple[int, str]] = {}
+        if added and spec.catalog is CatalogEffect.RESTORE:
+            # A re-added file keeps what its first row says of its records: their sequence number (merge-on-read
+            # then orders them against the files that stayed exactly as at the version restored) and the
+            # operation that wrote them (readers decide from it whether a file's keys are unique).
+            wanted = {f.path for f in added}
+            for path, seq, origin in conn.execute(
+                "SELECT path, COALESCE(seq_version, added_version), operation FROM files"
+                " WHERE table_id = ? AND removed_version IS NOT NULL",
+                (table_id,),
+            ):
+                if path in wanted and (path not in origins or seq < origins[path][0]):
+                    origins[path] = (seq, origin)
         if added:
             rows = []
             cache: dict[tuple[tuple[str, str], ...], str] = {}
@@ -775,15 +798,16 @@ class CatalogWriter:
                         f.min_key,
                         f.max_key,
                         version,
-                        data_change,
-                        operation.value,
+                        file_change,
+                        origins[f.path][1] if f.path in origins else operation.value,
                         f.bucket,
+                        origins[f.path][0] if f.path in origins else None,
                     )
                 )
             try:
                 conn.executemany(
                     "INSERT INTO files (table_id, path, partition, record_count, size_bytes, min_key, max_key,"
-                    " added_version, data_change, operation, bucket) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                    " added_version, data_change, operation, bucket, seq_version) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                     rows,
                 )
             except self.store.integrity_errors as exc:  # the unique index on live paths
@@ -835,6 +859,7 @@ class FileRow(NamedTuple):
     data_change: int  # 0 or 1
     operation: str
     bucket: int
+    seq_version: int | None  # a re-added file's sequence (None: added_version)
 
 
 class VersionRow(NamedTuple):
@@ -903,7 +928,8 @@ class DecisionRow(NamedTuple):
 
 TABLE_COLUMNS = select_list(TableRow, metadata_json="metadata")
 FILE_COLUMNS = select_list(FileRow)
-_FILE_COLUMNS_V1 = select_list(FileRow, bucket="0")  # a catalog no writer has migrated yet
+_FILE_COLUMNS_V1 = select_list(FileRow, bucket="0", seq_version="NULL")  # a catalog no writer has migrated yet
+_FILE_COLUMNS_V3 = select_list(FileRow, seq_version="NULL")  # before RESTORE (0.4), not migrated yet
 _DECISION_SIDE = {"txn_id", "read_version", "rebase", "partitions", "writer", "app_id", "batch_id", "intent_offset"}
 COMMIT_COLUMNS = ", ".join(f"d.{f}" if f in _DECISION_SIDE else f"c.{f}" for f in CommitRow._fields)
 DECISION_COLUMNS = select_list(DecisionRow)
@@ -918,11 +944,20 @@ def _column_names(conn: Connection, table: str) -> list[str]:
     return [name for (name,) in conn.execute("SELECT name FROM pragma_table_info(?)", (table,)).fetchall()]
 
 
+def _has_column(conn: Connection, table: str, column: str) -> bool:
+    if getattr(conn, "kind", "sqlite") == "sqlite":
+        return column in _column_names(conn, table)
+    query = "SELECT count(*) FROM information_schema.columns WHERE table_name = ? AND column_name = ?"
+    return bool(scalar(conn, query, (table, column)))
+
+
 def _file_columns(conn: Connection) -> str:
-    """The file columns to select: a version-1 catalog (read before its consumer was upgraded) has no bucket."""
-    if getattr(conn, "kind", "sqlite") != "sqlite":
-        return FILE_COLUMNS  # PostgreSQL catalogs start at version 2
-    return FILE_COLUMNS if _user_version(conn) >= 2 else _FILE_COLUMNS_V1
+    """The file columns to select: a catalog read before its consumer was upgraded may lack bucket (version 1) or
+    seq_version (before 4)."""
+    if getattr(conn, "kind", "sqlite") != "sqlite":  # PostgreSQL catalogs start at version 2
+        return FILE_COLUMNS if _has_column(conn, "files", "seq_version") else _FILE_COLUMNS_V3
+    version = _user_version(conn)
+    return FILE_COLUMNS if version >= 4 else _FILE_COLUMNS_V3 if version >= 2 else _FILE_COLUMNS_V1
 
 
 def query_table(conn: Connection, name: str) -> TableRow | None:

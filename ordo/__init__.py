@@ -1,3 +1,3 @@
 """ordo: composition root — settings, CLI, embedded stack."""
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"

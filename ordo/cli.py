@@ -443,7 +443,11 @@ def tail(
     metavar="HOURS",
     help="orphans modified less than this long ago are kept (default 24; below 1 only with --force)",
 )
-@click.option("--force", is_flag=True, help="allow an --orphan-age below the safe floor of 1 hour")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="allow an --orphan-age below the safe floor of 1 hour, a --retain below the table's ordo.retention_hours",
+)
 @json_option
 @pass_settings
 def vacuum(

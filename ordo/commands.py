@@ -362,7 +362,7 @@ def changes_command(
     info = catalog.table(table)
     commits = catalog.commits(table, low, high, by=by, include_rewrites=include_rewrites)
     columns = [name for name, _ in ddl_columns(info.metadata.schema)]
-    records = change_rows(commits, info.metadata) if rows else None
+    records = change_rows(catalog, table, commits) if rows else None
     if as_json:
         data: dict[str, Any] = {"table": table, "by": by, "commits": [c.to_dict() for c in commits]}
         if records is not None:

@@ -25,18 +25,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from arbiter.policy import Policy, Resolution, load_policy
+from arbiter.policy import REBASE_OF, Policy, Resolution, load_policy
 from schemas import OP_CLASS, OpClass, Operation, Reason, Rebase
+from schemas.operations import LINEAGE_REASONS, MATRIX_FAIL_REASONS
 
 LATER_FAILS = Reason.CONFLICT_LATER_FAILS
-# The reasons of a later_fails cell: a matrix conflict, or a snapshot older than a schema change (row ALTER).
-FAIL_REASONS = frozenset({Reason.CONFLICT_LATER_FAILS, Reason.SCHEMA_CHANGED})
-LINEAGE_REASONS = frozenset({Reason.CONFLICT_COMPACTION_LINEAGE, Reason.FILE_NOT_LIVE})
-_REBASE = {
-    Resolution.LATER_OVERWRITES: Rebase.LATER_OVERWRITES,
-    Resolution.COMPACTION_COMPLETES: Rebase.COMPACTION_COMPLETES,
-    Resolution.NEW_DATA_WRITTEN: Rebase.NEW_DATA_WRITTEN,
-}
+# The reasons of a later_fails cell and of the lineage rule: the registry's (schemas.operations).
+FAIL_REASONS = MATRIX_FAIL_REASONS
 
 AGREE, DISAGREE, MASKED, LINEAGE = "agree", "DISAGREE", "masked", "lineage"
 
@@ -124,7 +119,7 @@ def check_history(history: Sequence[Txn], policy: Policy | str = "maxcompute") -
     for later in ordered:
         if later.duplicate_of is not None or later.operation is None:
             continue
-        if later.operation is Operation.CREATE_TABLE:
+        if later.operation not in OP_CLASS:  # CREATE_TABLE: nothing is concurrent with it
             if later.accepted:
                 committed.append(later)
             continue
@@ -132,7 +127,7 @@ def check_history(history: Sequence[Txn], policy: Policy | str = "maxcompute") -
         concurrent = [
             e
             for e in committed
-            if e.operation is not Operation.CREATE_TABLE
+            if e.operation in OP_CLASS
             and e.id_version is not None
             and later.read_version is not None
             and e.id_version > later.read_version
@@ -153,7 +148,7 @@ def _judge(policy: Policy, later: Txn, earlier: list[Txn]) -> list[Pair]:
     column = OP_CLASS[later.operation]
     cells = [(e, policy.resolve(OP_CLASS[e.operation], column)) for e in earlier if e.operation is not None]
     failing = {e.id_version for e, cell in cells if cell is Resolution.LATER_FAILS}
-    rebases = {_REBASE[cell] for _, cell in cells if cell is not Resolution.LATER_FAILS}
+    rebases = {REBASE_OF[cell] for _, cell in cells if cell is not Resolution.LATER_FAILS}
     observed = _observed(later)
     result = []
     for e, cell in cells:

@@ -12,14 +12,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from consumer.arrow import COMPACT_FORM, FileRef, TableShape, filesystem, live_rows, merge_groups, plan_commit
+from consumer.arrow import COMPACT_FORM, FileRef, TableShape, filesystem, live_rows, merge_groups, plan_commits
 from consumer.arrow import change_rows as _change_rows
 from consumer.errors import DataFileError
 from schemas.models import ddl_columns
 
 if TYPE_CHECKING:
+    from consumer.catalog import Catalog
     from consumer.models import Commit, Snapshot
-    from schemas import TableMetadata
 
 
 def live_row_count(snapshot: Snapshot) -> int:
@@ -32,19 +32,20 @@ def live_row_count(snapshot: Snapshot) -> int:
     )
 
 
-def change_rows(commits: Iterable[Commit], metadata: TableMetadata) -> list[dict]:
+def change_rows(catalog: Catalog, table: str, commits: Iterable[Commit]) -> list[dict]:
     """The change feed of ``commits`` in the compact form as plain rows (``consumer.arrow.change_rows``).
 
     Each row holds the table's columns plus ``_change_type`` (``upsert``,
     ``delete`` or ``truncate``), ``_commit_version``, ``_commit_timestamp`` and
     ``_scope``; a version's ``truncate`` row comes before its other rows.
-    Compaction and clustering contribute nothing.
+    Compaction and clustering contribute nothing; a RESTORE gives the
+    difference between the table before and after it.
     """
-    shape = TableShape.of(metadata)
+    shape = TableShape.of(catalog.table(table).metadata)
+    logical = sorted((c for c in commits if c.data_change), key=lambda c: c.id_version)
     rows: list[dict] = []
-    for commit in sorted(commits, key=lambda c: c.id_version):
-        if commit.data_change:
-            rows.extend(_change_rows(plan_commit(commit, (), shape), shape, COMPACT_FORM).to_pylist())
+    for plan in plan_commits(catalog, table, logical, shape, form=COMPACT_FORM):
+        rows.extend(_change_rows(plan, shape, COMPACT_FORM).to_pylist())
     return rows
 
 

@@ -32,6 +32,11 @@ and commit), but never one a transaction may still commit:
   undecided: lag only keeps more files. ``apply_vacuum`` reads both again right
   before deleting.
 
+A retention below the table's ``ordo.retention_hours`` (default 168) is
+refused unless ``force``: a RESTORE may re-add any file removed within that
+window (the arbiter refuses older ones as ``FILE_VACUUMED``, docs/conflicts.md),
+so vacuum must not delete them.
+
 Dry run by default: ``plan_vacuum`` only lists; ``apply_vacuum`` deletes.
 """
 
@@ -44,6 +49,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from arbiter.core import RETENTION_PROPERTY, restore_retention_ms
 from ordo.errors import OrdoError, VersionNotFoundError
 from ordo.files import filesystem
 
@@ -254,6 +260,12 @@ def plan_vacuum(
         raise VacuumError(
             f"table {table!r} is stopped at version {info.head_version} by a broken decision log "
             f"(offset {info.error_offset}: {info.error}); repair it (ordo repair {table}) before vacuuming"
+        )
+    restorable = restore_retention_ms(info.metadata) / 3_600_000
+    if retain_hours < restorable and not force:
+        raise VacuumError(
+            f"a retention of {retain_hours:g} hours is below table {table!r}'s {RETENTION_PROPERTY} of "
+            f"{restorable:g}: a RESTORE may still re-add files removed within it (pass --force to vacuum them anyway)"
         )
     now = now or datetime.now(UTC)
     boundary_time = now - timedelta(hours=retain_hours)

@@ -763,23 +763,82 @@ class DeltaTable:
                     f"vacuum with a retention of {hours:g} hours is below the safety floor of "
                     f"{DEFAULT_RETENTION_HOURS} hours; set {RETENTION_CHECK_CONF}=false to allow it"
                 )
-        plan = plan_vacuum(self._conn.catalog, self.name, hours)
+        # Below the floor only with Delta's check off; that also lifts the table's ordo.retention_hours (RESTORE).
+        force = str(self.spark.conf.get(RETENTION_CHECK_CONF, "true")).lower() == "false"
+        plan = plan_vacuum(self._conn.catalog, self.name, hours, force=force)
         if dry_run:
             return [f.path for f in plan.files]
         deleted: list[str] = []
         apply_vacuum(self._conn.catalog, plan, on_delete=lambda f: deleted.append(f.path))
         return deleted
 
-    def restoreToVersion(self, version: int) -> CommitResult | None:
-        """Make the table what it was at ID ``version``: one whole-table INSERT OVERWRITE of that snapshot.
+    def restoreToVersion(self, version: int, *, rewrite: bool = False) -> CommitResult | None:
+        """Make the table what it was at ID ``version``: one RESTORE commit, metadata only (no data is written).
 
-        Partitions created after ``version`` are cleared too; restoring an empty snapshot empties the table.
+        The commit re-adds the files live at ``version`` that are not live now
+        and the arbiter removes every file live now that was not then (files
+        of partitions created since included; restoring an empty version
+        empties the table). The arbiter checks that every re-added file was
+        live at ``version`` and was removed within the table's
+        ``ordo.retention_hours`` (``FILE_VACUUMED`` otherwise: restore with
+        ``rewrite=True``). ``rewrite=True``: one whole-table INSERT OVERWRITE of
+        that snapshot's rows instead (new files, the old behaviour). Raises
+        ``CommitConflictError`` with the arbiter's reason when rejected.
         """
-        return self.insert_overwrite(self.read(version=int(version)), whole_table=True)
+        if rewrite:
+            return self.insert_overwrite(self.read(version=int(version)), whole_table=True)
+        return self._restore(self._conn.catalog.snapshot(self.name, version=int(version)))
 
-    def restoreToTimestamp(self, timestamp: datetime | str) -> CommitResult | None:
-        """Make the table what it was as of ``timestamp``: one whole-table INSERT OVERWRITE of that snapshot."""
-        return self.insert_overwrite(self.read(timestamp=timestamp), whole_table=True)
+    def restoreToTimestamp(self, timestamp: datetime | str, *, rewrite: bool = False) -> CommitResult | None:
+        """Make the table what it was as of ``timestamp``: ``restoreToVersion`` of the version readers saw then."""
+        if rewrite:
+            return self.insert_overwrite(self.read(timestamp=timestamp), whole_table=True)
+        return self._restore(self._conn.catalog.snapshot(self.name, timestamp=timestamp))
+
+    def _restore(self, target: Any) -> CommitResult:
+        head = self._conn.catalog.snapshot(self.name)
+        live = {f.path for f in head.files}
+        added = tuple(
+            DataFile(
+                path=f.path,
+                partition=dict(f.partition),
+                record_count=f.record_count,
+                size_bytes=f.size_bytes,
+                min_key=f.min_key,
+                max_key=f.max_key,
+                bucket=f.bucket,
+            )
+            for f in target.files
+            if f.path not in live
+        )
+        if len(added) > MAX_FILES_PER_INTENT:
+            raise InvalidOperationError(
+                f"restoring version {target.id_version} re-adds {len(added)} files, more than the "
+                f"{MAX_FILES_PER_INTENT} one commit may name: restore with rewrite=True"
+            )
+        started = time.perf_counter()
+        intent = CommitIntent(
+            txn_id=uuid.uuid4().hex,
+            table=self.name,
+            operation=Operation.RESTORE,
+            read_version=head.id_version,
+            added_files=added,
+            writer=self._writer,
+            restore_version=target.id_version,
+        )
+        decision = self._conn.client.commit(intent, timeout=self.commit_timeout)
+        if not decision.accepted or decision.id_version is None:
+            raise conflict_error(decision, f"RESTORE {self.name} TO VERSION {target.id_version}")
+        result = CommitResult(
+            txn_id=intent.txn_id,
+            id_version=decision.id_version,
+            time_version=decision.time_version,
+            operation=Operation.RESTORE,
+            commit_seconds=time.perf_counter() - started,
+            decision=decision,
+        )
+        self._wait_for_catalog(decision.id_version, result)
+        return result
 
     def compact(
         self, mode: str = "minor", partition: Mapping[str, Any] | None = None, *, bucket: int | None = None

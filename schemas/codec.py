@@ -697,6 +697,7 @@ _INTENT_FIELDS: tuple[Field, ...] = (
     ("app_id", _checked_opt_str, 1, MAX_ID_LENGTH),
     ("batch_id", _optional(_checked_version)),
     ("writer", _checked_opt_str, 0, MAX_ID_LENGTH),
+    ("restore_version", _optional(_checked_version)),
 )
 
 _DECISION_FIELDS: tuple[Field, ...] = (
@@ -722,6 +723,7 @@ _DECISION_FIELDS: tuple[Field, ...] = (
     ("batch_id", _read_opt_long),
     ("duplicate_of", _read_opt_long),
     ("prev_hash", _optional(_read_bytes)),
+    ("restore_version", _read_opt_long),
 )
 
 RECORD_FIELDS: dict[type[BaseModel], tuple[Field, ...]] = {
@@ -941,6 +943,7 @@ def _write_intent(header: bytes, values: dict[str, Any]) -> bytes:
     _write_opt_str(out, values["app_id"])
     _write_opt_long(out, values["batch_id"])
     _write_opt_str(out, values["writer"])
+    _write_opt_long(out, values["restore_version"])
     return b"".join(out)
 
 
@@ -988,6 +991,7 @@ def _write_decision(header: bytes, values: dict[str, Any]) -> bytes:
         out.append(_SOME)
         out.append(_long_bytes(len(prev_hash)))
         out.append(prev_hash)
+    _write_opt_long(out, values["restore_version"])
     return b"".join(out)
 
 

@@ -46,14 +46,14 @@ from typing import NamedTuple
 from schemas.codec import chain_hash, decode
 from schemas.errors import CodecError, OrdoError
 from schemas.models import CommitDecision, Outcome, TableMetadata, datetime_to_millis
-from schemas.operations import TRAITS, Operation
+from schemas.operations import REGISTRY, Check
 
 GENESIS_HASH = bytes(32)  # the prev_hash of a table's first decision
 
 _ACCEPTED = Outcome.ACCEPTED
-_CREATE_TABLE = Operation.CREATE_TABLE
-_DATA_CHANGES = frozenset(op for op, t in TRAITS.items() if t.data_change)
-_CARRIES_METADATA = frozenset(op for op, t in TRAITS.items() if t.metadata_only)
+_DATA_CHANGES = frozenset(op for op, t in REGISTRY.items() if t.data_change)
+_CARRIES_METADATA = frozenset(op for op, t in REGISTRY.items() if t.metadata)
+_CREATES = frozenset(op for op, t in REGISTRY.items() if Check.CREATE in t.checks)
 
 
 class LogProblem(enum.StrEnum):
@@ -253,7 +253,7 @@ def _inspect(
         if operation is None or id_version is None:
             _add(problems, LogProblem.INCOMPLETE, "accepted decision without operation or ID version")
         else:
-            if operation is _CREATE_TABLE:
+            if operation in _CREATES:
                 if head.metadata is not None:
                     _add(problems, LogProblem.SECOND_CREATE, "a second CREATE_TABLE was accepted")
             elif head.metadata is None:

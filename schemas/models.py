@@ -170,6 +170,7 @@ class CommitIntent(_Frozen):
     app_id: Id | None = None
     batch_id: Version | None = None
     writer: Annotated[str, Field(max_length=MAX_ID_LENGTH)] | None = None
+    restore_version: Version | None = None  # RESTORE (since 0.4): the version whose live files it re-adds
 
     @field_validator("table")
     @classmethod
@@ -202,6 +203,7 @@ class CommitDecision(_Frozen):
     batch_id: int | None = None
     duplicate_of: int | None = None
     prev_hash: bytes | None = None
+    restore_version: int | None = None  # RESTORE (since 0.4): the version the table was restored to
 
     @property
     def accepted(self) -> bool:

@@ -1,9 +1,14 @@
 """What each operation is and why an intent is refused: the contract's vocabulary, declared once.
 
 ``Operation`` is the wire enum (its members in ``Operation.avsc`` order: the
-codec writes a member's position). ``TRAITS`` says, per operation, its
-conflict-matrix class and what a commit of it may do to files; the arbiter,
-the writers and the readers ask it instead of listing operations again.
+codec writes a member's position). ``REGISTRY`` declares each operation once
+(``OperationSpec``): its conflict-matrix class, what a commit of it does to
+files and metadata, the arbiter's checks for it and the rejections they give,
+its effect on the catalog and its change-feed rows. ``CLASSES`` declares the
+matrix's rows and columns (and which of them no policy may choose). The
+arbiter, the fold, the consumer, the change feed, the conflict report and the
+docs' matrix table read these instead of listing operations again
+(docs/architecture.md "The operation registry").
 ``Reason`` holds the rejection codes a decision carries (a string on the wire).
 ``OP_COLUMN``/``SEQ_COLUMN`` and their values are the record columns every data
 file carries (docs/writer.md).
@@ -31,6 +36,7 @@ class Operation(str, enum.Enum):
     MAJOR_COMPACT = "MAJOR_COMPACT"
     CLUSTER = "CLUSTER"
     ALTER_TABLE = "ALTER_TABLE"  # since 0.3: add columns, set properties (metadata only)
+    RESTORE = "RESTORE"  # since 0.4: make an earlier version's live files the table's again (no data written)
 
     @property
     def traits(self) -> OperationTraits:
@@ -60,69 +66,6 @@ class OpClass(enum.IntEnum):
     ALTER = 6  # ALTER_TABLE: fails against, and makes fail, every concurrent commit (arbiter.policy)
 
 
-@dataclass(frozen=True, slots=True)
-class OperationTraits:
-    """What a commit of one operation is and may do; one row of ``TRAITS``."""
-
-    op_class: OpClass | None  # its class in the conflict matrix; None for CREATE_TABLE (nothing is concurrent)
-    adds_files: bool  # the intent may add data files
-    removes_files: bool  # the commit removes files (named by the intent, or all live in scope for truncates)
-    truncates: bool  # the arbiter removes every file live in the scope at the head
-    data_change: bool  # logical data changes (the commit gets a time version and shows in the change feed)
-    metadata_only: bool  # the intent carries table metadata and no files
-
-    @property
-    def rewrites(self) -> bool:
-        """Compaction and clustering: the intent names the files it rewrites, data unchanged."""
-        return self.removes_files and not self.truncates
-
-
-def _traits(
-    op_class: OpClass | None,
-    *,
-    adds: bool = False,
-    removes: bool = False,
-    truncates: bool = False,
-    data_change: bool = True,
-    metadata_only: bool = False,
-) -> OperationTraits:
-    return OperationTraits(op_class, adds, removes, truncates, data_change, metadata_only)
-
-
-TRAITS: Mapping[Operation, OperationTraits] = MappingProxyType(
-    {
-        Operation.CREATE_TABLE: _traits(None, metadata_only=True),
-        Operation.INSERT_INTO: _traits(OpClass.INSERT, adds=True),
-        Operation.INSERT_OVERWRITE: _traits(OpClass.OVERWRITE, adds=True, removes=True, truncates=True),
-        Operation.TRUNCATE: _traits(OpClass.OVERWRITE, removes=True, truncates=True),
-        Operation.UPDATE: _traits(OpClass.UPDATE, adds=True),
-        Operation.DELETE: _traits(OpClass.UPDATE, adds=True),
-        Operation.MINOR_COMPACT: _traits(OpClass.MINOR_COMPACT, adds=True, removes=True, data_change=False),
-        Operation.MAJOR_COMPACT: _traits(OpClass.MAJOR_COMPACT, adds=True, removes=True, data_change=False),
-        Operation.CLUSTER: _traits(OpClass.CLUSTER, adds=True, removes=True, data_change=False),
-        Operation.ALTER_TABLE: _traits(OpClass.ALTER, metadata_only=True),
-    }
-)
-
-# Operation -> matrix class, for every operation that has one.
-OP_CLASS: Mapping[Operation, OpClass] = MappingProxyType(
-    {op: t.op_class for op, t in TRAITS.items() if t.op_class is not None}
-)
-# Operation names (wire strings) whose commits replace every live file of their scope.
-TRUNCATING_OPERATIONS = frozenset(op.value for op, t in TRAITS.items() if t.truncates)
-# Operation names (wire strings) of compaction and clustering.
-REWRITING_OPERATIONS = frozenset(op.value for op, t in TRAITS.items() if t.rewrites)
-
-# The record columns of every data file (docs/writer.md): the record's kind and its sequence override.
-OP_COLUMN = "_ordo_op"
-SEQ_COLUMN = "_ordo_seq"
-OP_UPSERT = "upsert"
-OP_DELETE = "delete"
-# Column names a table may not use (compared lower-cased): ordo's record columns and the change feed's.
-RESERVED_PREFIX = "_ordo_"
-RESERVED_COLUMNS = frozenset({"_change_type", "_commit_version", "_commit_timestamp"})
-
-
 class Reason(enum.StrEnum):
     """Stable rejection reason codes a decision carries (a plain string on the wire)."""
 
@@ -148,23 +91,259 @@ class Reason(enum.StrEnum):
     SCHEMA_CHANGED = "SCHEMA_CHANGED"  # the intent's read version predates an accepted ALTER_TABLE
     UNSUPPORTED_ALTER = "UNSUPPORTED_ALTER"  # an ALTER_TABLE that drops, renames, retypes or unsets
     INVALID_BUCKET = "INVALID_BUCKET"  # an added file's bucket is not below the table's ordo.buckets
+    # RESTORE (since 0.4): no restore version, or one below 0 or above the read version
+    INVALID_RESTORE_VERSION = "INVALID_RESTORE_VERSION"
+    # RESTORE: a re-added file was not live at the restore version (or is live now, or in another partition),
+    # or a file live at that version is neither live nor re-added
+    NOT_LIVE_AT_VERSION = "NOT_LIVE_AT_VERSION"
+    # RESTORE: a file it needs was removed longer ago than the table's ordo.retention_hours: vacuum may have deleted it
+    FILE_VACUUMED = "FILE_VACUUMED"
 
 
 Reason.ALL = tuple(Reason)
+# A later_fails cell's rejections: a matrix conflict, or a snapshot older than a schema change (ALTER's row).
+MATRIX_FAIL_REASONS = frozenset({Reason.CONFLICT_LATER_FAILS, Reason.SCHEMA_CHANGED})
+# A rewrite refused by the lineage rule (docs/conflicts.md, compaction_completes), not by a matrix cell.
+LINEAGE_REASONS = frozenset({Reason.CONFLICT_COMPACTION_LINEAGE, Reason.FILE_NOT_LIVE})
+# Rejections any intent may get, whatever its operation (docs/architecture.md "Pure core").
+COMMON_REASONS = (
+    Reason.MALFORMED_INTENT,
+    Reason.TABLE_MISMATCH,
+    Reason.UNKNOWN_TABLE,
+    Reason.READ_VERSION_AHEAD,
+    Reason.SCHEMA_CHANGED,
+)
+
+
+class Removes(enum.Enum):
+    """Which files a commit of an operation removes (the arbiter computes them; the intent may not choose freely)."""
+
+    NOTHING = "nothing"  # merge-on-read writes and metadata: the intent names no removed file
+    SCOPE = "scope"  # every file live in the intent's scope at the head (INSERT OVERWRITE, TRUNCATE)
+    NAMED = "named"  # the inputs the intent names, rebased through compaction lineage (compaction, clustering)
+    RESTORE = "restore"  # every file live at the head that was not live at the restore version (RESTORE)
+
+
+class Check(enum.Enum):
+    """The operation-specific checks the arbiter runs, in this order (docs/architecture.md "Pure core")."""
+
+    CREATE = "create"  # TABLE_EXISTS, INVALID_METADATA (arbiter.core._create)
+    ALTER = "alter"  # the metadata after the change (arbiter.core._check_alter)
+    FILES = "files"  # added and removed files against the scope, layout and write ids (arbiter.core._check_files)
+    BATCH = "batch"  # a streaming batch at most once (arbiter.core._check_batch)
+    MATRIX = "matrix"  # the conflict matrix (arbiter.core._check_conflicts)
+    LINEAGE = "lineage"  # a rewrite's inputs rebased through lineage (arbiter.core._resolve_inputs)
+    REWRITE = "rewrite"  # a rewrite stays in its scope and rewrites whole partitions (arbiter.core._check_rewrite)
+    RESTORE = "restore"  # re-added files were live at the restore version and are not vacuumed (arbiter.core._restore)
+
+
+class CatalogEffect(enum.Enum):
+    """What an accepted commit does to the consumer's catalog (consumer.store ``_apply_decision``)."""
+
+    CREATE = "create"  # the table's first commit and its metadata
+    METADATA = "metadata"  # a new metadata version; no file
+    FILES = "files"  # files added and removed at the new version
+    RESTORE = "restore"  # files as FILES; a re-added file keeps the sequence number its records had
+
+
+class ChangeRows(enum.Enum):
+    """Which rows a commit gives in the change feed (consumer.arrow, consumer.spark, ordo.files)."""
+
+    NONE = "none"  # no logical change: compaction, clustering, CREATE_TABLE, ALTER_TABLE
+    KEYED = "keyed"  # per key of the files it added: insert, update pre/post-image, delete
+    SCOPE = "scope"  # every row its scope held is deleted, every row it wrote inserted
+    DIFF = "diff"  # the rows that differ between the snapshot before it and the one after (RESTORE)
+
+
+@dataclass(frozen=True, slots=True)
+class ClassSpec:
+    """One row and column of the conflict matrix: what the docs call it, and whether a policy may choose its cells."""
+
+    op_class: OpClass
+    title: str  # the column header of the docs' matrix
+    fixed: str | None = None  # a resolution (``arbiter.policy.Resolution`` value) every cell of its row and column has
+
+
+@dataclass(frozen=True, slots=True)
+class OperationSpec:
+    """Everything ordo knows about one operation, declared once (``REGISTRY``); docs/architecture.md "The registry".
+
+    Readers ask this row instead of listing operations: the arbiter (its checks
+    and what it removes), the fold (time versions, metadata), the consumer's
+    catalog, the change feed, the conflict report and the docs' matrix table.
+    """
+
+    operation: Operation
+    op_class: OpClass | None  # its class in the conflict matrix; None for CREATE_TABLE (nothing is concurrent)
+    adds_files: bool  # the intent may add data files
+    removes: Removes  # which files the commit removes
+    data_change: bool  # logical data changes (the commit gets a time version and shows in the change feed)
+    metadata: bool  # the intent carries table metadata and no files
+    checks: tuple[Check, ...]  # the arbiter's operation-specific checks, in order
+    reasons: tuple[Reason, ...]  # the rejections only this operation's checks give (besides every intent's)
+    catalog: CatalogEffect  # its effect on the consumer's catalog
+    change_rows: ChangeRows  # its change-feed rows
+    since: str = "0.1"  # the release whose wire schema first carries it
+
+    @property
+    def removes_files(self) -> bool:
+        """The commit may remove files (named by the intent, or computed by the arbiter)."""
+        return self.removes is not Removes.NOTHING
+
+    @property
+    def truncates(self) -> bool:
+        """The arbiter removes every file live in the scope at the head."""
+        return self.removes is Removes.SCOPE
+
+    @property
+    def rewrites(self) -> bool:
+        """Compaction and clustering: the intent names the files it rewrites, data unchanged."""
+        return self.removes is Removes.NAMED
+
+    @property
+    def metadata_only(self) -> bool:
+        """The intent carries table metadata and no files (CREATE_TABLE, ALTER_TABLE)."""
+        return self.metadata
+
+    @property
+    def label(self) -> str:
+        """The operation as the docs write it (``INSERT OVERWRITE``)."""
+        return self.operation.value.replace("_", " ")
+
+
+OperationTraits = OperationSpec  # the name before the registry (issue 22)
+
+_WRITE = (Check.FILES, Check.BATCH, Check.MATRIX)
+_REWRITE = (Check.FILES, Check.BATCH, Check.MATRIX, Check.LINEAGE, Check.REWRITE)
+_WRITE_REASONS = (
+    Reason.INVALID_PARTITION,
+    Reason.INVALID_PATH,
+    Reason.PATH_PARTITION_MISMATCH,
+    Reason.INVALID_BUCKET,
+    Reason.PATH_REUSED,
+    Reason.INVALID_OPERATION,
+    Reason.BATCH_ALREADY_COMMITTED,
+    Reason.CONFLICT_LATER_FAILS,
+)
+_REWRITE_REASONS = (
+    *_WRITE_REASONS,
+    Reason.FILE_NOT_LIVE,
+    Reason.CONFLICT_COMPACTION_LINEAGE,
+    Reason.FILE_OUTSIDE_SCOPE,
+    Reason.INCOMPLETE_REWRITE,
+)
+
+
+def _write(operation: Operation, op_class: OpClass, removes: Removes, rows: ChangeRows) -> OperationSpec:
+    return OperationSpec(
+        operation, op_class, operation is not Operation.TRUNCATE, removes, True, False, _WRITE, _WRITE_REASONS,
+        CatalogEffect.FILES, rows,
+    )  # fmt: skip
+
+
+def _rewrite(operation: Operation, op_class: OpClass, reasons: tuple[Reason, ...] = _REWRITE_REASONS) -> OperationSpec:
+    checks = _REWRITE
+    return OperationSpec(
+        operation, op_class, True, Removes.NAMED, False, False, checks, reasons, CatalogEffect.FILES, ChangeRows.NONE
+    )
+
+
+# The matrix's rows and columns, in ``OpClass`` order. ALTER's cells are not a policy's choice (docs/conflicts.md).
+CLASSES: tuple[ClassSpec, ...] = (
+    ClassSpec(OpClass.OVERWRITE, "OVERWRITE"),
+    ClassSpec(OpClass.INSERT, "INSERT"),
+    ClassSpec(OpClass.UPDATE, "UPDATE"),
+    ClassSpec(OpClass.MINOR_COMPACT, "MINOR"),
+    ClassSpec(OpClass.MAJOR_COMPACT, "MAJOR"),
+    ClassSpec(OpClass.CLUSTER, "CLUSTER"),
+    ClassSpec(OpClass.ALTER, "ALTER", fixed="later_fails"),
+)
+
+# The operation registry: one declaration per operation, in ``Operation`` order.
+REGISTRY: Mapping[Operation, OperationSpec] = MappingProxyType(
+    {
+        spec.operation: spec
+        for spec in (
+            OperationSpec(
+                Operation.CREATE_TABLE, None, False, Removes.NOTHING, True, True, (Check.CREATE,),
+                (Reason.TABLE_EXISTS, Reason.INVALID_METADATA, Reason.INVALID_OPERATION), CatalogEffect.CREATE,
+                ChangeRows.NONE,
+            ),
+            _write(Operation.INSERT_INTO, OpClass.INSERT, Removes.NOTHING, ChangeRows.KEYED),
+            _write(Operation.INSERT_OVERWRITE, OpClass.OVERWRITE, Removes.SCOPE, ChangeRows.SCOPE),
+            _write(Operation.TRUNCATE, OpClass.OVERWRITE, Removes.SCOPE, ChangeRows.SCOPE),
+            _write(Operation.UPDATE, OpClass.UPDATE, Removes.NOTHING, ChangeRows.KEYED),
+            _write(Operation.DELETE, OpClass.UPDATE, Removes.NOTHING, ChangeRows.KEYED),
+            _rewrite(Operation.MINOR_COMPACT, OpClass.MINOR_COMPACT, _REWRITE_REASONS[:-1]),
+            _rewrite(Operation.MAJOR_COMPACT, OpClass.MAJOR_COMPACT),
+            _rewrite(Operation.CLUSTER, OpClass.CLUSTER),
+            OperationSpec(
+                Operation.ALTER_TABLE, OpClass.ALTER, False, Removes.NOTHING, True, True, (Check.ALTER, Check.MATRIX),
+                (
+                    Reason.UNSUPPORTED_ALTER, Reason.INVALID_METADATA, Reason.INVALID_PARTITION,
+                    Reason.INVALID_OPERATION, Reason.CONFLICT_LATER_FAILS,
+                ),
+                CatalogEffect.METADATA, ChangeRows.NONE, since="0.3",
+            ),
+            # A whole-table overwrite made of files the table already had: class OVERWRITE (docs/conflicts.md).
+            OperationSpec(
+                Operation.RESTORE, OpClass.OVERWRITE, True, Removes.RESTORE, True, False,
+                (Check.RESTORE, Check.BATCH, Check.MATRIX),
+                (
+                    Reason.INVALID_RESTORE_VERSION, Reason.NOT_LIVE_AT_VERSION, Reason.FILE_VACUUMED,
+                    Reason.INVALID_PARTITION, Reason.INVALID_BUCKET, Reason.INVALID_OPERATION,
+                    Reason.BATCH_ALREADY_COMMITTED, Reason.CONFLICT_LATER_FAILS,
+                ),
+                CatalogEffect.RESTORE, ChangeRows.DIFF, since="0.4",
+            ),
+        )
+    }
+)  # fmt: skip
+TRAITS = REGISTRY  # the name before the registry: every "is this operation ..." question is asked here
+
+# Operation -> matrix class, for every operation that has one.
+OP_CLASS: Mapping[Operation, OpClass] = MappingProxyType(
+    {op: t.op_class for op, t in REGISTRY.items() if t.op_class is not None}
+)
+# Operation names (wire strings) whose commits replace every live file of their scope.
+TRUNCATING_OPERATIONS = frozenset(op.value for op, t in REGISTRY.items() if t.truncates)
+# Operation names (wire strings) of compaction and clustering.
+REWRITING_OPERATIONS = frozenset(op.value for op, t in REGISTRY.items() if t.rewrites)
+
+# The record columns of every data file (docs/writer.md): the record's kind and its sequence override.
+OP_COLUMN = "_ordo_op"
+SEQ_COLUMN = "_ordo_seq"
+OP_UPSERT = "upsert"
+OP_DELETE = "delete"
+# Column names a table may not use (compared lower-cased): ordo's record columns and the change feed's.
+RESERVED_PREFIX = "_ordo_"
+RESERVED_COLUMNS = frozenset({"_change_type", "_commit_version", "_commit_timestamp"})
+
 
 __all__ = [
+    "CLASSES",
+    "COMMON_REASONS",
+    "LINEAGE_REASONS",
+    "MATRIX_FAIL_REASONS",
     "OP_CLASS",
     "OP_COLUMN",
     "OP_DELETE",
     "OP_UPSERT",
+    "REGISTRY",
     "RESERVED_COLUMNS",
     "RESERVED_PREFIX",
     "REWRITING_OPERATIONS",
     "SEQ_COLUMN",
     "TRAITS",
     "TRUNCATING_OPERATIONS",
+    "CatalogEffect",
+    "ChangeRows",
+    "Check",
+    "ClassSpec",
     "OpClass",
     "Operation",
+    "OperationSpec",
     "OperationTraits",
     "Reason",
+    "Removes",
 ]

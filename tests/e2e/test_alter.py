@@ -59,7 +59,7 @@ def test_alter_adds_a_column_older_versions_keep_their_schema(spark: Any, writer
     # The change feed (pyarrow path) reads the old file's rows with a NULL note; the ALTER adds no rows.
     commits = table.catalog.commits("altered", 1, 3)
     assert [c.operation.value for c in commits] == ["INSERT_INTO", "ALTER_TABLE", "INSERT_INTO"]
-    feed = change_rows(commits, table.catalog.table("altered").metadata)
+    feed = change_rows(table.catalog, "altered", commits)
     assert sorted((r["_commit_version"], r["id"], r["note"]) for r in feed) == [
         (1, 1, None),
         (1, 2, None),

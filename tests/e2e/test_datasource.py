@@ -359,6 +359,6 @@ def test_every_column_type_reads_back_through_each_reader(spark: Any, writer_sta
     assert collected(feed.option("startingVersion", 1).load("typed")) == expected
     assert collected(table.changes(1, 2)) == expected
     assert live_row_count(table.snapshot()) == 3
-    rows = cli_change_rows(table.catalog.commits("typed", 1), table.metadata)
+    rows = cli_change_rows(table.catalog, "typed", table.catalog.commits("typed", 1))
     assert sorted(r["id"] for r in rows) == [1, 2, 3] and {r["_change_type"] for r in rows} == {"upsert"}
     assert [r["at"] for r in rows if r["id"] == 1] == [stamp.astimezone(dt.UTC)]

@@ -104,11 +104,12 @@ def test_delta_spark_calls_against_a_model(spark: Any, writer_stack: Any) -> Non
     rejected = table.history(include_rejected=True).where("outcome = 'REJECTED'").collect()
     assert [(r["version"], r["reason"], r["txnId"]) for r in rejected] == [(None, refused.value.reason, second.txn_id)]
 
-    # RESTORE: one INSERT OVERWRITE of the old snapshot
+    # RESTORE: one metadata-only commit re-adding the old snapshot's files
     table.truncate()  # v9
     assert table.toDF().count() == 0
     table.restoreToVersion(8)  # v10
-    assert table.decisions(1)[0].operation.value == "INSERT_OVERWRITE"
+    assert table.decisions(1)[0].operation.value == "RESTORE"
+    assert {f.path for f in table.snapshot().files} == {f.path for f in table.snapshot(8).files}
     assert rows_of(table.toDF()) == sorted(merged.values())
     stamp = table.catalog.snapshot("payments", version=1).time_version
     table.restoreToTimestamp(stamp)  # v11
@@ -128,7 +129,8 @@ def test_delta_spark_calls_against_a_model(spark: Any, writer_stack: Any) -> Non
 
 def test_restore_is_a_whole_table_overwrite(spark: Any, writer_stack: Any) -> None:  # noqa: F811
     """RESTORE clears partitions created after the target version, and restoring an empty snapshot empties the
-    table: each is one INSERT OVERWRITE whose scope is the whole table, checked against a model per version."""
+    table: each is one metadata-only RESTORE of the whole table (the very files of that version; ``rewrite=True``
+    one INSERT OVERWRITE of its rows), checked against a model per version."""
     settings = writer_stack.settings
     table = DeltaTable.create(
         spark, "restored", schema=SCHEMA, primary_key="id", partitioned_by="dt", settings=settings
@@ -146,9 +148,11 @@ def test_restore_is_a_whole_table_overwrite(spark: Any, writer_stack: Any) -> No
     commit([(4, 40, "2024-05-04")])  # v3: another one
     assert rows_of(table.toDF()) == sorted(model.values())
 
-    table.restoreToVersion(1)  # v4
+    restored = table.restoreToVersion(1)  # v4
+    assert restored is not None and restored.decision is not None and restored.decision.restore_version == 1
     restore = table.decisions(1)[0]
-    assert (restore.operation.value, restore.partitions) == ("INSERT_OVERWRITE", None)
+    assert (restore.operation.value, restore.partitions) == ("RESTORE", None)
+    assert {f.path for f in table.snapshot().files} == {f.path for f in table.snapshot(1).files}
     assert rows_of(table.toDF()) == sorted(models[1].values())
     assert {tuple(f.partition.items()) for f in table.snapshot().files} == {
         (("dt", "2024-05-01"),),
@@ -160,8 +164,10 @@ def test_restore_is_a_whole_table_overwrite(spark: Any, writer_stack: Any) -> No
     assert table.toDF().count() == 0
     assert table.snapshot().files == ()
 
-    table.restoreToVersion(3)  # v6: everything back
+    table.restoreToVersion(3, rewrite=True)  # v6: everything back, rewritten
+    assert table.decisions(1)[0].operation.value == "INSERT_OVERWRITE"
     assert rows_of(table.toDF()) == sorted(models[3].values())
+    assert not {f.path for f in table.snapshot().files} & {f.path for f in table.snapshot(3).files}
     empty_stamp = table.catalog.snapshot("restored", version=5).time_version
     table.restoreToTimestamp(empty_stamp)  # v7: by time, to the emptied table
     assert table.toDF().count() == 0

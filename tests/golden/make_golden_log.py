@@ -73,6 +73,7 @@ class Story:
         metadata: TableMetadata | None = None,
         app_id: str | None = None,
         batch_id: int | None = None,
+        restore_version: int | None = None,
         expect: Outcome = Outcome.ACCEPTED,
         rebase: Rebase = Rebase.NONE,
         reason: str | None = None,
@@ -90,6 +91,7 @@ class Story:
             app_id=app_id,
             batch_id=batch_id,
             writer=WRITER,
+            **({} if restore_version is None else {"restore_version": restore_version}),
         )
         decision = self.client.commit(intent, timeout=60.0)
         got = (decision.outcome, decision.rebase, decision.reason, decision.duplicate_of is not None)
@@ -304,6 +306,29 @@ def run_story(client: Any) -> None:
     dropped = altered.model_copy(update={"schema": "id BIGINT, dt STRING, `note` string"})
     s.commit("events", "e-alter-drop", Operation.ALTER_TABLE, 6, metadata=dropped, expect=R, reason="UNSUPPORTED_ALTER")
     s.commit("events", "e-ins4", Operation.INSERT_INTO, 6, partitions=[d2], added=files("e-ins4", d2))  # v7
+    if not hasattr(Operation, "RESTORE"):
+        return  # releases before 0.4
+    at_v2 = files("e-ins1", d1) + files("e-ins2", d2)  # what was live at version 2, not at 7
+    s.commit("events", "e-restore2", Operation.RESTORE, 7, added=at_v2, restore_version=2)  # v8
+    s.commit(
+        "events",
+        "e-restore-smuggle",
+        Operation.RESTORE,
+        8,
+        added=files("e-ins1", d1) + files("e-never", d1),
+        restore_version=2,
+        expect=R,
+        reason="NOT_LIVE_AT_VERSION",
+    )
+    s.commit(
+        "events", "e-restore-ahead", Operation.RESTORE, 8, restore_version=9, expect=R, reason="INVALID_RESTORE_VERSION"
+    )
+    s.commit(
+        "events", "e-ins-before-restore", Operation.INSERT_INTO, 7, partitions=[d1], added=files("e-ins-br", d1),
+        expect=R, reason="CONFLICT_LATER_FAILS",
+    )  # fmt: skip
+    at_v7 = files("e-ovw-all2", d2) + files("e-ins3", d1) + files("e-ins4", d2)
+    s.commit("events", "e-restore7", Operation.RESTORE, 8, added=at_v7, restore_version=7)  # v9: back again
 
 
 def dump_topic(settings: Settings, topic: str, timeout: float = 60.0) -> list[LoggedRecord]:

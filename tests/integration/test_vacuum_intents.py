@@ -46,7 +46,7 @@ def vacuum(settings: Settings, catalog: str, *args: str) -> dict[str, Any]:
         "ORDO_BOOTSTRAP_SERVERS": settings.bootstrap_servers or "",
         "ORDO_TOPIC_PREFIX": settings.topic_prefix,
     }
-    result = CliRunner().invoke(main, ["vacuum", "t", *args, "--json"], env=env, catch_exceptions=False)
+    result = CliRunner().invoke(main, ["vacuum", "t", *args, "--json", "--force"], env=env, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     return json.loads(result.output)
 

@@ -113,11 +113,41 @@ EVENTS: dict[str, CommitIntent | CommitDecision] = {
         writer="spark-app-1",
         prev_hash=bytes(range(32, 64)),
     ),
+    "intent_restore": CommitIntent(
+        txn_id="restore-sales",
+        table="sales",
+        operation=Operation.RESTORE,
+        read_version=3,
+        added_files=(
+            DataFile(path="dt=2024-01-01/t1-0.parquet", partition={"dt": "2024-01-01"}, record_count=2, size_bytes=7),
+        ),
+        writer="spark-app-1",
+        restore_version=1,
+    ),
+    "decision_restore": CommitDecision(
+        txn_id="restore-sales",
+        table="sales",
+        intent_offset=5,
+        outcome=Outcome.ACCEPTED,
+        id_version=4,
+        time_version=datetime(2024, 1, 1, 12, 9, 0, tzinfo=UTC),
+        operation=Operation.RESTORE,
+        read_version=3,
+        added_files=(
+            DataFile(path="dt=2024-01-01/t1-0.parquet", partition={"dt": "2024-01-01"}, record_count=2, size_bytes=7),
+        ),
+        removed_files=("dt=2024-01-01/t3-0.parquet",),
+        rebase=Rebase.NONE,
+        writer="spark-app-1",
+        prev_hash=bytes(range(64, 96)),
+        restore_version=1,
+    ),
 }
 
-BINS = {"v1": "0.1", "v2": "0.2", "v3": "0.3"}  # file suffix -> the release whose codec wrote it
-CURRENT = "v3"
-SINCE = {"intent_alter": "v3", "decision_alter": "v3"}  # events a release could not write before (ALTER_TABLE: 0.3)
+BINS = {"v1": "0.1", "v2": "0.2", "v3": "0.3", "v4": "0.4"}  # file suffix -> the release whose codec wrote it
+CURRENT = "v4"
+# Events a release could not write before (ALTER_TABLE: 0.3, RESTORE: 0.4).
+SINCE = {"intent_alter": "v3", "decision_alter": "v3", "intent_restore": "v4", "decision_restore": "v4"}
 GOLDEN_BINS = [(name, suffix) for name in sorted(EVENTS) for suffix in sorted(BINS) if suffix >= SINCE.get(name, "v1")]
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from ordo.audit import AuditResult, audit
 from schemas.signing import Trust, signature_of
 
 GOLDEN_DIR = Path(__file__).resolve().parents[1] / "golden"
-RELEASES = ("0.1", "0.2", "0.3")  # every release that committed a golden log
+RELEASES = ("0.1", "0.2", "0.3", "0.4")  # every release that committed a golden log
 
 
 @dataclass(frozen=True)

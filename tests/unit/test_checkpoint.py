@@ -183,11 +183,11 @@ def test_data_versions_and_write_ids_survive_a_checkpoint() -> None:
 
 
 def test_a_checkpoint_of_the_previous_format_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Format 1 (before data versions and write ids) cannot seed this core: the arbiter replays in full instead."""
+    """Format 2 (before RESTORE's stays of removed files) cannot seed this core: the arbiter replays in full instead."""
     import arbiter.checkpoint as checkpoint_module
 
-    assert checkpoint_module.FORMAT_VERSION == 2
-    monkeypatch.setattr(checkpoint_module, "FORMAT_VERSION", 1)
+    assert checkpoint_module.FORMAT_VERSION == 3
+    monkeypatch.setattr(checkpoint_module, "FORMAT_VERSION", 2)
     old = encode_checkpoint(59, _bytes(tmp_path)[1])
     monkeypatch.undo()
     with pytest.raises(CheckpointError, match="different version of the arbiter core"):

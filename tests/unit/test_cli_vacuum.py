@@ -37,7 +37,7 @@ def live(builder: Builder, version: int | None = None) -> set[str]:
 
 
 def vacuum(builder: Builder, *args: str, env: dict[str, str] | None = None) -> dict:
-    result = run(builder, "vacuum", "events", *args, "--json", env=env)
+    result = run(builder, "vacuum", "events", *args, "--json", "--force", env=env)  # below ordo.retention_hours
     assert result.exit_code == 0, result.output
     return json.loads(result.output)
 
@@ -90,7 +90,7 @@ def test_short_window_keeps_exactly_the_head(built: Builder) -> None:
     assert live(built) <= on_disk(built)
     rejected_files = on_disk(built) - live(built)
     assert len(rejected_files) == 1, "only the rejected writer's file (an orphan) remains besides the live ones"
-    text = run(built, "vacuum", "events", "--retain", "0").output
+    text = run(built, "vacuum", "events", "--retain", "0", "--force").output
     assert "nothing to delete" in text
 
 
@@ -137,7 +137,7 @@ def removed_paths(builder: Builder) -> set[str]:
 def test_apply_never_deletes_a_live_file(built: Builder) -> None:
     """Even a plan that names live files (stale, or forged) leaves them: apply re-checks the catalog."""
     with Catalog(built.catalog_path) as catalog:
-        plan = plan_vacuum(catalog, "events", 11.5)
+        plan = plan_vacuum(catalog, "events", 11.5, force=True)
         head = catalog.snapshot("events")
         forged = (
             tuple(VacuumFile(f.path, f.absolute_path, f.size_bytes, "removed", 1, None) for f in head.files)
@@ -147,6 +147,18 @@ def test_apply_never_deletes_a_live_file(built: Builder) -> None:
     assert sorted(result.skipped_live) == sorted(f.path for f in head.files)
     assert {f.path for f in result.deleted} == {f.path for f in plan.files}
     assert live(built) <= on_disk(built)
+
+
+def test_a_retention_below_the_tables_restore_window_needs_force(built: Builder) -> None:
+    """A RESTORE may re-add files removed within ordo.retention_hours (168 by default): vacuum keeps them."""
+    before = on_disk(built)
+    message = error_of(run(built, "vacuum", "events", "--retain", "11.5", "--apply"))
+    assert "below table 'events'" in message and "ordo.retention_hours of 168" in message
+    assert on_disk(built) == before
+    with Catalog(built.catalog_path) as catalog:
+        with pytest.raises(Exception, match="RESTORE may still re-add"):
+            plan_vacuum(catalog, "events", 167.9)
+        assert plan_vacuum(catalog, "events", 168).files == ()
 
 
 def test_bad_retention_and_unknown_table(built: Builder) -> None:

@@ -258,6 +258,7 @@ def intent_records(draw: Any) -> dict[str, Any]:
         "app_id": d.opt_text(1, MAX_ID_LENGTH),
         "batch_id": None if draw(st.booleans()) else d.version(),
         "writer": d.opt_text(0, MAX_ID_LENGTH),
+        "restore_version": None if draw(st.booleans()) else d.version(),
     }
 
 
@@ -339,6 +340,7 @@ def test_count_limits_take_the_same_path(over: bool) -> None:
         "app_id": None,
         "batch_id": None,
         "writer": None,
+        "restore_version": None,
     }
     for field, value in (
         ("added_files", [{**file, "path": f"f{i}"} for i in range(n)]),
@@ -431,12 +433,13 @@ def test_non_canonical_encodings_are_read_by_the_reference_path() -> None:
             "app_id": None,
             "batch_id": None,
             "writer": None,
+            "restore_version": None,
         }
     )
     head = INTENT.header + _string("t1") + _string("t") + _zigzag(1)
-    blocked = head + _zigzag(3) + b"\x00" + b"\x00" + _blocked([_string(x) for x in "abc"], 2) + b"\x00\x00\x00\x00"
+    blocked = head + _zigzag(3) + b"\x00" + b"\x00" + _blocked([_string(x) for x in "abc"], 2) + b"\x00\x00\x00\x00\x00"
     overlong = head + b"\x86\x80\x00" + b"\x00" + b"\x00" + _zigzag(3) + b"".join(_string(x) for x in "abc") + b"\x00"
-    overlong += b"\x00\x00\x00\x00"
+    overlong += b"\x00\x00\x00\x00\x00"
     expected = ref_decode(canonical)
     for data in (blocked, overlong):
         assert DEFAULT_CODEC.read_intent(data) is None  # not the fast path ...
@@ -493,6 +496,7 @@ def decisions(draw: Any) -> CommitDecision:
         "batch_id": draw(opt_long),
         "duplicate_of": draw(opt_long),
         "prev_hash": draw(st.none() | st.binary(max_size=40)),
+        "restore_version": draw(opt_long),
     }
     try:
         return CommitDecision.model_validate(record)

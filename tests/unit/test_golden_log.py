@@ -133,6 +133,7 @@ def test_a_catalog_written_before_the_bucket_column_is_read_and_then_migrated(tm
     conn = sqlite3.connect(path)
     conn.execute("DROP INDEX files_group")  # a version-1 catalog has neither the column nor its index
     conn.execute("ALTER TABLE files DROP COLUMN bucket")
+    conn.execute("ALTER TABLE files DROP COLUMN seq_version")  # nor RESTORE's (0.4)
     conn.execute("PRAGMA user_version = 1")
     conn.commit()
     conn.close()
@@ -148,7 +149,7 @@ def test_a_catalog_written_before_the_bucket_column_is_read_and_then_migrated(tm
     CatalogWriter(path, manifest("0.1")["topic_prefix"]).close()  # what a consumer does at start
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
-    assert "bucket" in [row[1] for row in conn.execute("PRAGMA table_info(files)")]
+    assert {"bucket", "seq_version"} <= {row[1] for row in conn.execute("PRAGMA table_info(files)")}
     assert conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'files_group'").fetchone()
     conn.close()
     with Catalog(path) as catalog:  # the change feed's per-group look-up on the migrated catalog
@@ -159,6 +160,54 @@ def test_a_catalog_written_before_the_bucket_column_is_read_and_then_migrated(tm
             str(f) for f in whole if f.partition == one.partition and f.bucket == one.bucket
         )
     assert dump_catalog(path, tables("0.1")) == expected
+
+
+def test_a_catalog_written_before_restore_is_read_and_then_migrated(tmp_path: Path) -> None:
+    """A version-3 catalog (0.3: no ``files.seq_version``): readers see each file's own version as its sequence;
+    the upgraded consumer adds the column in place and goes on with a 0.4 log."""
+    import sqlite3
+
+    from consumer import Catalog
+    from consumer.store import SCHEMA_VERSION, CatalogWriter
+
+    path = tmp_path / "catalog.db"
+    expected = rebuild_catalog("0.3", path)
+    conn = sqlite3.connect(path)
+    conn.execute("ALTER TABLE files DROP COLUMN seq_version")
+    conn.execute("PRAGMA user_version = 3")
+    conn.commit()
+    conn.close()
+    with Catalog(path) as catalog:
+        files = catalog.snapshot("events").files
+        assert files and all(f.seq_version is None and f.seq == f.added_version for f in files)
+    assert dump_catalog(path, tables("0.3")) == expected
+    CatalogWriter(path, manifest("0.3")["topic_prefix"]).close()
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+    assert "seq_version" in {row[1] for row in conn.execute("PRAGMA table_info(files)")}
+    conn.close()
+    assert dump_catalog(path, tables("0.3")) == expected
+
+
+def test_a_restored_file_keeps_its_first_sequence_in_the_0_4_catalog(tmp_path: Path) -> None:
+    """The 0.4 log restores events to version 2 and then to 7: each re-added file reads with the sequence of
+    the commit that first wrote it, and its operation."""
+    from consumer import Catalog
+
+    path = tmp_path / "catalog.db"
+    rebuild_catalog("0.4", path)
+    with Catalog(path) as catalog:
+        at_8 = {f.path: (f.added_version, f.seq, f.operation) for f in catalog.snapshot("events", 8).files}
+        assert at_8 == {
+            "dt=2024-01-01/e-ins1-0.parquet": (8, 1, "INSERT_INTO"),
+            "dt=2024-01-02/e-ins2-0.parquet": (8, 2, "INSERT_INTO"),
+        }
+        at_9 = {f.path: (f.added_version, f.seq, f.operation) for f in catalog.snapshot("events", 9).files}
+        assert at_9 == {
+            "dt=2024-01-02/e-ovw-all2-0.parquet": (9, 3, "INSERT_OVERWRITE"),
+            "dt=2024-01-01/e-ins3-0.parquet": (9, 5, "INSERT_INTO"),
+            "dt=2024-01-02/e-ins4-0.parquet": (9, 7, "INSERT_INTO"),
+        }
 
 
 def _continued_by_this_release() -> tuple[list, list]:  # type: ignore[type-arg]
@@ -292,7 +341,10 @@ def test_an_older_schema_decision_is_compared_on_the_fields_it_has() -> None:
         fastavro.schemaless_writer(buffer, fastavro.parse_schema(older, named_schemas={}), record)
         data = MAGIC + fp + buffer.getvalue()
         assert decode(data).prev_hash is None  # type: ignore[union-attr]
-        assert DEFAULT_CODEC.writer_fields(data) == frozenset(CommitDecision.model_fields) - {"prev_hash"}
+        assert DEFAULT_CODEC.writer_fields(data) == frozenset(CommitDecision.model_fields) - {
+            "prev_hash",
+            "restore_version",
+        }
         assert _same_in_older_schema(data, logged)
         assert not _same_in_older_schema(data, logged.model_copy(update={"message": "other"}))
         assert not _same_in_older_schema(encode_current(logged), logged.model_copy(update={"prev_hash": None}))

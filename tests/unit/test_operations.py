@@ -38,6 +38,7 @@ def test_the_traits_say_what_each_operation_does() -> None:
         "MINOR_COMPACT": ("MINOR_COMPACT", True, True, False, False, False),
         "MAJOR_COMPACT": ("MAJOR_COMPACT", True, True, False, False, False),
         "CLUSTER": ("CLUSTER", True, True, False, False, False),
+        "RESTORE": ("OVERWRITE", True, True, False, True, False),
         "ALTER_TABLE": ("ALTER", False, False, False, True, True),
     }
     assert TRUNCATING_OPERATIONS == {"INSERT_OVERWRITE", "TRUNCATE"}
