@@ -17,10 +17,10 @@ FINGERPRINTS = {  # single-object fingerprint (hex, as on the wire) -> writer sc
     "e5cf2e10da9e4f84": "CommitIntent.0.1.avsc", "e3593f0e4495ddf4": "CommitDecision.0.1.avsc",
     "1f8dbb77ab8eeaee": "CommitIntent.0.2.avsc", "1bc2be2642fa44b9": "CommitDecision.0.2.avsc",
     "8235c4f8ca62743d": "CommitIntent.0.3.avsc", "2813117929b86fb5": "CommitDecision.0.3.avsc",
+    "ce1394934ddb6200": "CommitIntent.0.4.avsc", "890f1bacfd0b8293": "CommitDecision.0.4.avsc",
 }  # fmt: skip
 SCHEMAS = {fp: fastavro.parse_schema(json.loads((HISTORY / f).read_text())) for fp, f in FINGERPRINTS.items()}
-CURRENT = b"\xc3\x01" + bytes.fromhex([fp for fp, f in FINGERPRINTS.items() if "Decision" in f][-1])
-DATA_CHANGES = {"CREATE_TABLE", "INSERT_INTO", "INSERT_OVERWRITE", "TRUNCATE", "UPDATE", "DELETE", "ALTER_TABLE"}
+DATA_CHANGES = {"CREATE_TABLE", "INSERT_INTO", "INSERT_OVERWRITE", "TRUNCATE", "UPDATE", "DELETE", "ALTER_TABLE", "RESTORE"}
 CARRY_METADATA = {"CREATE_TABLE", "ALTER_TABLE"}
 
 
@@ -39,9 +39,7 @@ def decode(value):
 
 
 def link(value):
-    """The prev_hash a walk follows; for a current-schema record ordo takes its last 32 bytes without decoding."""
-    if len(value) > 44 and value[:10] == CURRENT and value[-34:-32] == b"\x02\x40":
-        return value[-32:]
+    """The prev_hash a walk follows (ordo takes it without decoding where its schema allows: the same value)."""
     return (decode(value) or {}).get("prev_hash")
 
 
