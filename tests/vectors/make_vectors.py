@@ -308,7 +308,7 @@ def vectors() -> list[Vector]:
     return [
         Vector(
             "valid",
-            "A faithful signed log (0.3 schema): four Kafka transactions, the last record of each signed.",
+            "A faithful signed log (the current release's schema): four Kafka transactions, the last record of each signed.",
             SIGNED,
         ),
         Vector(
