@@ -265,8 +265,8 @@ def _decision(state: TableState, intent: CommitIntent, offset: int, fields: dict
         "batch_id": intent.batch_id,
         "prev_hash": state.chain,
         "restore_version": intent.restore_version,
+        **fields,
     }
-    record.update(fields)
     return trusted(CommitDecision, record)
 
 

@@ -289,3 +289,52 @@ def test_arrow_type_refuses_a_type_it_does_not_know() -> None:
 
     with pytest.raises(ValueError, match="no Arrow type for the Spark type 'interval day'"):
         arrow_type("interval day")
+
+
+def test_a_restore_gives_exactly_the_rows_that_differ(tmp_path: Path) -> None:
+    """RESTORE's plan: ``previous`` is the snapshot before it, ``added`` the snapshot after it (consumer.arrow)."""
+    old = write(tmp_path, "a.parquet", [(1, "a1", "x", "upsert"), (2, None, "x", "upsert"), (3, "a3", "x", "upsert")])
+    update = write(tmp_path, "u.parquet", [(1, "u1", "x", "upsert")])  # v2
+    later = write(tmp_path, "l.parquet", [(3, "l3", "x", "upsert"), (4, "l4", "x", "upsert"), (1, None, "x", "delete")])
+    other = write(tmp_path, "o.parquet", [(7, "o7", "y", "upsert")])  # v4: a partition the restored version lacks
+    # before (v4): old, update, later, other; after restoring v2: old and update again, ``old`` keeping sequence 1
+    before = (ref(old, 1, "x"), ref(update, 2, "x"), ref(later, 3, "x"), ref(other, 4, "y"))
+    after = (ref(old, 1, "x"), ref(update, 2, "x"))
+    plan = CommitChanges(5, STAMP, "RESTORE", None, after, before)
+    assert kinds(change_rows(plan, SHAPE)) == [
+        ("delete", 4, "l4", "x"),
+        ("delete", 7, "o7", "y"),
+        ("insert", 1, "u1", "x"),  # deleted at v3, back as v2 had it (u1 beats a1: sequence 2 > 1)
+        ("update_postimage", 3, "a3", "x"),
+        ("update_preimage", 3, "l3", "x"),
+    ]  # key 2 (v NULL before and after) is unchanged: no row
+    compact = change_rows(plan, SHAPE, form="compact")
+    assert kinds(compact) == [
+        ("delete", 4, "l4", "x"),
+        ("delete", 7, "o7", "y"),
+        ("upsert", 1, "u1", "x"),
+        ("upsert", 3, "a3", "x"),
+    ]
+    assert set(compact.column("_commit_version").to_pylist()) == {5}
+    same = CommitChanges(6, STAMP, "RESTORE", None, after, after)
+    assert change_rows(same, SHAPE).num_rows == 0
+
+
+def test_a_restore_plan_takes_the_whole_snapshot_before_and_after(tmp_path: Path) -> None:
+    def entry(path: str, version: int, seq: int | None = None) -> FileEntry:
+        name = Path(path).name
+        return FileEntry(name, path, {"dt": "x"}, 1, 1, None, None, version, False, "INSERT_INTO", 0, seq)
+
+    a, b = (
+        write(tmp_path, "a.parquet", [(1, "a", "x", "upsert")]),
+        write(tmp_path, "b.parquet", [(1, "b", "x", "upsert")]),
+    )
+    commit = Commit(
+        table="t", id_version=5, time_version=STAMP, timestamp=STAMP, operation=Operation.RESTORE,
+        data_change=True, txn_id="r", read_version=4, rebase=Rebase.NONE, partitions=None, writer=None, app_id=None,
+        batch_id=None, intent_offset=5, log_offset=5, added_files=(entry(a, 5, seq=1),), removed_files=("b.parquet",),
+    )  # fmt: skip
+    plan = plan_commit(commit, [entry(b, 3)], SHAPE)
+    assert [r.path for r in plan.previous] == [b]
+    assert [(r.path, r.added_version) for r in plan.added] == [(a, 1)]  # the re-added file's own sequence
+    assert kinds(change_rows(plan, SHAPE)) == [("update_postimage", 1, "a", "x"), ("update_preimage", 1, "b", "x")]

@@ -10,6 +10,10 @@ sequence number), and submits them in random interleavings. Invariants:
 * the merge-on-read content of the live files equals a serial model that applies
   the accepted logical commits in version order (compactions change nothing).
 
+RESTOREs to a random earlier version re-add that version's files: the serial
+model becomes its content at that version, and the merge-on-read of the live
+files must equal it (a re-added file's records keep their sequence numbers).
+
 Besides honest writers it plays a buggy one: MAJOR/CLUSTER rewrites of a random
 subset of a partition's files, and files re-added under a spent write id. The
 arbiter must refuse whatever would break the serial model (a dropped delete
@@ -48,6 +52,8 @@ class ConcurrentTransactions(RuleBasedStateMachine):
         self.lost_inserts: list[tuple[CommitIntent, dict[str, dict[tuple[str, int], Record]]]] = []
         self.ever_added: set[str] = set()
         self.serial: dict[tuple[str, int], int] = {}
+        self.serial_at: dict[int, dict[tuple[str, int], int]] = {}  # the serial content at each version
+        self.live_at: dict[int, frozenset[str]] = {}  # the live paths at each version
         self._submit(
             CommitIntent(
                 txn_id="create", table="t", operation=Operation.CREATE_TABLE, read_version=0, metadata=metadata()
@@ -67,12 +73,23 @@ class ConcurrentTransactions(RuleBasedStateMachine):
             self.lost_inserts.append((intent, staged))
         if not decision.accepted or decision.duplicate_of is not None:
             return
-        assert not self.ever_added & {f.path for f in decision.added_files}, "a path was added twice"
-        self.ever_added.update(f.path for f in decision.added_files)
-        for path in decision.added_files:
-            self.files[path.path] = staged[path.path]
-            self.added_at[path.path] = decision.id_version  # type: ignore[assignment]
-        self._serial_apply(intent, decision.id_version, staged)  # type: ignore[arg-type]
+        version = decision.id_version
+        assert version is not None
+        if intent.operation is Operation.RESTORE:  # only files of the restored version, which keep their records
+            restored = intent.restore_version
+            assert restored is not None
+            assert {f.path for f in decision.added_files} <= self.live_at[restored] - self.live_at[version - 1]
+            assert set(self.state.files) == self.live_at[restored], "a RESTORE gives exactly that version's files"
+            self.serial = dict(self.serial_at[restored])
+        else:
+            assert not self.ever_added & {f.path for f in decision.added_files}, "a path was added twice"
+            self.ever_added.update(f.path for f in decision.added_files)
+            for path in decision.added_files:
+                self.files[path.path] = staged[path.path]
+                self.added_at[path.path] = version
+            self._serial_apply(intent, version, staged)
+        self.serial_at[version] = dict(self.serial)
+        self.live_at[version] = frozenset(self.state.files)
 
     def _serial_apply(self, intent: CommitIntent, version: int, staged: dict) -> None:
         op = intent.operation
@@ -106,6 +123,18 @@ class ConcurrentTransactions(RuleBasedStateMachine):
     def _begin(self, operation: Operation, dt: str | None, values: list[int], subset: int | None = None) -> None:
         txn = f"x{next(self.names)}"
         read = self.state.head_version
+        if operation is Operation.RESTORE:  # to a version picked from the values; re-adds what is not live now
+            target = values[0] % (read + 1)
+            live = self.live_at[read]
+            again = tuple(
+                DataFile(path=path, partition={"dt": path[3:4]}, record_count=len(self.files[path]), size_bytes=1)
+                for path in sorted(self.live_at[target] - live)
+            )
+            intent = CommitIntent(
+                txn_id=txn, table="t", operation=operation, read_version=read, added_files=again, restore_version=target
+            )
+            self.pending.append((intent, {}))
+            return
         staged: dict[str, dict[tuple[str, int], Record]] = {}
         removed: tuple[str, ...] = ()
         targets = [dt] if dt is not None else list(PARTITIONS)
@@ -248,6 +277,9 @@ class ConcurrentTransactions(RuleBasedStateMachine):
     def replay_equals_live_state(self) -> None:
         replayed = rebuild("t", self.log)
         for name in (
+            "added_at",
+            "gone",
+            "restore_floor",
             "head_version",
             "head_time_ms",
             "files",

@@ -72,6 +72,7 @@ F1_JSON = {
     "data_change": True,
     "operation": "INSERT_INTO",
     "bucket": 2,
+    "seq_version": None,
 }
 
 F2_JSON = {
@@ -87,6 +88,7 @@ F2_JSON = {
     "data_change": False,
     "operation": "MINOR_COMPACT",
     "bucket": 0,
+    "seq_version": None,
 }
 
 INFO_JSON = {
