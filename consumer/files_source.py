@@ -54,7 +54,9 @@ class FilesReader(DataSourceReader):
 
         from consumer.arrow import FileRef, TableShape
 
-        self.shape = TableShape(to_arrow_schema(schema), tuple(spec["primary_key"]), tuple(spec["partition_columns"]))
+        self.shape = TableShape(
+            to_arrow_schema(schema, timezone="UTC"), tuple(spec["primary_key"]), tuple(spec["partition_columns"])
+        )
         self.bins = [[tuple(FileRef(**ref) for ref in group) for group in task] for task in spec["bins"]]
 
     def partitions(self) -> Sequence[InputPartition]:

@@ -352,7 +352,7 @@ def _shape(table: _Table, schema: StructType) -> Any:
     from consumer.arrow import TableShape
 
     fields = [f for f in schema.fields if f.name not in CHANGE_COLUMNS]
-    arrow = to_arrow_schema(StructType(fields))
+    arrow = to_arrow_schema(StructType(fields), timezone="UTC")
     return TableShape(arrow, tuple(table.metadata.primary_key), tuple(table.metadata.partition_columns))
 
 
@@ -679,7 +679,7 @@ def _check_write_schema(table: _Table, schema: StructType) -> Any:
         raise SchemaMismatchError(
             f"the rows do not match table {table.name}: missing {missing}, unexpected {extra}, wrong types {wrong}"
         )
-    return to_arrow_schema(StructType([have[n] for n, _ in wanted]))
+    return to_arrow_schema(StructType([have[n] for n, _ in wanted]), timezone="UTC")
 
 
 class _Writing:

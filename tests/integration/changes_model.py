@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,12 +41,22 @@ def key_of(row: Mapping[str, Any]) -> tuple[str, int]:
 class TableWriter:
     """Commits through the stack and models the live rows and each version's row changes."""
 
-    def __init__(self, client: CommitClient, name: str, location: str) -> None:
+    def __init__(
+        self,
+        client: CommitClient,
+        name: str,
+        location: str,
+        schema: pa.Schema = SCHEMA,
+        ddl: str = DDL,
+        values: Callable[[random.Random], Row] | None = None,
+    ) -> None:
         self.client = client
         self.name = name
+        self.schema = schema
+        self.values = values  # the non-key columns of a random row (default: ``v`` and ``n``)
         self.metadata = TableMetadata(
             location=location,
-            schema=DDL,
+            schema=ddl,
             primary_key=("id",),
             partition_columns=("dt",),
             properties={"ordo.buckets": str(BUCKETS)},
@@ -79,7 +89,7 @@ class TableWriter:
     def upsert(self, rows: list[Row], operation: Operation = Operation.INSERT_INTO) -> int:
         """INSERT INTO or UPDATE: each row replaces its key's row or adds one."""
         txn = self._txn()
-        files = write_rows(pa.Table.from_pylist(rows, SCHEMA), self.layout, txn, 0)
+        files = write_rows(pa.Table.from_pylist(rows, self.schema), self.layout, txn, 0)
         parts = sorted({r["dt"] for r in rows})
         version = self._commit(
             operation, txn_id=txn, partitions=tuple({"dt": p} for p in parts), added_files=tuple(files)
@@ -101,16 +111,12 @@ class TableWriter:
         for n, bucket in enumerate(sorted(set(buckets))):
             mine = [k for k, b in zip(ids, buckets, strict=True) if b == bucket]
             path = data_file_path(("dt",), {"dt": dt}, txn, n)
-            records = pa.table(
-                {
-                    "id": pa.array(mine, pa.int64()),
-                    "v": pa.nulls(len(mine), pa.string()),
-                    "n": pa.nulls(len(mine), pa.float64()),
-                    "dt": pa.array([dt] * len(mine), pa.string()),
-                    "_ordo_op": pa.array(["delete"] * len(mine), pa.string()),
-                    "_ordo_seq": pa.nulls(len(mine), pa.int64()),
-                }
-            )
+            columns = {f.name: pa.nulls(len(mine), f.type) for f in self.schema}
+            columns["id"] = pa.array(mine, pa.int64())
+            columns["dt"] = pa.array([dt] * len(mine), pa.string())
+            columns["_ordo_op"] = pa.array(["delete"] * len(mine), pa.string())
+            columns["_ordo_seq"] = pa.nulls(len(mine), pa.int64())
+            records = pa.table(columns)
             full = Path(self.metadata.location) / path
             full.parent.mkdir(parents=True, exist_ok=True)
             pq.write_table(records, full)
@@ -133,7 +139,7 @@ class TableWriter:
     def overwrite(self, dt: str | None, rows: list[Row]) -> int:
         """INSERT OVERWRITE of partition ``dt`` (None: the table), or TRUNCATE when ``rows`` is empty."""
         txn = self._txn()
-        files = write_rows(pa.Table.from_pylist(rows, SCHEMA), self.layout, txn, 0) if rows else []
+        files = write_rows(pa.Table.from_pylist(rows, self.schema), self.layout, txn, 0) if rows else []
         operation = Operation.INSERT_OVERWRITE if rows else Operation.TRUNCATE
         scope = None if dt is None else ({"dt": dt},)
         version = self._commit(operation, txn_id=txn, partitions=scope, added_files=tuple(files))
@@ -151,7 +157,7 @@ class TableWriter:
         self.wait(catalog)
         removed = tuple(f.path for f in catalog.snapshot(self.name).files if f.partition.get("dt") == dt)
         rows = [r for k, r in sorted(self.live.items()) if k[0] == dt]
-        files = write_rows(pa.Table.from_pylist(rows, SCHEMA), self.layout, txn, 0)
+        files = write_rows(pa.Table.from_pylist(rows, self.schema), self.layout, txn, 0)
         version = self._commit(
             Operation.MAJOR_COMPACT,
             txn_id=txn,
@@ -186,6 +192,8 @@ class TableWriter:
         return self.upsert([self.row(i, dt, rng) for i in ids])
 
     def row(self, key: int, dt: str, rng: random.Random) -> Row:
+        if self.values is not None:
+            return {"id": key, **self.values(rng), "dt": dt}
         return {"id": key, "v": f"v{rng.randint(0, 10**6)}", "n": rng.random() * 100, "dt": dt}
 
 
