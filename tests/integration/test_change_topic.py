@@ -21,6 +21,7 @@ from ordo.settings import Settings
 from ordo.stack import ManagedProcess, ProcessGroup
 from producer import CommitClient
 
+from ..fencing import take_over
 from .changes_model import TableWriter, check_topic, fold, read_change_topic
 from .conftest import ConsumerProcess
 
@@ -50,11 +51,12 @@ def test_topic_is_the_row_changes_of_every_commit_exactly_once(
     settings: Settings, arbiter: Callable[..., Any], consumer: Callable[..., ConsumerProcess], processes: ProcessGroup
 ) -> None:
     arbiter()
-    handle = consumer(http=False)
+    handle = consumer()
     rng = random.Random(23)
     with CommitClient(settings=settings) as client, handle.catalog() as catalog:
         writer = TableWriter(client, "events", f"{settings.warehouse}/events")
-        start_cdc(processes, settings)  # follows the table from its first version
+        assert handle.url is not None
+        start_cdc(processes, settings, "--catalog", handle.url)  # the consumer's HTTP service; from version 1
         writer.upsert([writer.row(i, "a", rng) for i in range(5)] + [writer.row(i, "b", rng) for i in range(3)])
         writer.upsert(
             [writer.row(1, "a", rng), writer.row(7, "a", rng)],
@@ -84,8 +86,8 @@ def test_topic_is_the_row_changes_of_every_commit_exactly_once(
 def test_kill_9_of_the_publisher_mid_stream_loses_and_repeats_no_row(
     settings: Settings, arbiter: Callable[..., Any], consumer: Callable[..., ConsumerProcess], processes: ProcessGroup
 ) -> None:
-    """Each round commits a backlog while no publisher runs, starts ``ordo cdc`` (3 records per transaction)
-    and kills it with SIGKILL while it catches up; the last one finishes. Restarts must resume inside a commit
+    """Each round commits a backlog while no publisher runs, starts ``ordo cdc`` (2 records per transaction)
+    and kills it with SIGKILL as soon as it has published something new; the last one finishes. Restarts must resume inside a commit
     at least once (the kills land mid-stream), and the topic must still hold every row change exactly once."""
     arbiter()
     handle = consumer(http=False)
@@ -98,17 +100,21 @@ def test_kill_9_of_the_publisher_mid_stream_loses_and_repeats_no_row(
         for _ in range(8):
             for _ in range(6):
                 writer.random_step(rng, catalog)
-            writer.upsert([writer.row(i, "a", rng) for i in range(30)])  # 30 rows: 10 transactions of 3
+            writer.upsert([writer.row(i, "a", rng) for i in range(60)])  # 60 rows: 30 transactions of 2
             writer.wait(catalog)
-            cdc = processes.start_ordo(settings, "cdc", "--max-records", "3", name="cdc")
+            cdc = processes.start_ordo(settings, "cdc", "--max-records", "2", name="cdc")
             match = cdc.wait_for_line(r"publishing from version (\d+) row (\d+)", timeout=60)
             resumed.append((int(match.group(1)), int(match.group(2))))
-            time.sleep(rng.uniform(0.05, 0.5))
+            before = len(read_change_topic(settings.kafka_config(), topic))
+            deadline = time.monotonic() + 30
+            while len(read_change_topic(settings.kafka_config(), topic)) == before:  # killed once it publishes
+                assert time.monotonic() < deadline, "the publisher published nothing in 30 s"
+            time.sleep(rng.uniform(0.0, 0.05))
             cdc.kill()
             published = read_change_topic(settings.kafka_config(), topic)
             last = published[-1][1]["source"]["id_version"] if published else 0
             mid_stream += last < writer.head  # killed before it caught up
-        start_cdc(processes, settings, "--max-records", "3")
+        start_cdc(processes, settings, "--max-records", "2")
         writer.wait(catalog)
     records = wait_published(settings, topic, writer, timeout=120)
     counts = check_topic(records, writer)
@@ -116,3 +122,28 @@ def test_kill_9_of_the_publisher_mid_stream_loses_and_repeats_no_row(
     print(f"resumed at {resumed}; {mid_stream} of 8 kills before catching up; {len(records)} records {counts}")
     assert any(row > 0 for _, row in resumed), resumed  # at least one restart went on inside a commit
     assert mid_stream >= 2, mid_stream
+
+
+def test_a_newer_publisher_fences_the_older_which_exits_and_no_row_is_repeated(
+    settings: Settings, arbiter: Callable[..., Any], consumer: Callable[..., ConsumerProcess], processes: ProcessGroup
+) -> None:
+    """Two publishers of one table: the newer takes the transactional id; the elder, frozen meanwhile (a zombie
+    paused mid-work, tests/fencing.py says why on Tansu), wakes up fenced, exits with code 3 and leaves no record."""
+    arbiter()
+    handle = consumer(http=False)
+    rng = random.Random(3)
+    topic = topic_name("{prefix}.{table}.changes", settings.topic_prefix, "events")
+    with CommitClient(settings=settings) as client, handle.catalog() as catalog:
+        writer = TableWriter(client, "events", f"{settings.warehouse}/events")
+        writer.upsert([writer.row(i, "a", rng) for i in range(10)])
+        elder = start_cdc(processes, settings, "--max-records", "2")
+        newer = take_over(elder, lambda: start_cdc(processes, settings, "--max-records", "2"))
+        for _ in range(10):
+            writer.random_step(rng, catalog)
+        writer.upsert([writer.row(i, "b", rng) for i in range(20)])
+        writer.wait(catalog)
+        assert elder.wait(timeout=60) == 3, elder.tail()
+        assert newer.running
+    records = wait_published(settings, topic, writer)
+    check_topic(records, writer)
+    assert fold(records) == writer.live
