@@ -378,6 +378,11 @@ class TablePublisher:
         pending: list[tuple[bytes, bytes]] = []
         shapes: dict[str, TableShape] = {}
         cursor = self.position  # ``_send`` moves ``self.position`` past what is in the topic, never further
+        if cursor.row > 0 and cursor.version not in {c.id_version for c in commits}:
+            raise ChangeTopicError(
+                f"{self.topic} holds row {cursor.row - 1} of version {cursor.version}, which the catalog has as "
+                "a commit without row changes: the topic and the catalog disagree"
+            )
         for commit in commits:
             metadata = catalog.snapshot(self.table, commit.id_version, groups=[]).metadata
             shape = shapes.get(metadata.schema)
