@@ -13,7 +13,9 @@ with ``format("kafka")`` and ``from_json`` and folds it; the rows must equal
 from __future__ import annotations
 
 import json
+import os
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -65,6 +67,12 @@ def values(rng: random.Random) -> dict[str, Any]:
 def test_spark_kafka_source_rebuilds_the_table_from_the_change_topic(
     settings: Settings, processes: ProcessGroup, tmp_path: Path
 ) -> None:
+    assert shutil.which("mvn"), "Maven is needed to fetch Spark's Kafka connector: apt-get install maven"
+    fetched = subprocess.run(
+        [sys.executable, str(ROOT / "tools/spark_kafka.py")], capture_output=True, text=True, timeout=600, check=False
+    )
+    assert fetched.returncode == 0, fetched.stderr
+    connector = fetched.stdout.strip().rsplit(":", 1)[1]  # the child loads this version, offline
     processes.start_arbiter(settings, timeout=60)
     consumer = processes.start_ordo(settings, "consumer", "--no-http", name="consumer")
     consumer.wait_for_line("consumer ready", timeout=60)
@@ -103,6 +111,7 @@ def test_spark_kafka_source_rebuilds_the_table_from_the_change_topic(
         ],
         capture_output=True,
         text=True,
+        env={**os.environ, "ORDO_SPARK_KAFKA_VERSION": connector},
         timeout=480,
         check=False,
     )
