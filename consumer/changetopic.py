@@ -383,7 +383,11 @@ class TablePublisher:
                 f"{self.topic} holds row {cursor.row - 1} of version {cursor.version}, which the catalog has as "
                 "a commit without row changes: the topic and the catalog disagree"
             )
+        done = end  # the last version handled (all of it in the topic once ``pending`` is sent)
         for commit in commits:
+            if self.owner.stopping:  # a stop between commits: publish what is computed, go no further
+                done = commit.id_version - 1
+                break
             metadata = catalog.snapshot(self.table, commit.id_version, groups=[]).metadata
             shape = shapes.get(metadata.schema)
             if shape is None:
@@ -408,9 +412,10 @@ class TablePublisher:
             self.owner.status.commits_total += 1
         # commits without rows (and rewrites, which ``commits`` leaves out) move the position without a record
         if pending:
-            published += self._send(pending, Position(end + 1, 0))
-        self.position = Position(end + 1, 0)
-        self.owner.status.published_version[self.table] = end
+            published += self._send(pending, Position(done + 1, 0))
+        if done >= self.position.version:
+            self.position = Position(done + 1, 0)
+            self.owner.status.published_version[self.table] = done
         return published
 
     def _send(self, records: Sequence[tuple[bytes, bytes]], after: Position) -> int:
@@ -501,8 +506,13 @@ class ChangePublisher:
         return self._admin
 
     def stop(self) -> None:
-        """Ask ``run`` to return after the current transaction."""
+        """Ask ``run`` to return after the commit it is computing (what is computed is published first)."""
         self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        """True once ``stop()`` was called."""
+        return self._stop.is_set()
 
     def round(self, catalog: Catalog) -> int:
         """One pass over the tables: start publishers of new ones, publish what each has; records published."""

@@ -56,7 +56,7 @@ def test_topic_is_the_row_changes_of_every_commit_exactly_once(
     with CommitClient(settings=settings) as client, handle.catalog() as catalog:
         writer = TableWriter(client, "events", f"{settings.warehouse}/events")
         assert handle.url is not None
-        start_cdc(processes, settings, "--catalog", handle.url)  # the consumer's HTTP service; from version 1
+        cdc = start_cdc(processes, settings, "--catalog", handle.url)  # the consumer's HTTP service; from version 1
         writer.upsert([writer.row(i, "a", rng) for i in range(5)] + [writer.row(i, "b", rng) for i in range(3)])
         writer.upsert(
             [writer.row(1, "a", rng), writer.row(7, "a", rng)],
@@ -73,6 +73,7 @@ def test_topic_is_the_row_changes_of_every_commit_exactly_once(
         head = catalog.head("events")
     topic = topic_name("{prefix}.{table}.changes", settings.topic_prefix, "events")
     records = wait_published(settings, topic, writer)
+    assert cdc.terminate() == 0, cdc.tail()  # SIGTERM: a clean stop
     counts = check_topic(records, writer)
     assert counts["c"] and counts["u"] and counts["d"], counts
     assert fold(records) == writer.live
@@ -97,7 +98,7 @@ def test_kill_9_of_the_publisher_mid_stream_loses_and_repeats_no_row(
     mid_stream = 0
     with CommitClient(settings=settings) as client, handle.catalog() as catalog:
         writer = TableWriter(client, "events", f"{settings.warehouse}/events")
-        for _ in range(8):
+        for round_ in range(8):
             for _ in range(6):
                 writer.random_step(rng, catalog)
             writer.upsert([writer.row(i, "a", rng) for i in range(60)])  # 60 rows: 30 transactions of 2
@@ -110,7 +111,10 @@ def test_kill_9_of_the_publisher_mid_stream_loses_and_repeats_no_row(
             while len(read_change_topic(settings.kafka_config(), topic)) == before:  # killed once it publishes
                 assert time.monotonic() < deadline, "the publisher published nothing in 30 s"
             time.sleep(rng.uniform(0.0, 0.05))
-            cdc.kill()
+            if round_ % 3 == 2:  # every third stop is a SIGTERM mid-stream: it publishes what it computed, then exits
+                assert cdc.terminate() == 0, cdc.tail()
+            else:
+                cdc.kill()
             published = read_change_topic(settings.kafka_config(), topic)
             last = published[-1][1]["source"]["id_version"] if published else 0
             mid_stream += last < writer.head  # killed before it caught up
