@@ -97,8 +97,7 @@ def main() -> None:
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         total = publisher.status.records_total
         assert total == records, (total, records)
-        for p in publisher.publishers.values():
-            p.close()
+        publisher.close()
     result = {
         "commits": args.commits,
         "rows_per_commit": args.rows,

@@ -419,8 +419,9 @@ class TablePublisher:
         return published
 
     def _send(self, records: Sequence[tuple[bytes, bytes]], after: Position) -> int:
-        """Produce ``records`` in one transaction; abortable errors abort and re-read the position."""
-        from confluent_kafka import KafkaException
+        """Produce ``records`` in one transaction; on an error the transaction is aborted and ``_Retry`` raised
+        (the table's publisher is then made anew: ``init_transactions``, the position read from the topic)."""
+        from confluent_kafka import KafkaError, KafkaException
 
         producer = self.producer
         try:
@@ -437,14 +438,20 @@ class TablePublisher:
             error = exc.args[0]
             if _is_fenced(error):
                 raise ChangePublisherFencedError(f"{self.topic}: fenced by a newer publisher ({error})") from exc
-            log.warning("%s: transaction failed (%s); aborting and reading the position again", self.topic, error)
-            try:
+            if error.code() == KafkaError._TIMED_OUT:
+                # Tansu answers a fenced producer's EndTxn by dropping the connection, so its commit only times out
+                # (docs/tansu.md): stop as fenced, as the arbiter does, rather than take the table back
+                raise ChangePublisherFencedError(
+                    f"{self.topic}: the transaction could not be committed within {KAFKA_TIMEOUT:g} s ({error}); "
+                    "stopping as fenced"
+                ) from exc
+            try:  # best effort: the next publisher's init_transactions() ends it anyway
                 producer.abort_transaction(KAFKA_TIMEOUT)
             except KafkaException as abort_exc:
                 if _is_fenced(abort_exc.args[0]):
                     raise ChangePublisherFencedError(f"{self.topic}: fenced ({abort_exc})") from abort_exc
-            self.position = self.read_position()
-            raise _Retry from exc
+            # On Tansu the aborted records are visible: only the topic knows where to go on (``start`` reads it)
+            raise _Retry(f"transaction failed ({error}); publishing again from the topic's last record") from exc
         self.owner.status.records_total += len(records)
         self.owner.status.transactions_total += 1
         self.position = after
@@ -460,7 +467,7 @@ class TablePublisher:
 
 
 class _Retry(Exception):
-    """A transaction was aborted: publish again from the position read back from the topic."""
+    """A transaction failed and was aborted: the table's publisher starts again (position read from the topic)."""
 
 
 class ChangePublisher:
@@ -474,6 +481,7 @@ class ChangePublisher:
         tables: Iterable[str] = (),
         max_records: int = MAX_RECORDS_PER_TXN,
         poll_interval: float = 0.2,
+        retry_interval: float = 2.0,
         topic_config: Mapping[str, str] | None = None,
     ) -> None:
         from importlib.metadata import PackageNotFoundError
@@ -495,6 +503,8 @@ class ChangePublisher:
             self.version = "unknown"
         self.status = PublisherStatus()
         self.publishers: dict[str, TablePublisher] = {}
+        self.retry_interval = retry_interval  # seconds a table that failed waits before it is tried again
+        self._held_until: dict[str, float] = {}
         self._admin: Any = None
         self._stop = threading.Event()
 
@@ -527,6 +537,8 @@ class ChangePublisher:
         for name in tables:
             if self._stop.is_set():
                 break
+            if self._held_until.get(name, 0.0) > time.monotonic():
+                continue
             publisher = self.publishers.get(name)
             try:
                 if publisher is None:
@@ -535,15 +547,18 @@ class ChangePublisher:
                     self.publishers[name] = publisher
                 total += publisher.publish(catalog)
                 self.status.errors.pop(name, None)
-            except _Retry:
-                continue
-            except (ChangePublisherFencedError, BrokerUnavailableError):
-                raise
-            except (OrdoError, OSError, ValueError) as exc:
-                # a file vacuumed too early, a type not encodable yet, a record not ours: hold the table, retry later
+            except (_Retry, OrdoError, OSError, ValueError) as exc:
+                # an aborted transaction (tried again next poll), a file vacuumed too early, a type not encodable
+                # yet, a record not ours: the table is held and retried every poll, the problem logged once
+                if isinstance(exc, ChangePublisherFencedError | BrokerUnavailableError):
+                    raise
                 if self.status.errors.get(name) != str(exc):
                     log.error("%s: cannot publish its changes: %s", name, exc)
                 self.status.errors[name] = str(exc)
+                dropped = self.publishers.pop(name, None)  # its position may be stale: start again from the topic
+                if dropped is not None:
+                    dropped.close()
+                self._held_until[name] = time.monotonic() + self.retry_interval
         return total
 
     def run(self, catalog: Catalog, on_ready: Callable[[], None] | None = None) -> None:
@@ -559,8 +574,14 @@ class ChangePublisher:
                 if published == 0:
                     self._stop.wait(self.poll_interval)
         finally:
-            for publisher in self.publishers.values():
-                publisher.close()
+            self.close()
+
+    def close(self) -> None:
+        """Flush and drop every table's producer and the admin client (an open transaction is the broker's)."""
+        for publisher in self.publishers.values():
+            publisher.close()
+        self.publishers.clear()
+        self._admin = None
 
 
 def run_change_publisher(

@@ -15,8 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
-from consumer.changetopic import topic_name
+from consumer.changetopic import ChangePublisher, TablePublisher, topic_name
 from ordo.settings import Settings
 from ordo.stack import ManagedProcess, ProcessGroup
 from producer import CommitClient
@@ -148,6 +149,60 @@ def test_a_newer_publisher_fences_the_older_which_exits_and_no_row_is_repeated(
         writer.wait(catalog)
         assert elder.wait(timeout=60) == 3, elder.tail()
         assert newer.running
+    records = wait_published(settings, topic, writer)
+    check_topic(records, writer)
+    assert fold(records) == writer.live
+
+
+class FailingCommit:
+    """A real producer whose ``commit_transaction`` fails once, after the records were produced (fault injection)."""
+
+    def __init__(self, producer: Any) -> None:
+        self.producer = producer
+        self.failed = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.producer, name)
+
+    def commit_transaction(self, *args: Any) -> None:
+        if not self.failed:
+            self.failed = True
+            self.producer.flush(10)  # the records are in the log, inside the open transaction
+            raise KafkaException(KafkaError(KafkaError._MSG_TIMED_OUT, "injected", retriable=False))
+        self.producer.commit_transaction(*args)
+
+
+def test_a_failed_transaction_is_aborted_and_published_again_from_the_topic(
+    settings: Settings, arbiter: Callable[..., Any], consumer: Callable[..., ConsumerProcess]
+) -> None:
+    """A transaction that fails to commit is aborted, the table's publisher starts again and reads where to go on
+    from the topic: on Kafka the aborted records are hidden and published again; on Tansu they are visible
+    (docs/tansu.md) and the publisher goes on after them. Either way a read_committed reader sees each row once."""
+    arbiter()
+    handle = consumer(http=False)
+    rng = random.Random(17)
+    topic = topic_name("{prefix}.{table}.changes", settings.topic_prefix, "events")
+    with CommitClient(settings=settings) as client, handle.catalog() as catalog:
+        writer = TableWriter(client, "events", f"{settings.warehouse}/events")
+        writer.upsert([writer.row(i, "a", rng) for i in range(12)])
+        writer.wait(catalog)
+        publisher = ChangePublisher(settings, max_records=5, retry_interval=0.0)
+        table = TablePublisher(publisher, "events")
+        table.start()
+        injected = FailingCommit(table.producer)
+        table.producer = injected
+        publisher.publishers["events"] = table
+        assert publisher.round(catalog) == 0  # the first transaction failed: nothing counted as published
+        assert (
+            injected.failed and "events" not in publisher.publishers and "injected" in publisher.status.errors["events"]
+        )
+        for _ in range(6):
+            writer.random_step(rng, catalog)
+        writer.wait(catalog)
+        while publisher.round(catalog):
+            pass
+        publisher.close()
+        injected.producer = None
     records = wait_published(settings, topic, writer)
     check_topic(records, writer)
     assert fold(records) == writer.live
