@@ -336,7 +336,7 @@ class TablePublisher:
 
     def read_position(self) -> Position:
         """The position after the topic's last record every read_committed reader sees (version 1 if none)."""
-        from confluent_kafka import Consumer, TopicPartition
+        from confluent_kafka import Consumer, KafkaException, TopicPartition
 
         from kernel.logread import read_to_end
 
@@ -346,6 +346,8 @@ class TablePublisher:
         probe = Consumer({**config, "isolation.level": "read_uncommitted"})
         try:
             _, high = probe.get_watermark_offsets(TopicPartition(self.topic, 0), timeout=KAFKA_TIMEOUT)
+        except KafkaException as exc:  # a topic created a moment ago may not be known to every broker yet
+            raise BrokerUnavailableError(f"cannot read the end of {self.topic}: {exc}") from exc
         finally:
             probe.close()
         window = 64
@@ -548,9 +550,9 @@ class ChangePublisher:
                 total += publisher.publish(catalog)
                 self.status.errors.pop(name, None)
             except (_Retry, OrdoError, OSError, ValueError) as exc:
-                # an aborted transaction (tried again next poll), a file vacuumed too early, a type not encodable
-                # yet, a record not ours: the table is held and retried every poll, the problem logged once
-                if isinstance(exc, ChangePublisherFencedError | BrokerUnavailableError):
+                # a failed transaction, the broker out of reach, a file vacuumed too early, a type not encodable
+                # yet, a record not ours: the table is held and tried again later, the problem logged once
+                if isinstance(exc, ChangePublisherFencedError):
                     raise
                 if self.status.errors.get(name) != str(exc):
                     log.error("%s: cannot publish its changes: %s", name, exc)
