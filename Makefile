@@ -40,7 +40,10 @@ bench: setup ## Benchmarks (quick profile; BENCH_PROFILE=full for the large ones
 	$(BIN)/pip install -q -e '.[dev,bench]'
 	$(BIN)/python -m bench
 
+spark-kafka: setup ## Fetch Spark's Kafka connector (spark-sql-kafka-0-10) from Maven Central into ~/.m2 with mvn
+	$(BIN)/python tools/spark_kafka.py
+
 chaos: setup ## Fault-injection suite, full run (a quick version runs inside make test)
 	CHAOS_PROFILE=full $(BIN)/pytest -q -s tests/chaos
 
-.PHONY: help check-java setup test lint demo bench chaos
+.PHONY: help check-java setup test lint demo bench chaos spark-kafka

@@ -48,7 +48,7 @@ def main(ctx: click.Context, bootstrap_servers: str | None, topic_prefix: str | 
     """ordo: a transaction manager for Delta tables whose commit log lives on Kafka.
 
     \b
-    Run the stack:      ordo up | ordo broker | ordo arbiter | ordo consumer | ordo compactor
+    Run the stack:      ordo up | ordo broker | ordo arbiter | ordo consumer | ordo compactor | ordo cdc
     Try it:             ordo demo
     Read the catalog:   ordo tables | history | show | changes | tail
     Operate:            ordo vacuum | ordo replay | ordo repair | ordo keygen
@@ -288,6 +288,56 @@ def compactor(
             metrics_host=metrics_host,
         )
     )
+
+
+@main.command()
+@click.option("--catalog", "catalog", default=None, help="the catalog to follow (default: ORDO_CATALOG)")
+@click.option("--tables", "table_names", default=None, help="comma-separated tables to publish (default: all)")
+@click.option(
+    "--topic",
+    "template",
+    envvar="ORDO_CHANGES_TOPIC",
+    default="{prefix}.{table}.changes",
+    show_default=True,
+    help="the change topic's name, from {prefix} and {table} (ORDO_CHANGES_TOPIC)",
+)
+@click.option(
+    "--max-records",
+    type=click.IntRange(min=1),
+    default=10_000,
+    show_default=True,
+    help="records per Kafka transaction at most (a larger commit spans several)",
+)
+@_broker_timeout_option
+@pass_settings
+def cdc(
+    settings: Settings,
+    catalog: str | None,
+    table_names: str | None,
+    template: str,
+    max_records: int,
+    broker_timeout: float,
+) -> None:
+    """Publish each table's row changes to <prefix>.<table>.changes (Debezium JSON, exactly once).
+
+    Follows the catalog a consumer materializes (SQLite file, postgresql:// or
+    the consumer's http:// URL); every table, new ones included, unless
+    --tables. Resumes after a crash from the topic itself (docs/change-topic.md).
+    """
+    import logging
+
+    from consumer.changetopic import ChangeTopicError, run_change_publisher, topic_name
+    from ordo.up import check_broker
+
+    settings = settings.with_overrides(catalog=catalog)
+    try:
+        topic_name(template, settings.topic_prefix, "t")
+    except (ChangeTopicError, KeyError, ValueError, IndexError) as exc:
+        raise click.BadParameter(f"{template!r}: {exc}", param_hint="--topic") from exc
+    check_broker(settings, broker_timeout)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    tables = [t.strip() for t in (table_names or "").split(",") if t.strip()]
+    raise SystemExit(run_change_publisher(settings, template=template, tables=tables, max_records=max_records))
 
 
 @main.command()

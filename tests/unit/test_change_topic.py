@@ -1,0 +1,199 @@
+"""The pure parts of the change topic (``consumer.changetopic``): records, order, encodings, the resume point.
+
+No broker: the Kafka side is tested in tests/integration/test_change_topic.py
+(and read by Spark in tests/e2e/test_change_topic_spark.py).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from consumer.arrow import change_schema
+from consumer.changetopic import (
+    ChangeTopicError,
+    Position,
+    commit_changes,
+    envelope,
+    identity_columns,
+    json_value,
+    position_after,
+    table_shape,
+    topic_name,
+)
+from consumer.models import Commit
+from schemas import Operation, TableMetadata
+
+META = TableMetadata(
+    location="/w/t", schema="id BIGINT, v STRING, dt STRING", primary_key=("id",), partition_columns=("dt",)
+)
+SHAPE = table_shape(META)
+STAMP = datetime(2024, 5, 1, tzinfo=UTC)
+
+
+def rows(*changes: tuple[str, int, str | None, str]) -> pa.Table:
+    """Change rows in Delta's shape: ``(change type, id, v, dt)``."""
+    return pa.Table.from_pylist(
+        [
+            {"id": i, "v": v, "dt": dt, "_change_type": kind, "_commit_version": 3, "_commit_timestamp": STAMP}
+            for kind, i, v, dt in changes
+        ],
+        change_schema(SHAPE),
+    )
+
+
+def test_pre_and_post_images_make_one_update_and_the_order_is_by_key_whatever_the_input_order() -> None:
+    given = [
+        ("update_postimage", 2, "new", "x"),
+        ("insert", 10, "n", "x"),
+        ("delete", 1, "gone", "y"),
+        ("update_preimage", 2, "old", "x"),
+        ("insert", 1, "same key, other partition", "x"),
+    ]
+    changes = commit_changes(rows(*given), META, "UPDATE")
+    assert [(c.op, c.key) for c in changes] == [
+        ("c", '{"id":1,"dt":"x"}'),
+        ("d", '{"id":1,"dt":"y"}'),
+        ("c", '{"id":10,"dt":"x"}'),
+        ("u", '{"id":2,"dt":"x"}'),
+    ]
+    update = changes[3]
+    assert update.before == {"id": 2, "v": "old", "dt": "x"} and update.after == {"id": 2, "v": "new", "dt": "x"}
+    for seed in range(5):  # the same rows in any order give the same records: a restart can resume at a row
+        shuffled = list(given)
+        random.Random(seed).shuffle(shuffled)
+        assert commit_changes(rows(*shuffled), META, "UPDATE") == changes
+
+
+def test_an_overwrite_publishes_its_deletes_before_its_inserts() -> None:
+    changes = commit_changes(
+        rows(("insert", 1, "new", "x"), ("delete", 1, "old", "x"), ("delete", 0, "old", "x")), META, "INSERT_OVERWRITE"
+    )
+    assert [(c.op, c.key) for c in changes] == [
+        ("d", '{"id":0,"dt":"x"}'),
+        ("d", '{"id":1,"dt":"x"}'),
+        ("c", '{"id":1,"dt":"x"}'),
+    ]
+
+
+def test_an_unpaired_image_is_refused() -> None:
+    with pytest.raises(ChangeTopicError, match="without its pre-image"):
+        commit_changes(rows(("update_postimage", 2, "new", "x")), META, "UPDATE")
+    with pytest.raises(ChangeTopicError, match="without a post-image"):
+        commit_changes(rows(("update_preimage", 2, "old", "x")), META, "UPDATE")
+
+
+def test_the_envelope_is_debeziums_with_ordos_source_fields() -> None:
+    (change,) = commit_changes(rows(("insert", 7, "a", "x")), META, "INSERT_INTO")
+    commit = Commit(
+        table="t",
+        id_version=3,
+        time_version=STAMP,
+        timestamp=STAMP,
+        operation=Operation.INSERT_INTO,
+        data_change=True,
+        txn_id="txn-1",
+        read_version=2,
+        rebase=None,  # type: ignore[arg-type]
+        partitions=None,
+        writer=None,
+        app_id=None,
+        batch_id=None,
+        intent_offset=5,
+        log_offset=9,
+        added_files=(),
+        removed_files=(),
+    )
+    value = envelope(change, commit, 4, prefix="ordo", version="0.3.0", now_ms=123)
+    assert value == {
+        "before": None,
+        "after": {"id": 7, "v": "a", "dt": "x"},
+        "source": {
+            "version": "0.3.0",
+            "connector": "ordo",
+            "name": "ordo",
+            "ts_ms": 1714521600000,
+            "snapshot": "false",
+            "db": "ordo",
+            "table": "t",
+            "id_version": 3,
+            "time_version": 1714521600000,
+            "txn_id": "txn-1",
+            "operation": "INSERT_INTO",
+            "row": 4,
+        },
+        "op": "c",
+        "ts_ms": 123,
+        "transaction": {"id": "txn-1", "total_order": 5, "data_collection_order": 5},
+    }
+    assert position_after(json.dumps(value).encode(), "t", "here") == Position(3, 5)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [b"", b"not json", b'{"source": {}}', b'{"source": {"table": "t", "id_version": "3", "row": 0}}', b"[1]"],
+)
+def test_a_last_record_that_is_not_ours_is_refused_not_guessed(value: bytes) -> None:
+    with pytest.raises(ChangeTopicError):
+        position_after(value, "t", "topic offset 9")
+
+
+def test_a_record_of_another_table_is_refused() -> None:
+    other = json.dumps({"source": {"table": "u", "id_version": 3, "row": 0}}).encode()
+    with pytest.raises(ChangeTopicError, match="not one of t"):
+        position_after(other, "t", "topic offset 9")
+
+
+def test_json_values_are_what_spark_and_flink_json_readers_parse() -> None:
+    assert json_value(date(2024, 2, 29)) == "2024-02-29"
+    assert json_value(datetime(2024, 1, 2, 3, 4, 5, 6, tzinfo=UTC)) == "2024-01-02T03:04:05.000006Z"
+    assert json_value(datetime(2024, 1, 2, 3, 4, 5)) == "2024-01-02T03:04:05"
+    assert json_value(Decimal("-12.30")) == "-12.30"
+    assert json_value(b"\x00\xff") == "AP8="
+    assert json_value(None) is None and json_value(1.5) == 1.5
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("BIGINT", pa.int64()),
+        ("int", pa.int32()),
+        ("smallint", pa.int16()),
+        ("tinyint", pa.int8()),
+        ("varchar(10)", pa.string()),
+        ("decimal(10,2)", pa.decimal128(10, 2)),
+        ("decimal", pa.decimal128(10, 0)),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("timestamp_ntz", pa.timestamp("us")),
+        ("date", pa.date32()),
+        ("binary", pa.binary()),
+    ],
+)
+def test_ddl_types_map_to_sparks_arrow_types(text: str, expected: Any) -> None:
+    metadata = META.model_copy(update={"schema": f"`id` BIGINT NOT NULL, `c` {text}, `dt` STRING"})
+    assert table_shape(metadata).schema.field("c").type == expected
+
+
+def test_nested_types_are_refused_with_the_type_named() -> None:
+    metadata = META.model_copy(update={"schema": "`id` BIGINT NOT NULL, `c` array<int>, `dt` STRING"})
+    with pytest.raises(ChangeTopicError, match=r"nested columns yet: c list<item: int32>"):
+        table_shape(metadata)
+
+
+def test_the_key_is_the_primary_key_then_the_partition_columns() -> None:
+    assert identity_columns(META) == ("id", "dt")
+    keyed = META.model_copy(update={"primary_key": ("dt", "id")})
+    assert identity_columns(keyed) == ("dt", "id")
+
+
+def test_topic_names() -> None:
+    assert topic_name("{prefix}.{table}.changes", "ordo", "events") == "ordo.events.changes"
+    assert topic_name("cdc.{table}", "ordo", "events") == "cdc.events"
+    with pytest.raises(ChangeTopicError):
+        topic_name("{prefix}/{table}", "ordo", "events")
