@@ -15,7 +15,9 @@ Endpoints (JSON unless noted; OpenAPI docs at ``/docs``):
   Delta's form, ``DeltaTable.changes`` the compact form by default; docs/api.md)
 * ``GET /healthz`` liveness (with the tables the consumer stopped applying),
   ``GET /readyz`` 200 once caught up with the log end seen at start-up, else 503
-* ``GET /metrics`` Prometheus text: lag per table, decisions applied total and rate
+* ``GET /metrics`` Prometheus text: lag per table, counters of decisions applied and refused, gaps, errors,
+  stopped tables, ``ordo_build_info`` (the same three paths as the arbiter's and the compactor's,
+  ``kernel.observe``)
 
 Unknown tables and versions answer 404 with ``{"error": <exception class>, "message": ...}``.
 Binds 127.0.0.1 by default (``ORDO_HTTP_HOST``/``ORDO_HTTP_PORT``).
@@ -40,6 +42,7 @@ from consumer.catalog import Catalog, groups_from_json
 from consumer.errors import CatalogError, CatalogUnavailableError
 from consumer.materializer import ConsumerStatus
 from kernel.errors import TableNotFoundError, VersionNotFoundError
+from kernel.observe import ordo_version
 
 log = logging.getLogger("ordo.consumer.http")
 
@@ -207,10 +210,17 @@ def create_app(
         except CatalogUnavailableError:
             health = {"tables": {}, "broken": {}}
         broken = health["broken"]
-        body: dict[str, Any] = {"status": "degraded" if broken else "ok", "broken": broken, "tables": health["tables"]}
+        body: dict[str, Any] = {
+            "process": "consumer",
+            "status": "degraded" if broken else "ok",
+            "stopped": broken,
+            "broken": broken,
+            "tables": health["tables"],
+        }
         if status is not None:
             body["kafka_ok"] = status.kafka_ok
             body["refused_total"] = status.refused_total
+            body["last_error"] = status.last_error
         return JSONResponse(body)
 
     @app.get("/readyz", summary="200 once caught up with the log end seen at start-up, else 503")
@@ -255,6 +265,14 @@ def render_metrics(catalog: Catalog, status: ConsumerStatus | None) -> bytes:
             yield head
             yield broken
             yield GaugeMetricFamily("ordo_consumer_tables", "Decisions topics followed", value=len(health))
+            yield GaugeMetricFamily(
+                "ordo_consumer_tables_stopped",
+                "Tables the consumer stopped applying (ordo repair)",
+                value=sum(1 for info in health.values() if info["error"]),
+            )
+            build = GaugeMetricFamily("ordo_build_info", "ordo's version; always 1", labels=["version", "process"])
+            build.add_metric([ordo_version(), "consumer"], 1)
+            yield build
             if snap is not None:
                 lag = GaugeMetricFamily(
                     "ordo_consumer_lag_records",
@@ -275,8 +293,15 @@ def render_metrics(catalog: Catalog, status: ConsumerStatus | None) -> bytes:
                 yield CounterMetricFamily(
                     "ordo_consumer_commits_applied", "Accepted commits applied", value=snap["commits_total"]
                 )
-                yield GaugeMetricFamily(
-                    "ordo_consumer_apply_rate", "Decisions applied per second (last 10 s)", value=snap["rate"]
+                yield CounterMetricFamily(
+                    "ordo_consumer_batches_applied",
+                    "Batches applied (one catalog transaction each)",
+                    value=snap["batches_total"],
+                )
+                yield CounterMetricFamily(
+                    "ordo_consumer_errors",
+                    "Kafka and discovery errors the consumer loop hit (the last one in /healthz)",
+                    value=snap["errors_total"],
                 )
                 yield GaugeMetricFamily("ordo_consumer_ready", "1 once caught up at start-up", value=int(snap["ready"]))
                 gaps = snap.get("gaps") or {}
@@ -287,6 +312,11 @@ def render_metrics(catalog: Catalog, status: ConsumerStatus | None) -> bytes:
                     "ordo_consumer_log_recovered",
                     "Records a re-read found that the fetch had skipped",
                     value=gaps.get("recovered", 0),
+                )
+                yield CounterMetricFamily(
+                    "ordo_consumer_log_unresolved_gaps",
+                    "Gaps still unexplained after the re-reads (the table is held back)",
+                    value=gaps.get("unresolved", 0),
                 )
 
     registry = CollectorRegistry(auto_describe=False)
