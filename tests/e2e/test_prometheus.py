@@ -104,6 +104,15 @@ def start_prometheus(processes: ProcessGroup, tmp_path: Path, targets: dict[str,
     return server
 
 
+def json_lines(text: str) -> list[dict[str, Any]]:
+    """The JSON log lines of a process's output (other output, such as librdkafka's own lines, skipped)."""
+    found = []
+    for line in text.splitlines():
+        if line.startswith("{"):
+            found.append(json.loads(line))
+    return found
+
+
 def _listening(port: int) -> bool:
     import socket
 
@@ -114,8 +123,8 @@ def _listening(port: int) -> bool:
 def test_prometheus_scrapes_every_process_and_evaluates_the_alert_rules(
     settings: Settings, processes: ProcessGroup, tmp_path: Path
 ) -> None:
-    settings = settings.with_overrides(http_port=0)
-    arbiter = processes.start_arbiter(settings)
+    settings = settings.with_overrides(http_port=0, log_format="json")  # every process logs JSON lines
+    arbiter = processes.start_arbiter(settings, args=["--log-level", "debug"])
     arbiter_url = arbiter.wait_for_line(ARBITER_METRICS, timeout=10).group(1)
     _consumer, consumer_url = start_consumer(settings, group=processes)
     assert consumer_url is not None
@@ -174,6 +183,15 @@ def test_prometheus_scrapes_every_process_and_evaluates_the_alert_rules(
 
     firing = wait_until(refused_alert, 60, "OrdoUnsignedDecisionsRefused firing")
     assert firing[0]["labels"]["job"] == "ordo-consumer"
+    # ... and the consumer logged the problem as one JSON line naming the table and the offset.
+    refusals = [e for e in json_lines(_consumer.log_text()) if e.get("event") == "refused"]
+    assert refusals and refusals[0]["table"] == table and isinstance(refusals[0]["offset"], int), refusals
+    assert refusals[0]["level"] == "error" and f"offset {refusals[0]['offset']} refused" in refusals[0]["message"]
+    # The arbiter at debug: one line per committed batch, with the intent offsets it decided per table.
+    batches = [e for e in json_lines(arbiter.log_text()) if e.get("event") == "batch"]
+    assert batches and all(e["level"] == "debug" for e in batches)
+    decided = sorted(o for e in batches for span in [e["tables"].get(table)] if span for o in span.values())
+    assert decided[0] == 0 and decided[-1] == 2 and sum(e["decisions"] for e in batches) == 3
 
     # 4. The arbiter stops: its target goes down and OrdoArbiterDown becomes pending (it fires after 1 minute).
     assert arbiter.terminate(timeout=30) == 0
