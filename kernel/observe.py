@@ -8,7 +8,8 @@ paths from its FastAPI app, with the same bodies. One contract for all three:
   (never the process-global one), ``ordo_build_info{version,process}`` included;
 * ``GET /healthz``: 200 while the process is alive and its loop turns, with a
   JSON body (``status`` "ok" or "degraded", and what is degraded: stopped
-  tables, ...); 503 when the loop has not turned for ``stall_after`` seconds;
+  tables, ...); 503 when, once ready, the loop has not turned for
+  ``stall_after`` seconds (a long rebuild at start-up is not a stall);
 * ``GET /readyz``: 200 ``{"ready": true}`` once the process does its work
   (arbiter: tables rebuilt; consumer: caught up; compactor: Spark up), else 503.
 
@@ -67,9 +68,9 @@ class Health:
         self._last_beat = self._clock()
 
     def healthz(self) -> tuple[int, dict[str, Any]]:
-        """Status code and body of ``/healthz``."""
+        """Status code and body of ``/healthz`` (a process still starting, not ready yet, is alive)."""
         stalled = self._clock() - self._last_beat
-        alive = stalled <= self.stall_after
+        alive = stalled <= self.stall_after or not self.ready
         body: dict[str, Any] = {
             "process": self.process,
             "status": "stalled" if not alive else "degraded" if self.degraded else "ok",
