@@ -47,6 +47,7 @@ from kernel.observe import ordo_version
 log = logging.getLogger("ordo.consumer.http")
 
 SSE_PAGE = 200
+SSE_RETRY_MS = 1000  # the ``retry:`` the stream announces: clients wait this long before reconnecting, then back off
 
 # The status code of each error the catalog raises (the most specific class in the exception's MRO wins),
 # answered as ``{"error": <exception class>, "message": ...}``.
@@ -172,7 +173,7 @@ def create_app(
         async def events() -> AsyncIterator[str]:
             position = cursor
             last_sent = time.monotonic()
-            yield "retry: 1000\n\n"
+            yield f"retry: {SSE_RETRY_MS}\n\n"
             while True:
                 if await request.is_disconnected():
                     return
@@ -195,7 +196,7 @@ def create_app(
                     yield _event("error", {"error": "TableBrokenError", "message": info.error})
                     return
                 if time.monotonic() - last_sent >= sse_heartbeat:
-                    yield ": keepalive\n\n"
+                    yield f": keepalive\nretry: {SSE_RETRY_MS}\n\n"  # a retry-only event: clients see the beat
                     last_sent = time.monotonic()
                 await asyncio.sleep(sse_poll_interval)
 
