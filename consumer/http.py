@@ -37,6 +37,7 @@ from typing import Any
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from pydantic import BaseModel, Field
 
 from consumer.catalog import Catalog, groups_from_json
 from consumer.errors import CatalogError, CatalogUnavailableError
@@ -76,6 +77,40 @@ def parse_bound(value: str | None, by: str) -> int | str | None:
     return stripped
 
 
+class ErrorBody(BaseModel):
+    """The body of every error answer."""
+
+    error: str = Field(description="the exception class, e.g. TableNotFoundError")
+    message: str
+
+
+class ReadyBody(BaseModel):
+    """``/readyz``: 200 when ready, else 503."""
+
+    ready: bool
+
+
+class HealthBody(BaseModel):
+    """``/healthz``: always 200 while the process is alive; ``degraded`` names the stopped tables."""
+
+    process: str = "consumer"
+    status: str = Field(description="ok, or degraded when a table is stopped")
+    stopped: dict[str, str] = Field(description="stopped table -> reason (the same as broken)")
+    broken: dict[str, str]
+    tables: dict[str, Any]
+    kafka_ok: bool | None = None
+    refused_total: int | None = None
+    last_error: str | None = None
+
+
+ERRORS = {404: {"model": ErrorBody}, 400: {"model": ErrorBody}, 500: {"model": ErrorBody}, 503: {"model": ErrorBody}}
+
+
+def openapi_document() -> dict[str, Any]:
+    """The HTTP API's OpenAPI document (what ``/openapi.json`` serves; ``docs/openapi.json`` keeps a copy)."""
+    return create_app(Catalog("unused.db")).openapi()  # the catalog is never opened
+
+
 def create_app(
     catalog: Catalog,
     status: ConsumerStatus | None = None,
@@ -89,6 +124,7 @@ def create_app(
         description="Read-only access to the tables, snapshots, history and change feeds materialized by the "
         "ordo consumer from the Kafka decisions log.",
         version="1",
+        responses=ERRORS,  # type: ignore[arg-type]
     )
 
     async def error(request: Request, exc: Exception) -> JSONResponse:
@@ -204,7 +240,7 @@ def create_app(
             events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         )
 
-    @app.get("/healthz", summary="Liveness; lists tables the consumer stopped applying")
+    @app.get("/healthz", summary="Liveness; lists tables the consumer stopped applying", response_model=HealthBody)
     def healthz() -> JSONResponse:
         try:
             health = catalog.health()
@@ -224,7 +260,12 @@ def create_app(
             body["last_error"] = status.last_error
         return JSONResponse(body)
 
-    @app.get("/readyz", summary="200 once caught up with the log end seen at start-up, else 503")
+    @app.get(
+        "/readyz",
+        summary="200 once caught up with the log end seen at start-up, else 503",
+        response_model=ReadyBody,
+        responses={503: {"model": ReadyBody}},
+    )
     def readyz() -> JSONResponse:
         ready = status.ready if status is not None else True
         return JSONResponse({"ready": ready}, status_code=200 if ready else 503)
@@ -369,4 +410,17 @@ class HttpServer:
         self._socket.close()
 
 
-__all__ = ["HttpServer", "create_app", "parse_bound", "render_metrics"]
+__all__ = [
+    "ErrorBody",
+    "HealthBody",
+    "HttpServer",
+    "ReadyBody",
+    "create_app",
+    "openapi_document",
+    "parse_bound",
+    "render_metrics",
+]
+
+
+if __name__ == "__main__":  # python -m consumer.http > docs/openapi.json
+    print(json.dumps(openapi_document(), indent=2, sort_keys=True))
