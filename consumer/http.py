@@ -103,6 +103,20 @@ class HealthBody(BaseModel):
     last_error: str | None = None
 
 
+class HistoryPage(BaseModel):
+    """One page of a table's decisions, newest first."""
+
+    decisions: list[dict[str, Any]]
+    next_cursor: str | None = Field(None, description="pass as cursor for the next (older) page; null: no more")
+
+
+class CommitsPage(BaseModel):
+    """One page of accepted commits, by ID version."""
+
+    commits: list[dict[str, Any]]
+    next_cursor: str | None = Field(None, description="by=id: pass as cursor for the next page; null: no more")
+
+
 ERRORS = {404: {"model": ErrorBody}, 400: {"model": ErrorBody}, 500: {"model": ErrorBody}, 503: {"model": ErrorBody}}
 
 
@@ -162,28 +176,53 @@ def create_app(
         snapshot = catalog.snapshot(table, version=version, timestamp=ts, groups=chosen)
         return Response(snapshot.to_json(), media_type="application/json")  # 100k+ files: no dict in between
 
-    @app.get("/tables/{table}/history", summary="Every decision (accepted and rejected), newest first")
+    @app.get(
+        "/tables/{table}/history",
+        summary="Every decision (accepted and rejected), newest first; pages with limit and cursor",
+        response_model=HistoryPage,
+    )
     def history(
         table: str,
-        limit: int | None = Query(None, ge=1),
+        limit: int | None = Query(None, ge=1, description="page size (default: everything)"),
         accepted_only: bool = Query(False, description="only accepted decisions (DESCRIBE HISTORY)"),
+        cursor: str | None = Query(None, description="next_cursor of the previous page"),
     ) -> JSONResponse:
-        found = catalog.history(table, limit, accepted_only=accepted_only)
-        return JSONResponse({"decisions": [d.to_dict() for d in found]})
+        before = _cursor(cursor)
+        found = catalog.history(table, limit, accepted_only=accepted_only, before=before)
+        more = limit is not None and len(found) == limit and found[-1].log_offset > 0
+        return JSONResponse(
+            {"decisions": [d.to_dict() for d in found], "next_cursor": str(found[-1].log_offset) if more else None}
+        )
 
-    @app.get("/tables/{table}/commits", summary="Accepted commits in [start, end] (both inclusive)")
+    @app.get(
+        "/tables/{table}/commits",
+        summary="Accepted commits in [start, end] (both inclusive); by=id pages with limit and cursor",
+        response_model=CommitsPage,
+    )
     def commits(
         table: str,
         start: str | None = Query(None, description="by=id: ID version (default 0); by=time: timestamp"),
         end: str | None = Query(None, description="inclusive; default: the head"),
         by: str = Query("id", pattern="^(id|time)$"),
         include_rewrites: bool = Query(False, description="also compaction and clustering commits"),
+        limit: int | None = Query(None, ge=1, description="page size (default: the whole range)"),
+        cursor: str | None = Query(None, description="by=id: next_cursor of the previous page (instead of start)"),
     ) -> JSONResponse:
         low = parse_bound(start, by)
+        if cursor is not None:
+            if by != "id":
+                raise ValueError("cursor pages commits by=id; by=time, take the first ID version and page by id")
+            low = _cursor(cursor)
         if low is None:
             low = 0
-        found = catalog.commits(table, low, parse_bound(end, by), by, include_rewrites=include_rewrites)
-        return JSONResponse({"commits": [c.to_dict() for c in found]})
+        high = parse_bound(end, by)
+        found = catalog.commits(table, low, high, by, include_rewrites=include_rewrites, limit=limit)
+        next_cursor = None
+        if by == "id" and limit is not None and len(found) == limit:  # a full page: more may follow up to the end
+            last = catalog.table(table).head_version if not isinstance(high, int) else high
+            if found[-1].id_version < last:
+                next_cursor = str(found[-1].id_version + 1)
+        return JSONResponse({"commits": [c.to_dict() for c in found], "next_cursor": next_cursor})
 
     @app.get(
         "/tables/{table}/changes/stream",
@@ -277,6 +316,15 @@ def create_app(
         return PlainTextResponse(render_metrics(catalog, status), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+def _cursor(cursor: str | None) -> int | None:
+    """A page cursor (an offset or version, as the previous page gave it)."""
+    if cursor is None or cursor == "":
+        return None
+    if not cursor.isdigit():
+        raise ValueError(f"cursor must be the next_cursor of a previous page, got {cursor!r}")
+    return int(cursor)
 
 
 def _event(kind: str, data: dict[str, Any], event_id: int | None = None) -> str:

@@ -85,17 +85,27 @@ class HttpBackend:
             self._get(f"/tables/{name}/snapshot", version=version, timestamp=_bound(timestamp), groups=chosen)
         )
 
-    def history(self, name: str, limit: int | None, accepted_only: bool) -> list[DecisionRecord]:
-        found = self._get(f"/tables/{name}/history", limit=limit, accepted_only=str(accepted_only).lower())
+    def history(
+        self, name: str, limit: int | None, accepted_only: bool, before: int | None = None
+    ) -> list[DecisionRecord]:
+        found = self._get(
+            f"/tables/{name}/history",
+            limit=limit,
+            accepted_only=str(accepted_only).lower(),
+            cursor=None if before is None else str(before),
+        )
         return [DecisionRecord.from_dict(d) for d in found["decisions"]]
 
-    def commits(self, name: str, start: Any, end: Any, by: str, include_rewrites: bool) -> list[Commit]:
+    def commits(
+        self, name: str, start: Any, end: Any, by: str, include_rewrites: bool, limit: int | None = None
+    ) -> list[Commit]:
         data = self._get(
             f"/tables/{name}/commits",
             start=_bound(start),
             end=_bound(end),
             by=by,
             include_rewrites=str(include_rewrites).lower(),
+            limit=limit,
         )
         return [Commit.from_dict(c) for c in data["commits"]]
 
