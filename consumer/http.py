@@ -42,6 +42,7 @@ from pydantic import BaseModel, Field
 from consumer.catalog import Catalog, groups_from_json
 from consumer.errors import CatalogError, CatalogUnavailableError
 from consumer.materializer import ConsumerStatus
+from consumer.models import Commit, DecisionRecord, Snapshot, TableInfo
 from kernel.errors import TableNotFoundError, VersionNotFoundError
 from kernel.observe import ordo_version
 
@@ -103,17 +104,23 @@ class HealthBody(BaseModel):
     last_error: str | None = None
 
 
+class TablesBody(BaseModel):
+    """Every created table."""
+
+    tables: list[TableInfo]
+
+
 class HistoryPage(BaseModel):
     """One page of a table's decisions, newest first."""
 
-    decisions: list[dict[str, Any]]
+    decisions: list[DecisionRecord]
     next_cursor: str | None = Field(None, description="pass as cursor for the next (older) page; null: no more")
 
 
 class CommitsPage(BaseModel):
     """One page of accepted commits, by ID version."""
 
-    commits: list[dict[str, Any]]
+    commits: list[Commit]
     next_cursor: str | None = Field(None, description="by=id: pass as cursor for the next page; null: no more")
 
 
@@ -148,11 +155,13 @@ def create_app(
     for kind in ERROR_STATUS:  # Starlette picks the handler of the nearest class in the MRO, as ``error`` does
         app.add_exception_handler(kind, error)
 
-    @app.get("/tables", summary="Every created table")
+    @app.get("/tables", summary="Every created table", response_model=TablesBody)
     def tables() -> JSONResponse:
         return JSONResponse({"tables": [t.to_dict() for t in catalog.tables()]})
 
-    @app.get("/tables/{table}", summary="One table: metadata, head versions, materialization error")
+    @app.get(
+        "/tables/{table}", summary="One table: metadata, head versions, materialization error", response_model=TableInfo
+    )
     def table(table: str) -> JSONResponse:
         return JSONResponse(catalog.table(table).to_dict())
 
@@ -162,7 +171,11 @@ def create_app(
 
         return JSONResponse(table_layout(catalog, table))
 
-    @app.get("/tables/{table}/snapshot", summary="Live files at an ID version, as of a timestamp, or at the head")
+    @app.get(
+        "/tables/{table}/snapshot",
+        summary="Live files at an ID version, as of a timestamp, or at the head",
+        response_model=Snapshot,
+    )
     def snapshot(
         table: str,
         version: int | None = Query(None, ge=0, description="ID version"),

@@ -2,7 +2,9 @@
 
 The service is real (uvicorn on loopback) over a real SQLite catalog holding a table ``t``. Every answer must
 be no server error, a status the document declares, with the declared content type and body schema. The change
-stream of an existing table never ends, so that operation is exercised on unknown tables only (its 404).
+stream of an existing table never ends, so that operation is exercised on unknown tables only (its 404); the
+other operations on a table get the real table ``t`` in half the cases (their 200 bodies checked) and a
+generated name otherwise.
 
 Not checked: that every schema-valid request is accepted. A few parameters are strings whose valid form the
 document cannot state (``start``/``end`` are versions or timestamps depending on ``by``; ``groups`` is JSON);
@@ -48,4 +50,6 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def test_every_operation_keeps_the_contract(case: schemathesis.Case, service: str) -> None:
     if case.path.endswith("/changes/stream"):
         case.path_parameters = {"table": "no-such-table"}  # a stream of a real table never ends
+    elif case.path_parameters and len(str(case.path_parameters.get("table", ""))) % 2 == 0:
+        case.path_parameters = {**case.path_parameters, "table": "t"}  # half the cases read the real table
     case.call_and_validate(base_url=service, timeout=10, excluded_checks=[positive_data_acceptance])
