@@ -50,6 +50,8 @@ def _apply_logging(ctx: click.Context) -> None:
     if not isinstance(settings, Settings):
         return
     command = ctx.info_name if ctx.parent is not None else root.invoked_subcommand
+    if command not in SERVICES and settings.log_level is None and settings.log_format == "text":
+        return  # a one-shot command left alone: Python's own last resort prints warnings to stderr, as before
     default = SERVICE_LEVEL if command in SERVICES else COMMAND_LEVEL
     configure_logging(settings.log_level or default, settings.log_format)
 

@@ -80,7 +80,7 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
 
 def configure_logging(level: str = "info", fmt: str = "text") -> None:
-    """Route the root logger to stderr at ``level`` in ``fmt`` (replacing whatever was configured before)."""
+    """Route the root logger to stderr at ``level`` in ``fmt`` (replacing an earlier configuration of ours)."""
     if level.lower() not in LEVELS:
         raise ValueError(f"log level must be one of {', '.join(LEVELS)}, got {level!r}")
     if fmt.lower() not in FORMATS:
@@ -88,8 +88,9 @@ def configure_logging(level: str = "info", fmt: str = "text") -> None:
     handler = _StderrHandler()
     handler.setFormatter(JsonFormatter() if fmt.lower() == "json" else TextFormatter())
     root = logging.getLogger()
-    for old in list(root.handlers):
-        root.removeHandler(old)
+    for old in list(root.handlers):  # ours from an earlier call, or a basicConfig of a script; a host's stay
+        if isinstance(old, _StderrHandler) or type(old) is logging.StreamHandler:
+            root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())
     logging.getLogger("py4j").setLevel(max(logging.WARNING, root.level))  # Spark's gateway chatters at DEBUG
