@@ -631,7 +631,13 @@ class CatalogWriter:
             # The first decision for an intent offset is the decision: pass this one over. The offset stays
             # where it is (a later record moves it), so the catalog's last record is the one it applied last.
             result.skipped += 1
-            log.warning("table %r: decision at offset %d skipped: %s", state.name, record.offset, exc)
+            log.warning(
+                "table %r: decision at offset %d skipped: %s",
+                state.name,
+                record.offset,
+                exc,
+                extra={"event": "skipped", "table": state.name, "offset": record.offset},
+            )
             return
         decision = step.decision
         conn = self._conn
