@@ -24,7 +24,14 @@ $(STAMP): pyproject.toml
 
 setup: check-java $(STAMP) ## Create .venv and install ordo with its dev tools
 
-test: setup ## Run the test suite (unit, integration on a real broker, Spark end to end)
+# Prometheus and promtool (Debian's prometheus package): the monitoring tests run the real server and promtool.
+prometheus: ## Install Prometheus and promtool (Debian/Ubuntu package; sudo when not root)
+	@command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || { \
+	  command -v apt-get >/dev/null 2>&1 || { echo "Prometheus is needed by the monitoring tests: install prometheus and promtool (2.42+) and put them on PATH."; exit 1; }; \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+
+test: setup prometheus ## Run the test suite (unit, integration on a real broker, Spark end to end)
 	$(BIN)/pytest -q
 
 lint: setup ## ruff, mypy and the layers contract
@@ -46,4 +53,4 @@ spark-kafka: setup ## Fetch Spark's Kafka connector (spark-sql-kafka-0-10) from 
 chaos: setup ## Fault-injection suite, full run (a quick version runs inside make test)
 	CHAOS_PROFILE=full $(BIN)/pytest -q -s tests/chaos
 
-.PHONY: help check-java setup test lint demo bench chaos spark-kafka
+.PHONY: help check-java setup prometheus test lint demo bench chaos spark-kafka

@@ -46,7 +46,12 @@ class Decider:
         try:
             apply(table.state, decision, data)  # the arbiter's own decision: folded without re-checking it
         except Exception:
-            log.exception("table %s: applying the decision for intent offset %d failed (a bug)", table.name, offset)
+            log.exception(
+                "table %s: applying the decision for intent offset %d failed (a bug)",
+                table.name,
+                offset,
+                extra={"event": "internal_error", "table": table.name, "offset": offset},
+            )
             self.metrics.internal_errors += 1
             self._poisoned.add((table.intents, offset))
             raise Rebuild() from None
@@ -59,7 +64,12 @@ class Decider:
                 decision = evaluate_record(state, message.value(), message.timestamp()[1], offset)
                 return decision, encode(decision)
             except Exception as exc:
-                log.exception("table %s: deciding intent offset %d raised (a bug)", table.name, offset)
+                log.exception(
+                    "table %s: deciding intent offset %d raised (a bug)",
+                    table.name,
+                    offset,
+                    extra={"event": "internal_error", "table": table.name, "offset": offset},
+                )
                 self.metrics.internal_errors += 1
                 error = f"internal error while deciding: {type(exc).__name__}: {exc}"
         else:

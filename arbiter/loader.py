@@ -194,7 +194,11 @@ class StateLoader:
                 for refusal in refused:
                     self.metrics.refused_unsigned += 1
                     log.error(
-                        "table %s: decision at offset %d not folded: %s", table.name, refusal.offset, refusal.reason
+                        "table %s: decision at offset %d not folded: %s",
+                        table.name,
+                        refusal.offset,
+                        refusal.reason,
+                        extra={"event": "refused", "table": table.name, "offset": refusal.offset},
                     )
                 for at, record in released:
                     if self._fold_record(state, record, at):
@@ -215,6 +219,7 @@ class StateLoader:
                 table.name,
                 refusal.offset,
                 refusal.reason,
+                extra={"event": "refused", "table": table.name, "offset": refusal.offset},
             )
         return result
 
@@ -231,7 +236,13 @@ class StateLoader:
                 # A second decision for an intent already decided: never written by a
                 # fenced arbiter on Kafka; kept out of the state whatever the broker.
                 self.metrics.skipped_duplicates += 1
-                log.warning("table %s: skipping decision at offset %d: %s", state.table, offset, exc)
+                log.warning(
+                    "table %s: skipping decision at offset %d: %s",
+                    state.table,
+                    offset,
+                    exc,
+                    extra={"event": "skipped", "table": state.table, "offset": offset},
+                )
                 return False
             if exc.kind is LogProblem.CHAIN:
                 self.metrics.chain_breaks += 1

@@ -1,16 +1,24 @@
-"""The arbiter's Prometheus metrics, served on ``/metrics`` when ``ORDO_ARBITER_METRICS_PORT`` is set.
+"""The arbiter's Prometheus metrics, served on ``/metrics`` (``ORDO_ARBITER_METRICS_PORT``, default 8767).
 
 A private registry (never the process-global one): decisions by table,
 outcome and reason; the time to decide one intent and to commit one batch
 (histograms); the size of batches; intents lag per table; the time the last
-rebuild of each table took; aborts and gap re-reads. The serving thread only
-reads; the decide loop updates.
+rebuild of each table took; aborts; and, read from ``ArbiterMetrics`` at
+scrape time, the problems an operator alerts on (internal errors, refused
+unsigned records, chain breaks, gap re-reads and unresolved gaps, stopped
+tables, checkpoints). Counters are counters (``_total``), gauges hold a
+current value, no rate is pre-computed. The serving thread only reads; the
+decide loop updates.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
+
+from arbiter.metrics import ArbiterMetrics
+from kernel.observe import Health, ObservabilityServer, register_build_info
 
 log = logging.getLogger("ordo.arbiter")
 
@@ -22,11 +30,16 @@ SIZE_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
 class ArbiterPrometheus:
     """The arbiter's metric families in their own registry; ``serve()`` starts the HTTP endpoint."""
 
-    def __init__(self) -> None:
+    def __init__(self, metrics: ArbiterMetrics | None = None, stopped: Callable[[], set[str]] = set) -> None:
+        """``metrics``: the counters the service keeps (exported at scrape time); ``stopped``: the tables it left."""
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        register_build_info(r, "arbiter")
+        self.health = Health("arbiter")
+        if metrics is not None:
+            r.register(_CountersCollector(metrics, stopped))  # type: ignore[arg-type]
         self.decisions = Counter(
             "ordo_arbiter_decisions",
             "Decisions written, by table, outcome and reason",
@@ -62,11 +75,6 @@ class ArbiterPrometheus:
             "ordo_arbiter_idle_sleeps", "Times the intents consumer paused for want of work (doorbell on)", registry=r
         )
         self.tables = Gauge("ordo_arbiter_tables", "Tables this arbiter owns", registry=r)
-        self.intent_rereads = Gauge(
-            "ordo_arbiter_intent_rereads",
-            "Ranges of the intents logs re-read because the fetch skipped them",
-            registry=r,
-        )
         self._children: dict[tuple[str, str, str], Any] = {}
         self.server: Any = None
 
@@ -79,21 +87,92 @@ class ArbiterPrometheus:
         child.inc()
 
     def serve(self, port: int, host: str) -> int:
-        """Serve ``/metrics`` on ``host:port`` (port 0: any free one) from a daemon thread; returns the port."""
-        from prometheus_client import start_http_server
-
-        server, _thread = start_http_server(port, addr=host, registry=self.registry)
-        self.server = server
-        bound = int(server.server_address[1])
-        log.info("arbiter metrics on http://%s:%d/metrics", host, bound)
-        return bound
+        """Serve ``/metrics``, ``/healthz``, ``/readyz`` on ``host:port`` (0: any free one); returns the port."""
+        self.server = ObservabilityServer(self.registry, self.health, host, port).start()
+        log.info("arbiter metrics at %s/metrics (and /healthz, /readyz)", self.server.url)
+        return int(self.server.port)
 
     def close(self) -> None:
         """Stop serving."""
         if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
+            self.server.close()
             self.server = None
+
+
+class _CountersCollector:
+    """``ArbiterMetrics`` as Prometheus families, read at scrape time (the loop keeps plain ints)."""
+
+    def __init__(self, metrics: ArbiterMetrics, stopped: Callable[[], set[str]]) -> None:
+        self.metrics = metrics
+        self.stopped = stopped
+
+    def collect(self) -> Any:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        m = self.metrics
+        for name, help_text, value in (
+            (
+                "ordo_arbiter_internal_errors",
+                "Intents whose decision raised inside ordo (answered MALFORMED_INTENT)",
+                m.internal_errors,
+            ),
+            (
+                "ordo_arbiter_refused_unsigned",
+                "Decisions-log records no trusted signature vouched for (never folded)",
+                m.refused_unsigned,
+            ),
+            (
+                "ordo_arbiter_chain_breaks",
+                "Decisions logs whose hash chain broke while rebuilding (table left undecided)",
+                m.chain_breaks,
+            ),
+            (
+                "ordo_arbiter_skipped_duplicates",
+                "Repeated or reordered decisions skipped while rebuilding",
+                m.skipped_duplicates,
+            ),
+            ("ordo_arbiter_checkpoints_written", "Checkpoints written", m.checkpoints_written),
+            ("ordo_arbiter_checkpoint_failures", "Checkpoints that failed to write", m.checkpoint_failures),
+            (
+                "ordo_arbiter_intent_rereads",
+                "Ranges of the intents logs re-read because the fetch skipped them",
+                m.intent_gaps.rereads,
+            ),
+            (
+                "ordo_arbiter_intent_recovered",
+                "Intent records a re-read found that the fetch had skipped",
+                m.intent_gaps.recovered,
+            ),
+            (
+                "ordo_arbiter_intent_unresolved_gaps",
+                "Intents-log gaps still unexplained after the re-reads (held back)",
+                m.intent_gaps.unresolved,
+            ),
+            (
+                "ordo_arbiter_decision_rereads",
+                "Ranges of decisions logs re-read while rebuilding",
+                m.decision_gaps.rereads,
+            ),
+            (
+                "ordo_arbiter_decision_unresolved_gaps",
+                "Decisions-log gaps still unexplained while rebuilding",
+                m.decision_gaps.unresolved,
+            ),
+        ):
+            yield CounterMetricFamily(name, help_text, value=value)
+        stopped = GaugeMetricFamily(
+            "ordo_arbiter_table_stopped",
+            "1 for a table this arbiter owns but leaves undecided until restart (its log could not be folded)",
+            labels=["table"],
+        )
+        for table in sorted(self.stopped()):
+            stopped.add_metric([table], 1)
+        yield stopped
+        yield GaugeMetricFamily(
+            "ordo_arbiter_tables_stopped",
+            "Tables this arbiter leaves undecided until restart",
+            value=len(self.stopped()),
+        )
 
 
 __all__ = ["ArbiterPrometheus"]

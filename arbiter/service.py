@@ -101,8 +101,12 @@ class ArbiterService:
         checkpoint_interval: float = DEFAULT_CHECKPOINT_INTERVAL,
         checkpoint_fork: bool | None = None,
         group: str | None = None,
+        serve: bool = False,
     ) -> None:
         """``group``: share tables with every arbiter of this Kafka consumer group instead of a static ``shard``.
+
+        ``serve``: serve ``/metrics``, ``/healthz`` and ``/readyz`` on ``settings.arbiter_metrics_host`` and
+        ``arbiter_metrics_port`` (``ordo arbiter`` does; an embedded service need not).
 
         ``state_dir`` (default ``settings.state_dir``; ``""`` or ``checkpoint_every=0`` turn checkpoints off)
         holds ``<prefix>/<table>.ckpt``; ``checkpoint_fork`` (default: where ``os.fork`` exists) writes
@@ -113,7 +117,8 @@ class ArbiterService:
         self.discovery_interval = discovery_interval
         self.metrics_interval = metrics_interval
         self.metrics = ArbiterMetrics()
-        self.prom = ArbiterPrometheus()
+        self.prom = ArbiterPrometheus(self.metrics, lambda: set(self.owned.broken) if hasattr(self, "owned") else set())
+        self.serve = serve
         self.metrics_port: int | None = None  # the /metrics port once serving
         self._stop = threading.Event()
         self.sink = TransactionalSink(
@@ -140,6 +145,7 @@ class ArbiterService:
         self._reader_gaps: Any = None
         self._admin: Any = None
         self._started_at = time.monotonic()
+        self._batch: dict[str, tuple[int, int]] = {}  # table -> first and last intent offset of the open batch
 
     @property
     def transactional_id(self) -> str:
@@ -193,7 +199,7 @@ class ArbiterService:
         trust = reader_trust(self.settings, extra=[signer.public_raw] if signer is not None else [])
         if signer is None:
             log.warning("signatures not required and no ORDO_ARBITER_KEY: writing UNSIGNED decisions")
-        if self.settings.arbiter_metrics_port:
+        if self.serve and self.settings.arbiter_metrics_port is not None:
             self.metrics_port = self.prom.serve(self.settings.arbiter_metrics_port, self.settings.arbiter_metrics_host)
         config = self.settings.kafka_config
         self._admin = AdminClient(config(logger=kafka_log, **{"client.id": f"{self.prefix}.arbiter.admin"}))
@@ -218,6 +224,7 @@ class ArbiterService:
                 raise Stopped()
         # 2.-4. Tables: discover, rebuild (from a checkpoint and the log's tail), assign.
         self._discover()
+        self.prom.health.ready = True
         log.info(
             "%s: %s, transactional ids %s, prefix %r, %d table(s), %.3f s after start",
             READY_MESSAGE,
@@ -265,6 +272,7 @@ class ArbiterService:
         next_lag = now + LAG_INTERVAL
         sink = self.sink
         while not self._stop.is_set():
+            self.prom.health.beat()
             if self.group is not None and not sink.in_txn and self.owned.serve_group():
                 next_discovery = 0.0
             now = time.monotonic()
@@ -345,6 +353,8 @@ class ArbiterService:
             decision, data = decider.decide(table, message, offset)
             sink.hold(table.name, table.decisions, data, decision.txn_id.encode() if decision.txn_id else None)
             decider.count(table.name, decision, offset)
+            span = self._batch.get(table.name)
+            self._batch[table.name] = (offset if span is None else span[0], offset)
 
     def _commit(self) -> None:
         """Commit each open table transaction (retrying what librdkafka says is retriable)."""
@@ -352,6 +362,8 @@ class ArbiterService:
             return
         started = self.sink.started
         records = self.sink.commit()
+        batch, self._batch = self._batch, {}
+        log_batch(records, batch, started)
         self.metrics.batches += 1
         self.metrics.batched_records += records
         self.metrics.max_batch = max(self.metrics.max_batch, records)
@@ -364,6 +376,7 @@ class ArbiterService:
         self.metrics.aborts += 1
         self.prom.aborts.inc()
         touched, fenced = self.sink.abort()
+        self._batch = {}
         for name, exc in fenced:
             self.owned.lose(name, f"fenced by its new owner ({exc})")
         self.owned.reload(touched)
@@ -381,7 +394,23 @@ class ArbiterService:
         for name, value in lag.items():
             self.prom.lag.labels(name).set(value)
         self.metrics.lag = lag
-        self.prom.intent_rereads.set(self.metrics.intent_gaps.rereads)
+        self.prom.health.degraded = {name: "left undecided until restart" for name in sorted(self.owned.broken)}
+
+
+def log_batch(records: int, batch: dict[str, tuple[int, int]], started: float) -> None:
+    """One structured line per committed batch, at debug: decisions, and per table the intent offsets decided."""
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug(
+            "decision batch committed: %d decision(s) in %d table(s)",
+            records,
+            len(batch),
+            extra={
+                "event": "batch",
+                "decisions": records,
+                "tables": {name: {"first_offset": a, "last_offset": b} for name, (a, b) in sorted(batch.items())},
+                "seconds": round(time.perf_counter() - started, 6),
+            },
+        )
 
 
 def run_arbiter(
@@ -403,6 +432,7 @@ def run_arbiter(
         checkpoint_every=checkpoint_every,
         checkpoint_interval=checkpoint_interval,
         group=group,
+        serve=True,
     )
 
     def _on_signal(signum: int, frame: object) -> None:

@@ -83,7 +83,12 @@ class OwnedTables:
                 self.sink.take(name)  # fence the table's previous owner before reading what it wrote
                 self.load(table)
             except (BrokenLogError, ArbiterStateError) as exc:
-                log.error("table %s left undecided until restart: %s", name, exc)
+                log.error(
+                    "table %s left undecided until restart: %s",
+                    name,
+                    exc,
+                    extra={"event": "table_stopped", "table": name},
+                )
                 self.broken.add(name)
                 continue
             except Stopped:
@@ -121,7 +126,12 @@ class OwnedTables:
                 try:
                     self.load(table)
                 except (BrokenLogError, ArbiterStateError) as exc:
-                    log.error("table %s left undecided until restart: %s", table.name, exc)
+                    log.error(
+                        "table %s left undecided until restart: %s",
+                        table.name,
+                        exc,
+                        extra={"event": "table_stopped", "table": table.name},
+                    )
                     self.broken.add(table.name)
                     self.drop(table.name, "its decisions log cannot be folded")
 

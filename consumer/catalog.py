@@ -191,10 +191,13 @@ class Catalog:
             return self._backend.snapshot(name, version, timestamp, groups)  # type: ignore[no-any-return]
         return self._backend.snapshot(name, version, timestamp)  # type: ignore[no-any-return]
 
-    def history(self, name: str, limit: int | None = None, *, accepted_only: bool = False) -> list[DecisionRecord]:
+    def history(
+        self, name: str, limit: int | None = None, *, accepted_only: bool = False, before: int | None = None
+    ) -> list[DecisionRecord]:
         """Every decision of ``name``'s log (accepted and rejected, or only accepted ones), newest first, like
-        DESCRIBE HISTORY; with ``limit`` only the ``limit`` newest are read."""
-        return self._backend.history(name, limit, accepted_only)  # type: ignore[no-any-return]
+        DESCRIBE HISTORY; with ``limit`` only the ``limit`` newest are read; with ``before`` only those below that
+        decisions-log offset (the next page: ``before`` = the ``log_offset`` of the last one of this page)."""
+        return self._backend.history(name, limit, accepted_only, before)  # type: ignore[no-any-return]
 
     def commits(
         self,
@@ -204,6 +207,7 @@ class Catalog:
         by: str = "id",
         *,
         include_rewrites: bool = False,
+        limit: int | None = None,
     ) -> list[Commit]:
         """Accepted commits with ID version (``by="id"``) or time version (``by="time"``) in ``[start, end]``.
 
@@ -213,9 +217,10 @@ class Catalog:
         the bounds are timestamps and a range without commits is empty.
         Compaction and clustering (no logical change) are left out unless
         ``include_rewrites``; by time they count at the time they inherit.
+        With ``limit`` only the first ``limit`` (by ID version).
         """
         _check_by(by)
-        return self._backend.commits(name, start, end, by, include_rewrites)  # type: ignore[no-any-return]
+        return self._backend.commits(name, start, end, by, include_rewrites, limit)  # type: ignore[no-any-return]
 
     def subscribe(
         self,
@@ -443,14 +448,22 @@ class LocalBackend:
             files = self._files(rows, metadata.location)
         return Snapshot(name, id_version, ms_to_datetime(millis), metadata, files)  # type: ignore[arg-type]
 
-    def history(self, name: str, limit: int | None, accepted_only: bool) -> list[DecisionRecord]:
+    def history(
+        self, name: str, limit: int | None, accepted_only: bool, before: int | None = None
+    ) -> list[DecisionRecord]:
         with self._read() as conn:
             row = self._row(conn, name, created=False)
-            rows = store.query_decisions(conn, row.id, limit, accepted_only=accepted_only)
+            rows = store.query_decisions(conn, row.id, limit, accepted_only=accepted_only, before=before)
         return [_decision(name, r) for r in rows]
 
     def commits(
-        self, name: str, start: int | Timestamp, end: int | Timestamp | None, by: str, include_rewrites: bool
+        self,
+        name: str,
+        start: int | Timestamp,
+        end: int | Timestamp | None,
+        by: str,
+        include_rewrites: bool,
+        limit: int | None = None,
     ) -> list[Commit]:
         with self._read() as conn:
             row = self._row(conn, name)
@@ -468,13 +481,13 @@ class LocalBackend:
                     )
                 if end is not None and end < start:
                     raise ValueError(f"end version {end} is before start version {start}")
-                rows = store.query_commits(conn, table_id, "id_version", start, high, include_rewrites)
+                rows = store.query_commits(conn, table_id, "id_version", start, high, include_rewrites, limit)
             else:
                 low = to_millis(start, ceil=True)  # type: ignore[arg-type]
                 high_ms = 2**62 if end is None else to_millis(end)  # type: ignore[arg-type]
                 if high_ms < low:
                     raise ValueError("end timestamp is before start timestamp")
-                rows = store.query_commits(conn, table_id, "effective_time_ms", low, high_ms, include_rewrites)
+                rows = store.query_commits(conn, table_id, "effective_time_ms", low, high_ms, include_rewrites, limit)
             return self._commits(conn, name, row, rows)
 
     def _commits(self, conn: Any, name: str, row: store.TableRow, rows: list[store.CommitRow]) -> list[Commit]:

@@ -15,7 +15,9 @@ Endpoints (JSON unless noted; OpenAPI docs at ``/docs``):
   Delta's form, ``DeltaTable.changes`` the compact form by default; docs/api.md)
 * ``GET /healthz`` liveness (with the tables the consumer stopped applying),
   ``GET /readyz`` 200 once caught up with the log end seen at start-up, else 503
-* ``GET /metrics`` Prometheus text: lag per table, decisions applied total and rate
+* ``GET /metrics`` Prometheus text: lag per table, counters of decisions applied and refused, gaps, errors,
+  stopped tables, ``ordo_build_info`` (the same three paths as the arbiter's and the compactor's,
+  ``kernel.observe``)
 
 Unknown tables and versions answer 404 with ``{"error": <exception class>, "message": ...}``.
 Binds 127.0.0.1 by default (``ORDO_HTTP_HOST``/``ORDO_HTTP_PORT``).
@@ -35,15 +37,19 @@ from typing import Any
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from pydantic import BaseModel, Field
 
 from consumer.catalog import Catalog, groups_from_json
 from consumer.errors import CatalogError, CatalogUnavailableError
 from consumer.materializer import ConsumerStatus
+from consumer.models import Commit, DecisionRecord, Snapshot, TableInfo
 from kernel.errors import TableNotFoundError, VersionNotFoundError
+from kernel.observe import ordo_version
 
 log = logging.getLogger("ordo.consumer.http")
 
 SSE_PAGE = 200
+SSE_RETRY_MS = 1000  # the ``retry:`` the stream announces: clients wait this long before reconnecting, then back off
 
 # The status code of each error the catalog raises (the most specific class in the exception's MRO wins),
 # answered as ``{"error": <exception class>, "message": ...}``.
@@ -72,6 +78,60 @@ def parse_bound(value: str | None, by: str) -> int | str | None:
     return stripped
 
 
+class ErrorBody(BaseModel):
+    """The body of every error answer."""
+
+    error: str = Field(description="the exception class, e.g. TableNotFoundError")
+    message: str
+
+
+class ReadyBody(BaseModel):
+    """``/readyz``: 200 when ready, else 503."""
+
+    ready: bool
+
+
+class HealthBody(BaseModel):
+    """``/healthz``: always 200 while the process is alive; ``degraded`` names the stopped tables."""
+
+    process: str = "consumer"
+    status: str = Field(description="ok, or degraded when a table is stopped")
+    stopped: dict[str, str] = Field(description="stopped table -> reason (the same as broken)")
+    broken: dict[str, str]
+    tables: dict[str, Any]
+    kafka_ok: bool | None = None
+    refused_total: int | None = None
+    last_error: str | None = None
+
+
+class TablesBody(BaseModel):
+    """Every created table."""
+
+    tables: list[TableInfo]
+
+
+class HistoryPage(BaseModel):
+    """One page of a table's decisions, newest first."""
+
+    decisions: list[DecisionRecord]
+    next_cursor: str | None = Field(None, description="pass as cursor for the next (older) page; null: no more")
+
+
+class CommitsPage(BaseModel):
+    """One page of accepted commits, by ID version."""
+
+    commits: list[Commit]
+    next_cursor: str | None = Field(None, description="by=id: pass as cursor for the next page; null: no more")
+
+
+ERRORS = {404: {"model": ErrorBody}, 400: {"model": ErrorBody}, 500: {"model": ErrorBody}, 503: {"model": ErrorBody}}
+
+
+def openapi_document() -> dict[str, Any]:
+    """The HTTP API's OpenAPI document (what ``/openapi.json`` serves; ``docs/openapi.json`` keeps a copy)."""
+    return create_app(Catalog("unused.db")).openapi()  # the catalog is never opened
+
+
 def create_app(
     catalog: Catalog,
     status: ConsumerStatus | None = None,
@@ -85,6 +145,7 @@ def create_app(
         description="Read-only access to the tables, snapshots, history and change feeds materialized by the "
         "ordo consumer from the Kafka decisions log.",
         version="1",
+        responses=ERRORS,  # type: ignore[arg-type]
     )
 
     async def error(request: Request, exc: Exception) -> JSONResponse:
@@ -94,11 +155,13 @@ def create_app(
     for kind in ERROR_STATUS:  # Starlette picks the handler of the nearest class in the MRO, as ``error`` does
         app.add_exception_handler(kind, error)
 
-    @app.get("/tables", summary="Every created table")
+    @app.get("/tables", summary="Every created table", response_model=TablesBody)
     def tables() -> JSONResponse:
         return JSONResponse({"tables": [t.to_dict() for t in catalog.tables()]})
 
-    @app.get("/tables/{table}", summary="One table: metadata, head versions, materialization error")
+    @app.get(
+        "/tables/{table}", summary="One table: metadata, head versions, materialization error", response_model=TableInfo
+    )
     def table(table: str) -> JSONResponse:
         return JSONResponse(catalog.table(table).to_dict())
 
@@ -108,7 +171,11 @@ def create_app(
 
         return JSONResponse(table_layout(catalog, table))
 
-    @app.get("/tables/{table}/snapshot", summary="Live files at an ID version, as of a timestamp, or at the head")
+    @app.get(
+        "/tables/{table}/snapshot",
+        summary="Live files at an ID version, as of a timestamp, or at the head",
+        response_model=Snapshot,
+    )
     def snapshot(
         table: str,
         version: int | None = Query(None, ge=0, description="ID version"),
@@ -122,28 +189,53 @@ def create_app(
         snapshot = catalog.snapshot(table, version=version, timestamp=ts, groups=chosen)
         return Response(snapshot.to_json(), media_type="application/json")  # 100k+ files: no dict in between
 
-    @app.get("/tables/{table}/history", summary="Every decision (accepted and rejected), newest first")
+    @app.get(
+        "/tables/{table}/history",
+        summary="Every decision (accepted and rejected), newest first; pages with limit and cursor",
+        response_model=HistoryPage,
+    )
     def history(
         table: str,
-        limit: int | None = Query(None, ge=1),
+        limit: int | None = Query(None, ge=1, description="page size (default: everything)"),
         accepted_only: bool = Query(False, description="only accepted decisions (DESCRIBE HISTORY)"),
+        cursor: str | None = Query(None, description="next_cursor of the previous page"),
     ) -> JSONResponse:
-        found = catalog.history(table, limit, accepted_only=accepted_only)
-        return JSONResponse({"decisions": [d.to_dict() for d in found]})
+        before = _cursor(cursor)
+        found = catalog.history(table, limit, accepted_only=accepted_only, before=before)
+        more = limit is not None and len(found) == limit and found[-1].log_offset > 0
+        return JSONResponse(
+            {"decisions": [d.to_dict() for d in found], "next_cursor": str(found[-1].log_offset) if more else None}
+        )
 
-    @app.get("/tables/{table}/commits", summary="Accepted commits in [start, end] (both inclusive)")
+    @app.get(
+        "/tables/{table}/commits",
+        summary="Accepted commits in [start, end] (both inclusive); by=id pages with limit and cursor",
+        response_model=CommitsPage,
+    )
     def commits(
         table: str,
         start: str | None = Query(None, description="by=id: ID version (default 0); by=time: timestamp"),
         end: str | None = Query(None, description="inclusive; default: the head"),
         by: str = Query("id", pattern="^(id|time)$"),
         include_rewrites: bool = Query(False, description="also compaction and clustering commits"),
+        limit: int | None = Query(None, ge=1, description="page size (default: the whole range)"),
+        cursor: str | None = Query(None, description="by=id: next_cursor of the previous page (instead of start)"),
     ) -> JSONResponse:
         low = parse_bound(start, by)
+        if cursor is not None:
+            if by != "id":
+                raise ValueError("cursor pages commits by=id; by=time, take the first ID version and page by id")
+            low = _cursor(cursor)
         if low is None:
             low = 0
-        found = catalog.commits(table, low, parse_bound(end, by), by, include_rewrites=include_rewrites)
-        return JSONResponse({"commits": [c.to_dict() for c in found]})
+        high = parse_bound(end, by)
+        found = catalog.commits(table, low, high, by, include_rewrites=include_rewrites, limit=limit)
+        next_cursor = None
+        if by == "id" and limit is not None and len(found) == limit:  # a full page: more may follow up to the end
+            last = catalog.table(table).head_version if not isinstance(high, int) else high
+            if found[-1].id_version < last:
+                next_cursor = str(found[-1].id_version + 1)
+        return JSONResponse({"commits": [c.to_dict() for c in found], "next_cursor": next_cursor})
 
     @app.get(
         "/tables/{table}/changes/stream",
@@ -169,7 +261,7 @@ def create_app(
         async def events() -> AsyncIterator[str]:
             position = cursor
             last_sent = time.monotonic()
-            yield "retry: 1000\n\n"
+            yield f"retry: {SSE_RETRY_MS}\n\n"
             while True:
                 if await request.is_disconnected():
                     return
@@ -192,7 +284,7 @@ def create_app(
                     yield _event("error", {"error": "TableBrokenError", "message": info.error})
                     return
                 if time.monotonic() - last_sent >= sse_heartbeat:
-                    yield ": keepalive\n\n"
+                    yield f": keepalive\nretry: {SSE_RETRY_MS}\n\n"  # a retry-only event: clients see the beat
                     last_sent = time.monotonic()
                 await asyncio.sleep(sse_poll_interval)
 
@@ -200,20 +292,32 @@ def create_app(
             events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         )
 
-    @app.get("/healthz", summary="Liveness; lists tables the consumer stopped applying")
+    @app.get("/healthz", summary="Liveness; lists tables the consumer stopped applying", response_model=HealthBody)
     def healthz() -> JSONResponse:
         try:
             health = catalog.health()
         except CatalogUnavailableError:
             health = {"tables": {}, "broken": {}}
         broken = health["broken"]
-        body: dict[str, Any] = {"status": "degraded" if broken else "ok", "broken": broken, "tables": health["tables"]}
+        body: dict[str, Any] = {
+            "process": "consumer",
+            "status": "degraded" if broken else "ok",
+            "stopped": broken,
+            "broken": broken,
+            "tables": health["tables"],
+        }
         if status is not None:
             body["kafka_ok"] = status.kafka_ok
             body["refused_total"] = status.refused_total
+            body["last_error"] = status.last_error
         return JSONResponse(body)
 
-    @app.get("/readyz", summary="200 once caught up with the log end seen at start-up, else 503")
+    @app.get(
+        "/readyz",
+        summary="200 once caught up with the log end seen at start-up, else 503",
+        response_model=ReadyBody,
+        responses={503: {"model": ReadyBody}},
+    )
     def readyz() -> JSONResponse:
         ready = status.ready if status is not None else True
         return JSONResponse({"ready": ready}, status_code=200 if ready else 503)
@@ -225,6 +329,15 @@ def create_app(
         return PlainTextResponse(render_metrics(catalog, status), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+def _cursor(cursor: str | None) -> int | None:
+    """A page cursor (an offset or version, as the previous page gave it)."""
+    if cursor is None or cursor == "":
+        return None
+    if not cursor.isdigit():
+        raise ValueError(f"cursor must be the next_cursor of a previous page, got {cursor!r}")
+    return int(cursor)
 
 
 def _event(kind: str, data: dict[str, Any], event_id: int | None = None) -> str:
@@ -255,6 +368,14 @@ def render_metrics(catalog: Catalog, status: ConsumerStatus | None) -> bytes:
             yield head
             yield broken
             yield GaugeMetricFamily("ordo_consumer_tables", "Decisions topics followed", value=len(health))
+            yield GaugeMetricFamily(
+                "ordo_consumer_tables_stopped",
+                "Tables the consumer stopped applying (ordo repair)",
+                value=sum(1 for info in health.values() if info["error"]),
+            )
+            build = GaugeMetricFamily("ordo_build_info", "ordo's version; always 1", labels=["version", "process"])
+            build.add_metric([ordo_version(), "consumer"], 1)
+            yield build
             if snap is not None:
                 lag = GaugeMetricFamily(
                     "ordo_consumer_lag_records",
@@ -275,8 +396,15 @@ def render_metrics(catalog: Catalog, status: ConsumerStatus | None) -> bytes:
                 yield CounterMetricFamily(
                     "ordo_consumer_commits_applied", "Accepted commits applied", value=snap["commits_total"]
                 )
-                yield GaugeMetricFamily(
-                    "ordo_consumer_apply_rate", "Decisions applied per second (last 10 s)", value=snap["rate"]
+                yield CounterMetricFamily(
+                    "ordo_consumer_batches_applied",
+                    "Batches applied (one catalog transaction each)",
+                    value=snap["batches_total"],
+                )
+                yield CounterMetricFamily(
+                    "ordo_consumer_errors",
+                    "Kafka and discovery errors the consumer loop hit (the last one in /healthz)",
+                    value=snap["errors_total"],
                 )
                 yield GaugeMetricFamily("ordo_consumer_ready", "1 once caught up at start-up", value=int(snap["ready"]))
                 gaps = snap.get("gaps") or {}
@@ -287,6 +415,11 @@ def render_metrics(catalog: Catalog, status: ConsumerStatus | None) -> bytes:
                     "ordo_consumer_log_recovered",
                     "Records a re-read found that the fetch had skipped",
                     value=gaps.get("recovered", 0),
+                )
+                yield CounterMetricFamily(
+                    "ordo_consumer_log_unresolved_gaps",
+                    "Gaps still unexplained after the re-reads (the table is held back)",
+                    value=gaps.get("unresolved", 0),
                 )
 
     registry = CollectorRegistry(auto_describe=False)
@@ -338,4 +471,17 @@ class HttpServer:
         self._socket.close()
 
 
-__all__ = ["HttpServer", "create_app", "parse_bound", "render_metrics"]
+__all__ = [
+    "ErrorBody",
+    "HealthBody",
+    "HttpServer",
+    "ReadyBody",
+    "create_app",
+    "openapi_document",
+    "parse_bound",
+    "render_metrics",
+]
+
+
+if __name__ == "__main__":  # python -m consumer.http > docs/openapi.json
+    print(json.dumps(openapi_document(), indent=2, sort_keys=True))

@@ -8,6 +8,7 @@ Returns the same models and raises the same errors as the SQLite backend: a
 from __future__ import annotations
 
 import json
+import random
 import threading
 import time
 from collections.abc import Iterator
@@ -84,17 +85,27 @@ class HttpBackend:
             self._get(f"/tables/{name}/snapshot", version=version, timestamp=_bound(timestamp), groups=chosen)
         )
 
-    def history(self, name: str, limit: int | None, accepted_only: bool) -> list[DecisionRecord]:
-        found = self._get(f"/tables/{name}/history", limit=limit, accepted_only=str(accepted_only).lower())
+    def history(
+        self, name: str, limit: int | None, accepted_only: bool, before: int | None = None
+    ) -> list[DecisionRecord]:
+        found = self._get(
+            f"/tables/{name}/history",
+            limit=limit,
+            accepted_only=str(accepted_only).lower(),
+            cursor=None if before is None else str(before),
+        )
         return [DecisionRecord.from_dict(d) for d in found["decisions"]]
 
-    def commits(self, name: str, start: Any, end: Any, by: str, include_rewrites: bool) -> list[Commit]:
+    def commits(
+        self, name: str, start: Any, end: Any, by: str, include_rewrites: bool, limit: int | None = None
+    ) -> list[Commit]:
         data = self._get(
             f"/tables/{name}/commits",
             start=_bound(start),
             end=_bound(end),
             by=by,
             include_rewrites=str(include_rewrites).lower(),
+            limit=limit,
         )
         return [Commit.from_dict(c) for c in data["commits"]]
 
@@ -108,61 +119,63 @@ class HttpBackend:
         return self._sse(name, from_version, include_rewrites, idle_timeout)
 
     def _sse(self, name: str, cursor: int, include_rewrites: bool, idle_timeout: float | None) -> Iterator[Commit]:
-        """Follow the SSE stream; reconnect with ``Last-Event-ID`` when the connection drops."""
+        """Follow the SSE stream (parsed by httpx-sse); when it ends or drops, reconnect from the cursor.
+
+        Reconnects wait the server's ``retry:`` (milliseconds; ``DEFAULT_RETRY_MS`` until the server says),
+        doubled after each connection that brought no commit, up to ``MAX_RETRY_SECONDS``, less up to 20 %
+        jitter (many subscribers of a restarted consumer do not come back at once); a commit resets it.
+        """
         import httpx
+        from httpx_sse import EventSource, SSEError
 
         last_progress = time.monotonic()
-        read_timeout = idle_timeout if idle_timeout is not None else None
+        retry_ms, failures = DEFAULT_RETRY_MS, 0
+
+        def idle() -> bool:
+            return idle_timeout is not None and time.monotonic() - last_progress >= idle_timeout
+
         while True:
-            headers = {"Accept": "text/event-stream"}
             params: dict[str, str | int] = {"from_version": cursor, "include_rewrites": str(include_rewrites).lower()}
+            timeout = httpx.Timeout(self.timeout, read=idle_timeout)
             try:
-                with httpx.Client(base_url=self.url, timeout=httpx.Timeout(self.timeout, read=read_timeout)) as client:
+                with httpx.Client(base_url=self.url, timeout=timeout) as client:
+                    headers = {"Accept": "text/event-stream", "Cache-Control": "no-store"}
                     with client.stream("GET", f"/tables/{name}/changes/stream", params=params, headers=headers) as resp:
                         if resp.status_code != 200:
                             resp.read()
                             raise _error(resp)
-                        for kind, _event_id, data in _parse_events(resp.iter_lines()):
-                            if kind == "commit":
-                                commit = Commit.from_dict(json.loads(data))
+                        for event in EventSource(resp).iter_sse():
+                            if event.retry is not None:
+                                retry_ms = event.retry
+                            if event.event == "commit":
+                                commit = Commit.from_dict(json.loads(event.data))
                                 cursor = commit.id_version + 1
-                                last_progress = time.monotonic()
+                                last_progress, failures = time.monotonic(), 0
                                 yield commit
-                            elif kind == "error":
-                                body = json.loads(data)
-                                reason = body.get("message")
+                            elif event.event == "error":
+                                reason = json.loads(event.data).get("message")
                                 raise TableBrokenError(f"table {name!r}: {reason}", reason)
-                            if idle_timeout is not None and time.monotonic() - last_progress >= idle_timeout:
+                            if idle():  # the server's keepalives carry ``retry:``: a turn of this loop
                                 return
             except httpx.ReadTimeout:
-                if idle_timeout is not None and time.monotonic() - last_progress >= idle_timeout:
-                    return
-            except httpx.TransportError as exc:
-                if idle_timeout is not None and time.monotonic() - last_progress >= idle_timeout:
+                pass
+            except (httpx.TransportError, SSEError) as exc:
+                if idle():
                     raise CatalogUnavailableError(f"catalog service {self.url} unreachable: {exc}") from exc
-                time.sleep(0.5)
+            if idle():
+                return
+            failures += 1
+            time.sleep(reconnect_delay(retry_ms, failures))
 
 
-def _parse_events(lines: Iterator[str]) -> Iterator[tuple[str, str | None, str]]:
-    """Yield ``(event, id, data)`` per Server-Sent Event; comments (keepalives) yield ``("", None, "")``."""
-    kind, event_id, data = "message", None, list[str]()
-    for line in lines:
-        if line == "":
-            if data:
-                yield kind, event_id, "\n".join(data)
-            kind, event_id, data = "message", None, list[str]()
-            continue
-        if line.startswith(":"):
-            yield "", None, ""
-            continue
-        field, _, value = line.partition(":")
-        value = value[1:] if value.startswith(" ") else value
-        if field == "event":
-            kind = value
-        elif field == "id":
-            event_id = value
-        elif field == "data":
-            data.append(value)
+DEFAULT_RETRY_MS = 1000  # until the server's ``retry:`` says otherwise
+MAX_RETRY_SECONDS = 30.0
+
+
+def reconnect_delay(retry_ms: int, failures: int) -> float:
+    """Seconds before reconnecting: the server's retry doubled per failure in a row, capped, less up to 20 %."""
+    delay = min(MAX_RETRY_SECONDS, retry_ms / 1000 * 2 ** (failures - 1))
+    return delay * random.uniform(0.8, 1.0)
 
 
 def _error(response: Any) -> Exception:
@@ -177,4 +190,4 @@ def _error(response: Any) -> Exception:
     return CatalogError(f"catalog service answered {response.status_code}: {message}")
 
 
-__all__ = ["HttpBackend"]
+__all__ = ["DEFAULT_RETRY_MS", "MAX_RETRY_SECONDS", "HttpBackend", "reconnect_delay"]

@@ -68,6 +68,7 @@ class ConsumerStatus:
     kafka_ok: bool = False
     applied_total: int = 0
     refused_total: int = 0  # decision records no trusted signature vouched for (never applied)
+    errors_total: int = 0  # Kafka and discovery errors the loop hit (``last_error`` is the newest)
     commits_total: int = 0
     batches_total: int = 0
     lag: dict[str, int] = field(default_factory=dict)
@@ -112,6 +113,7 @@ class ConsumerStatus:
                 "uptime_s": round(time.time() - self.started_at, 3),
                 "applied_total": self.applied_total,
                 "refused_total": self.refused_total,
+                "errors_total": self.errors_total,
                 "commits_total": self.commits_total,
                 "batches_total": self.batches_total,
                 "lag": dict(self.lag),
@@ -280,6 +282,7 @@ class Materializer:
     def _on_kafka_error(self, error: Any) -> None:
         self.status.kafka_ok = False
         self.status.last_error = str(error)
+        self.status.errors_total += 1
         log.warning("Kafka: %s", error)
 
     # ------------------------------------------------------------------ loop
@@ -299,6 +302,7 @@ class Materializer:
                 except BrokerUnavailableError as exc:
                     self.status.kafka_ok = False
                     self.status.last_error = str(exc)
+                    self.status.errors_total += 1
                     log.warning("topic discovery failed: %s; retrying", exc)
                 self.status.tick()
                 repairs.take_requests()
@@ -343,13 +347,25 @@ class Materializer:
             records.extend(released)
             for refusal in refused:
                 self.status.refused_total += 1
-                log.error("table %s: decision at offset %d refused: %s", table, refusal.offset, refusal.reason)
+                log.error(
+                    "table %s: decision at offset %d refused: %s",
+                    table,
+                    refusal.offset,
+                    refusal.reason,
+                    extra={"event": "refused", "table": table, "offset": refusal.offset},
+                )
         if records:
             result = self.writer.apply(records)
             self.status.record(result)
             for table, offset, error in result.broken:
                 following.unfollow(decisions_topic(self.prefix, table))
-                log.error("table %s: not materialized beyond offset %d: %s", table, offset, error)
+                log.error(
+                    "table %s: not materialized beyond offset %d: %s",
+                    table,
+                    offset,
+                    error,
+                    extra={"event": "table_stopped", "table": table, "offset": offset},
+                )
         for topic in ends:
             following.reached_end(topic)
         if records or ends:

@@ -636,7 +636,13 @@ class CatalogWriter:
             # The first decision for an intent offset is the decision: pass this one over. The offset stays
             # where it is (a later record moves it), so the catalog's last record is the one it applied last.
             result.skipped += 1
-            log.warning("table %r: decision at offset %d skipped: %s", state.name, record.offset, exc)
+            log.warning(
+                "table %r: decision at offset %d skipped: %s",
+                state.name,
+                record.offset,
+                exc,
+                extra={"event": "skipped", "table": state.name, "offset": record.offset},
+            )
             return
         decision = step.decision
         conn = self._conn
@@ -1042,16 +1048,18 @@ def query_group_files(conn: Connection, table_id: int, version: int, partition: 
 
 
 def query_commits(
-    conn: Connection, table_id: int, column: str, low: int, high: int, include_rewrites: bool
+    conn: Connection, table_id: int, column: str, low: int, high: int, include_rewrites: bool, limit: int | None = None
 ) -> list[CommitRow]:
-    """Commit rows (joined with their decision) with ``column`` in ``[low, high]``, by ID version."""
+    """Commit rows (joined with their decision) with ``column`` in ``[low, high]``, by ID version (the first ``limit``)."""
     assert column in ("id_version", "effective_time_ms")
     where = "" if include_rewrites else " AND c.data_change = 1"
+    params: tuple[int, ...] = (table_id, low, high) if limit is None else (table_id, low, high, limit)
     rows = conn.execute(
         f"SELECT {COMMIT_COLUMNS}"
         " FROM commits c JOIN decisions d ON d.table_id = c.table_id AND d.log_offset = c.log_offset"
-        f" WHERE c.table_id = ? AND c.{column} BETWEEN ? AND ?{where} ORDER BY c.id_version",
-        (table_id, low, high),
+        f" WHERE c.table_id = ? AND c.{column} BETWEEN ? AND ?{where} ORDER BY c.id_version"
+        + ("" if limit is None else " LIMIT ?"),
+        params,
     ).fetchall()
     return list(map(CommitRow._make, rows))
 
@@ -1076,15 +1084,17 @@ def query_removed_paths(conn: Connection, table_id: int, low: int, high: int) ->
 
 
 def query_decisions(
-    conn: Connection, table_id: int, limit: int | None, *, accepted_only: bool = False
+    conn: Connection, table_id: int, limit: int | None, *, accepted_only: bool = False, before: int | None = None
 ) -> list[DecisionRow]:
-    """Decision rows of a table, newest first (the ``limit`` newest: only those rows are read)."""
+    """Decision rows of a table, newest first (the ``limit`` newest below log offset ``before``: only those read)."""
     accepted = f" AND outcome = '{Outcome.ACCEPTED.value}'" if accepted_only else ""
-    sql = f"SELECT {DECISION_COLUMNS} FROM decisions WHERE table_id = ?{accepted} ORDER BY log_offset DESC"
+    older = "" if before is None else " AND log_offset < ?"
+    sql = f"SELECT {DECISION_COLUMNS} FROM decisions WHERE table_id = ?{accepted}{older} ORDER BY log_offset DESC"
+    params: tuple[int, ...] = (table_id,) if before is None else (table_id, before)
     if limit is not None:
-        rows = conn.execute(sql + " LIMIT ?", (table_id, limit)).fetchall()
+        rows = conn.execute(sql + " LIMIT ?", (*params, limit)).fetchall()
     else:
-        rows = conn.execute(sql, (table_id,)).fetchall()
+        rows = conn.execute(sql, params).fetchall()
     return list(map(DecisionRow._make, rows))
 
 

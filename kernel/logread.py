@@ -220,6 +220,7 @@ class GapChecker:
                 seen - 1,
                 exc,
                 begin,
+                extra={"event": "unresolved_gap", "topic": topic, "offset": begin},
             )
             self._seek_back(topic, partition, begin)
             return False

@@ -4,16 +4,27 @@ Read once at the process edge and passed down as a frozen object. Kafka client
 settings pass through: ``ORDO_KAFKA__SASL_MECHANISM=PLAIN`` becomes
 ``sasl.mechanism=PLAIN`` (double underscore after ``KAFKA``, then ``_`` -> ``.``),
 and ``ORDO_KAFKA_CONFIG`` may name a properties file (``key=value`` lines) read first.
+
+``Settings`` is one typed model (a frozen pydantic dataclass): every value is
+validated on construction, from the environment or from arguments, and a bad
+one raises ``SettingsError`` naming the variable (or argument) and the value.
+``ENV_VARS`` maps each field to its variable; ``effective_settings`` is what
+``ordo config`` prints, secrets hidden.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping
+from dataclasses import field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
+from pydantic import Field, ValidationError
+from pydantic.dataclasses import dataclass
+
+from schemas.errors import OrdoError
 from schemas.topics import validate_prefix
 
 DEFAULT_PREFIX = "ordo"
@@ -29,6 +40,17 @@ DEFAULT_CONSUMER_FETCH_WAIT_MS = 50
 DEFAULT_METRICS_HOST = "127.0.0.1"
 DEFAULT_COMPACTOR_MASTER = "local[2]"
 DEFAULT_COMPACTOR_INTERVAL = 5.0
+# Every long-running process serves /metrics, /healthz and /readyz, each on its own default port.
+DEFAULT_ARBITER_METRICS_PORT = 8767
+DEFAULT_COMPACTOR_METRICS_PORT = 8766
+
+Port = Annotated[int, Field(ge=0, le=65535)]
+WaitMs = Annotated[int, Field(ge=1)]
+Seconds = Annotated[float, Field(gt=0)]
+
+
+class SettingsError(OrdoError, ValueError):
+    """Raised when a setting has a value it cannot take; the message names the variable (or argument) and value."""
 
 
 def default_state_dir() -> str:
@@ -46,7 +68,7 @@ class Settings:
     warehouse: str = DEFAULT_WAREHOUSE
     catalog: str = DEFAULT_CATALOG
     http_host: str = DEFAULT_HTTP_HOST
-    http_port: int = DEFAULT_HTTP_PORT
+    http_port: Port = DEFAULT_HTTP_PORT
     state_dir: str = field(default_factory=default_state_dir)  # arbiter checkpoints (a cache of the decisions log)
     kafka: Mapping[str, str] = field(default_factory=dict)
     # Signed decisions (docs/operations.md "Keys"): the arbiter's private key file, the public key
@@ -54,25 +76,33 @@ class Settings:
     arbiter_key: str = ""
     trusted_keys: str = ""
     require_signatures: bool = True
-    resubmit_after: float = DEFAULT_RESUBMIT_AFTER  # commit client: publish an intent again when undecided this long
+    resubmit_after: Seconds = DEFAULT_RESUBMIT_AFTER  # commit client: publish an intent again when undecided this long
     # Adaptive fetch waits (docs/operations.md "Latency and idle cost"): readers fetch with the short
     # wait while work is in flight and fall back to the long one (or pause) when idle.
-    fetch_wait_busy_ms: int = DEFAULT_FETCH_WAIT_BUSY_MS
-    fetch_wait_idle_ms: int = DEFAULT_FETCH_WAIT_IDLE_MS
-    client_fetch_wait_ms: int = DEFAULT_CLIENT_FETCH_WAIT_MS  # commit client decision readers while in flight
-    consumer_fetch_wait_ms: int = DEFAULT_CONSUMER_FETCH_WAIT_MS  # the consumer's decisions reader
-    arbiter_metrics_port: int = 0  # Prometheus /metrics of the arbiter; 0 = off
+    fetch_wait_busy_ms: WaitMs = DEFAULT_FETCH_WAIT_BUSY_MS
+    fetch_wait_idle_ms: WaitMs = DEFAULT_FETCH_WAIT_IDLE_MS
+    client_fetch_wait_ms: WaitMs = DEFAULT_CLIENT_FETCH_WAIT_MS  # commit client decision readers while in flight
+    consumer_fetch_wait_ms: WaitMs = DEFAULT_CONSUMER_FETCH_WAIT_MS  # the consumer's decisions reader
+    # `ordo arbiter`'s /metrics, /healthz, /readyz (0: any free port; None, `--no-metrics`: off)
+    arbiter_metrics_port: Port | None = DEFAULT_ARBITER_METRICS_PORT
     arbiter_metrics_host: str = DEFAULT_METRICS_HOST
-    # `ordo compactor`: its Spark master, seconds between rounds, Prometheus port (None: no metrics server)
+    # `ordo compactor`: its Spark master, seconds between rounds, /metrics /healthz /readyz port (None: off)
     compactor_master: str = DEFAULT_COMPACTOR_MASTER
-    compactor_interval: float = DEFAULT_COMPACTOR_INTERVAL
-    compactor_metrics_port: int | None = None
+    compactor_interval: Annotated[float, Field(ge=0.1)] = DEFAULT_COMPACTOR_INTERVAL
+    compactor_metrics_port: Port | None = DEFAULT_COMPACTOR_METRICS_PORT
     # Consumer scale-out: I/N, follow only the tables with crc32(name) % N == I (one catalog, N consumers).
     consumer_shard: str = "0/1"
     # Arbiter fleet: the Kafka consumer group the arbiters share tables through ("" = <prefix>.arbiters).
     arbiter_group: str = ""
     # Consumer group: consumers share tables through it, one PostgreSQL catalog ("" = no group; see --group).
     consumer_group: str = ""
+    # Logging of every command (`--log-level`, `--log-format`; ordo.logs).
+    # log_level None: the command's own default (info for the long-running ones, warning for the others)
+    log_level: Literal["debug", "info", "warning", "error", "critical"] | None = None
+    log_format: Literal["text", "json"] = "text"
+    # A writer's (a Spark job's) Kafka client.id stem: its clients are <client_id>.producer, .decisions, ...
+    # ("" = <prefix>.commit-client), so broker logs and quotas tell the jobs apart.
+    client_id: str = ""
 
     def kafka_config(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka configuration: bootstrap servers, pass-through settings, then ``overrides``."""
@@ -83,9 +113,27 @@ class Settings:
         config.update(overrides)
         return config
 
+    def client_name(self, role: str) -> str:
+        """The ``client.id`` of a writer's Kafka client in ``role`` (``producer``, ``decisions``, ...)."""
+        return f"{self.client_id or self.topic_prefix + '.commit-client'}.{role}"
+
     def with_overrides(self, **values: Any) -> Settings:
-        """A copy with every non-None keyword applied."""
-        return replace(self, **{k: v for k, v in values.items() if v is not None})
+        """A copy with every non-None keyword applied (validated: ``SettingsError`` names the argument)."""
+        given = {k: v for k, v in values.items() if v is not None}
+        try:
+            return replace(self, **given)
+        except ValidationError as exc:
+            raise settings_error(exc, {k: (k, v) for k, v in given.items()}) from None
+
+
+def settings_error(exc: ValidationError, sources: Mapping[str, tuple[str, Any]]) -> SettingsError:
+    """A ``SettingsError`` naming, for each invalid field, where its value came from (variable or argument)."""
+    problems = []
+    for error in exc.errors():
+        name = str(error["loc"][0]) if error["loc"] else ""
+        where, value = sources.get(name, (name, error.get("input")))
+        problems.append(f"{where}={value!r}: {error['msg']}")
+    return SettingsError("invalid setting " + "; ".join(problems))
 
 
 def _read_properties(path: str) -> dict[str, str]:
@@ -122,48 +170,119 @@ def parse_bool(text: str) -> bool:
     raise ValueError(f"expected true or false, got {text!r}")
 
 
+def parse_port(text: str) -> int | None:
+    """A port number, or ``off`` (no server)."""
+    if text.strip().lower() in ("off", "none"):
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError("expected a port number (0: any free port) or off") from None
+
+
+# Each field read from the environment: field name, variable, how its text is parsed (then the model
+# validates the value). ORDO_KAFKA__* and ORDO_KAFKA_CONFIG are read by ``kafka_passthrough``.
+ENV_VARS: tuple[tuple[str, str, Callable[[str], Any]], ...] = (
+    ("bootstrap_servers", "ORDO_BOOTSTRAP_SERVERS", str),
+    ("topic_prefix", "ORDO_TOPIC_PREFIX", str),
+    ("warehouse", "ORDO_WAREHOUSE", str),
+    ("catalog", "ORDO_CATALOG", str),
+    ("http_host", "ORDO_HTTP_HOST", str),
+    ("http_port", "ORDO_HTTP_PORT", int),
+    ("state_dir", "ORDO_STATE_DIR", str),
+    ("arbiter_key", "ORDO_ARBITER_KEY", str),
+    ("trusted_keys", "ORDO_TRUSTED_KEYS", str),
+    ("require_signatures", "ORDO_REQUIRE_SIGNATURES", parse_bool),
+    ("resubmit_after", "ORDO_RESUBMIT_AFTER", float),
+    ("fetch_wait_busy_ms", "ORDO_FETCH_WAIT_BUSY_MS", int),
+    ("fetch_wait_idle_ms", "ORDO_FETCH_WAIT_IDLE_MS", int),
+    ("client_fetch_wait_ms", "ORDO_CLIENT_FETCH_WAIT_MS", int),
+    ("consumer_fetch_wait_ms", "ORDO_CONSUMER_FETCH_WAIT_MS", int),
+    ("arbiter_metrics_port", "ORDO_ARBITER_METRICS_PORT", lambda text: parse_port(text)),
+    ("arbiter_metrics_host", "ORDO_ARBITER_METRICS_HOST", str),
+    ("compactor_master", "ORDO_COMPACTOR_MASTER", str),
+    ("compactor_interval", "ORDO_COMPACTOR_INTERVAL", float),
+    ("compactor_metrics_port", "ORDO_COMPACTOR_METRICS_PORT", lambda text: parse_port(text)),
+    ("consumer_shard", "ORDO_CONSUMER_SHARD", str),
+    ("arbiter_group", "ORDO_ARBITER_GROUP", str),
+    ("consumer_group", "ORDO_CONSUMER_GROUP", str),
+    ("log_level", "ORDO_LOG_LEVEL", str.lower),
+    ("log_format", "ORDO_LOG_FORMAT", str.lower),
+    ("client_id", "ORDO_CLIENT_ID", str),
+)
+
+
 def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
     """Build settings from defaults, then ``environ`` (default ``os.environ``), then ``overrides``."""
     env = os.environ if environ is None else environ
     values: dict[str, Any] = {}
-    for name, key, cast in (
-        ("bootstrap_servers", "ORDO_BOOTSTRAP_SERVERS", str),
-        ("topic_prefix", "ORDO_TOPIC_PREFIX", str),
-        ("warehouse", "ORDO_WAREHOUSE", str),
-        ("catalog", "ORDO_CATALOG", str),
-        ("http_host", "ORDO_HTTP_HOST", str),
-        ("http_port", "ORDO_HTTP_PORT", int),
-        ("state_dir", "ORDO_STATE_DIR", str),
-        ("arbiter_key", "ORDO_ARBITER_KEY", str),
-        ("trusted_keys", "ORDO_TRUSTED_KEYS", str),
-        ("require_signatures", "ORDO_REQUIRE_SIGNATURES", parse_bool),
-        ("resubmit_after", "ORDO_RESUBMIT_AFTER", float),
-        ("fetch_wait_busy_ms", "ORDO_FETCH_WAIT_BUSY_MS", int),
-        ("fetch_wait_idle_ms", "ORDO_FETCH_WAIT_IDLE_MS", int),
-        ("client_fetch_wait_ms", "ORDO_CLIENT_FETCH_WAIT_MS", int),
-        ("consumer_fetch_wait_ms", "ORDO_CONSUMER_FETCH_WAIT_MS", int),
-        ("arbiter_metrics_port", "ORDO_ARBITER_METRICS_PORT", int),
-        ("arbiter_metrics_host", "ORDO_ARBITER_METRICS_HOST", str),
-        ("compactor_master", "ORDO_COMPACTOR_MASTER", str),
-        ("compactor_interval", "ORDO_COMPACTOR_INTERVAL", float),
-        ("compactor_metrics_port", "ORDO_COMPACTOR_METRICS_PORT", int),
-        ("consumer_shard", "ORDO_CONSUMER_SHARD", str),
-        ("arbiter_group", "ORDO_ARBITER_GROUP", str),
-        ("consumer_group", "ORDO_CONSUMER_GROUP", str),
-    ):
+    sources: dict[str, tuple[str, Any]] = {}
+    for name, key, cast in ENV_VARS:
         if env.get(key):
-            values[name] = cast(env[key])
+            sources[name] = (key, env[key])
+            try:
+                values[name] = cast(env[key])
+            except ValueError as exc:
+                why = {int: "expected an integer", float: "expected a number"}.get(cast, str(exc))  # type: ignore[call-overload]
+                raise SettingsError(f"invalid setting {key}={env[key]!r}: {why}") from None
     values["kafka"] = kafka_passthrough(env)
-    settings = Settings(**values).with_overrides(**overrides)
-    validate_prefix(settings.topic_prefix)
+    try:
+        settings = Settings(**values)
+    except ValidationError as exc:
+        raise settings_error(exc, sources) from None
+    settings = settings.with_overrides(**overrides)
+    try:
+        validate_prefix(settings.topic_prefix)
+    except ValueError as exc:
+        where = "ORDO_TOPIC_PREFIX" if "topic_prefix" not in overrides and "topic_prefix" in sources else "topic_prefix"
+        raise SettingsError(f"invalid setting {where}={settings.topic_prefix!r}: {exc}") from None
     if (
         min(settings.fetch_wait_busy_ms, settings.client_fetch_wait_ms, settings.consumer_fetch_wait_ms) < 1
         or settings.fetch_wait_idle_ms < settings.fetch_wait_busy_ms
     ):
-        raise ValueError(
+        raise SettingsError(
             "fetch waits must satisfy 1 <= ORDO_FETCH_WAIT_BUSY_MS <= ORDO_FETCH_WAIT_IDLE_MS, "
             "ORDO_CLIENT_FETCH_WAIT_MS >= 1 and ORDO_CONSUMER_FETCH_WAIT_MS >= 1, got "
             f"{settings.fetch_wait_busy_ms}, {settings.fetch_wait_idle_ms}, {settings.client_fetch_wait_ms} "
             f"and {settings.consumer_fetch_wait_ms}"
         )
     return settings
+
+
+SECRET_WORDS = ("password", "secret", "jaas", "token", "credentials")
+HIDDEN = "***"
+
+
+def hide_url_password(url: str) -> str:
+    """``scheme://user:password@host/...`` with the password replaced by ``***`` (anything else unchanged)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    if not parts.password:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:{HIDDEN}@{netloc}"))
+
+
+def effective_settings(settings: Settings) -> dict[str, str]:
+    """Every setting as ``{variable: value}`` (``ordo config``), secrets hidden.
+
+    Hidden: Kafka client settings whose name holds a secret word (``sasl.password``,
+    ``ssl.key.password``, ``sasl.oauthbearer.client.secret``, ``sasl.jaas.config``, ...) and the
+    password of a catalog URL (``postgresql://user:***@host/db``).
+    """
+    names = {f.name for f in fields(Settings)}
+    out: dict[str, str] = {}
+    for name, key, _cast in ENV_VARS:
+        if name not in names:
+            continue
+        value = getattr(settings, name)
+        if name == "catalog":
+            value = hide_url_password(str(value))
+        out[key] = "" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+    for key, value in sorted(settings.kafka.items()):
+        secret = any(word in key.lower() for word in SECRET_WORDS)
+        out["ORDO_KAFKA__" + key.replace(".", "_").upper()] = HIDDEN if secret else str(value)
+    return out

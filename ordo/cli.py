@@ -35,6 +35,60 @@ class OrdoGroup(click.Group):
 
 pass_settings = click.make_pass_decorator(Settings)
 
+# The long-running commands log at info by default; the others at warning (their output is the answer).
+SERVICES = {"up", "broker", "arbiter", "consumer", "compactor", "demo"}
+LOG_LEVELS = click.Choice(["debug", "info", "warning", "error", "critical"], case_sensitive=False)
+LOG_FORMATS = click.Choice(["text", "json"], case_sensitive=False)
+
+
+def _apply_logging(ctx: click.Context) -> None:
+    """(Re)configure logging from the settings in the root context and the command being run."""
+    from ordo.logs import COMMAND_LEVEL, SERVICE_LEVEL, configure_logging
+
+    root = ctx.find_root()
+    settings = root.obj
+    if not isinstance(settings, Settings):
+        return
+    command = ctx.info_name if ctx.parent is not None else root.invoked_subcommand
+    if command not in SERVICES and settings.log_level is None and settings.log_format == "text":
+        return  # a one-shot command left alone: Python's own last resort prints warnings to stderr, as before
+    default = SERVICE_LEVEL if command in SERVICES else COMMAND_LEVEL
+    configure_logging(settings.log_level or default, settings.log_format)
+
+
+def _set_logging(name: str) -> Any:
+    def callback(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+        if value is None:
+            return
+        root = ctx.find_root()
+        if isinstance(root.obj, Settings):
+            root.obj = root.obj.with_overrides(**{name: value.lower()})
+        _apply_logging(ctx)
+
+    return callback
+
+
+def logging_options(command: click.Command) -> None:
+    """Add ``--log-level`` and ``--log-format`` to ``command`` (every subcommand has them, as the group does)."""
+    command.params.append(
+        click.Option(
+            ["--log-level"],
+            type=LOG_LEVELS,
+            expose_value=False,
+            callback=_set_logging("log_level"),
+            help="debug, info, warning, error or critical (default: ORDO_LOG_LEVEL; info for services)",
+        )
+    )
+    command.params.append(
+        click.Option(
+            ["--log-format"],
+            type=LOG_FORMATS,
+            expose_value=False,
+            callback=_set_logging("log_format"),
+            help="text, or json: one JSON object per line (default: ORDO_LOG_FORMAT or text)",
+        )
+    )
+
 
 @click.group(cls=OrdoGroup)
 @click.option("--bootstrap-servers", envvar="ORDO_BOOTSTRAP_SERVERS", default=None, help="Kafka bootstrap servers")
@@ -42,9 +96,20 @@ pass_settings = click.make_pass_decorator(Settings)
 @click.option(
     "--catalog", envvar="ORDO_CATALOG", default=None, help="the consumer's catalog: SQLite file or http:// URL"
 )
+@click.option(
+    "--log-level", type=LOG_LEVELS, default=None, help="log level (default: ORDO_LOG_LEVEL; info for services)"
+)
+@click.option("--log-format", type=LOG_FORMATS, default=None, help="text or json (default: ORDO_LOG_FORMAT or text)")
 @click.version_option(package_name="ordo")
 @click.pass_context
-def main(ctx: click.Context, bootstrap_servers: str | None, topic_prefix: str | None, catalog: str | None) -> None:
+def main(
+    ctx: click.Context,
+    bootstrap_servers: str | None,
+    topic_prefix: str | None,
+    catalog: str | None,
+    log_level: str | None,
+    log_format: str | None,
+) -> None:
     """ordo: a transaction manager for Delta tables whose commit log lives on Kafka.
 
     \b
@@ -55,14 +120,21 @@ def main(ctx: click.Context, bootstrap_servers: str | None, topic_prefix: str | 
 
     Settings come from ORDO_* environment variables (ORDO_BOOTSTRAP_SERVERS,
     ORDO_TOPIC_PREFIX, ORDO_WAREHOUSE, ORDO_CATALOG, ORDO_KAFKA__*), which the
-    options above override.
+    options above override; `ordo config` prints them (secrets hidden).
     """
     try:
-        ctx.obj = load_settings(bootstrap_servers=bootstrap_servers, topic_prefix=topic_prefix, catalog=catalog)
+        ctx.obj = load_settings(
+            bootstrap_servers=bootstrap_servers,
+            topic_prefix=topic_prefix,
+            catalog=catalog,
+            log_level=log_level.lower() if log_level else None,
+            log_format=log_format.lower() if log_format else None,
+        )
     except (OSError, ValueError) as exc:
         if isinstance(exc, OrdoError):
             raise
         raise click.UsageError(f"bad settings: {exc}") from exc
+    _apply_logging(ctx)
 
 
 # --------------------------------------------------------------------------- running the stack
@@ -121,11 +193,12 @@ def broker(port: int | None) -> None:
     "--metrics-port",
     type=click.IntRange(min=0, max=65535),
     default=None,
-    help="serve Prometheus /metrics on this port (default: ORDO_ARBITER_METRICS_PORT; 0 or unset: off)",
+    help="serve /metrics, /healthz and /readyz on this port, 0 = any free (default: ORDO_ARBITER_METRICS_PORT or 8767)",
 )
 @click.option(
     "--metrics-host", default=None, help="address of /metrics (default: ORDO_ARBITER_METRICS_HOST or 127.0.0.1)"
 )
+@click.option("--no-metrics", is_flag=True, help="serve no /metrics, /healthz, /readyz")
 @_broker_timeout_option
 @pass_settings
 def arbiter(
@@ -138,10 +211,11 @@ def arbiter(
     checkpoint_interval: float,
     metrics_port: int | None,
     metrics_host: str | None,
+    no_metrics: bool,
     broker_timeout: float,
 ) -> None:
     """Run an arbiter: decide every table's intents (of one shard) until Ctrl-C / SIGTERM."""
-    import logging
+    from dataclasses import replace
 
     from arbiter.service import default_group, parse_shard, run_arbiter
     from ordo.up import check_broker
@@ -154,10 +228,11 @@ def arbiter(
     if group is not None and index_count != (0, 1):
         raise click.UsageError("--shard and the arbiter fleet (--fleet / ORDO_ARBITER_GROUP) exclude each other")
     check_broker(settings, broker_timeout)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = settings.with_overrides(
         state_dir=state_dir, arbiter_metrics_port=metrics_port, arbiter_metrics_host=metrics_host
     )
+    if no_metrics:
+        settings = replace(settings, arbiter_metrics_port=None)
     raise SystemExit(
         run_arbiter(
             settings,
@@ -207,8 +282,6 @@ def consumer(
     broker_timeout: float,
 ) -> None:
     """Run the consumer: materialize the catalog from the decisions topics and serve reads over HTTP."""
-    import logging
-
     from arbiter.service import parse_shard
     from consumer.service import run_consumer
     from ordo.up import check_broker
@@ -238,7 +311,6 @@ def consumer(
                 f"(got {settings.catalog})"
             )
     check_broker(settings, broker_timeout)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     raise SystemExit(run_consumer(settings, http=not no_http))
 
 
@@ -251,8 +323,14 @@ def consumer(
     default=None,
     help="seconds between rounds (default: ORDO_COMPACTOR_INTERVAL or 5)",
 )
-@click.option("--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port (0: any free)")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(min=0, max=65535),
+    default=None,
+    help="serve /metrics, /healthz and /readyz on this port, 0 = any free (default: ORDO_COMPACTOR_METRICS_PORT or 8766)",
+)
 @click.option("--metrics-host", default="127.0.0.1", show_default=True, help="address of the metrics server")
+@click.option("--no-metrics", is_flag=True, help="serve no /metrics, /healthz, /readyz")
 @pass_settings
 def compactor(
     settings: Settings,
@@ -261,6 +339,7 @@ def compactor(
     interval: float | None,
     metrics_port: int | None,
     metrics_host: str,
+    no_metrics: bool,
 ) -> None:
     """Run the table service: compact and cluster tables while writers commit (Ctrl-C / SIGTERM stops it).
 
@@ -270,11 +349,8 @@ def compactor(
     ordo.compaction.min_files, ordo.compaction.cold_seconds, ordo.cluster_by
     (docs/operations.md).
     """
-    import logging
-
     from ordo.compactor import run_compactor
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = settings.with_overrides(
         compactor_master=master, compactor_interval=interval, compactor_metrics_port=metrics_port
     )
@@ -284,7 +360,7 @@ def compactor(
             master=settings.compactor_master,
             tables=[t.strip() for t in (table_names or "").split(",") if t.strip()],
             interval=settings.compactor_interval,
-            metrics_port=settings.compactor_metrics_port,
+            metrics_port=None if no_metrics else settings.compactor_metrics_port,
             metrics_host=metrics_host,
         )
     )
@@ -587,6 +663,27 @@ def keygen(path: str, force: bool, keep: bool, public_copy: str | None) -> None:
         Path(public_copy).parent.mkdir(parents=True, exist_ok=True)
         Path(public_copy).write_bytes(signer.public_pem())
         click.echo(f"public key also at {public_copy}")
+
+
+@main.command("config")
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of VARIABLE=value lines")
+@pass_settings
+def config_command(settings: Settings, as_json: bool) -> None:
+    """Print the effective settings as ORDO_* variables, secrets hidden (Kafka passwords, catalog URL passwords)."""
+    import json
+
+    from kernel.settings import effective_settings
+
+    values = effective_settings(settings)
+    if as_json:
+        click.echo(json.dumps(values, indent=2))
+        return
+    for key, value in values.items():
+        click.echo(f"{key}={value}")
+
+
+for _command in main.commands.values():
+    logging_options(_command)
 
 
 if __name__ == "__main__":

@@ -319,7 +319,12 @@ class Metrics:
     def __init__(self) -> None:
         from prometheus_client import CollectorRegistry, Counter, Gauge
 
+        from kernel.observe import Health, register_build_info
+
         self.registry = CollectorRegistry()
+        register_build_info(self.registry, "compactor")
+        self.health = Health("compactor", stall_after=600.0)  # a round may rewrite for minutes
+        self.rounds = Counter("ordo_compactor_rounds", "Planning rounds run", registry=self.registry)
         self.committed = Counter(
             "ordo_compactor_commits",
             "Compactions and clusterings the arbiter accepted",
@@ -421,6 +426,8 @@ class Compactor:
     def round(self) -> int:
         """One pass over every followed table; the number of rewrites committed."""
         self.rounds += 1
+        self.metrics.rounds.inc()
+        self.metrics.health.beat()
         done = 0
         for info in self.catalog.tables():
             if (self.only and info.name not in self.only) or info.error is not None:
@@ -557,13 +564,15 @@ def run_compactor(
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, frame: stop.set())
     metrics = Metrics()
+    server = None
     if metrics_port is not None:
-        from prometheus_client import start_http_server
+        from kernel.observe import ObservabilityServer
 
-        server, _ = start_http_server(metrics_port, metrics_host, registry=metrics.registry)
-        log.info("compactor metrics at http://%s:%d/metrics", metrics_host, server.server_port)
+        server = ObservabilityServer(metrics.registry, metrics.health, metrics_host, metrics_port).start()
+        log.info("compactor metrics at %s/metrics (and /healthz, /readyz)", server.url)
     spark = spark_session(master)
     compactor = Compactor(spark, settings, tables=tables, interval=interval, metrics=metrics)
+    metrics.health.ready = True
     log.info("%s: catalog %s, every %g s, tables %s", READY_LINE, settings.catalog, interval, list(tables) or "all")
     try:
         compactor.run(stop)
@@ -573,6 +582,8 @@ def run_compactor(
 
         close_connections()
         spark.stop()
+        if server is not None:
+            server.close()
     return 0
 
 

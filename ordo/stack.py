@@ -21,6 +21,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from kernel.settings import DEFAULT_ARBITER_METRICS_PORT
 from ordo.errors import OrdoError
 from ordo.settings import Settings
 
@@ -48,11 +49,17 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "ORDO_FETCH_WAIT_BUSY_MS": str(settings.fetch_wait_busy_ms),
         "ORDO_FETCH_WAIT_IDLE_MS": str(settings.fetch_wait_idle_ms),
         "ORDO_CLIENT_FETCH_WAIT_MS": str(settings.client_fetch_wait_ms),
-        "ORDO_ARBITER_METRICS_PORT": str(settings.arbiter_metrics_port),
+        "ORDO_ARBITER_METRICS_PORT": "off"
+        if settings.arbiter_metrics_port is None
+        else str(settings.arbiter_metrics_port),
         "ORDO_ARBITER_METRICS_HOST": settings.arbiter_metrics_host,
         "ORDO_ARBITER_GROUP": settings.arbiter_group,
         "ORDO_CONSUMER_SHARD": settings.consumer_shard,
+        "ORDO_LOG_FORMAT": settings.log_format,
+        "ORDO_CLIENT_ID": settings.client_id,
     }
+    if settings.log_level:
+        env["ORDO_LOG_LEVEL"] = settings.log_level
     if settings.bootstrap_servers:
         env["ORDO_BOOTSTRAP_SERVERS"] = settings.bootstrap_servers
     for key, value in settings.kafka.items():
@@ -286,6 +293,7 @@ class ProcessGroup:
 
 
 ARBITER_READY = r"arbiter ready"
+ARBITER_METRICS = r"arbiter metrics at (\S+)/metrics"
 
 
 def wait_arbiter_ready(process: ManagedProcess, timeout: float = 30.0) -> None:
@@ -302,8 +310,13 @@ def start_arbiter(
     log_dir: str | os.PathLike[str] | None = None,
     args: Sequence[str] = (),
 ) -> ManagedProcess:
-    """Start ``ordo arbiter [args]`` for ``settings``; with ``wait_ready`` return once it logged that it is ready."""
+    """Start ``ordo arbiter [args]`` for ``settings``; with ``wait_ready`` return once it logged that it is ready.
+
+    Its ``/metrics`` port is a free one unless ``settings`` or ``args`` name one (``ARBITER_METRICS`` finds it).
+    """
     args = ["arbiter", *args]
+    if settings.arbiter_metrics_port == DEFAULT_ARBITER_METRICS_PORT and "--metrics-port" not in args:
+        args += ["--metrics-port", "0"]  # several arbiters on one host: each on a free port (it logs which)
     if shard is not None:
         args += ["--shard", f"{shard[0]}/{shard[1]}"]
     process = start_ordo(settings, *args, name=f"arbiter-{settings.topic_prefix}", log_dir=log_dir)
@@ -381,6 +394,7 @@ def start_compactor(
 
 
 __all__ = [
+    "ARBITER_METRICS",
     "ARBITER_READY",
     "COMPACTOR_METRICS",
     "CONSUMER_READY",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import sys
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING
 from ordo.errors import BrokerUnavailableError, OrdoError
 from ordo.keys import embedded_keys
 from ordo.settings import Settings, load_settings
+from ordo.stack import ARBITER_METRICS
 
 if TYPE_CHECKING:
     from ordo.broker import EmbeddedBroker
@@ -331,7 +333,9 @@ def run_up(
             echo(f"          WARNING: {MEMORY_WARNING}")
         else:
             echo(f"broker    Kafka at {stack.settings.bootstrap_servers}")
-        echo(f"arbiter   pid {stack.arbiter.pid}, prefix {stack.settings.topic_prefix!r}")
+        metrics = re.search(ARBITER_METRICS, stack.arbiter.log_text())
+        where = f", metrics {metrics.group(1)}/metrics" if metrics else ""
+        echo(f"arbiter   pid {stack.arbiter.pid}, prefix {stack.settings.topic_prefix!r}{where}")
         echo(f"consumer  pid {stack.consumer.pid}, HTTP {stack.url} (API docs {stack.url}/docs)")
         if stack.compactor is not None:
             echo(f"compactor pid {stack.compactor.pid}, Spark local[2], metrics {stack.compactor_metrics}")

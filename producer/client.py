@@ -107,7 +107,7 @@ class _DecisionReader:
                 "fetch.wait.max.ms": self.client.settings.client_fetch_wait_ms,
                 "enable.partition.eof": True,  # an end past the last record read is a gap to re-read
                 "allow.auto.create.topics": False,
-                "client.id": f"{self.client.prefix}.commit-client.decisions",
+                "client.id": self.client.settings.client_name("decisions"),
             }
         )
 
@@ -290,7 +290,7 @@ class _DecisionReader:
         expected = self._gaps.expected(self.topic)
         start = self.start if expected is None else expected
         config = self.config()
-        config.update({"isolation.level": "read_uncommitted", "client.id": f"{self.client.prefix}.commit-client.probe"})
+        config.update({"isolation.level": "read_uncommitted", "client.id": self.client.settings.client_name("probe")})
         probe = Consumer(config)
         try:
             probe.assign([TopicPartition(self.topic, 0, start)])
@@ -502,7 +502,7 @@ class CommitClient:
         config = self.settings.kafka_config(
             **{
                 "group.id": f"{self.prefix}.commit-client",
-                "client.id": f"{self.prefix}.commit-client.history",
+                "client.id": self.settings.client_name("history"),
                 "isolation.level": "read_committed",
             }
         )
@@ -565,7 +565,7 @@ class CommitClient:
         from confluent_kafka import KafkaException, Producer
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient(self.settings.kafka_config(**{"client.id": f"{self.prefix}.commit-client.admin"}))
+        admin = AdminClient(self.settings.kafka_config(**{"client.id": self.settings.client_name("admin")}))
         try:
             admin.list_topics(timeout=self.connect_timeout)
         except KafkaException as exc:
@@ -581,7 +581,7 @@ class CommitClient:
                     "acks": "all",
                     "linger.ms": 0,  # a commit waits on this record; under load batches form while requests are in flight
                     "allow.auto.create.topics": False,
-                    "client.id": f"{self.prefix}.commit-client.producer",
+                    "client.id": self.settings.client_name("producer"),
                 }
             )
         )

@@ -57,6 +57,14 @@ def test_metrics_endpoint_counts_decisions_and_the_arbiter_wakes_from_idle(
     assert sample(text, "ordo_arbiter_batch_decisions_sum") == 5.0
     assert sample(text, "ordo_arbiter_tables") == 1.0
     assert 'ordo_arbiter_rebuild_seconds{table="pm"}' in text
+    assert "# TYPE ordo_arbiter_intent_rereads_total counter" in text  # a counter (it was a gauge), never a rate
+    assert sample(text, "ordo_arbiter_internal_errors_total") == 0.0 and "ordo_arbiter_internal_errors_total" in text
+    assert "ordo_arbiter_refused_unsigned_total" in text and "ordo_arbiter_intent_unresolved_gaps_total" in text
+    assert sample(text, "ordo_arbiter_tables_stopped") == 0.0 and "ordo_arbiter_tables_stopped" in text
+    assert re.search(r'ordo_build_info\{process="arbiter",version="[^"]+"\} 1.0', text), text
+    for path, status, body in (("/healthz", 200, '"status": "ok"'), ("/readyz", 200, '"ready": true')):
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
+            assert response.status == status and body in response.read().decode()
     # Idle for longer than the arbiter's idle delay: its intents consumer pauses, the doorbell watches.
     deadline = time.monotonic() + 20
     while sample(scrape(port), "ordo_arbiter_idle_sleeps_total") < 1.0:
@@ -113,16 +121,24 @@ def test_every_kafka_client_names_its_role(settings: Settings) -> None:
         assert config["fetch.wait.max.ms"] == settings.client_fetch_wait_ms
     finally:
         client.close()
+    named = CommitClient(settings=replace(settings, client_id="nightly-etl"))  # a Spark job names its clients
+    try:
+        from producer.client import _DecisionReader
+
+        assert _DecisionReader(named, "t", 0).config()["client.id"] == "nightly-etl.decisions"
+        assert named.settings.client_name("producer") == "nightly-etl.producer"
+    finally:
+        named.close()
 
 
 def test_fetch_wait_settings_are_validated() -> None:
     loaded = load_settings({"ORDO_FETCH_WAIT_BUSY_MS": "2", "ORDO_FETCH_WAIT_IDLE_MS": "300"})
     assert (loaded.fetch_wait_busy_ms, loaded.fetch_wait_idle_ms) == (2, 300)
-    with pytest.raises(ValueError, match="fetch waits"):
+    with pytest.raises(ValueError, match="ORDO_FETCH_WAIT_BUSY_MS='0'"):
         load_settings({"ORDO_FETCH_WAIT_BUSY_MS": "0"})
     with pytest.raises(ValueError, match="fetch waits"):
         load_settings({"ORDO_FETCH_WAIT_BUSY_MS": "50", "ORDO_FETCH_WAIT_IDLE_MS": "10"})
     assert load_settings({"ORDO_ARBITER_METRICS_PORT": "9464"}).arbiter_metrics_port == 9464
     assert load_settings({"ORDO_CLIENT_FETCH_WAIT_MS": "3"}).client_fetch_wait_ms == 3
-    with pytest.raises(ValueError, match="fetch waits"):
+    with pytest.raises(ValueError, match="ORDO_CLIENT_FETCH_WAIT_MS='0'"):
         load_settings({"ORDO_CLIENT_FETCH_WAIT_MS": "0"})
