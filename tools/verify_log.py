@@ -20,16 +20,8 @@ FINGERPRINTS = {  # single-object fingerprint (hex, as on the wire) -> writer sc
     "ce1394934ddb6200": "CommitIntent.0.4.avsc", "890f1bacfd0b8293": "CommitDecision.0.4.avsc",
 }  # fmt: skip
 SCHEMAS = {fp: fastavro.parse_schema(json.loads((HISTORY / f).read_text())) for fp, f in FINGERPRINTS.items()}
-DATA_CHANGES = {
-    "CREATE_TABLE",
-    "INSERT_INTO",
-    "INSERT_OVERWRITE",
-    "TRUNCATE",
-    "UPDATE",
-    "DELETE",
-    "ALTER_TABLE",
-    "RESTORE",
-}
+DATA_CHANGES = {"CREATE_TABLE", "INSERT_INTO", "INSERT_OVERWRITE", "TRUNCATE", "UPDATE", "DELETE", "ALTER_TABLE"}
+DATA_CHANGES |= {"RESTORE"}  # since 0.4
 CARRY_METADATA = {"CREATE_TABLE", "ALTER_TABLE"}
 
 
