@@ -45,7 +45,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from consumer.errors import DataFileError
-from schemas.models import parse_ddl
+from schemas.models import parse_ddl, split_top_level
 from schemas.operations import (
     OP_COLUMN,
     OP_DELETE,
@@ -199,20 +199,6 @@ _SIMPLE_TYPES = {
 }
 
 
-def _split_top(text: str) -> list[str]:
-    parts, depth, start = [], 0, 0
-    for i, char in enumerate(text):
-        if char in "<(":
-            depth += 1
-        elif char in ">)":
-            depth -= 1
-        elif char == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-    parts.append(text[start:])
-    return [p.strip() for p in parts]
-
-
 def arrow_type(text: str) -> Any:
     """The Arrow type Spark gives a column of Spark type ``text`` (its ``simpleString``), without Spark.
 
@@ -239,10 +225,10 @@ def arrow_type(text: str) -> Any:
         if kind == "array":
             return pa.list_(arrow_type(inner))
         if kind == "map":
-            key, item = _split_top(inner)
+            key, item = (p.strip() for p in split_top_level(inner))
             return pa.map_(arrow_type(key), arrow_type(item))
         fields = []
-        for part in _split_top(inner):
+        for part in split_top_level(inner):
             name, sep, field_type = part.partition(":")
             if not sep:
                 raise ValueError(f"cannot read the struct field {part!r} of type {text!r}")

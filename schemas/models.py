@@ -117,15 +117,11 @@ _DDL_COLUMN = re.compile(
 )
 
 
-def parse_ddl(ddl: str) -> tuple[DdlColumn, ...]:
-    """The columns of a Spark DDL schema string, without Spark; ``ValueError`` naming a column it cannot read.
-
-    Commas inside ``<>``/``()`` and backquoted names are respected; a doubled
-    backquote inside a name is one backquote.
-    """
+def split_top_level(text: str) -> list[str]:
+    """``text`` split at its top-level commas: not inside ``<>``/``()`` nor a backquoted name (parts unstripped)."""
     parts: list[str] = []
     depth, quoted, start = 0, False, 0
-    for i, char in enumerate(ddl):
+    for i, char in enumerate(text):
         if char == "`":
             quoted = not quoted
         elif quoted:
@@ -135,11 +131,20 @@ def parse_ddl(ddl: str) -> tuple[DdlColumn, ...]:
         elif char in ">)":
             depth -= 1
         elif char == "," and depth == 0:
-            parts.append(ddl[start:i])
+            parts.append(text[start:i])
             start = i + 1
-    parts.append(ddl[start:])
+    parts.append(text[start:])
+    return parts
+
+
+def parse_ddl(ddl: str) -> tuple[DdlColumn, ...]:
+    """The columns of a Spark DDL schema string, without Spark; ``ValueError`` naming a column it cannot read.
+
+    Commas inside ``<>``/``()`` and backquoted names are respected; a doubled
+    backquote inside a name is one backquote.
+    """
     columns = []
-    for part in parts:
+    for part in split_top_level(ddl):
         match = _DDL_COLUMN.fullmatch(part)
         if match is None or not match["type"].strip():
             raise ValueError(f"cannot read the schema column {part.strip()[:200]!r}")
