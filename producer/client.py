@@ -640,24 +640,42 @@ class CommitClient:
         return reader
 
     def _end_offset(self, topic: str) -> int:
-        """The current end of ``topic`` (read_uncommitted high watermark): decisions to come lie at or after it."""
+        """The current end of ``topic`` (read_uncommitted high watermark): decisions to come lie at or after it.
+
+        Transient states are waited out within ``ADMIN_TIMEOUT``, with backoff: a topic just created whose
+        leader is not elected or not yet known to the broker asked, a leader moving. librdkafka caches the
+        partition's "no leader" answer and never asks again by itself ("Failed to query partition leaders:
+        No leaders found" for good, seen on Apache Kafka); a metadata request for all topics refreshes it
+        (never one naming the topic: that creates a missing topic on Tansu and on auto-creating clusters).
+        """
         from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
         from confluent_kafka.admin import OffsetSpec
 
         partition = TopicPartition(topic, 0)
         deadline = time.monotonic() + ADMIN_TIMEOUT
+        backoff = 0.05
         while True:
             futures = self._admin.list_offsets(
                 {partition: OffsetSpec.latest()},
                 isolation_level=IsolationLevel.READ_UNCOMMITTED,
-                request_timeout=ADMIN_TIMEOUT,
+                request_timeout=max(1.0, min(10.0, deadline - time.monotonic())),
             )
             try:
                 return int(futures[partition].result().offset)
             except KafkaException as exc:
-                if time.monotonic() > deadline:
-                    raise BrokerUnavailableError(f"cannot read the end offset of {topic}: {exc.args[0]}") from exc
-                time.sleep(0.2)  # a topic just created may not be known to the partition leader yet
+                error = exc.args[0]
+            if time.monotonic() + backoff > deadline:
+                raise BrokerUnavailableError(
+                    f"cannot read the end offset of {topic} within {ADMIN_TIMEOUT:g} s "
+                    f"(broker {self.bootstrap_servers}): {error}"
+                )
+            log.debug("end offset of %s not readable yet (%s); retrying in %.2f s", topic, error, backoff)
+            time.sleep(backoff)
+            backoff = min(1.0, backoff * 2)
+            try:
+                self._admin.list_topics(timeout=max(0.5, min(5.0, deadline - time.monotonic())))
+            except KafkaException:
+                pass  # the broker is away: the next attempt says so, or the deadline does
 
     def _timeout_message(
         self, table: str, txn_id: str, timeout: float, delivered: bool = True, hidden: int | None = None

@@ -1,0 +1,119 @@
+"""``ordo.kafka.KafkaCluster``: a real Apache Kafka on loopback, its data on disk, nodes killed and restarted."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ordo.broker import create_topics, metadata_ready
+from ordo.errors import BrokerUnavailableError
+from ordo.kafka import KafkaCluster, KafkaSetupError
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def _admin(servers: str) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": servers, "log_level": 0})
+
+
+def _produce(servers: str, topic: str, values: list[bytes]) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": servers, "acks": "all", "enable.idempotence": True, "log_level": 0})
+    for value in values:
+        producer.produce(topic, value)
+    assert producer.flush(30) == 0
+
+
+def _read(servers: str, topic: str, count: int) -> list[bytes]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": servers, "group.id": "launcher-test", "log_level": 0})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    values: list[bytes] = []
+    deadline = time.monotonic() + 30
+    try:
+        while len(values) < count and time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                values.append(message.value())
+    finally:
+        consumer.close()
+    return values
+
+
+def test_a_single_node_keeps_topics_and_records_across_a_restart(tmp_path: Path) -> None:
+    data = tmp_path / "kafka"
+    with KafkaCluster(1, data) as cluster:
+        assert cluster.running and cluster.pid is not None
+        first = cluster.bootstrap_servers
+        create_topics(_admin(first), {"kept": {}})
+        _produce(first, "kept", [b"a", b"b", b"c"])
+        cluster_id = cluster.cluster_id
+    assert not cluster.running and cluster.pid is None
+    assert not metadata_ready(first, timeout=1.0)  # stopped for real
+    assert (data / "node-1" / "data" / "meta.properties").is_file()  # the data stays
+    with KafkaCluster(1, data) as again:
+        assert again.cluster_id == cluster_id == json.loads((data / "cluster.json").read_text())["cluster_id"]
+        assert _read(again.bootstrap_servers, "kept", 3) == [b"a", b"b", b"c"]
+    assert "Kafka Server started" in (data / "node-1" / "server.log").read_text()
+
+
+def test_a_temporary_cluster_removes_its_data_and_a_wrong_node_count_is_refused(tmp_path: Path) -> None:
+    cluster = KafkaCluster(1).start()
+    directory = cluster.data_dir
+    assert directory is not None and directory.is_dir()
+    cluster.stop()
+    assert not directory.exists()
+    KafkaCluster(1, tmp_path).start().stop()
+    with pytest.raises(KafkaSetupError, match="holds a cluster of 1 node"):
+        KafkaCluster(3, tmp_path).start()
+    with pytest.raises(KafkaSetupError, match="1 or 3 nodes"):
+        KafkaCluster(2)
+
+
+def test_a_node_that_cannot_start_is_reported_with_its_log(tmp_path: Path) -> None:
+    broken = KafkaCluster(1, tmp_path, broker_config={"num.io.threads": "not-a-number"}, start_timeout=60)
+    with pytest.raises(BrokerUnavailableError, match=r"Kafka node 1 exited with code \d+ while starting"):
+        broken.start()
+    assert not broken.running
+
+
+def test_three_nodes_survive_the_partition_leader_killed_and_restarted(tmp_path: Path) -> None:
+    with KafkaCluster(3, tmp_path / "kafka") as cluster:
+        servers = cluster.bootstrap_servers
+        assert servers.count(",") == 2
+        create_topics(_admin(servers), {"replicated": {"min.insync.replicas": "2"}})
+        from confluent_kafka.admin import ConfigResource
+
+        metadata = _admin(servers).list_topics(timeout=10)
+        assert len(metadata.topics["replicated"].partitions[0].replicas) == 3  # the broker default: 3 nodes, RF 3
+        resource = ConfigResource("topic", "replicated")
+        config = _admin(servers).describe_configs([resource])[resource].result()
+        assert config["unclean.leader.election.enable"].value == "false"
+        _produce(servers, "replicated", [b"before"])
+        leader = cluster.leader_of("replicated")
+        cluster.kill_node(leader)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                moved = cluster.leader_of("replicated")
+            except Exception:
+                moved = -1
+            if moved not in (-1, leader):
+                break
+            assert time.monotonic() < deadline, "no new leader within 60 s"
+            time.sleep(0.5)
+        _produce(servers, "replicated", [b"during"])  # acks=all with 2 of 3 in sync
+        cluster.start_node(leader)
+        assert cluster.running
+        _produce(servers, "replicated", [b"after"])
+        assert _read(servers, "replicated", 3) == [b"before", b"during", b"after"]
+        cluster.pause_node(leader)
+        cluster.resume_node(leader)
