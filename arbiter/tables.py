@@ -23,7 +23,8 @@ from arbiter.metrics import ArbiterMetrics
 from arbiter.ownership import Ownership
 from arbiter.prom import ArbiterPrometheus
 from arbiter.sink import KAFKA_TIMEOUT, TransactionalSink
-from kernel.admin import DECISIONS_CONFIG, create_topics, existing_topics
+from kernel.admin import DECISIONS_CONFIG, TopicPolicy, check_durable, create_topics, existing_topics
+from kernel.errors import LossyLogError
 from kernel.logread import warm_metadata
 from schemas import decisions_topic
 from schemas.decisionlog import BrokenLogError
@@ -50,7 +51,8 @@ class OwnedTables:
         self.prom = prom
         self.loader: StateLoader | None = None  # set by the service's start (it needs keys and a consumer)
         self.by_topic: dict[str, OwnedTable] = {}
-        self.broken: set[str] = set()  # tables whose decisions log could not be folded
+        self.broken: set[str] = set()  # tables whose decisions log could not be folded, or that can lose history
+        self.policy = TopicPolicy()  # set by the service's start (it knows the cluster's size)
 
     def __iter__(self) -> Iterator[OwnedTable]:
         return iter(list(self.by_topic.values()))
@@ -71,7 +73,10 @@ class OwnedTables:
         missing = {decisions_topic(self.prefix, name): DECISIONS_CONFIG for name, _ in new}
         missing = {name: cfg for name, cfg in missing.items() if name not in topics}
         if missing:
-            create_topics(admin, missing, timeout=KAFKA_TIMEOUT)
+            create_topics(admin, missing, timeout=KAFKA_TIMEOUT, policy=self.policy)
+        new = [(name, topic) for name, topic in new if self._durable(admin, name, topic)]
+        if not new:
+            return []
         # A consumer assigned a topic it has no metadata for waits ~1 s for
         # librdkafka's leader query; a full metadata request fills the cache now.
         warm_metadata(reader, KAFKA_TIMEOUT)
@@ -102,6 +107,22 @@ class OwnedTables:
         self.metrics.tables = len(self.by_topic)
         self.prom.tables.set(len(self.by_topic))
         return [name for name, _ in new]
+
+    def _durable(self, admin: Any, name: str, topic: str) -> bool:
+        """False (the table left undecided until restart) when its topics can lose history (docs/operations.md)."""
+        try:
+            check_durable(
+                admin,
+                [topic, decisions_topic(self.prefix, name)],
+                self.policy,
+                f"table {name} left undecided until restart",
+                timeout=KAFKA_TIMEOUT,
+            )
+        except LossyLogError as exc:
+            log.error("%s", exc)
+            self.broken.add(name)
+            return False
+        return True
 
     def load(self, table: OwnedTable) -> None:
         """Load ``table``'s state from its checkpoint and decisions log (the sink learns its newest record)."""

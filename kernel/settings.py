@@ -73,6 +73,14 @@ class Settings:
     arbiter_group: str = ""
     # Consumer group: consumers share tables through it, one PostgreSQL catalog ("" = no group; see --group).
     consumer_group: str = ""
+    # Durable logs (docs/operations.md "What ordo needs from the cluster"): the replication factor and
+    # min.insync.replicas of the topics ordo creates (0 = min(3, brokers) and max(1, RF - 1)), topic configs
+    # that override ordo's (ORDO_TOPIC__RETENTION_MS=... -> retention.ms), and whether existing logs that
+    # can lose history (finite retention, compaction, too few replicas) are accepted (development only).
+    topic_replication_factor: int = 0
+    topic_min_insync_replicas: int = 0
+    topic_config: Mapping[str, str] = field(default_factory=dict)
+    allow_lossy_logs: bool = False
 
     def kafka_config(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka configuration: bootstrap servers, pass-through settings, then ``overrides``."""
@@ -150,12 +158,25 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
         ("consumer_shard", "ORDO_CONSUMER_SHARD", str),
         ("arbiter_group", "ORDO_ARBITER_GROUP", str),
         ("consumer_group", "ORDO_CONSUMER_GROUP", str),
+        ("topic_replication_factor", "ORDO_TOPIC_REPLICATION_FACTOR", int),
+        ("topic_min_insync_replicas", "ORDO_TOPIC_MIN_INSYNC_REPLICAS", int),
+        ("allow_lossy_logs", "ORDO_ALLOW_LOSSY_LOGS", parse_bool),
     ):
         if env.get(key):
             values[name] = cast(env[key])
     values["kafka"] = kafka_passthrough(env)
+    values["topic_config"] = {
+        key[len("ORDO_TOPIC__") :].lower().replace("_", "."): value
+        for key, value in env.items()
+        if key.startswith("ORDO_TOPIC__") and value
+    }
     settings = Settings(**values).with_overrides(**overrides)
     validate_prefix(settings.topic_prefix)
+    if settings.topic_replication_factor < 0 or settings.topic_min_insync_replicas < 0:
+        raise ValueError(
+            "ORDO_TOPIC_REPLICATION_FACTOR and ORDO_TOPIC_MIN_INSYNC_REPLICAS must be >= 0 (0: ordo's default), got "
+            f"{settings.topic_replication_factor} and {settings.topic_min_insync_replicas}"
+        )
     if (
         min(settings.fetch_wait_busy_ms, settings.client_fetch_wait_ms, settings.consumer_fetch_wait_ms) < 1
         or settings.fetch_wait_idle_ms < settings.fetch_wait_busy_ms

@@ -370,11 +370,19 @@ json_option = click.option("--json", "as_json", is_flag=True, help="print JSON i
 
 @main.command()
 @json_option
+@click.option(
+    "--check",
+    is_flag=True,
+    help="instead: check every table's topics on the broker for what can lose history (retention, compaction, "
+    "replicas); exit 1 on a finding",
+)
 @pass_settings
-def tables(settings: Settings, as_json: bool) -> None:
-    """List the tables in the catalog with their head version."""
-    from ordo.commands import tables_command
+def tables(settings: Settings, as_json: bool, check: bool) -> None:
+    """List the tables in the catalog with their head version (--check: their topics' durability)."""
+    from ordo.commands import check_tables_command, tables_command
 
+    if check:
+        raise SystemExit(check_tables_command(settings, as_json))
     tables_command(settings, as_json)
 
 

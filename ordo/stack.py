@@ -52,11 +52,16 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "ORDO_ARBITER_METRICS_HOST": settings.arbiter_metrics_host,
         "ORDO_ARBITER_GROUP": settings.arbiter_group,
         "ORDO_CONSUMER_SHARD": settings.consumer_shard,
+        "ORDO_TOPIC_REPLICATION_FACTOR": str(settings.topic_replication_factor),
+        "ORDO_TOPIC_MIN_INSYNC_REPLICAS": str(settings.topic_min_insync_replicas),
+        "ORDO_ALLOW_LOSSY_LOGS": "true" if settings.allow_lossy_logs else "false",
     }
     if settings.bootstrap_servers:
         env["ORDO_BOOTSTRAP_SERVERS"] = settings.bootstrap_servers
     for key, value in settings.kafka.items():
         env["ORDO_KAFKA__" + key.replace(".", "_").upper()] = str(value)
+    for key, value in settings.topic_config.items():
+        env["ORDO_TOPIC__" + key.replace(".", "_").upper()] = str(value)
     return env
 
 

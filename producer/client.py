@@ -35,7 +35,15 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-from kernel.admin import DECISIONS_CONFIG, INTENTS_CONFIG, create_table_topics, create_topics, existing_topics
+from kernel.admin import (
+    DECISIONS_CONFIG,
+    INTENTS_CONFIG,
+    TopicPolicy,
+    create_table_topics,
+    create_topics,
+    existing_topics,
+    topic_policy,
+)
 from kernel.errors import BrokerUnavailableError, CommitTimeoutError, OrdoError, TableNotFoundError
 from kernel.logread import GapChecker, GapStats, read_to_end, warm_metadata
 from kernel.settings import Settings, load_settings
@@ -385,6 +393,7 @@ class CommitClient:
         self._known_topics: set[str] = set()
         self._closed = threading.Event()
         self._trust: Trust | None = None
+        self._policy: TopicPolicy | None = None
         self.connect_timeout = connect_timeout
 
     @property
@@ -468,7 +477,7 @@ class CommitClient:
             self._connect()
             topic = intents_topic(self.prefix, table)
             if topic not in self._known_topics and topic not in existing_topics(self._admin, ADMIN_TIMEOUT):
-                create_topics(self._admin, {topic: INTENTS_CONFIG}, ADMIN_TIMEOUT)
+                create_topics(self._admin, {topic: INTENTS_CONFIG}, ADMIN_TIMEOUT, self._topic_policy())
             self._known_topics.add(topic)
         result: Future[int] = Future()
 
@@ -611,7 +620,7 @@ class CommitClient:
         if intents in self._known_topics:
             return
         if intent.operation is Operation.CREATE_TABLE:
-            create_table_topics(self._admin, self.prefix, intent.table, ADMIN_TIMEOUT)
+            create_table_topics(self._admin, self.prefix, intent.table, ADMIN_TIMEOUT, self._topic_policy())
         else:
             topics = existing_topics(self._admin, ADMIN_TIMEOUT)
             if intents not in topics:
@@ -620,8 +629,14 @@ class CommitClient:
                     "create the table first (a CREATE_TABLE intent)"
                 )
             if decisions not in topics:
-                create_topics(self._admin, {decisions: DECISIONS_CONFIG}, ADMIN_TIMEOUT)
+                create_topics(self._admin, {decisions: DECISIONS_CONFIG}, ADMIN_TIMEOUT, self._topic_policy())
         self._known_topics.add(intents)
+
+    def _topic_policy(self) -> TopicPolicy:
+        """How this client creates topics (replication from the cluster's size), read once."""
+        if self._policy is None:
+            self._policy = topic_policy(self._admin, self.settings, ADMIN_TIMEOUT)
+        return self._policy
 
     def _reader_trust(self) -> Trust:
         """The keys a decision must be signed with (``ORDO_TRUSTED_KEYS``), loaded once."""

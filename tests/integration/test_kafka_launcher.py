@@ -9,9 +9,11 @@ from typing import Any
 
 import pytest
 
+from kernel.admin import TopicPolicy, lossy_findings, topic_policy
 from ordo.broker import create_topics, metadata_ready
 from ordo.errors import BrokerUnavailableError
 from ordo.kafka import KafkaCluster, KafkaSetupError
+from ordo.settings import Settings
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -79,8 +81,13 @@ def test_a_temporary_cluster_removes_its_data_and_a_wrong_node_count_is_refused(
 
 
 def test_a_node_that_cannot_start_is_reported_with_its_log(tmp_path: Path) -> None:
-    broken = KafkaCluster(1, tmp_path, broker_config={"num.io.threads": "not-a-number"}, start_timeout=60)
-    with pytest.raises(BrokerUnavailableError, match=r"Kafka node 1 exited with code \d+ while starting"):
+    with pytest.raises(KafkaSetupError, match=r"formatting Kafka node 1 .*Invalid value not-a-number"):
+        KafkaCluster(1, tmp_path / "a", broker_config={"num.io.threads": "not-a-number"}).start()
+    KafkaCluster(1, tmp_path / "b").start().stop()  # formatted: the next start skips the format
+    broken = KafkaCluster(1, tmp_path / "b", broker_config={"num.io.threads": "not-a-number"}, start_timeout=60)
+    with pytest.raises(
+        BrokerUnavailableError, match=r"(?s)Kafka node 1 exited with code \d+ while starting.*not-a-number"
+    ):
         broken.start()
     assert not broken.running
 
@@ -89,14 +96,27 @@ def test_three_nodes_survive_the_partition_leader_killed_and_restarted(tmp_path:
     with KafkaCluster(3, tmp_path / "kafka") as cluster:
         servers = cluster.bootstrap_servers
         assert servers.count(",") == 2
-        create_topics(_admin(servers), {"replicated": {"min.insync.replicas": "2"}})
+        admin = _admin(servers)
+        policy = topic_policy(admin, Settings(bootstrap_servers=servers))
+        assert (policy.replication_factor, policy.min_insync_replicas) == (3, 2)  # min(3, brokers), RF - 1
+        create_topics(admin, {"replicated": {}}, policy=policy)
         from confluent_kafka.admin import ConfigResource
 
-        metadata = _admin(servers).list_topics(timeout=10)
-        assert len(metadata.topics["replicated"].partitions[0].replicas) == 3  # the broker default: 3 nodes, RF 3
+        deadline = time.monotonic() + 30
+        while "replicated" not in (metadata := admin.list_topics(timeout=10)).topics:  # every broker learns it
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        assert len(metadata.topics["replicated"].partitions[0].replicas) == 3
         resource = ConfigResource("topic", "replicated")
-        config = _admin(servers).describe_configs([resource])[resource].result()
+        config = admin.describe_configs([resource])[resource].result()
         assert config["unclean.leader.election.enable"].value == "false"
+        assert config["min.insync.replicas"].value == "2"
+        assert lossy_findings(admin, ["replicated"], policy) == []
+        create_topics(admin, {"thin": {}}, policy=TopicPolicy(replication_factor=1))
+        while "thin" not in admin.list_topics(timeout=10).topics:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        assert any("replication factor 1 is below 3" in f for f in lossy_findings(admin, ["thin"], policy))
         _produce(servers, "replicated", [b"before"])
         leader = cluster.leader_of("replicated")
         cluster.kill_node(leader)
