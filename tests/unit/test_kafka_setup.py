@@ -89,3 +89,24 @@ def test_server_properties_are_durable_for_the_cluster_size(size: int, replicas:
     assert config["group.initial.rebalance.delay.ms"] == "0"
     assert config["controller.quorum.voters"].count("@127.0.0.1:") == size
     assert config["log.retention.hours"] == "1"  # overrides are added
+
+
+def test_durability_settings_come_from_the_environment_and_reach_child_processes() -> None:
+    from ordo.settings import load_settings
+    from ordo.stack import settings_env
+
+    loaded = load_settings(
+        {
+            "ORDO_TOPIC_REPLICATION_FACTOR": "2",
+            "ORDO_TOPIC_MIN_INSYNC_REPLICAS": "1",
+            "ORDO_ALLOW_LOSSY_LOGS": "true",
+            "ORDO_TOPIC__RETENTION_MS": "86400000",
+        }
+    )
+    assert (loaded.topic_replication_factor, loaded.topic_min_insync_replicas) == (2, 1)
+    assert loaded.allow_lossy_logs is True
+    assert dict(loaded.topic_config) == {"retention.ms": "86400000"}
+    assert load_settings(settings_env(loaded)) == loaded  # a child process gets the same settings
+    assert load_settings({}).allow_lossy_logs is False and load_settings({}).topic_replication_factor == 0
+    with pytest.raises(ValueError, match="ORDO_TOPIC_REPLICATION_FACTOR and ORDO_TOPIC_MIN_INSYNC_REPLICAS"):
+        load_settings({"ORDO_TOPIC_REPLICATION_FACTOR": "-1"})
