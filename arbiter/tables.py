@@ -23,8 +23,7 @@ from arbiter.metrics import ArbiterMetrics
 from arbiter.ownership import Ownership
 from arbiter.prom import ArbiterPrometheus
 from arbiter.sink import KAFKA_TIMEOUT, TransactionalSink
-from kernel.admin import DECISIONS_CONFIG, TopicPolicy, check_durable, create_topics, existing_topics
-from kernel.errors import LossyLogError
+from kernel.admin import DECISIONS_CONFIG, TopicPolicy, create_topics, existing_topics, lossy_findings
 from kernel.logread import warm_metadata
 from schemas import decisions_topic
 from schemas.decisionlog import BrokenLogError
@@ -74,7 +73,8 @@ class OwnedTables:
         missing = {name: cfg for name, cfg in missing.items() if name not in topics}
         if missing:
             create_topics(admin, missing, timeout=KAFKA_TIMEOUT, policy=self.policy)
-        new = [(name, topic) for name, topic in new if self._durable(admin, name, topic)]
+        lossy = self._lossy(admin, new)
+        new = [(name, topic) for name, topic in new if name not in lossy]
         if not new:
             return []
         # A consumer assigned a topic it has no metadata for waits ~1 s for
@@ -108,21 +108,30 @@ class OwnedTables:
         self.prom.tables.set(len(self.by_topic))
         return [name for name, _ in new]
 
-    def _durable(self, admin: Any, name: str, topic: str) -> bool:
-        """False (the table left undecided until restart) when its topics can lose history (docs/operations.md)."""
-        try:
-            check_durable(
-                admin,
-                [topic, decisions_topic(self.prefix, name)],
-                self.policy,
-                f"table {name} left undecided until restart",
-                timeout=KAFKA_TIMEOUT,
+    def _lossy(self, admin: Any, new: list[tuple[str, str]]) -> set[str]:
+        """The tables of ``new`` whose topics can lose history (docs/operations.md): left undecided until restart.
+
+        One metadata and one DescribeConfigs request for all of them. With ``ORDO_ALLOW_LOSSY_LOGS`` the
+        findings are warnings and no table is left out.
+        """
+        topics = {topic: name for name, intents in new for topic in (intents, decisions_topic(self.prefix, name))}
+        findings = lossy_findings(admin, topics, self.policy, timeout=KAFKA_TIMEOUT)
+        by_table: dict[str, list[str]] = {}
+        for finding in findings:
+            by_table.setdefault(topics[finding.split(":", 1)[0]], []).append(finding)
+        for name, found in sorted(by_table.items()):
+            if self.policy.allow_lossy:
+                for finding in found:
+                    log.warning("lossy log allowed (ORDO_ALLOW_LOSSY_LOGS): %s", finding)
+                continue
+            log.error(
+                "table %s left undecided until restart: its log can lose history:\n  %s\n"
+                "fix the topic(s), or set ORDO_ALLOW_LOSSY_LOGS=true to accept this (development only)",
+                name,
+                "\n  ".join(found),
             )
-        except LossyLogError as exc:
-            log.error("%s", exc)
             self.broken.add(name)
-            return False
-        return True
+        return set() if self.policy.allow_lossy else set(by_table)
 
     def load(self, table: OwnedTable) -> None:
         """Load ``table``'s state from its checkpoint and decisions log (the sink learns its newest record)."""
