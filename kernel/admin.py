@@ -145,7 +145,7 @@ def lossy_findings(admin: Any, topics: Iterable[str], policy: TopicPolicy, timeo
     reports only those given at creation) cannot be judged: logged at INFO,
     not a finding.
     """
-    from confluent_kafka import KafkaException
+    from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import ConfigResource
 
     names = sorted(set(topics))
@@ -155,9 +155,27 @@ def lossy_findings(admin: Any, topics: Iterable[str], policy: TopicPolicy, timeo
         metadata = admin.list_topics(timeout=timeout)
         resources = [ConfigResource("topic", name) for name in names]
         described = admin.describe_configs(resources, request_timeout=timeout)
-        configs = {r.name: {k: e.value for k, e in f.result().items()} for r, f in described.items()}
     except KafkaException as exc:
         raise BrokerUnavailableError(f"cannot read the configs of {', '.join(names)}: {exc.args[0]}") from exc
+    configs: dict[str, dict[str, str | None]] = {}
+    for resource, future in described.items():
+        try:
+            configs[resource.name] = {k: e.value for k, e in future.result().items()}
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.code() in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED):
+                log.warning(
+                    "%s: not allowed to read its configs (%s): durability not checked; grant DescribeConfigs "
+                    "on the topic (docs/reliability.md)",
+                    resource.name,
+                    error.str(),
+                )
+                configs[resource.name] = {}
+                continue
+            if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                configs[resource.name] = {}  # deleted meanwhile: nothing to judge
+                continue
+            raise BrokerUnavailableError(f"cannot read the configs of {resource.name}: {error}") from exc
     alter = "kafka-configs.sh --alter --entity-type topics --entity-name {topic} --add-config {key}={value}"
     findings: list[str] = []
     for name in names:
@@ -176,11 +194,11 @@ def lossy_findings(admin: Any, topics: Iterable[str], policy: TopicPolicy, timeo
             "retention.bytes": ("-1", "the oldest records are deleted past that size"),
         }
         for key, (value, why) in wanted.items():
-            if key in config and config[key] != value:
+            if config.get(key) is not None and config[key] != value:
                 findings.append(
                     f"{name}: {key}={config[key]}: {why}; set {alter.format(topic=name, key=key, value=value)}"
                 )
-        if "cleanup.policy" in config and "compact" in (config["cleanup.policy"] or ""):
+        if "compact" in (config.get("cleanup.policy") or ""):
             findings.append(
                 f"{name}: cleanup.policy={config['cleanup.policy']}: compaction keeps one record per key and drops "
                 f"the rest of the history; set {alter.format(topic=name, key='cleanup.policy', value='delete')}"
@@ -197,7 +215,7 @@ def lossy_findings(admin: Any, topics: Iterable[str], policy: TopicPolicy, timeo
                 "(ORDO_TOPIC_MIN_INSYNC_REPLICAS; default RF - 1): an acknowledged record may live on one disk only; "
                 f"set {alter.format(topic=name, key='min.insync.replicas', value=policy.min_insync_replicas)}"
             )
-        unknown = [k for k in (*wanted, "cleanup.policy", "min.insync.replicas") if k not in config]
+        unknown = [k for k in (*wanted, "cleanup.policy", "min.insync.replicas") if config.get(k) is None]
         if unknown:
             log.info("%s: the broker does not report %s; not checked", name, ", ".join(unknown))
     return findings
