@@ -24,6 +24,7 @@ context manager), so tests and ``ordo up`` take either.
 
 from __future__ import annotations
 
+import atexit
 import base64
 import json
 import logging
@@ -34,8 +35,10 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
+import weakref
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -198,6 +201,20 @@ def random_cluster_id() -> str:
 
 
 # --------------------------------------------------------------------------- the cluster
+
+_LIVE: weakref.WeakSet[KafkaCluster] = weakref.WeakSet()
+_LIVE_LOCK = threading.Lock()
+
+
+@atexit.register
+def _kill_left_over() -> None:
+    """Kill the nodes of every cluster still running at interpreter exit (an interrupted test run, a crash)."""
+    with _LIVE_LOCK:
+        clusters = list(_LIVE)
+    for cluster in clusters:
+        for node in cluster.nodes:
+            if node.process is not None and node.process.poll() is None:
+                node.process.kill()
 
 
 def _free_port(host: str) -> int:
@@ -421,6 +438,8 @@ class KafkaCluster:
         except BaseException:
             self.stop(timeout=5.0)
             raise
+        with _LIVE_LOCK:
+            _LIVE.add(self)
         log.info("Apache Kafka (%d node(s)) ready at %s", self.size, self.bootstrap_servers)
         return self
 
@@ -507,6 +526,8 @@ class KafkaCluster:
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop every node (SIGTERM, SIGKILL after ``timeout``); remove a temporary data directory."""
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
         nodes = [n for n in self.nodes if n.process is not None]
         for node in nodes:
             self._signal(node, signal.SIGCONT)

@@ -137,3 +137,23 @@ def test_three_nodes_survive_the_partition_leader_killed_and_restarted(tmp_path:
         assert _read(servers, "replicated", 3) == [b"before", b"during", b"after"]
         cluster.pause_node(leader)
         cluster.resume_node(leader)
+
+
+def test_nodes_left_running_die_with_the_interpreter() -> None:
+    """A process that exits without ``stop()`` (an interrupted test run) leaves no broker behind."""
+    import os
+    import subprocess
+    import sys
+
+    script = "from ordo.kafka import KafkaCluster\nprint(KafkaCluster(1).start().pid, flush=True)\n"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    pid = int(done.stdout.split()[-1])
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        assert time.monotonic() < deadline, f"Kafka node {pid} outlived the process that started it"
+        time.sleep(0.2)
