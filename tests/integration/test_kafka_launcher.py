@@ -141,7 +141,6 @@ def test_three_nodes_survive_the_partition_leader_killed_and_restarted(tmp_path:
 
 def test_nodes_left_running_die_with_the_interpreter() -> None:
     """A process that exits without ``stop()`` (an interrupted test run) leaves no broker behind."""
-    import os
     import subprocess
     import sys
 
@@ -152,8 +151,10 @@ def test_nodes_left_running_die_with_the_interpreter() -> None:
     deadline = time.monotonic() + 10
     while True:
         try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
             break
-        assert time.monotonic() < deadline, f"Kafka node {pid} outlived the process that started it"
+        if state in ("Z", "X"):  # dead, waiting for a reaper that may never come (init in a container)
+            break
+        assert time.monotonic() < deadline, f"Kafka node {pid} outlived the process that started it ({state})"
         time.sleep(0.2)
