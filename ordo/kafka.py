@@ -38,7 +38,6 @@ import tempfile
 import threading
 import time
 import uuid
-import weakref
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -202,7 +201,7 @@ def random_cluster_id() -> str:
 
 # --------------------------------------------------------------------------- the cluster
 
-_LIVE: weakref.WeakSet[KafkaCluster] = weakref.WeakSet()
+_LIVE: set[KafkaCluster] = set()  # started and not stopped (strong: a dropped cluster's nodes still run)
 _LIVE_LOCK = threading.Lock()
 
 
