@@ -23,7 +23,7 @@ from arbiter.metrics import ArbiterMetrics
 from arbiter.ownership import Ownership
 from arbiter.prom import ArbiterPrometheus
 from arbiter.sink import KAFKA_TIMEOUT, TransactionalSink
-from kernel.admin import DECISIONS_CONFIG, TopicPolicy, create_topics, existing_topics, lossy_findings
+from kernel.admin import DECISIONS_CONFIG, TopicPolicy, create_topics, existing_topics, lossy_topics
 from kernel.logread import warm_metadata
 from schemas import decisions_topic
 from schemas.decisionlog import BrokenLogError
@@ -111,27 +111,15 @@ class OwnedTables:
     def _lossy(self, admin: Any, new: list[tuple[str, str]]) -> set[str]:
         """The tables of ``new`` whose topics can lose history (docs/operations.md): left undecided until restart.
 
-        One metadata and one DescribeConfigs request for all of them. With ``ORDO_ALLOW_LOSSY_LOGS`` the
-        findings are warnings and no table is left out.
+        One metadata and one DescribeConfigs request for all of them.
         """
         topics = {topic: name for name, intents in new for topic in (intents, decisions_topic(self.prefix, name))}
-        findings = lossy_findings(admin, topics, self.policy, timeout=KAFKA_TIMEOUT)
-        by_table: dict[str, list[str]] = {}
-        for finding in findings:
-            by_table.setdefault(topics[finding.split(":", 1)[0]], []).append(finding)
-        for name, found in sorted(by_table.items()):
-            if self.policy.allow_lossy:
-                for finding in found:
-                    log.warning("lossy log allowed (ORDO_ALLOW_LOSSY_LOGS): %s", finding)
-                continue
-            log.error(
-                "table %s left undecided until restart: its log can lose history:\n  %s\n"
-                "fix the topic(s), or set ORDO_ALLOW_LOSSY_LOGS=true to accept this (development only)",
-                name,
-                "\n  ".join(found),
-            )
-            self.broken.add(name)
-        return set() if self.policy.allow_lossy else set(by_table)
+        refused: set[str] = set()
+        for topic, why in sorted(lossy_topics(admin, topics, self.policy, timeout=KAFKA_TIMEOUT).items()):
+            log.error("table %s left undecided until restart: %s", topics[topic], why)
+            refused.add(topics[topic])
+        self.broken |= refused
+        return refused
 
     def load(self, table: OwnedTable) -> None:
         """Load ``table``'s state from its checkpoint and decisions log (the sink learns its newest record)."""

@@ -85,16 +85,16 @@ class Following:
             if topic.error is None and self._pattern.match(name) and name not in self.topics
         )
         assign: list[Any] = []
+        lossy = self._lossy([t for t in found if t not in self.skipped])
         for topic in found:
             parsed = parse_topic(self.prefix, topic)
             if parsed is None or topic in self.skipped or not self._owns(parsed[0]):
                 continue  # another consumer's table, or a stopped one
             table = parsed[0]
-            lossy = self._lossy(table, topic)
-            if lossy is not None:
+            if topic in lossy:
                 self.skipped.add(topic)
-                self.status.broken[table] = lossy
-                log.error("table %s: not followed until restart: %s", table, lossy)
+                self.status.broken[table] = lossy[topic]
+                log.error("table %s: not followed until restart: %s", table, lossy[topic])
                 continue
             state = self.writer.ensure_stream(table, topic)
             if state.error is not None:
@@ -132,24 +132,19 @@ class Following:
             self._awaiting_eof = {tp.topic for tp in assign}
             self._check_ready()
 
-    def _lossy(self, table: str, topic: str) -> str | None:
-        """Why ``topic`` can lose history (a refusal, docs/operations.md), or None; created lazily: the admin."""
+    def _lossy(self, topics: list[str]) -> dict[str, str]:
+        """Why each of ``topics`` that can lose history is not followed (docs/operations.md); one request for all."""
         from confluent_kafka.admin import AdminClient
 
-        from kernel.admin import check_durable, topic_policy
-        from kernel.errors import LossyLogError
+        from kernel.admin import lossy_topics, topic_policy
 
+        if not topics:
+            return {}
         if self._admin is None:
             self._admin = AdminClient(self.settings.kafka_config(**{"client.id": f"{self.prefix}.consumer.admin"}))
             self._policy = topic_policy(self._admin, self.settings, KAFKA_TIMEOUT)
         assert self._policy is not None
-        try:
-            check_durable(
-                self._admin, [topic], self._policy, f"the consumer does not follow table {table}", KAFKA_TIMEOUT
-            )
-        except LossyLogError as exc:
-            return str(exc)
-        return None
+        return lossy_topics(self._admin, topics, self._policy, KAFKA_TIMEOUT)
 
     def _retry_repaired(self) -> None:
         """Follow again the stopped tables whose rows a repair (run on another host) replaced."""

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernel.errors import BrokerUnavailableError, LossyLogError
+from kernel.errors import BrokerUnavailableError
 from kernel.settings import Settings
 
 log = logging.getLogger("ordo.broker")
@@ -221,27 +221,25 @@ def lossy_findings(admin: Any, topics: Iterable[str], policy: TopicPolicy, timeo
     return findings
 
 
-def check_durable(
-    admin: Any, topics: Iterable[str], policy: TopicPolicy, what: str, timeout: float = 10.0
-) -> list[str]:
-    """``LossyLogError`` when ``topics`` can lose history, unless the policy allows it (then warnings).
+def lossy_topics(admin: Any, topics: Iterable[str], policy: TopicPolicy, timeout: float = 10.0) -> dict[str, str]:
+    """Each of ``topics`` that can lose history -> why, with the fixes (``lossy_findings``), for a refusal.
 
-    ``what`` names the refusing party in the message (e.g. "the arbiter does not decide table t").
-    Returns the findings (empty when the log is durable).
+    With ``policy.allow_lossy`` (``ORDO_ALLOW_LOSSY_LOGS``) the findings are logged as warnings and the
+    answer is empty: nothing is refused.
     """
-    findings = lossy_findings(admin, topics, policy, timeout)
-    if not findings:
-        return []
+    by_topic: dict[str, list[str]] = {}
+    for finding in lossy_findings(admin, topics, policy, timeout):
+        by_topic.setdefault(finding.split(":", 1)[0], []).append(finding)
     if policy.allow_lossy:
-        for finding in findings:
+        for finding in (f for found in by_topic.values() for f in found):
             log.warning("lossy log allowed (ORDO_ALLOW_LOSSY_LOGS): %s", finding)
-        return findings
-    raise LossyLogError(
-        f"{what}: its log can lose history:\n  "
-        + "\n  ".join(findings)
-        + "\nfix the topic(s), or set ORDO_ALLOW_LOSSY_LOGS=true to accept this (development only)",
-        tuple(findings),
-    )
+        return {}
+    return {
+        topic: "its log can lose history:\n  "
+        + "\n  ".join(found)
+        + "\nfix the topic, or set ORDO_ALLOW_LOSSY_LOGS=true to accept this (development only)"
+        for topic, found in by_topic.items()
+    }
 
 
 __all__ = [
@@ -250,10 +248,10 @@ __all__ = [
     "INTENTS_CONFIG",
     "RETENTION_CONFIG",
     "TopicPolicy",
-    "check_durable",
     "create_table_topics",
     "create_topics",
     "existing_topics",
     "lossy_findings",
+    "lossy_topics",
     "topic_policy",
 ]

@@ -13,15 +13,6 @@ class BrokerUnavailableError(OrdoError, ConnectionError):
     """Raised when the Kafka broker cannot be reached."""
 
 
-class LossyLogError(OrdoError):
-    """Raised when a table's topic can lose history (finite retention, compaction, too few replicas) and
-    ``ORDO_ALLOW_LOSSY_LOGS`` is off; ``problems`` lists each finding with the setting that fixes it."""
-
-    def __init__(self, message: str, problems: tuple[str, ...] = ()) -> None:
-        super().__init__(message)
-        self.problems = problems
-
-
 class CommitConflictError(OrdoError):
     """Raised by the Spark writer API when the arbiter rejected a transaction.
 
@@ -64,7 +55,6 @@ __all__ = [
     "CommitConflictError",
     "CommitTimeoutError",
     "InvalidNameError",
-    "LossyLogError",
     "OrdoError",
     "SigningError",
     "TableNotFoundError",
