@@ -26,13 +26,12 @@ check-mvn:
 	@command -v mvn >/dev/null 2>&1 || { echo "Maven is required once, to fetch Apache Kafka's jars for the tests: install it (Debian/Ubuntu: apt-get install maven; macOS: brew install maven) and put mvn on PATH."; exit 1; }
 
 kafka: check-java $(STAMP) ## Fetch the pinned Apache Kafka (ordo/kafka-pom.xml) once into ~/.cache/ordo (Maven)
-	@$(BIN)/python -m ordo.kafka version >/dev/null
 	@if ! $(BIN)/python -c 'import sys, ordo.kafka as k; sys.exit(k.installed_libs() is None)'; then $(MAKE) --no-print-directory check-mvn; fi
 	$(BIN)/python -m ordo.kafka fetch
 
-setup: check-java $(STAMP) kafka ## Create .venv, install ordo with its dev tools, fetch Apache Kafka
+setup: check-java $(STAMP) ## Create .venv and install ordo with its dev tools
 
-test: setup ## Run the test suite (unit; integration, Spark end to end and chaos on Tansu and on Apache Kafka)
+test: setup kafka ## Run the test suite (unit; integration, Spark end to end and chaos on Tansu and on Apache Kafka)
 	$(BIN)/pytest -q
 
 lint: setup ## ruff, mypy and the layers contract
@@ -48,7 +47,7 @@ bench: setup ## Benchmarks (quick profile; BENCH_PROFILE=full for the large ones
 	$(BIN)/pip install -q -e '.[dev,bench]'
 	$(BIN)/python -m bench
 
-chaos: setup ## Fault-injection suite, full run (a quick version runs inside make test)
+chaos: setup kafka ## Fault-injection suite, full run (a quick version runs inside make test)
 	CHAOS_PROFILE=full $(BIN)/pytest -q -s tests/chaos
 
 .PHONY: help check-java check-mvn kafka setup test lint demo bench chaos

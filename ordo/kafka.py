@@ -4,7 +4,7 @@ The release is pinned in ``ordo/kafka-pom.xml`` (``kafka.version``). ``fetch()``
 has Maven copy ``org.apache.kafka:kafka_2.13`` with its runtime dependencies and
 a log4j2 binding into a cache outside the repository
 (``$ORDO_KAFKA_CACHE``, else ``$XDG_CACHE_HOME/ordo``, else ``~/.cache/ordo``;
-one ``kafka-<version>/libs`` directory per version), once; ``make setup`` runs
+one ``kafka-<version>/libs`` directory per version), once; ``make test`` runs
 it (``python -m ordo.kafka fetch``).
 
 ``KafkaCluster`` formats storage (``kafka.tools.StorageTool format``) and runs
