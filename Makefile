@@ -22,6 +22,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	@touch $(STAMP)
 
+check-mvn:
+	@command -v mvn >/dev/null 2>&1 || { echo "Maven is required once, to fetch Apache Kafka's jars for the tests: install it (Debian/Ubuntu: apt-get install maven; macOS: brew install maven) and put mvn on PATH."; exit 1; }
+
+kafka: check-java $(STAMP) ## Fetch the pinned Apache Kafka (ordo/kafka-pom.xml) once into ~/.cache/ordo (Maven)
+	@if ! $(BIN)/python -c 'import sys, ordo.kafka as k; sys.exit(k.installed_libs() is None)'; then $(MAKE) --no-print-directory check-mvn; fi
+	$(BIN)/python -m ordo.kafka fetch
+
 setup: check-java $(STAMP) ## Create .venv and install ordo with its dev tools
 
 # Prometheus and promtool (Debian's prometheus package): the monitoring tests run the real server and promtool.
@@ -31,7 +38,7 @@ prometheus: ## Install Prometheus and promtool (Debian/Ubuntu package; sudo when
 	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 
-test: setup prometheus ## Run the test suite (unit, integration on a real broker, Spark end to end)
+test: setup prometheus kafka ## Run the test suite (unit; integration, Spark end to end and chaos on Tansu and on Apache Kafka)
 	$(BIN)/pytest -q
 
 lint: setup ## ruff, mypy and the layers contract
@@ -63,7 +70,7 @@ test-spark-min: check-java ## The Spark end-to-end tests on the oldest supported
 	$(VENV_MIN)/bin/pytest -q -p no:cacheprovider tests/e2e/test_datasource.py tests/e2e/test_datasource_streaming.py \
 	  tests/e2e/test_scope.py tests/e2e/test_delta_api.py
 
-chaos: setup ## Fault-injection suite, full run (a quick version runs inside make test)
+chaos: setup kafka ## Fault-injection suite, full run (a quick version runs inside make test)
 	CHAOS_PROFILE=full $(BIN)/pytest -q -s tests/chaos
 
-.PHONY: help check-java setup prometheus test test-spark-min lint demo bench chaos spark-kafka
+.PHONY: help check-java check-mvn kafka setup prometheus test test-spark-min lint demo bench chaos spark-kafka

@@ -62,7 +62,7 @@ from arbiter.sink import (
     transactional_id,
 )
 from arbiter.tables import OwnedTables
-from kernel.admin import existing_topics
+from kernel.admin import existing_topics, topic_policy
 from kernel.errors import ArbiterFencedError, BrokerUnavailableError
 from kernel.keys import arbiter_signer, reader_trust
 from kernel.logread import GapChecker
@@ -217,6 +217,7 @@ class ArbiterService:
         )
         reader = (self._reader, self._reader_gaps)
         self.owned.loader = StateLoader(reader, trust, self.metrics, self.checkpointer.read, self._stop)
+        self.owned.policy = topic_policy(self._admin, self.settings, timeout=KAFKA_TIMEOUT)
         self.checkpointer.remove_stale()
         if self.group is not None:
             self.ownership.join(existing_topics(self._admin, timeout=KAFKA_TIMEOUT), self._stop)

@@ -23,7 +23,7 @@ from arbiter.metrics import ArbiterMetrics
 from arbiter.ownership import Ownership
 from arbiter.prom import ArbiterPrometheus
 from arbiter.sink import KAFKA_TIMEOUT, TransactionalSink
-from kernel.admin import DECISIONS_CONFIG, create_topics, existing_topics
+from kernel.admin import DECISIONS_CONFIG, TopicPolicy, create_topics, existing_topics, lossy_topics
 from kernel.logread import warm_metadata
 from schemas import decisions_topic
 from schemas.decisionlog import BrokenLogError
@@ -50,7 +50,8 @@ class OwnedTables:
         self.prom = prom
         self.loader: StateLoader | None = None  # set by the service's start (it needs keys and a consumer)
         self.by_topic: dict[str, OwnedTable] = {}
-        self.broken: set[str] = set()  # tables whose decisions log could not be folded
+        self.broken: set[str] = set()  # tables whose decisions log could not be folded, or that can lose history
+        self.policy = TopicPolicy()  # set by the service's start (it knows the cluster's size)
 
     def __iter__(self) -> Iterator[OwnedTable]:
         return iter(list(self.by_topic.values()))
@@ -71,7 +72,11 @@ class OwnedTables:
         missing = {decisions_topic(self.prefix, name): DECISIONS_CONFIG for name, _ in new}
         missing = {name: cfg for name, cfg in missing.items() if name not in topics}
         if missing:
-            create_topics(admin, missing, timeout=KAFKA_TIMEOUT)
+            create_topics(admin, missing, timeout=KAFKA_TIMEOUT, policy=self.policy)
+        lossy = self._lossy(admin, new)
+        new = [(name, topic) for name, topic in new if name not in lossy]
+        if not new:
+            return []
         # A consumer assigned a topic it has no metadata for waits ~1 s for
         # librdkafka's leader query; a full metadata request fills the cache now.
         warm_metadata(reader, KAFKA_TIMEOUT)
@@ -107,6 +112,19 @@ class OwnedTables:
         self.metrics.tables = len(self.by_topic)
         self.prom.tables.set(len(self.by_topic))
         return [name for name, _ in new]
+
+    def _lossy(self, admin: Any, new: list[tuple[str, str]]) -> set[str]:
+        """The tables of ``new`` whose topics can lose history (docs/operations.md): left undecided until restart.
+
+        One metadata and one DescribeConfigs request for all of them.
+        """
+        topics = {topic: name for name, intents in new for topic in (intents, decisions_topic(self.prefix, name))}
+        refused: set[str] = set()
+        for topic, why in sorted(lossy_topics(admin, topics, self.policy, timeout=KAFKA_TIMEOUT).items()):
+            log.error("table %s left undecided until restart: %s", topics[topic], why)
+            refused.add(topics[topic])
+        self.broken |= refused
+        return refused
 
     def load(self, table: OwnedTable) -> None:
         """Load ``table``'s state from its checkpoint and decisions log (the sink learns its newest record)."""

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from consumer.store import CatalogWriter, LogRecord
+from kernel.admin import TopicPolicy
 from kernel.errors import BrokerUnavailableError
 from kernel.logread import GapChecker
 from kernel.settings import Settings
@@ -60,6 +61,8 @@ class Following:
         self.skipped: set[str] = set()  # topics not followed (broken table)
         self.verifiers: dict[str, ChainVerifier[LogRecord]] = {}  # by topic
         self._awaiting_eof: set[str] | None = None  # topics to reach the end of before ready
+        self._admin: Any = None  # for the durability check of new topics (``_lossy``)
+        self._policy: TopicPolicy | None = None
 
     def matches(self, topics: Any) -> bool:
         """True when any of ``topics`` is a decisions topic of this prefix."""
@@ -82,11 +85,17 @@ class Following:
             if topic.error is None and self._pattern.match(name) and name not in self.topics
         )
         assign: list[Any] = []
+        lossy = self._lossy([t for t in found if t not in self.skipped])
         for topic in found:
             parsed = parse_topic(self.prefix, topic)
             if parsed is None or topic in self.skipped or not self._owns(parsed[0]):
                 continue  # another consumer's table, or a stopped one
             table = parsed[0]
+            if topic in lossy:
+                self.skipped.add(topic)
+                self.status.broken[table] = lossy[topic]
+                log.error("table %s: not followed until restart: %s", table, lossy[topic])
+                continue
             state = self.writer.ensure_stream(table, topic)
             if state.error is not None:
                 self.skipped.add(topic)
@@ -122,6 +131,20 @@ class Following:
         if self._awaiting_eof is None:
             self._awaiting_eof = {tp.topic for tp in assign}
             self._check_ready()
+
+    def _lossy(self, topics: list[str]) -> dict[str, str]:
+        """Why each of ``topics`` that can lose history is not followed (docs/operations.md); one request for all."""
+        from confluent_kafka.admin import AdminClient
+
+        from kernel.admin import lossy_topics, topic_policy
+
+        if not topics:
+            return {}
+        if self._admin is None:
+            self._admin = AdminClient(self.settings.kafka_config(**{"client.id": f"{self.prefix}.consumer.admin"}))
+            self._policy = topic_policy(self._admin, self.settings, KAFKA_TIMEOUT)
+        assert self._policy is not None
+        return lossy_topics(self._admin, topics, self._policy, KAFKA_TIMEOUT)
 
     def _retry_repaired(self) -> None:
         """Follow again the stopped tables whose rows a repair (run on another host) replaced."""

@@ -103,6 +103,14 @@ class Settings:
     # A writer's (a Spark job's) Kafka client.id stem: its clients are <client_id>.producer, .decisions, ...
     # ("" = <prefix>.commit-client), so broker logs and quotas tell the jobs apart.
     client_id: str = ""
+    # Durable logs (docs/operations.md "What ordo needs from the cluster"): the replication factor and
+    # min.insync.replicas of the topics ordo creates (0 = min(3, brokers) and max(1, RF - 1)), topic configs
+    # that override ordo's (ORDO_TOPIC__RETENTION_MS=... -> retention.ms), and whether existing logs that
+    # can lose history (finite retention, compaction, too few replicas) are accepted (development only).
+    topic_replication_factor: Annotated[int, Field(ge=0)] = 0
+    topic_min_insync_replicas: Annotated[int, Field(ge=0)] = 0
+    topic_config: Mapping[str, str] = field(default_factory=dict)
+    allow_lossy_logs: bool = False
 
     def kafka_config(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka configuration: bootstrap servers, pass-through settings, then ``overrides``."""
@@ -209,6 +217,9 @@ ENV_VARS: tuple[tuple[str, str, Callable[[str], Any]], ...] = (
     ("log_level", "ORDO_LOG_LEVEL", str.lower),
     ("log_format", "ORDO_LOG_FORMAT", str.lower),
     ("client_id", "ORDO_CLIENT_ID", str),
+    ("topic_replication_factor", "ORDO_TOPIC_REPLICATION_FACTOR", int),
+    ("topic_min_insync_replicas", "ORDO_TOPIC_MIN_INSYNC_REPLICAS", int),
+    ("allow_lossy_logs", "ORDO_ALLOW_LOSSY_LOGS", parse_bool),
 )
 
 
@@ -226,6 +237,11 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
                 why = {int: "expected an integer", float: "expected a number"}.get(cast, str(exc))  # type: ignore[call-overload]
                 raise SettingsError(f"invalid setting {key}={env[key]!r}: {why}") from None
     values["kafka"] = kafka_passthrough(env)
+    values["topic_config"] = {
+        key[len("ORDO_TOPIC__") :].lower().replace("_", "."): value
+        for key, value in env.items()
+        if key.startswith("ORDO_TOPIC__") and value
+    }
     try:
         settings = Settings(**values)
     except ValidationError as exc:

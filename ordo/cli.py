@@ -417,8 +417,26 @@ def cdc(
 
 
 @main.command()
-@click.option("--dir", "directory", default=None, help="catalog, warehouse and logs here (default: a temporary dir)")
-@click.option("--kafka", "kafka_servers", default=None, help="use this Kafka (bootstrap servers) instead of Tansu")
+@click.option(
+    "--dir",
+    "--data",
+    "directory",
+    default=None,
+    help="catalog, warehouse, keys, logs (and the Kafka data of --broker kafka) here "
+    "(default: a temporary dir; ~/.local/share/ordo/up-kafka with --broker kafka)",
+)
+@click.option(
+    "--broker",
+    "broker",
+    type=click.Choice(["tansu", "kafka"]),
+    default="tansu",
+    show_default=True,
+    help="the local broker to start: Tansu (in memory, zero setup) or Apache Kafka (durable; needs Java, "
+    "and Maven once to fetch it)",
+)
+@click.option(
+    "--kafka", "kafka_servers", default=None, help="use this Kafka (bootstrap servers) instead of starting one"
+)
 @click.option("--broker-port", type=int, default=None, help="Tansu's port on 127.0.0.1 (default: a free one)")
 @click.option(
     "--http-port", type=int, default=None, help="consumer HTTP port, 0 = any free (default: ORDO_HTTP_PORT or 8765)"
@@ -434,11 +452,14 @@ def up(
     http_port: int | None,
     http_host: str | None,
     no_compactor: bool,
+    broker: str,
 ) -> None:
     """Run the embedded stack in the foreground: broker, arbiter, consumer, compactor (Ctrl-C stops it).
 
-    The broker is Tansu, in memory only: every table's log is lost when it
-    stops (use --kafka for a real Kafka). Prints the ORDO_* settings clients
+    The default broker is Tansu, in memory only: every table's log is lost when
+    it stops. --broker kafka runs a local Apache Kafka whose data stays in
+    --data (tables survive a restart with the same --data); --kafka uses an
+    existing Kafka. Prints the ORDO_* settings clients
     need; ORDO_BOOTSTRAP_SERVERS/ORDO_CATALOG/ORDO_WAREHOUSE of this shell are
     not used (they may point at an earlier run).
     """
@@ -455,6 +476,7 @@ def up(
             http_host=http_host or settings.http_host,
             echo=click.echo,
             compactor=not no_compactor,
+            broker=broker,
         )
     )
 
@@ -474,11 +496,19 @@ json_option = click.option("--json", "as_json", is_flag=True, help="print JSON i
 
 @main.command()
 @json_option
+@click.option(
+    "--check",
+    is_flag=True,
+    help="instead: check every table's topics on the broker for what can lose history (retention, compaction, "
+    "replicas); exit 1 on a finding",
+)
 @pass_settings
-def tables(settings: Settings, as_json: bool) -> None:
-    """List the tables in the catalog with their head version."""
-    from ordo.commands import tables_command
+def tables(settings: Settings, as_json: bool, check: bool) -> None:
+    """List the tables in the catalog with their head version (--check: their topics' durability)."""
+    from ordo.commands import check_tables_command, tables_command
 
+    if check:
+        raise SystemExit(check_tables_command(settings, as_json))
     tables_command(settings, as_json)
 
 

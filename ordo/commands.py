@@ -161,6 +161,56 @@ def history_table(decisions: Sequence[DecisionRecord], title: str | None = None,
 # --------------------------------------------------------------------------- commands
 
 
+def check_tables_command(settings: Settings, as_json: bool) -> int:
+    """``ordo tables --check``: each table's topics against the durability policy; 1 when any can lose history."""
+    from confluent_kafka.admin import AdminClient
+
+    from kernel.admin import existing_topics, lossy_findings, topic_policy
+    from schemas import parse_topic
+
+    admin = AdminClient(settings.kafka_config(**{"client.id": f"{settings.topic_prefix}.check"}))
+    policy = topic_policy(admin, settings)
+    by_table: dict[str, list[str]] = {}
+    for topic in sorted(existing_topics(admin)):
+        parsed = parse_topic(settings.topic_prefix, topic)
+        if parsed is not None:
+            by_table.setdefault(parsed[0], []).append(topic)
+    report = {table: lossy_findings(admin, topics, policy) for table, topics in sorted(by_table.items())}
+    bad = {table: findings for table, findings in report.items() if findings}
+    if as_json:
+        print_json(
+            {
+                "replication_factor": policy.replication_factor,
+                "min_insync_replicas": policy.min_insync_replicas,
+                "allow_lossy_logs": policy.allow_lossy,
+                "tables": {table: {"durable": not f, "findings": f} for table, f in report.items()},
+            }
+        )
+    else:
+        console = make_console()
+        console.print(
+            f"{len(report)} table(s) under prefix {settings.topic_prefix!r}; required: replication factor >= "
+            f"{policy.replication_factor}, min.insync.replicas >= {policy.min_insync_replicas}, infinite retention, "
+            "no compaction, no unclean leader election",
+            highlight=False,
+        )
+        for table, findings in report.items():
+            console.print(f"{table}: " + ("durable" if not findings else "CAN LOSE HISTORY"), highlight=False)
+            for finding in findings:
+                console.print(f"  {finding}", highlight=False, soft_wrap=True)
+        if bad and policy.allow_lossy:
+            console.print(
+                "ORDO_ALLOW_LOSSY_LOGS is set: the arbiter and the consumer accept these logs", highlight=False
+            )
+        elif bad:
+            console.print(
+                "the arbiter and the consumer refuse these tables; fix the topics or set ORDO_ALLOW_LOSSY_LOGS=true "
+                "(development only)",
+                highlight=False,
+            )
+    return 1 if bad and not policy.allow_lossy else 0
+
+
 def tables_command(settings: Settings, as_json: bool) -> None:
     """``ordo tables``: each table's head, and its layout (files per partition, last compaction, pending work)."""
     from rich.table import Table

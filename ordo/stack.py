@@ -57,6 +57,9 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "ORDO_CONSUMER_SHARD": settings.consumer_shard,
         "ORDO_LOG_FORMAT": settings.log_format,
         "ORDO_CLIENT_ID": settings.client_id,
+        "ORDO_TOPIC_REPLICATION_FACTOR": str(settings.topic_replication_factor),
+        "ORDO_TOPIC_MIN_INSYNC_REPLICAS": str(settings.topic_min_insync_replicas),
+        "ORDO_ALLOW_LOSSY_LOGS": "true" if settings.allow_lossy_logs else "false",
     }
     if settings.log_level:
         env["ORDO_LOG_LEVEL"] = settings.log_level
@@ -64,6 +67,8 @@ def settings_env(settings: Settings) -> dict[str, str]:
         env["ORDO_BOOTSTRAP_SERVERS"] = settings.bootstrap_servers
     for key, value in settings.kafka.items():
         env["ORDO_KAFKA__" + key.replace(".", "_").upper()] = str(value)
+    for key, value in settings.topic_config.items():
+        env["ORDO_TOPIC__" + key.replace(".", "_").upper()] = str(value)
     return env
 
 

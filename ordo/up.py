@@ -1,12 +1,17 @@
 """``ordo up``: the whole stack on one machine, in the foreground.
 
-``EmbeddedStack`` starts, in this order, the broker (the embedded Tansu, or an
-existing Kafka), an ``ordo arbiter`` process and an ``ordo consumer`` process
-(with its HTTP service), waiting for each to be ready before the next, then,
-unless turned off, the table service ``ordo compactor`` (Spark in local mode). The
-demo uses it too. Tansu keeps everything in memory: when the stack stops,
-every table's log is gone, so a catalog left by an earlier run no longer
-matches any log and is discarded at start.
+``EmbeddedStack`` starts, in this order, the broker (the embedded Tansu, a
+local Apache Kafka, or an existing Kafka), an ``ordo arbiter`` process and an
+``ordo consumer`` process (with its HTTP service), waiting for each to be ready
+before the next, then, unless turned off, the table service ``ordo compactor``
+(Spark in local mode). The demo uses it too.
+
+Tansu (the default) keeps everything in memory: when the stack stops, every
+table's log is gone, so a catalog left by an earlier run no longer matches any
+log and is discarded at start. ``broker="kafka"`` runs a single-node Apache
+Kafka (``ordo.kafka.KafkaCluster``) with its data under the stack's directory
+(``kafka/``): tables, catalog, keys and checkpoints survive a restart on the
+same directory.
 """
 
 from __future__ import annotations
@@ -32,7 +37,17 @@ from ordo.stack import ARBITER_METRICS
 
 if TYPE_CHECKING:
     from ordo.broker import EmbeddedBroker
+    from ordo.kafka import KafkaCluster
     from ordo.stack import ManagedProcess
+
+BROKERS = ("tansu", "kafka")
+
+
+def default_kafka_data() -> Path:
+    """Where ``ordo up --broker kafka`` keeps its stack without ``--data``: ``$XDG_DATA_HOME/ordo/up-kafka``."""
+    xdg = os.environ.get("XDG_DATA_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".local" / "share") / "ordo" / "up-kafka"
+
 
 Echo = Callable[[str], None]
 
@@ -100,7 +115,9 @@ class EmbeddedStack:
 
     ``directory`` holds the catalog (``catalog.db``), the warehouse and the
     process logs; default: a fresh temporary directory, removed at ``stop()``.
-    ``bootstrap_servers`` uses that Kafka instead of starting Tansu.
+    ``broker`` is the broker the stack starts: ``"tansu"`` (in memory) or
+    ``"kafka"`` (Apache Kafka, data in ``directory/kafka``; give a directory to
+    keep it). ``bootstrap_servers`` uses that Kafka instead of starting one.
     ``http_port`` 0 picks a free port. ``compactor`` also starts the table
     service (``compactor_args`` are its extra command-line arguments).
     """
@@ -118,7 +135,11 @@ class EmbeddedStack:
         echo: Echo | None = None,
         compactor: bool = False,
         compactor_args: tuple[str, ...] = (),
+        broker: str = "tansu",
     ) -> None:
+        if broker not in BROKERS:
+            raise StackError(f"unknown broker {broker!r}: expected one of {', '.join(BROKERS)}")
+        self.broker_kind = broker
         self._temporary = directory is None
         self.directory = Path(tempfile.mkdtemp(prefix="ordo-")) if directory is None else Path(directory).absolute()
         self.topic_prefix = topic_prefix or load_settings({}).topic_prefix
@@ -128,7 +149,7 @@ class EmbeddedStack:
         self.http_host = http_host
         self.kafka = dict(kafka or {})
         self.echo = echo or (lambda line: None)
-        self.broker: EmbeddedBroker | None = None
+        self.broker: EmbeddedBroker | KafkaCluster | None = None
         self.arbiter: ManagedProcess | None = None
         self.consumer: ManagedProcess | None = None
         self.with_compactor = compactor
@@ -156,7 +177,7 @@ class EmbeddedStack:
     @property
     def in_memory(self) -> bool:
         """True when the broker is the embedded Tansu (nothing survives a stop)."""
-        return self.external is None
+        return self.external is None and self.broker_kind == "tansu"
 
     def start(self) -> EmbeddedStack:
         """Start broker, then arbiter and consumer; returns once all are ready; ``StackError`` if one fails."""
@@ -165,7 +186,7 @@ class EmbeddedStack:
         return self
 
     def start_broker(self) -> Settings:
-        """Start Tansu (or check the external Kafka) and fix the settings; returns them."""
+        """Start Tansu or Apache Kafka (or check the external Kafka) and fix the settings; returns them."""
         from ordo.broker import EmbeddedBroker, port_free
 
         if self.http_port and not port_free(self.http_host, self.http_port):
@@ -177,12 +198,19 @@ class EmbeddedStack:
         self.warehouse.mkdir(exist_ok=True)
         self.log_dir.mkdir(exist_ok=True)
         try:
-            if self.external is None:
+            if self.external is None and self.broker_kind == "kafka":
+                from ordo.kafka import KafkaCluster
+
+                with _quiet_stderr():  # librdkafka logs every refused connection while Kafka starts
+                    cluster = self.broker = KafkaCluster(1, self.directory / "kafka", echo=self.echo).start()
+                bootstrap = cluster.bootstrap_servers
+                kafka: dict[str, str] = {}
+            elif self.external is None:
                 self._discard_stale_catalog()
                 with _quiet_stderr():  # librdkafka logs every refused connection while Tansu starts
                     broker = self.broker = EmbeddedBroker(port=self.broker_port).start()
                 bootstrap = broker.bootstrap_servers
-                kafka: dict[str, str] = {}
+                kafka = {}
             else:
                 bootstrap = self.external
                 kafka = self.kafka
@@ -239,7 +267,8 @@ class EmbeddedStack:
     def dead(self) -> str | None:
         """A description of the first part that stopped unexpectedly, else None."""
         if self.broker is not None and not self.broker.running:
-            return f"the Tansu broker exited: {self.broker.stderr_tail() or '(no output)'}"
+            name = "Tansu broker" if self.broker_kind == "tansu" else "Apache Kafka broker"
+            return f"the {name} exited: {self.broker.stderr_tail() or '(no output)'}"
         for name, process in (("arbiter", self.arbiter), ("consumer", self.consumer), ("compactor", self.compactor)):
             if process is not None and not process.running:
                 return f"the {name} exited with code {process.returncode}; last lines of {process.log_path}:\n{process.tail(20)}"
@@ -287,9 +316,16 @@ def run_up(
     http_host: str,
     echo: Echo = print,
     compactor: bool = True,
+    broker: str = "tansu",
 ) -> int:
     """Run the stack until SIGINT/SIGTERM; returns the exit code (1 when a part died)."""
     from ordo.broker import MEMORY_WARNING
+
+    if broker == "kafka" and kafka_servers is not None:
+        echo("error: --broker kafka starts a local Apache Kafka; --kafka uses an existing one: pass one of them")
+        return 2
+    if broker == "kafka" and directory is None:
+        directory = str(default_kafka_data())
 
     stop = threading.Event()
 
@@ -307,30 +343,39 @@ def run_up(
         kafka=kafka,
         echo=echo,
         compactor=compactor,
+        broker=broker,
     )
     if compactor and not java_available():
         echo("compactor off: Spark needs Java 17+ and none was found (install it, or pass --no-compactor)")
         stack.with_compactor = False
     if kafka_servers is None:
         # The children inherit this environment: Kafka security settings meant for a real cluster
-        # would make them fail against the plain-text loopback Tansu.
+        # would make them fail against the plain-text loopback broker.
         dropped = sorted(k for k in os.environ if k.startswith("ORDO_KAFKA_"))
         for key in dropped:
             del os.environ[key]
         if dropped:
             echo(f"ignoring {', '.join(dropped)}: they are for --kafka, not the embedded broker")
     try:
-        echo(
-            "starting the embedded stack ..."
-            if kafka_servers is None
-            else f"starting ordo on Kafka {kafka_servers} ..."
-        )
+        if kafka_servers is not None:
+            echo(f"starting ordo on Kafka {kafka_servers} ...")
+        elif broker == "kafka":
+            echo(f"starting the local stack on Apache Kafka in {stack.directory} ...")
+        else:
+            echo("starting the embedded stack ...")
         stack.start()
         assert stack.settings is not None and stack.arbiter is not None and stack.consumer is not None
         if stack.in_memory:
             assert stack.broker is not None
             echo(f"broker    Tansu at {stack.settings.bootstrap_servers} (pid {stack.broker.pid})")
             echo(f"          WARNING: {MEMORY_WARNING}")
+        elif stack.broker is not None:
+            from ordo.kafka import kafka_version
+
+            echo(
+                f"broker    Apache Kafka {kafka_version()} at {stack.settings.bootstrap_servers} "
+                f"(pid {stack.broker.pid}; data kept in {stack.directory / 'kafka'})"
+            )
         else:
             echo(f"broker    Kafka at {stack.settings.bootstrap_servers}")
         metrics = re.search(ARBITER_METRICS, stack.arbiter.log_text())

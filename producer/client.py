@@ -35,7 +35,15 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-from kernel.admin import DECISIONS_CONFIG, INTENTS_CONFIG, create_table_topics, create_topics, existing_topics
+from kernel.admin import (
+    DECISIONS_CONFIG,
+    INTENTS_CONFIG,
+    TopicPolicy,
+    create_table_topics,
+    create_topics,
+    existing_topics,
+    topic_policy,
+)
 from kernel.errors import BrokerUnavailableError, CommitTimeoutError, OrdoError, TableNotFoundError
 from kernel.logread import GapChecker, GapStats, read_to_end, warm_metadata
 from kernel.settings import Settings, load_settings
@@ -385,6 +393,7 @@ class CommitClient:
         self._known_topics: set[str] = set()
         self._closed = threading.Event()
         self._trust: Trust | None = None
+        self._policy: TopicPolicy | None = None
         self.connect_timeout = connect_timeout
 
     @property
@@ -468,7 +477,7 @@ class CommitClient:
             self._connect()
             topic = intents_topic(self.prefix, table)
             if topic not in self._known_topics and topic not in existing_topics(self._admin, ADMIN_TIMEOUT):
-                create_topics(self._admin, {topic: INTENTS_CONFIG}, ADMIN_TIMEOUT)
+                create_topics(self._admin, {topic: INTENTS_CONFIG}, ADMIN_TIMEOUT, self._topic_policy())
             self._known_topics.add(topic)
         result: Future[int] = Future()
 
@@ -611,7 +620,7 @@ class CommitClient:
         if intents in self._known_topics:
             return
         if intent.operation is Operation.CREATE_TABLE:
-            create_table_topics(self._admin, self.prefix, intent.table, ADMIN_TIMEOUT)
+            create_table_topics(self._admin, self.prefix, intent.table, ADMIN_TIMEOUT, self._topic_policy())
         else:
             topics = existing_topics(self._admin, ADMIN_TIMEOUT)
             if intents not in topics:
@@ -620,8 +629,14 @@ class CommitClient:
                     "create the table first (a CREATE_TABLE intent)"
                 )
             if decisions not in topics:
-                create_topics(self._admin, {decisions: DECISIONS_CONFIG}, ADMIN_TIMEOUT)
+                create_topics(self._admin, {decisions: DECISIONS_CONFIG}, ADMIN_TIMEOUT, self._topic_policy())
         self._known_topics.add(intents)
+
+    def _topic_policy(self) -> TopicPolicy:
+        """How this client creates topics (replication from the cluster's size), read once."""
+        if self._policy is None:
+            self._policy = topic_policy(self._admin, self.settings, ADMIN_TIMEOUT)
+        return self._policy
 
     def _reader_trust(self) -> Trust:
         """The keys a decision must be signed with (``ORDO_TRUSTED_KEYS``), loaded once."""
@@ -640,24 +655,42 @@ class CommitClient:
         return reader
 
     def _end_offset(self, topic: str) -> int:
-        """The current end of ``topic`` (read_uncommitted high watermark): decisions to come lie at or after it."""
+        """The current end of ``topic`` (read_uncommitted high watermark): decisions to come lie at or after it.
+
+        Transient states are waited out within ``ADMIN_TIMEOUT``, with backoff: a topic just created whose
+        leader is not elected or not yet known to the broker asked, a leader moving. librdkafka caches the
+        partition's "no leader" answer and never asks again by itself ("Failed to query partition leaders:
+        No leaders found" for good, seen on Apache Kafka); a metadata request for all topics refreshes it
+        (never one naming the topic: that creates a missing topic on Tansu and on auto-creating clusters).
+        """
         from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
         from confluent_kafka.admin import OffsetSpec
 
         partition = TopicPartition(topic, 0)
         deadline = time.monotonic() + ADMIN_TIMEOUT
+        backoff = 0.05
         while True:
             futures = self._admin.list_offsets(
                 {partition: OffsetSpec.latest()},
                 isolation_level=IsolationLevel.READ_UNCOMMITTED,
-                request_timeout=ADMIN_TIMEOUT,
+                request_timeout=max(1.0, min(10.0, deadline - time.monotonic())),
             )
             try:
                 return int(futures[partition].result().offset)
             except KafkaException as exc:
-                if time.monotonic() > deadline:
-                    raise BrokerUnavailableError(f"cannot read the end offset of {topic}: {exc.args[0]}") from exc
-                time.sleep(0.2)  # a topic just created may not be known to the partition leader yet
+                error = exc.args[0]
+            if time.monotonic() + backoff > deadline:
+                raise BrokerUnavailableError(
+                    f"cannot read the end offset of {topic} within {ADMIN_TIMEOUT:g} s "
+                    f"(broker {self.bootstrap_servers}): {error}"
+                )
+            log.debug("end offset of %s not readable yet (%s); retrying in %.2f s", topic, error, backoff)
+            time.sleep(backoff)
+            backoff = min(1.0, backoff * 2)
+            try:
+                self._admin.list_topics(timeout=max(0.5, min(5.0, deadline - time.monotonic())))
+            except KafkaException:
+                pass  # the broker is away: the next attempt says so, or the deadline does
 
     def _timeout_message(
         self, table: str, txn_id: str, timeout: float, delivered: bool = True, hidden: int | None = None

@@ -1,14 +1,26 @@
 """Shared fixtures for every test directory (owned by the Kafka-foundation engineer).
 
-Kafka
+Kafka (every broker-facing test runs on each broker)
+    ``broker_kind`` (session, parametrized)
+        ``"tansu"`` or ``"kafka"``: every test that asks for a broker (directly or
+        through ``bootstrap_servers``, ``settings``, ...) runs once on each, with
+        ids ``[tansu]`` / ``[kafka]``. ``--broker KIND`` (repeatable) or
+        ``ORDO_TEST_BROKERS=tansu,kafka`` chooses; default both. A test asserts
+        behaviour that differs between the brokers (docs/tansu.md) on this value.
     ``bootstrap_servers`` (session)
-        ``ORDO_TEST_BOOTSTRAP_SERVERS`` when set, else one embedded Tansu broker
-        (``ordo.broker.EmbeddedBroker``) started on a free loopback port for the
-        whole run. Tansu keeps data in memory only; tests never rely on data
-        surviving the run.
+        ``ORDO_TEST_BOOTSTRAP_SERVERS`` when set (its kind is
+        ``ORDO_TEST_BROKER_KIND``, default ``kafka``), else the broker of
+        ``broker_kind`` started on free loopback ports for the whole run: the
+        embedded Tansu (``ordo.broker.EmbeddedBroker``, memory only) or a
+        single-node Apache Kafka (``ordo.kafka.KafkaCluster``, data in a temporary
+        directory). Tests never rely on data surviving the run.
     ``embedded_broker`` (session)
-        The ``EmbeddedBroker`` behind ``bootstrap_servers``, or None when an
-        external broker is used (chaos tests that pause the broker need it).
+        The ``EmbeddedBroker`` or ``KafkaCluster`` behind ``bootstrap_servers``, or
+        None when an external broker is used (chaos tests that pause the broker need it).
+    ``new_broker`` (function, factory)
+        ``new_broker() -> EmbeddedBroker | KafkaCluster``: a broker of ``broker_kind``
+        of the test's own (not started; stopped at teardown), for tests that stop,
+        pause or restart a broker.
     ``topic_prefix`` (function)
         A prefix unique to the test (``t`` + 8 hex chars), so tests never share topics.
     ``settings`` (function)
@@ -128,16 +140,83 @@ def new_prefix() -> str:
     return "t" + uuid.uuid4().hex[:8]
 
 
+BROKER_KINDS = ("tansu", "kafka")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--broker",
+        action="append",
+        choices=BROKER_KINDS,
+        default=None,
+        help="run the broker-facing tests on this broker only (repeatable; default: ORDO_TEST_BROKERS or both)",
+    )
+
+
+def selected_brokers(config: pytest.Config) -> list[str]:
+    """The broker kinds of this run: ``--broker``, else ``ORDO_TEST_BROKERS``, else both."""
+    if os.environ.get("ORDO_TEST_BOOTSTRAP_SERVERS"):
+        kind = os.environ.get("ORDO_TEST_BROKER_KIND", "kafka")
+        if kind not in BROKER_KINDS:
+            raise pytest.UsageError(f"ORDO_TEST_BROKER_KIND={kind!r}: expected one of {', '.join(BROKER_KINDS)}")
+        return [kind]
+    chosen = config.getoption("--broker")
+    if not chosen:
+        chosen = [
+            k.strip() for k in os.environ.get("ORDO_TEST_BROKERS", ",".join(BROKER_KINDS)).split(",") if k.strip()
+        ]
+    unknown = [k for k in chosen if k not in BROKER_KINDS]
+    if unknown:
+        raise pytest.UsageError(f"ORDO_TEST_BROKERS names {unknown}: expected some of {', '.join(BROKER_KINDS)}")
+    return list(dict.fromkeys(chosen))
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """One parameter for every broker-facing test: the broker it runs on."""
+    if "broker_kind" in metafunc.fixturenames:
+        metafunc.parametrize("broker_kind", selected_brokers(metafunc.config), indirect=True, scope="session")
+
+
 @pytest.fixture(scope="session")
-def embedded_broker() -> Iterator[Any]:
-    """The embedded Tansu broker of this run, or None when ``ORDO_TEST_BOOTSTRAP_SERVERS`` names another."""
+def broker_kind(request: pytest.FixtureRequest) -> str:
+    """``"tansu"`` or ``"kafka"``: the broker this test runs on."""
+    return str(request.param)
+
+
+def make_broker(kind: str, **options: Any) -> Any:
+    """A new, not yet started broker of ``kind``: Tansu, or a 1-node Apache Kafka (``nodes=3`` for a cluster)."""
+    if kind == "tansu":
+        from ordo.broker import EmbeddedBroker
+
+        return EmbeddedBroker(**options)
+    from ordo.kafka import KafkaCluster
+
+    return KafkaCluster(**options)
+
+
+@pytest.fixture(scope="session")
+def embedded_broker(broker_kind: str) -> Iterator[Any]:
+    """The broker of this run for ``broker_kind``, or None when ``ORDO_TEST_BOOTSTRAP_SERVERS`` names another."""
     if os.environ.get("ORDO_TEST_BOOTSTRAP_SERVERS"):
         yield None
         return
-    from ordo.broker import EmbeddedBroker
-
-    with EmbeddedBroker() as broker:
+    with make_broker(broker_kind) as broker:
         yield broker
+
+
+@pytest.fixture
+def new_broker(broker_kind: str) -> Iterator[Callable[..., Any]]:
+    """Factory of brokers of ``broker_kind`` owned by the test (stopped at teardown)."""
+    made: list[Any] = []
+
+    def new(**options: Any) -> Any:
+        broker = make_broker(broker_kind, **options)
+        made.append(broker)
+        return broker
+
+    yield new
+    for broker in made:
+        broker.stop()
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,7 @@
 """Broker outage: freeze the broker (SIGSTOP) for 10 s under load, then thaw it.
 
-Runs on its own ``EmbeddedBroker`` (never the session's shared one). Writers
+Runs on each broker (``broker_kind``), its own one (``new_broker``, never the
+session's shared one): the embedded Tansu or a single-node Apache Kafka. Writers
 keep committing with a short timeout while an arbiter and a consumer run.
 During the outage a commit must end with a clear error (``CommitTimeoutError``
 or ``BrokerUnavailableError``) or with its decision; afterwards everything is
@@ -16,11 +17,11 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from consumer import Catalog
-from ordo.broker import EmbeddedBroker
 from ordo.errors import BrokerUnavailableError, CommitTimeoutError
 from ordo.settings import Settings
 from ordo.stack import ProcessGroup
@@ -83,11 +84,11 @@ class Writers:
 
 
 def test_broker_paused_for_10_s_under_load_then_everything_is_consistent(
-    make_settings: Callable[..., Settings], tmp_path: Path
+    make_settings: Callable[..., Settings], new_broker: Callable[..., Any], tmp_path: Path
 ) -> None:
     table = "outage"
     began = time.monotonic()
-    with EmbeddedBroker() as broker, ProcessGroup(log_dir=tmp_path / "logs") as group:
+    with new_broker() as broker, ProcessGroup(log_dir=tmp_path / "logs") as group:
         settings = make_settings(bootstrap_servers=broker.bootstrap_servers)
         arbiter = group.start_arbiter(settings, args=["--state-dir", str(tmp_path / "state")])
         catalog_path = str(tmp_path / "catalog.db")

@@ -83,7 +83,7 @@ def _arbiter_figures(log_text: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize("round_", range(ROUNDS))
 def test_concurrent_writers_leave_no_intent_undecided(
-    round_: int, make_settings: Callable[..., Settings], processes: ProcessGroup
+    round_: int, make_settings: Callable[..., Settings], processes: ProcessGroup, broker_kind: str
 ) -> None:
     settings = make_settings()
     table = "busy"
@@ -130,6 +130,9 @@ def test_concurrent_writers_leave_no_intent_undecided(
     client_rereads = sum(r["gaps"]["rereads"] for r in reports)
     client_recovered = sum(r["gaps"]["recovered"] for r in reports)
     client_proven = sum(r["gaps"]["proven_gaps"] for r in reports)
+    if broker_kind == "kafka":
+        # Kafka's fetch never skips a stored record: nothing for a re-read to recover (docs/tansu.md)
+        assert intent_gaps["recovered"] == 0 and client_recovered == 0, (intent_gaps, client_recovered)
     figures.add("concurrent-writer rounds", 1)
     figures.add("concurrent-writer commits", WRITERS * COMMITS)
     figures.add("arbiter re-reads (intents)", intent_gaps["rereads"])

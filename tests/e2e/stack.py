@@ -1,7 +1,8 @@
 """A real ordo stack for the writer's end-to-end tests: broker, arbiter and consumer processes.
 
 The broker is the run's session broker (``bootstrap_servers`` from
-tests/conftest.py: embedded Tansu, in memory only, or ``ORDO_TEST_BOOTSTRAP_SERVERS``).
+tests/conftest.py: the embedded Tansu or a single-node Apache Kafka, one run per
+``broker_kind``, or ``ORDO_TEST_BOOTSTRAP_SERVERS``).
 Each test module gets its own arbiter and consumer processes on a fresh topic
 prefix, warehouse and SQLite catalog (``writer_stack``), so modules never see
 each other's tables. Use it with::

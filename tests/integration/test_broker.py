@@ -1,8 +1,8 @@
-"""The embedded broker, ``ordo broker``, topic administration, and the Tansu behaviours ordo relies on.
+"""The embedded broker, ``ordo broker``, topic administration, and the broker behaviours ordo relies on.
 
-The Tansu-specific tests pin what docs/tansu.md says; they are skipped only when
-the run uses an external broker (``ORDO_TEST_BOOTSTRAP_SERVERS``), where they
-would test that broker instead.
+The behaviour tests run on both brokers (``broker_kind``) and pin, per broker,
+where Tansu differs from Apache Kafka (docs/tansu.md): when one fails after an
+upgrade, that broker changed: update docs/tansu.md.
 """
 
 from __future__ import annotations
@@ -28,14 +28,6 @@ from ordo.stack import ProcessGroup, ordo_args
 from schemas import decisions_topic, intents_topic
 
 pytestmark = pytest.mark.timeout(90)
-
-tansu_only = pytest.mark.usefixtures("require_embedded")
-
-
-@pytest.fixture
-def require_embedded(embedded_broker: Any) -> None:
-    if embedded_broker is None:
-        pytest.skip("pins the embedded Tansu broker's behaviour; this run uses ORDO_TEST_BOOTSTRAP_SERVERS")
 
 
 def _admin(bootstrap_servers: str) -> Any:
@@ -142,17 +134,19 @@ def test_existing_topics_does_not_create_anything(bootstrap_servers: str, settin
     assert name not in existing_topics(admin)  # the first look created nothing
 
 
-@tansu_only
-def test_tansu_creates_a_topic_named_in_a_metadata_request(bootstrap_servers: str, settings: Settings) -> None:
-    """Why ``existing_topics`` always lists every topic (docs/tansu.md)."""
+def test_a_metadata_request_naming_a_topic_creates_it_on_tansu_only(
+    bootstrap_servers: str, settings: Settings, broker_kind: str
+) -> None:
+    """Why ``existing_topics`` always lists every topic (docs/tansu.md); ordo's Kafka has auto-creation off."""
     admin = _admin(bootstrap_servers)
     name = intents_topic(settings.topic_prefix, "named")
     admin.list_topics(topic=name, timeout=10)
-    assert name in existing_topics(admin)
+    assert (name in existing_topics(admin)) is (broker_kind == "tansu")
 
 
-@tansu_only
-def test_tansu_fences_a_zombie_producer_and_hides_open_transactions(bootstrap_servers: str, settings: Settings) -> None:
+def test_a_zombie_producer_is_fenced_and_open_transactions_are_hidden(
+    bootstrap_servers: str, settings: Settings, broker_kind: str
+) -> None:
     from confluent_kafka import KafkaException, Producer
 
     topic = f"{settings.topic_prefix}.fence"
@@ -177,13 +171,16 @@ def test_tansu_fences_a_zombie_producer_and_hides_open_transactions(bootstrap_se
     with pytest.raises(KafkaException) as info:
         old.commit_transaction(10)
     assert info.value.args[0].code() in (90, 47, -144)  # PRODUCER_FENCED / INVALID_PRODUCER_EPOCH / _FENCED
-    # Tansu quirk (docs/tansu.md): the fenced transaction's record is visible to read_committed readers.
-    assert _read_all(bootstrap_servers, topic) == [b"committed", b"open"]
+    # Tansu quirk (docs/tansu.md): the fenced transaction's record is visible to read_committed readers;
+    # Kafka aborted it when ``new`` initialised, and hides it.
+    expected = [b"committed", b"open"] if broker_kind == "tansu" else [b"committed"]
+    assert _read_all(bootstrap_servers, topic) == expected
 
 
-@tansu_only
-def test_tansu_shows_aborted_records_to_read_committed_readers(bootstrap_servers: str, settings: Settings) -> None:
-    """Pins the quirk the arbiter is built to tolerate; if this fails, Tansu changed: update docs/tansu.md."""
+def test_aborted_records_reach_read_committed_readers_on_tansu_only(
+    bootstrap_servers: str, settings: Settings, broker_kind: str
+) -> None:
+    """Pins the quirk the arbiter is built to tolerate; if this fails, the broker changed: update docs/tansu.md."""
     from confluent_kafka import Producer
 
     from ordo.broker import create_topics
@@ -199,17 +196,18 @@ def test_tansu_shows_aborted_records_to_read_committed_readers(bootstrap_servers
     producer.begin_transaction()
     producer.produce(topic, b"committed")
     producer.commit_transaction(10)
-    assert _read_all(bootstrap_servers, topic) == [b"aborted", b"committed"]  # Kafka would show [b"committed"]
+    expected = [b"aborted", b"committed"] if broker_kind == "tansu" else [b"committed"]
+    assert _read_all(bootstrap_servers, topic) == expected
 
 
-@tansu_only
-def test_tansu_keeps_the_producer_timestamp_despite_log_append_time(bootstrap_servers: str, settings: Settings) -> None:
-    from confluent_kafka import Consumer, Producer, TopicPartition
+def test_log_append_time_is_ignored_on_tansu_only(bootstrap_servers: str, settings: Settings, broker_kind: str) -> None:
+    from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, Producer, TopicPartition
 
     admin = _admin(bootstrap_servers)
     create_table_topics(admin, settings.topic_prefix, "clock")
     topic = intents_topic(settings.topic_prefix, "clock")
     producer = Producer({"bootstrap.servers": bootstrap_servers})
+    before = time.time() * 1000
     producer.produce(topic, b"x", timestamp=1_000)
     producer.flush(10)
     consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": "ts"})
@@ -220,12 +218,15 @@ def test_tansu_keeps_the_producer_timestamp_despite_log_append_time(bootstrap_se
         assert time.monotonic() < deadline
         message = consumer.poll(0.2)
     consumer.close()
-    assert message.timestamp()[1] == 1_000  # Kafka with LogAppendTime would give the broker's clock
+    kind, stamp = message.timestamp()
+    if broker_kind == "tansu":
+        assert stamp == 1_000  # the producer's timestamp
+    else:
+        assert kind == TIMESTAMP_LOG_APPEND_TIME and before - 1_000 <= stamp <= time.time() * 1000 + 1_000
 
 
-@tansu_only
-def test_tansu_answers_read_committed_list_offsets_with_0_during_a_transaction(
-    bootstrap_servers: str, settings: Settings
+def test_read_committed_list_offsets_during_a_transaction_is_0_on_tansu(
+    bootstrap_servers: str, settings: Settings, broker_kind: str
 ) -> None:
     """Why the commit client asks for the end offset with read_uncommitted (docs/tansu.md)."""
     from confluent_kafka import IsolationLevel, Producer, TopicPartition
@@ -252,7 +253,8 @@ def test_tansu_answers_read_committed_list_offsets_with_0_during_a_transaction(
         return int(futures[partition].result().offset)
 
     assert latest(IsolationLevel.READ_UNCOMMITTED) == 5  # 2 records + 2 commit markers + the open record
-    assert latest(IsolationLevel.READ_COMMITTED) == 0  # Kafka: 4, the last stable offset
+    # Kafka: 4, the last stable offset (before the open transaction's first record); Tansu: 0.
+    assert latest(IsolationLevel.READ_COMMITTED) == (0 if broker_kind == "tansu" else 4)
     producer.commit_transaction(10)
 
 
@@ -269,10 +271,9 @@ def _race_writer(bootstrap_servers: str, topic: str, writer: int, records: int, 
         producer.flush(10)
 
 
-@tansu_only
 @pytest.mark.timeout(240)
-def test_tansu_fetch_race_live_reader_with_gap_rule_sees_every_stored_record(
-    bootstrap_servers: str, settings: Settings
+def test_fetch_race_live_reader_with_gap_rule_sees_every_stored_record(
+    bootstrap_servers: str, settings: Settings, broker_kind: str
 ) -> None:
     """Tansu's fetch race (docs/tansu.md), reproduced without ordo's services, and what survives it.
 
@@ -360,7 +361,65 @@ def test_tansu_fetch_race_live_reader_with_gap_rule_sees_every_stored_record(
     assert not failures, failures
     assert seen == list(range(total))  # every stored record, in order, none twice
     assert checker.stats.recovered <= checker.stats.rereads
+    if broker_kind == "kafka":
+        assert checker.stats.recovered == 0  # Kafka's fetch never skips a stored record (docs/tansu.md)
     print(
-        f"\n[tansu fetch race] {writers}x{records} records: the live fetch skipped {checker.stats.recovered} "
+        f"\n[{broker_kind} fetch race] {writers}x{records} records: the live fetch skipped {checker.stats.recovered} "
         f"stored record(s), all re-read ({checker.stats.rereads} re-read(s))"
     )
+
+
+def test_an_empty_long_poll_waits_out_fetch_wait_max_ms_on_tansu_only(
+    bootstrap_servers: str, settings: Settings, broker_kind: str
+) -> None:
+    """A record produced during a fetch that found nothing: Kafka answers at once, Tansu at the wait's end.
+
+    Why ordo fetches with a short wait while work is in flight (docs/tansu.md).
+    """
+    import threading
+
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    from ordo.broker import create_topics
+
+    wait_ms = 2000
+    topic = f"{settings.topic_prefix}.poll"
+    create_topics(_admin(bootstrap_servers), {topic: {}})
+    producer = Producer({"bootstrap.servers": bootstrap_servers})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "group.id": f"{settings.topic_prefix}.poll",
+            "fetch.wait.max.ms": wait_ms,
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    latencies = []
+    try:
+        assert consumer.poll(0.5) is None  # connected; the next fetch long-polls an empty log
+        for i in range(3):
+            sent: list[float] = []
+
+            def send(i: int = i, sent: list[float] = sent) -> None:
+                time.sleep(0.3)  # the consumer's fetch is waiting by now
+                sent.append(time.monotonic())
+                producer.produce(topic, f"r{i}".encode())
+                producer.flush(10)
+
+            sender = threading.Thread(target=send)
+            sender.start()
+            deadline = time.monotonic() + 15
+            message = None
+            while message is None or message.error() is not None:
+                assert time.monotonic() < deadline, "the record never arrived"
+                message = consumer.poll(0.05)
+            latencies.append(time.monotonic() - sent[0])
+            sender.join()
+    finally:
+        consumer.close()
+    latency = sorted(latencies)[1]
+    if broker_kind == "tansu":
+        assert latency > 0.5, latencies  # the rest of the 2 s wait
+    else:
+        assert latency < 0.5, latencies  # the long poll answers on arrival

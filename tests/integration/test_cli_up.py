@@ -1,6 +1,7 @@
 """``ordo up`` as a user runs it: a foreground process that prints its settings and stops cleanly on Ctrl-C.
 
-Everything is real: the embedded Tansu broker, ``ordo arbiter`` and ``ordo
+Everything is real: the broker ``ordo up`` starts (the embedded Tansu, or a
+local Apache Kafka with ``--broker kafka``), ``ordo arbiter`` and ``ordo
 consumer`` child processes, a commit published with ``CommitClient`` using the
 printed settings, and the read commands (``ordo tables``, ``ordo tail``) run
 as separate processes against the printed ``ORDO_CATALOG``.
@@ -105,15 +106,22 @@ def alive(pid: int) -> bool:
     return True
 
 
-def test_up_serves_a_client_and_stops_on_ctrl_c(up: Any, tmp_path: Path) -> None:
-    # a stale catalog of an earlier run (its log died with the in-memory broker) is discarded
+def test_up_serves_a_client_and_stops_on_ctrl_c(up: Any, tmp_path: Path, broker_kind: str) -> None:
     data = tmp_path / "data"
     data.mkdir()
-    (data / "catalog.db").write_bytes(b"stale")
-    stack = up("--dir", str(data), "--http-port", "0", ORDO_BOOTSTRAP_SERVERS="127.0.0.1:1")
+    if broker_kind == "tansu":
+        # a stale catalog of an earlier run (its log died with the in-memory broker) is discarded
+        (data / "catalog.db").write_bytes(b"stale")
+    stack = up("--broker", broker_kind, "--dir", str(data), "--http-port", "0", ORDO_BOOTSTRAP_SERVERS="127.0.0.1:1")
     stack.wait_for(r"^ordo is up")
-    assert "discarded the catalog of an earlier run" in stack.output
-    assert "in memory only" in stack.output.lower() or "memory only" in stack.output
+    if broker_kind == "tansu":
+        assert "discarded the catalog of an earlier run" in stack.output
+        assert "in memory only" in stack.output.lower() or "memory only" in stack.output
+    else:
+        assert re.search(
+            r"^broker    Apache Kafka 4\.\d+\.\d+ at 127\.0\.0\.1:\d+ \(pid \d+; data kept in ", stack.output, re.M
+        )
+        assert "memory only" not in stack.output
     exports = stack.exports()
     assert set(exports) == {
         "ORDO_BOOTSTRAP_SERVERS",
@@ -185,6 +193,55 @@ def test_up_serves_a_client_and_stops_on_ctrl_c(up: Any, tmp_path: Path) -> None
         time.sleep(0.2)
     assert not any(alive(p) for p in pids), "a child of ordo up outlived it"
     assert (data / "logs").is_dir(), "--dir is kept"
+
+
+def _commit_create(exports: dict[str, str], table: str) -> None:
+    from producer import CommitClient
+
+    metadata = TableMetadata(
+        location=str(Path(exports["ORDO_WAREHOUSE"]) / table), schema="id BIGINT", primary_key=("id",)
+    )
+    intent = CommitIntent(
+        txn_id=f"create-{table}", table=table, operation=Operation.CREATE_TABLE, read_version=0, metadata=metadata
+    )
+    with CommitClient(settings=load_settings(exports)) as client:
+        assert client.commit(intent, timeout=60).accepted
+
+
+def test_up_on_kafka_keeps_tables_across_a_restart(up: Any, tmp_path: Path) -> None:
+    """``ordo up --broker kafka --data DIR`` twice: the second stack has the first one's tables."""
+    from consumer import Catalog
+
+    data = tmp_path / "stack"
+    first = up("--broker", "kafka", "--data", str(data), "--http-port", "0", "--no-compactor")
+    first.wait_for(r"^ordo is up")
+    exports = first.exports()
+    _commit_create(exports, "kept")
+    Catalog(exports["ORDO_CATALOG"]).wait_for_version("kept", 0, timeout=30)
+    assert first.interrupt() == 0, first.output
+    assert (data / "kafka" / "node-1" / "data" / "meta.properties").is_file()
+
+    second = up("--broker", "kafka", "--data", str(data), "--http-port", "0", "--no-compactor")
+    second.wait_for(r"^ordo is up")
+    assert "discarded the catalog" not in second.output
+    again = second.exports()
+    assert again["ORDO_TRUSTED_KEYS"] == exports["ORDO_TRUSTED_KEYS"]  # the same signing key
+    _commit_create(again, "added")
+    catalog = Catalog(again["ORDO_CATALOG"])
+    catalog.wait_for_version("added", 0, timeout=30)
+    tables = subprocess.run(
+        [sys.executable, "-m", "ordo", "tables"], capture_output=True, text=True, env=clean_env(**again), timeout=60
+    )
+    assert tables.returncode == 0, tables.stdout + tables.stderr
+    assert "│ kept " in tables.stdout and "│ added " in tables.stdout, tables.stdout
+    assert second.interrupt() == 0, second.output
+
+
+def test_up_refuses_two_brokers(up: Any) -> None:
+    stack = up("--broker", "kafka", "--kafka", "127.0.0.1:1")
+    rest, _ = stack.process.communicate(timeout=60)
+    assert stack.process.returncode == 2
+    assert "--broker kafka starts a local Apache Kafka; --kafka uses an existing one" in rest
 
 
 def test_up_refuses_a_busy_http_port(up: Any) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -183,3 +184,56 @@ def test_publish_raw_and_decisions_read_the_raw_log(
     assert [(d.intent_offset, d.reason) for d in log] == [(0, None), (1, "MALFORMED_INTENT")]
     assert commit_client.decisions("rawlog", start=1) == log[1:]
     assert commit_client.decisions("never_created") == []
+
+
+def test_a_table_whose_leader_was_unknown_at_first_lookup_is_committed_to(
+    commit_client: CommitClient, settings: Settings, arbiter: Callable[..., ManagedProcess]
+) -> None:
+    """A lookup of the decisions log before its leader is known (a topic being created, a leader moving).
+
+    librdkafka caches that answer ("No leaders found") and never asks again by itself: on Apache Kafka
+    ``submit`` used to fail with ``BrokerUnavailableError: cannot read the end offset`` after 30 s. The
+    lookup here comes before the topic exists, the way a lookup racing the topic's creation does.
+    """
+    from confluent_kafka import KafkaException, TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    arbiter()
+    commit_client._connect()
+    early = TopicPartition(decisions_topic(settings.topic_prefix, "late"), 0)
+    with pytest.raises(KafkaException):
+        commit_client._admin.list_offsets({early: OffsetSpec.latest()}, request_timeout=5)[early].result()
+    started = time.monotonic()
+    decision = commit_client.commit(create_intent("late"), timeout=60)
+    assert decision.outcome is Outcome.ACCEPTED
+    assert time.monotonic() - started < 20
+
+
+@pytest.mark.timeout(300)
+def test_twenty_new_tables_with_a_fleet_of_three_arbiters_take_commits_at_once(
+    settings: Settings, arbiter: Callable[..., ManagedProcess], tmp_path: Path
+) -> None:
+    """Issue 20, item 7: 20 tables created at once with an arbiter fleet of 3, then commits to each."""
+    tables = [f"many{i}" for i in range(20)]
+    for i in range(3):
+        arbiter(wait_ready=False, args=["--fleet", "--state-dir", str(tmp_path / f"state{i}")])
+    failures: list[BaseException] = []
+    accepted: list[str] = []
+
+    def write(table: str, client: CommitClient) -> None:
+        try:
+            assert client.commit(create_intent(table), timeout=120).outcome is Outcome.ACCEPTED
+            for n in range(3):
+                assert client.commit(insert_intent(table, f"{table}-{n}", n), timeout=120).accepted
+            accepted.append(table)
+        except BaseException as exc:
+            failures.append(exc)
+
+    with CommitClient(settings=settings) as client:
+        threads = [threading.Thread(target=write, args=(t, client)) for t in tables]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(240)
+    assert not failures, failures[:3]
+    assert sorted(accepted) == sorted(tables)
