@@ -171,6 +171,10 @@ def selected_brokers(config: pytest.Config) -> list[str]:
     return list(dict.fromkeys(chosen))
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    selected_brokers(config)  # a wrong --broker/ORDO_TEST_BROKERS is one usage error, before collection
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """One parameter for every broker-facing test: the broker it runs on."""
     if "broker_kind" in metafunc.fixturenames:
