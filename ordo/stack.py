@@ -21,6 +21,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from kernel.ready import ARBITER_READY, CONSUMER_READY
 from ordo.errors import OrdoError
 from ordo.settings import Settings
 
@@ -285,9 +286,6 @@ class ProcessGroup:
         self.stop()
 
 
-ARBITER_READY = r"arbiter ready"
-
-
 def wait_arbiter_ready(process: ManagedProcess, timeout: float = 30.0) -> None:
     """Wait until an arbiter logged that it is ready (fenced older arbiters, rebuilt its tables)."""
     process.wait_for_line(ARBITER_READY, timeout=timeout)
@@ -316,7 +314,6 @@ def start_arbiter(
     return process
 
 
-CONSUMER_READY = r"consumer ready"
 CONSUMER_URL = r"ORDO_CATALOG_URL=(\S+)"
 
 
