@@ -364,7 +364,15 @@ def changes_command(
     info = catalog.table(table)
     commits = catalog.commits(table, low, high, by=by, include_rewrites=include_rewrites)
     columns = [name for name, _ in ddl_columns(info.metadata.schema)]
-    records = change_rows(commits, columns, info.metadata.partition_columns) if rows else None
+    records = None
+    if rows:
+        records = change_rows(
+            commits,
+            columns,
+            info.metadata.partition_columns,
+            snapshot_files=lambda version: catalog.snapshot(table, version).files,
+            primary_key=info.metadata.primary_key,
+        )
     if as_json:
         data: dict[str, Any] = {"table": table, "by": by, "commits": [c.to_dict() for c in commits]}
         if records is not None:

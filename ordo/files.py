@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ordo.errors import OrdoError
@@ -103,24 +103,61 @@ def live_row_count(snapshot: Snapshot) -> int:
     return int(pc.sum(live.cast(pa.int64())).as_py() or 0)
 
 
-def change_rows(commits: Iterable[Commit], columns: Sequence[str], partition_columns: Sequence[str]) -> list[dict]:
+def _merged_rows(
+    files: Sequence[FileEntry], columns: Sequence[str], partition_columns: Sequence[str], primary_key: Sequence[str]
+) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """Merge-on-read of ``files`` in Python (CLI-sized): per (partition, key) the live row."""
+    best: dict[tuple[Any, ...], tuple[tuple[int, bool], str, dict[str, Any]]] = {}
+    key_columns = list(dict.fromkeys([*partition_columns, *primary_key]))
+    for entry in files:
+        if entry.record_count == 0:
+            continue
+        for record in read_file(entry, [*columns, OP_COLUMN, SEQ_COLUMN]).to_pylist():
+            row = {c: record.get(c) for c in columns}
+            for column in partition_columns:
+                if row.get(column) is None:
+                    row[column] = entry.partition.get(column)
+            key = tuple(row.get(c) for c in key_columns)
+            seq = record.get(SEQ_COLUMN)
+            rank = (entry.seq if seq is None else seq, record[OP_COLUMN] == "upsert")  # an upsert wins a tie
+            if key not in best or rank > best[key][0]:
+                best[key] = (rank, record[OP_COLUMN], row)
+    return {key: row for key, (_, op, row) in best.items() if op == "upsert"}
+
+
+def change_rows(
+    commits: Iterable[Commit],
+    columns: Sequence[str],
+    partition_columns: Sequence[str],
+    snapshot_files: Callable[[int], Sequence[FileEntry]] | None = None,
+    primary_key: Sequence[str] = (),
+) -> list[dict]:
     """The change feed of ``commits`` as plain rows (the same rows as ``consumer.spark.changes``).
 
     Each row holds the table ``columns`` plus ``_change_type`` (``upsert``,
     ``delete`` or ``truncate``), ``_commit_version``, ``_commit_timestamp`` and
     ``_scope``; a version's ``truncate`` row comes before its other rows.
-    Compaction and clustering contribute nothing.
+    A RESTORE gives the rows that differ between the snapshots before and
+    after it (``snapshot_files(version)``: the live files at a version): an
+    ``upsert`` per row new or changed, a ``delete`` with the old row per key
+    gone. Compaction and clustering contribute nothing.
     """
     rows: list[dict] = []
     for commit in sorted(commits, key=lambda c: c.id_version):
         if not commit.data_change:
             continue
         if REGISTRY[commit.operation].change_rows is ChangeRows.DIFF:
-            raise DataFileError(
-                f"version {commit.id_version} is a {commit.operation.value}: its rows are the difference of two "
-                "snapshots, which this reader does not compute yet; read them with DeltaTable.changes or the "
-                "format('ordo') change feed"
-            )
+            if snapshot_files is None:
+                raise DataFileError(f"version {commit.id_version}'s rows need the snapshots before and after it")
+            before = _merged_rows(snapshot_files(commit.id_version - 1), columns, partition_columns, primary_key)
+            after = _merged_rows(snapshot_files(commit.id_version), columns, partition_columns, primary_key)
+            meta = {"_commit_version": commit.id_version, "_commit_timestamp": commit.timestamp, "_scope": None}
+            for key in sorted(after.keys() | before.keys(), key=repr):
+                if key in after and after[key] != before.get(key):
+                    rows.append({**after[key], "_change_type": "upsert", **meta})
+                elif key not in after:
+                    rows.append({**before[key], "_change_type": "delete", **meta})
+            continue
         if commit.operation.value in TRUNCATING_OPERATIONS:
             scope = None
             if commit.partitions is not None and partition_columns:
