@@ -66,6 +66,7 @@ from kernel.admin import existing_topics, topic_policy
 from kernel.errors import ArbiterFencedError, BrokerUnavailableError
 from kernel.keys import arbiter_signer, reader_trust
 from kernel.logread import GapChecker
+from kernel.ready import ARBITER_READY
 from kernel.settings import Settings
 
 log = logging.getLogger("ordo.arbiter")
@@ -73,7 +74,7 @@ kafka_log = logging.getLogger("ordo.kafka")  # librdkafka's own log lines
 
 DEFAULT_BATCH_CAP = 5000
 LAG_INTERVAL = 1.0  # seconds between updates of the intents-lag gauges
-READY_MESSAGE = "arbiter ready"
+READY_MESSAGE = ARBITER_READY  # kernel.ready: the line ordo.stack waits for
 
 
 class ArbiterService:

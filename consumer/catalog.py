@@ -608,6 +608,7 @@ def _decision(name: str, r: store.DecisionRow) -> DecisionRecord:
         bytes_added=r.bytes_added,
         prev_hash=None if r.prev_hash is None else bytes(r.prev_hash).hex(),
         hash=bytes(r.hash).hex(),
+        restore_version=r.restore_version,
     )
 
 

@@ -20,6 +20,7 @@ from consumer.store import CatalogWriter, LogRecord
 from kernel.admin import TopicPolicy
 from kernel.errors import BrokerUnavailableError
 from kernel.logread import GapChecker
+from kernel.ready import CONSUMER_READY
 from kernel.settings import Settings
 from schemas import chain_hash, decisions_pattern, parse_topic
 from schemas.decisionlog import BrokenLogError, LogProblem
@@ -27,7 +28,7 @@ from schemas.signing import ChainVerifier, Trust
 
 log = logging.getLogger("ordo.consumer")
 
-READY_MESSAGE = "consumer ready"
+READY_MESSAGE = CONSUMER_READY  # kernel.ready: the line ordo.stack waits for
 KAFKA_TIMEOUT = 10.0
 
 

@@ -260,6 +260,7 @@ class DecisionRecord:
     bytes_added: Annotated[int, _default(0)]
     prev_hash: Annotated[str | None, _default(None)]
     hash: str
+    restore_version: Annotated[int | None, _default(None)] = None  # RESTORE (since 0.4): the version restored to
 
     @property
     def accepted(self) -> bool:

@@ -106,6 +106,7 @@ CREATE TABLE IF NOT EXISTS decisions (
     bytes_added         INTEGER NOT NULL,
     prev_hash           BLOB,
     hash                BLOB NOT NULL,
+    restore_version     INTEGER,                  -- RESTORE: the version restored to (catalog schema 4)
     PRIMARY KEY (table_id, log_offset)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS commits (
@@ -368,6 +369,8 @@ class CatalogWriter:
                 conn.execute("ALTER TABLE files ADD COLUMN bucket INTEGER NOT NULL DEFAULT 0")
             if version in (1, 2, 3) and not _has_column(conn, "files", "seq_version"):
                 conn.execute("ALTER TABLE files ADD COLUMN seq_version INTEGER")  # before RESTORE (0.4): none re-added
+            if version in (1, 2, 3) and not _has_column(conn, "decisions", "restore_version"):
+                conn.execute("ALTER TABLE decisions ADD COLUMN restore_version INTEGER")
             for statement in store.schema_statements(GROUP_INDEX):  # after the bucket column exists
                 conn.execute(statement)
             store.set_schema_version(conn, SCHEMA_VERSION)
@@ -682,7 +685,7 @@ class CatalogWriter:
     ) -> None:
         partitions = decision.partitions
         self._conn.execute(
-            "INSERT INTO decisions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "INSERT INTO decisions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 state.table_id,
                 record.offset,
@@ -711,6 +714,7 @@ class CatalogWriter:
                 applied.bytes_added,
                 decision.prev_hash,
                 record_hash,
+                decision.restore_version,
             ),
         )
 
@@ -930,6 +934,7 @@ class DecisionRow(NamedTuple):
     bytes_added: int
     prev_hash: bytes | None
     hash: bytes
+    restore_version: int | None
 
 
 TABLE_COLUMNS = select_list(TableRow, metadata_json="metadata")
@@ -939,6 +944,7 @@ _FILE_COLUMNS_V3 = select_list(FileRow, seq_version="NULL")  # before RESTORE (0
 _DECISION_SIDE = {"txn_id", "read_version", "rebase", "partitions", "writer", "app_id", "batch_id", "intent_offset"}
 COMMIT_COLUMNS = ", ".join(f"d.{f}" if f in _DECISION_SIDE else f"c.{f}" for f in CommitRow._fields)
 DECISION_COLUMNS = select_list(DecisionRow)
+_DECISION_COLUMNS_V3 = select_list(DecisionRow, restore_version="NULL")  # before RESTORE (0.4), not migrated yet
 
 
 def _user_version(conn: Connection) -> int:
@@ -1089,7 +1095,8 @@ def query_decisions(
     """Decision rows of a table, newest first (the ``limit`` newest below log offset ``before``: only those read)."""
     accepted = f" AND outcome = '{Outcome.ACCEPTED.value}'" if accepted_only else ""
     older = "" if before is None else " AND log_offset < ?"
-    sql = f"SELECT {DECISION_COLUMNS} FROM decisions WHERE table_id = ?{accepted}{older} ORDER BY log_offset DESC"
+    columns = DECISION_COLUMNS if _has_column(conn, "decisions", "restore_version") else _DECISION_COLUMNS_V3
+    sql = f"SELECT {columns} FROM decisions WHERE table_id = ?{accepted}{older} ORDER BY log_offset DESC"
     params: tuple[int, ...] = (table_id,) if before is None else (table_id, before)
     if limit is not None:
         rows = conn.execute(sql + " LIMIT ?", (*params, limit)).fetchall()

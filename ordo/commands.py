@@ -141,6 +141,8 @@ def history_table(decisions: Sequence[DecisionRecord], title: str | None = None,
         else:
             time_version = "[dim](inherited)[/dim]" if d.accepted and d.duplicate_of is None else ""
         operation = d.operation.value if d.operation else "?"
+        if d.restore_version is not None:
+            operation += f" TO v{d.restore_version}"
         row = [
             "" if d.id_version is None or d.duplicate_of is not None else str(d.id_version),
             time_version,

@@ -85,7 +85,6 @@ STREAM_RETRIES = 5
 BATCH_ALREADY_COMMITTED = Reason.BATCH_ALREADY_COMMITTED
 CONFLICT_LATER_FAILS = Reason.CONFLICT_LATER_FAILS
 BATCH_ID_PROPERTY = "streaming.sql.batchId"  # the task-local property Spark sets in a micro-batch's tasks
-QUERY_ID_PROPERTY = "sql.streaming.queryId"  # the query id (kept in the checkpoint), set in the same tasks
 SINK_APP_PREFIX = "ordo-sink-"
 
 
@@ -829,6 +828,8 @@ class _Writing:
         batch_id = query_id = None
         if context is not None and self.streaming:
             batch_id = context.getLocalProperty(BATCH_ID_PROPERTY)
+            from producer.streaming import QUERY_ID_PROPERTY  # the query id (kept in the checkpoint)
+
             query_id = context.getLocalProperty(QUERY_ID_PROPERTY)
         txn_id = self._txn_for(batch_id)
         # a random block of file numbers per task run: a re-run never writes over a committed file

@@ -21,6 +21,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from kernel.ready import ARBITER_READY, CONSUMER_READY
 from kernel.settings import DEFAULT_ARBITER_METRICS_PORT
 from ordo.errors import OrdoError
 from ordo.settings import Settings
@@ -297,7 +298,6 @@ class ProcessGroup:
         self.stop()
 
 
-ARBITER_READY = r"arbiter ready"
 ARBITER_METRICS = r"arbiter metrics at (\S+)/metrics"
 
 
@@ -334,7 +334,6 @@ def start_arbiter(
     return process
 
 
-CONSUMER_READY = r"consumer ready"
 CONSUMER_URL = r"ORDO_CATALOG_URL=(\S+)"
 
 

@@ -52,10 +52,10 @@ from typing import Any
 from arbiter.core import RETENTION_PROPERTY, restore_retention_ms
 from ordo.errors import OrdoError, VersionNotFoundError
 from ordo.files import filesystem
+from schemas.paths import STAGING_DIR
 
 log = logging.getLogger("ordo.vacuum")
 
-STAGING_DIR = "_staging"
 DEFAULT_ORPHAN_AGE_HOURS = 24.0  # an orphan younger than this may be a running writer's file
 MIN_ORPHAN_AGE_HOURS = 1.0  # going below this needs ``force``: longer than any sane write + publish
 _TXN_FILE = re.compile(r"(?P<txn>.+)-\d+\.parquet")

@@ -37,14 +37,13 @@ from urllib.parse import unquote
 from kernel.errors import OrdoError
 from schemas import DataFile, TableMetadata
 from schemas.operations import OP_COLUMN, OP_DELETE, OP_UPSERT, RESERVED_COLUMNS, RESERVED_PREFIX, SEQ_COLUMN
-from schemas.paths import data_file_path
+from schemas.paths import STAGING_DIR, data_file_path
 
 if TYPE_CHECKING:
     from pyarrow.fs import FileSystem
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import DataType, StructType
 
-STAGING_DIR = "_staging"
 BUCKET_COLUMN = "_ordo_b"  # hidden staging column: the record's bucket (producer.buckets)
 # Column names a table may not use: ours in files, and the change feed's.
 EXAMPLES = 5  # offending keys quoted in an error message

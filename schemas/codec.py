@@ -39,7 +39,6 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any, TypeVar
 
 import fastavro
@@ -47,7 +46,14 @@ from fastavro.schema import fingerprint, to_parsing_canonical_form
 from pydantic import BaseModel, ValidationError
 
 from schemas.errors import CodecError, UnknownSchemaError
-from schemas.history import current_schema, inline_references, released_schemas, schema_fingerprint, wire_fingerprint
+from schemas.history import (
+    AVRO_DIR,
+    current_schema,
+    inline_references,
+    released_schemas,
+    schema_fingerprint,
+    wire_fingerprint,
+)
 from schemas.models import (
     MAX_BUCKET,
     MAX_FILES_PER_INTENT,
@@ -67,7 +73,6 @@ from schemas.models import (
 )
 from schemas.topics import TABLE_NAME_PATTERN
 
-AVRO_DIR = Path(__file__).parent / "avro"
 MAGIC = b"\xc3\x01"
 HEADER_LEN = 10
 Event = CommitIntent | CommitDecision

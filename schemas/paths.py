@@ -11,7 +11,7 @@ the table location:
   of the rejected txn that wrote them (our writers use one write id per
   intent; the arbiter does not require it). The arbiter refuses a write id
   that an accepted commit already used, so a path that was ever live can
-  never be added again;
+  never be added again (but by a RESTORE, to a version it was live at);
 * ``n`` numbers the files of one write (decimal digits).
 """
 
@@ -25,6 +25,8 @@ _ESCAPE = frozenset([chr(c) for c in range(0x00, 0x20)] + list("\"#%'*/:=?\\\x7f
 _NEEDS_ESCAPE = re.compile("[" + re.escape("".join(sorted(_ESCAPE))) + "]").search
 _SUFFIX = ".parquet"
 FILE_NAME_PATTERN = "<write id>-<n>.parquet"
+# Where a running write stages its files under the table location before they get their final paths.
+STAGING_DIR = "_staging"
 
 
 def escape_partition_value(value: str) -> str:

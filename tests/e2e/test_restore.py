@@ -87,7 +87,8 @@ def test_restore_to_version_is_metadata_only_and_its_change_feed_is_the_differen
     decision = result.decision  # the arbiter's decision as the writer got it
     assert decision is not None
     assert (decision.operation, decision.restore_version, decision.partitions) == (Operation.RESTORE, 3, None)
-    assert table.decisions(1)[0].operation is Operation.RESTORE  # and in the catalog's history
+    history = table.decisions(1)[0]  # and in the catalog's history
+    assert (history.operation, history.restore_version) == (Operation.RESTORE, 3)
     assert {f.path for f in table.snapshot().files} == {f.path for f in table.snapshot(3).files}
     assert set(parquet_files(table.location)) == written, "RESTORE writes no file"
     # v1's file is back with its records' sequence 1: v2's update of ids 1 and 3 still wins over it

@@ -141,6 +141,29 @@ class Builder:
         model.update({(dt, k): v for k, v in values.items()})
         return self._commit(self._intent(Operation.INSERT_OVERWRITE, dt, (data,), txn=txn, **kw), model)
 
+    def restore(self, version: int, **kw: Any) -> CommitDecision:
+        """RESTORE to ``version``: its files live again (those not live now re-added), its model the table's."""
+        live = {f.path: f for d in self.decisions if d.accepted and d.id_version is not None for f in d.added_files}
+        at = self.state_files_at(version)
+        intent = CommitIntent(
+            txn_id=uuid.uuid4().hex[:12],
+            table=self.name,
+            operation=Operation.RESTORE,
+            read_version=self.head,
+            added_files=tuple(live[p] for p in sorted(at - set(self.state.files))),
+            restore_version=version,
+            **kw,
+        )
+        return self._commit(intent, dict(self.versions[version]))
+
+    def state_files_at(self, version: int) -> set[str]:
+        files: set[str] = set()
+        for d in self.decisions:
+            if d.accepted and d.duplicate_of is None and d.id_version is not None and d.id_version <= version:
+                files -= set(d.removed_files)
+                files |= {f.path for f in d.added_files}
+        return files
+
     def _commit(self, intent: CommitIntent, model: dict[tuple[str, int], str]) -> CommitDecision:
         decision_model = model
         previous = self.model
@@ -269,6 +292,23 @@ def test_changes_by_id_lists_commits_and_rows(built: Builder) -> None:
     assert "change rows" in text and "truncate" in text
     rewrites = json.loads(run(built, "changes", "events", "--from", "3", "--include-rewrites", "--json").output)
     assert 5 in [c["id_version"] for c in rewrites["commits"]]
+
+
+def test_a_restores_change_rows_are_the_difference_and_history_names_its_target(built: Builder) -> None:
+    """v8 restores v3: id 1 back in dt=2024-05-01 (deleted at v4), dt=2024-05-02 as before the overwrite."""
+    decision = built.restore(3)
+    assert decision.accepted and decision.id_version == 8, decision.message
+    data = json.loads(run(built, "changes", "events", "--from", "8", "--rows", "--json").output)
+    rows = sorted((r["_change_type"], r["dt"], r["id"], r["v"]) for r in data["rows"])
+    assert rows == [
+        ("delete", "2024-05-02", 20, "o"),
+        ("upsert", "2024-05-01", 1, "a"),
+        ("upsert", "2024-05-02", 10, "x"),
+        ("upsert", "2024-05-02", 11, "y"),
+    ]  # ids 2 (B: v3's file keeps sequence 3 over v1's b), 3 and 4 are as they were: no row
+    assert {r["_commit_version"] for r in data["rows"]} == {8}
+    assert "RESTORE TO v3" in run(built, "history", "events").output
+    assert built.versions[8] == built.versions[3]
 
 
 def test_changes_by_time(built: Builder) -> None:

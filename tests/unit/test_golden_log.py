@@ -208,6 +208,13 @@ def test_a_restored_file_keeps_its_first_sequence_in_the_0_4_catalog(tmp_path: P
             "dt=2024-01-01/e-ins3-0.parquet": (9, 5, "INSERT_INTO"),
             "dt=2024-01-02/e-ins4-0.parquet": (9, 7, "INSERT_INTO"),
         }
+        restores = {d.txn_id: (d.id_version, d.restore_version) for d in catalog.history("events") if d.restore_version}
+        assert restores == {
+            "e-restore2": (8, 2),
+            "e-restore7": (9, 7),
+            "e-restore-smuggle": (None, 2),
+            "e-restore-ahead": (None, 9),
+        }
 
 
 def _continued_by_this_release() -> tuple[list, list]:  # type: ignore[type-arg]

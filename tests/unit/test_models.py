@@ -143,6 +143,7 @@ ACCEPTED_JSON = {
     "bytes_added": 1000,
     "prev_hash": "abababababababababababababababababababababababababababababababab",
     "hash": "cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd",
+    "restore_version": None,
 }
 
 REJECTED_JSON = {
@@ -173,6 +174,7 @@ REJECTED_JSON = {
     "bytes_added": 0,
     "prev_hash": None,
     "hash": "efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef",
+    "restore_version": None,
 }
 
 SNAP_JSON = {
