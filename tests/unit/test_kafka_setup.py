@@ -108,5 +108,7 @@ def test_durability_settings_come_from_the_environment_and_reach_child_processes
     assert dict(loaded.topic_config) == {"retention.ms": "86400000"}
     assert load_settings(settings_env(loaded)) == loaded  # a child process gets the same settings
     assert load_settings({}).allow_lossy_logs is False and load_settings({}).topic_replication_factor == 0
-    with pytest.raises(ValueError, match="ORDO_TOPIC_REPLICATION_FACTOR and ORDO_TOPIC_MIN_INSYNC_REPLICAS"):
+    with pytest.raises(
+        ValueError, match="ORDO_TOPIC_REPLICATION_FACTOR='-1': Input should be greater than or equal to 0"
+    ):
         load_settings({"ORDO_TOPIC_REPLICATION_FACTOR": "-1"})

@@ -32,6 +32,9 @@ BAD = {
     "ORDO_LOG_LEVEL": ("loud", "'debug', 'info', 'warning', 'error' or 'critical'"),
     "ORDO_LOG_FORMAT": ("xml", "'text' or 'json'"),
     "ORDO_TOPIC_PREFIX": ("bad prefix!", "ORDO_TOPIC_PREFIX"),
+    "ORDO_TOPIC_REPLICATION_FACTOR": ("-1", "greater than or equal to 0"),
+    "ORDO_TOPIC_MIN_INSYNC_REPLICAS": ("two", "expected an integer"),
+    "ORDO_ALLOW_LOSSY_LOGS": ("sometimes", "expected true or false"),
 }
 
 
