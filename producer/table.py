@@ -601,7 +601,6 @@ class DeltaTable:
             partition_columns=current.partition_columns,
             properties=properties,
         )
-        started = time.perf_counter()
         intent = CommitIntent(
             txn_id=uuid.uuid4().hex,
             table=self.name,
@@ -610,18 +609,7 @@ class DeltaTable:
             metadata=metadata,
             writer=self._writer,
         )
-        decision = self._conn.client.commit(intent, timeout=self.commit_timeout)
-        if not decision.accepted or decision.id_version is None:
-            raise conflict_error(decision, f"ALTER TABLE {self.name}")
-        result = CommitResult(
-            txn_id=intent.txn_id,
-            id_version=decision.id_version,
-            time_version=decision.time_version,
-            operation=Operation.ALTER_TABLE,
-            commit_seconds=time.perf_counter() - started,
-            decision=decision,
-        )
-        self._wait_for_catalog(decision.id_version, result)
+        result = self._commit_now(intent, f"ALTER TABLE {self.name}")
         self._set_metadata(metadata)
         return result
 
@@ -816,7 +804,6 @@ class DeltaTable:
                 f"restoring version {target.id_version} re-adds {len(added)} files, more than the "
                 f"{MAX_FILES_PER_INTENT} one commit may name: restore with rewrite=True"
             )
-        started = time.perf_counter()
         intent = CommitIntent(
             txn_id=uuid.uuid4().hex,
             table=self.name,
@@ -826,14 +813,20 @@ class DeltaTable:
             writer=self._writer,
             restore_version=target.id_version,
         )
+        return self._commit_now(intent, f"RESTORE {self.name} TO VERSION {target.id_version}")
+
+    def _commit_now(self, intent: CommitIntent, what: str) -> CommitResult:
+        """Commit an intent that needs no Spark work (metadata, file actions the catalog knows): the decision, or
+        ``CommitConflictError`` naming ``what``; returns once the catalog shows the version."""
+        started = time.perf_counter()
         decision = self._conn.client.commit(intent, timeout=self.commit_timeout)
         if not decision.accepted or decision.id_version is None:
-            raise conflict_error(decision, f"RESTORE {self.name} TO VERSION {target.id_version}")
+            raise conflict_error(decision, what)
         result = CommitResult(
             txn_id=intent.txn_id,
             id_version=decision.id_version,
             time_version=decision.time_version,
-            operation=Operation.RESTORE,
+            operation=intent.operation,
             commit_seconds=time.perf_counter() - started,
             decision=decision,
         )
