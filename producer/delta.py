@@ -318,6 +318,8 @@ HISTORY_COLUMNS = (
     "timestamp",
     "operation",
     "operationParameters",
+    "operationMetrics",
+    "ordoOperation",
     "readVersion",
     "outcome",
     "reason",
@@ -332,30 +334,54 @@ HISTORY_COLUMNS = (
 )
 HISTORY_SCHEMA = (
     "version BIGINT, timestamp TIMESTAMP, operation STRING, operationParameters MAP<STRING, STRING>, "
-    "readVersion BIGINT, outcome STRING, reason STRING, rebase STRING, txnId STRING, appId STRING, "
-    "batchId BIGINT, userName STRING, numFiles BIGINT, numOutputRows BIGINT, numOutputBytes BIGINT"
+    "operationMetrics MAP<STRING, STRING>, ordoOperation STRING, readVersion BIGINT, outcome STRING, reason STRING, "
+    "rebase STRING, txnId STRING, appId STRING, batchId BIGINT, userName STRING, numFiles BIGINT, "
+    "numOutputRows BIGINT, numOutputBytes BIGINT"
 )
 
 
 def history_rows(records: Sequence[Any]) -> list[tuple[Any, ...]]:
-    """One row per decision record, in ``HISTORY_COLUMNS`` order (newest first as given)."""
+    """One row per decision record, in ``HISTORY_COLUMNS`` order (newest first as given).
+
+    ``operation`` is Delta's name for the commit (the registry's ``delta_name``: ``WRITE``, ``UPDATE``,
+    ``OPTIMIZE``, ...; a MERGE commits as ``UPDATE``), ``ordoOperation`` ordo's own; ``operationMetrics`` has
+    Delta's keys for what ordo records (files, rows and bytes added, files removed).
+    """
     import json
+
+    from schemas.operations import REGISTRY, Operation
 
     rows = []
     for d in records:
         params: dict[str, str] = {}
+        if d.operation in (Operation.INSERT_INTO, Operation.INSERT_OVERWRITE):
+            params["mode"] = "Append" if d.operation is Operation.INSERT_INTO else "Overwrite"
         if d.partitions is not None:
             params["partitions"] = json.dumps([dict(p) for p in d.partitions], sort_keys=True)
+        if d.restore_version is not None:
+            params["version"] = str(d.restore_version)
         if d.message:
             params["message"] = d.message
         if d.conflicting_version is not None:
             params["conflictingVersion"] = str(d.conflicting_version)
+        metrics: dict[str, str] = {}
+        if d.accepted and d.duplicate_of is None:
+            metrics = {
+                "numFiles": str(d.files_added),
+                "numAddedFiles": str(d.files_added),
+                "numRemovedFiles": str(d.files_removed),
+                "numOutputRows": str(d.records_added),
+                "numOutputBytes": str(d.bytes_added),
+            }
+        spec = REGISTRY.get(d.operation) if d.operation is not None else None
         rows.append(
             (
                 d.id_version,
                 d.timestamp or d.log_timestamp,
-                d.operation.value if d.operation is not None else None,
+                (spec.delta_name or d.operation.value) if spec is not None else None,
                 params,
+                metrics,
+                d.operation.value if d.operation is not None else None,
                 d.read_version,
                 d.outcome.value,
                 d.reason,

@@ -184,6 +184,7 @@ class OperationSpec:
     catalog: CatalogEffect  # its effect on the consumer's catalog
     change_rows: ChangeRows  # its change-feed rows
     since: str = "0.1"  # the release whose wire schema first carries it
+    delta_name: str = ""  # what Delta Lake's DESCRIBE HISTORY calls such a commit (``DeltaTable.history``)
 
     @property
     def removes_files(self) -> bool:
@@ -234,18 +235,19 @@ _REWRITE_REASONS = (
 )
 
 
-def _write(operation: Operation, op_class: OpClass, removes: Removes, rows: ChangeRows) -> OperationSpec:
+def _write(operation: Operation, op_class: OpClass, removes: Removes, rows: ChangeRows, delta: str) -> OperationSpec:
     return OperationSpec(
         operation, op_class, operation is not Operation.TRUNCATE, removes, True, False, _WRITE, _WRITE_REASONS,
-        CatalogEffect.FILES, rows,
+        CatalogEffect.FILES, rows, delta_name=delta,
     )  # fmt: skip
 
 
 def _rewrite(operation: Operation, op_class: OpClass, reasons: tuple[Reason, ...] = _REWRITE_REASONS) -> OperationSpec:
     checks = _REWRITE
     return OperationSpec(
-        operation, op_class, True, Removes.NAMED, False, False, checks, reasons, CatalogEffect.FILES, ChangeRows.NONE
-    )
+        operation, op_class, True, Removes.NAMED, False, False, checks, reasons, CatalogEffect.FILES, ChangeRows.NONE,
+        delta_name="OPTIMIZE",
+    )  # fmt: skip
 
 
 # The matrix's rows and columns, in ``OpClass`` order. ALTER's cells are not a policy's choice (docs/conflicts.md).
@@ -267,13 +269,13 @@ REGISTRY: Mapping[Operation, OperationSpec] = MappingProxyType(
             OperationSpec(
                 Operation.CREATE_TABLE, None, False, Removes.NOTHING, True, True, (Check.CREATE,),
                 (Reason.TABLE_EXISTS, Reason.INVALID_METADATA, Reason.INVALID_OPERATION), CatalogEffect.CREATE,
-                ChangeRows.NONE,
+                ChangeRows.NONE, delta_name="CREATE TABLE",
             ),
-            _write(Operation.INSERT_INTO, OpClass.INSERT, Removes.NOTHING, ChangeRows.KEYED),
-            _write(Operation.INSERT_OVERWRITE, OpClass.OVERWRITE, Removes.SCOPE, ChangeRows.SCOPE),
-            _write(Operation.TRUNCATE, OpClass.OVERWRITE, Removes.SCOPE, ChangeRows.SCOPE),
-            _write(Operation.UPDATE, OpClass.UPDATE, Removes.NOTHING, ChangeRows.KEYED),
-            _write(Operation.DELETE, OpClass.UPDATE, Removes.NOTHING, ChangeRows.KEYED),
+            _write(Operation.INSERT_INTO, OpClass.INSERT, Removes.NOTHING, ChangeRows.KEYED, "WRITE"),
+            _write(Operation.INSERT_OVERWRITE, OpClass.OVERWRITE, Removes.SCOPE, ChangeRows.SCOPE, "WRITE"),
+            _write(Operation.TRUNCATE, OpClass.OVERWRITE, Removes.SCOPE, ChangeRows.SCOPE, "TRUNCATE"),
+            _write(Operation.UPDATE, OpClass.UPDATE, Removes.NOTHING, ChangeRows.KEYED, "UPDATE"),  # MERGE too
+            _write(Operation.DELETE, OpClass.UPDATE, Removes.NOTHING, ChangeRows.KEYED, "DELETE"),
             _rewrite(Operation.MINOR_COMPACT, OpClass.MINOR_COMPACT, _REWRITE_REASONS[:-1]),
             _rewrite(Operation.MAJOR_COMPACT, OpClass.MAJOR_COMPACT),
             _rewrite(Operation.CLUSTER, OpClass.CLUSTER),
@@ -283,7 +285,7 @@ REGISTRY: Mapping[Operation, OperationSpec] = MappingProxyType(
                     Reason.UNSUPPORTED_ALTER, Reason.INVALID_METADATA, Reason.INVALID_PARTITION,
                     Reason.INVALID_OPERATION, Reason.CONFLICT_LATER_FAILS,
                 ),
-                CatalogEffect.METADATA, ChangeRows.NONE, since="0.3",
+                CatalogEffect.METADATA, ChangeRows.NONE, since="0.3", delta_name="ALTER TABLE",
             ),
             # A whole-table overwrite made of files the table already had: class OVERWRITE (docs/conflicts.md).
             OperationSpec(
@@ -294,7 +296,7 @@ REGISTRY: Mapping[Operation, OperationSpec] = MappingProxyType(
                     Reason.INVALID_PARTITION, Reason.INVALID_BUCKET, Reason.INVALID_OPERATION,
                     Reason.BATCH_ALREADY_COMMITTED, Reason.CONFLICT_LATER_FAILS,
                 ),
-                CatalogEffect.RESTORE, ChangeRows.DIFF, since="0.4",
+                CatalogEffect.RESTORE, ChangeRows.DIFF, since="0.4", delta_name="RESTORE",
             ),
         )
     }

@@ -73,7 +73,8 @@ def test_alter_adds_a_column_older_versions_keep_their_schema(spark: Any, writer
 
     # DESCRIBE HISTORY shows it, and the rejected stale commit with its reason.
     history = table.history(include_rejected=True).collect()
-    altered = [h for h in history if h["operation"] == "ALTER_TABLE"]
+    altered = [h for h in history if h["ordoOperation"] == "ALTER_TABLE"]
+    assert {h["operation"] for h in altered} == {"ALTER TABLE"}
     assert len(altered) == 1 and altered[0]["version"] == 2
     assert any(h["reason"] == "SCHEMA_CHANGED" and h["version"] is None for h in history)
 

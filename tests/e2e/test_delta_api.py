@@ -85,7 +85,11 @@ def test_delta_spark_calls_against_a_model(spark: Any, writer_stack: Any) -> Non
     # history as a DataFrame with Delta's columns, newest first, limit honoured
     history = table.history(3).collect()
     assert [h["version"] for h in history] == [7, 6, 5]
-    assert [h["operation"] for h in history] == ["CLUSTER", "MAJOR_COMPACT", "UPDATE"]
+    assert [h["operation"] for h in history] == ["OPTIMIZE", "OPTIMIZE", "UPDATE"]  # Delta's names
+    assert [h["ordoOperation"] for h in history] == ["CLUSTER", "MAJOR_COMPACT", "UPDATE"]
+    merge_metrics = history[2]["operationMetrics"]
+    assert int(merge_metrics["numOutputRows"]) == history[2]["numOutputRows"] > 0
+    assert history[1]["operationMetrics"]["numRemovedFiles"] != "0"  # the compaction removed what it rewrote
     assert all(h["outcome"] == "ACCEPTED" for h in history)
     assert table.history().count() == table.version + 1
 
