@@ -38,7 +38,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from decimal import Decimal
@@ -385,7 +385,8 @@ class TablePublisher:
             published += self._send(pending, Position(done + 1, 0))
         if done >= self.position.version:
             self.position = Position(done + 1, 0)
-            self.owner.status.published_version[self.table] = done
+        # every version before the position is in the topic (``_send`` moves it too)
+        self.owner.status.published_version[self.table] = self.position.version - 1
         return published
 
     def _send(self, records: Sequence[tuple[bytes, bytes]], after: Position) -> int:
@@ -531,12 +532,20 @@ class ChangePublisher:
                 self._held_until[name] = time.monotonic() + self.retry_interval
         return total
 
-    def run(self, catalog: Catalog, on_ready: Callable[[], None] | None = None) -> None:
-        """Publish until ``stop()``; ``on_ready`` once every table was caught up at least once."""
+    def run(
+        self,
+        catalog: Catalog,
+        on_ready: Callable[[], None] | None = None,
+        on_round: Callable[[], None] | None = None,
+    ) -> None:
+        """Publish until ``stop()``; ``on_ready`` once every table was caught up at least once, ``on_round``
+        after every round."""
         ready = False
         try:
             while not self._stop.is_set():
                 published = self.round(catalog)
+                if on_round is not None:
+                    on_round()
                 if not ready and published == 0:
                     ready = True
                     if on_ready is not None:
@@ -554,6 +563,38 @@ class ChangePublisher:
         self._admin = None
 
 
+DEFAULT_METRICS_PORT = 8768  # ordo cdc's /metrics, /healthz, /readyz (the arbiter's is 8767, the compactor's 8766)
+
+
+class _StatusCollector:
+    """The publisher's ``PublisherStatus`` as Prometheus metrics, read at each scrape."""
+
+    def __init__(self, status: PublisherStatus) -> None:
+        self.status = status
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        status = self.status
+        yield CounterMetricFamily("ordo_cdc_records", "Change records published", value=status.records_total)
+        yield CounterMetricFamily(
+            "ordo_cdc_transactions", "Kafka transactions committed", value=status.transactions_total
+        )
+        yield CounterMetricFamily("ordo_cdc_commits", "Table commits fully published", value=status.commits_total)
+        version = GaugeMetricFamily(
+            "ordo_cdc_published_version", "Last ID version fully published, per table", labels=["table"]
+        )
+        for table, done in sorted(status.published_version.items()):
+            version.add_metric([table], done)
+        yield version
+        held = GaugeMetricFamily(
+            "ordo_cdc_tables_held", "Tables whose publishing a problem holds back (1 each)", labels=["table"]
+        )
+        for table in sorted(status.errors):
+            held.add_metric([table], 1)
+        yield held
+
+
 def run_change_publisher(
     settings: Settings,
     *,
@@ -561,13 +602,36 @@ def run_change_publisher(
     tables: Iterable[str] = (),
     max_records: int = MAX_RECORDS_PER_TXN,
     echo: Callable[[str], None] = print,
+    metrics_port: int | None = DEFAULT_METRICS_PORT,
+    metrics_host: str = "127.0.0.1",
 ) -> int:
-    """``ordo cdc``: run until SIGINT/SIGTERM; the exit code (``EXIT_FENCED`` when a newer publisher took over)."""
+    """``ordo cdc``: run until SIGINT/SIGTERM; the exit code (``EXIT_FENCED`` when a newer publisher took over).
+
+    Serves ``/metrics``, ``/healthz`` and ``/readyz`` on ``metrics_port`` (0: any free; None: none)."""
     import signal
 
+    from prometheus_client import CollectorRegistry
+
     from consumer.catalog import Catalog
+    from kernel.observe import Health, ObservabilityServer, register_build_info
 
     publisher = ChangePublisher(settings, template=template, tables=tables, max_records=max_records)
+    registry = CollectorRegistry()
+    register_build_info(registry, "cdc")
+    registry.register(_StatusCollector(publisher.status))  # type: ignore[arg-type]
+    health = Health("cdc")
+    server = None
+    if metrics_port is not None:
+        server = ObservabilityServer(registry, health, metrics_host, metrics_port).start()
+        log.info("cdc metrics at %s/metrics (and /healthz, /readyz)", server.url)
+
+    def ready() -> None:
+        health.ready = True
+        log.info(READY_MESSAGE)
+
+    def turned() -> None:
+        health.beat()
+        health.degraded = dict(publisher.status.errors)  # a table held back shows in /healthz
 
     def _on_signal(signum: int, frame: object) -> None:
         publisher.stop()
@@ -576,13 +640,15 @@ def run_change_publisher(
     echo(f"ORDO_CHANGES_TOPIC={template}")
     try:
         with Catalog(settings.catalog) as catalog:
-            publisher.run(catalog, on_ready=lambda: log.info(READY_MESSAGE))
+            publisher.run(catalog, on_ready=ready, on_round=turned)
     except ChangePublisherFencedError as exc:
         log.error("%s", exc)
         return EXIT_FENCED
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if server is not None:
+            server.close()
     log.info(
         "cdc stopped: %d records in %d transactions",
         publisher.status.records_total,

@@ -384,6 +384,15 @@ def compactor(
     show_default=True,
     help="records per Kafka transaction at most (a larger commit spans several)",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(min=0, max=65535),
+    default=8768,
+    show_default=True,
+    help="serve /metrics, /healthz and /readyz on this port, 0 = any free",
+)
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="address of the metrics server")
+@click.option("--no-metrics", is_flag=True, help="serve no /metrics, /healthz, /readyz")
 @_broker_timeout_option
 @pass_settings
 def cdc(
@@ -392,6 +401,9 @@ def cdc(
     table_names: str | None,
     template: str,
     max_records: int,
+    metrics_port: int,
+    metrics_host: str,
+    no_metrics: bool,
     broker_timeout: float,
 ) -> None:
     """Publish each table's row changes to <prefix>.<table>.changes (Debezium JSON, exactly once).
@@ -413,7 +425,16 @@ def cdc(
     check_broker(settings, broker_timeout)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     tables = [t.strip() for t in (table_names or "").split(",") if t.strip()]
-    raise SystemExit(run_change_publisher(settings, template=template, tables=tables, max_records=max_records))
+    raise SystemExit(
+        run_change_publisher(
+            settings,
+            template=template,
+            tables=tables,
+            max_records=max_records,
+            metrics_port=None if no_metrics else metrics_port,
+            metrics_host=metrics_host,
+        )
+    )
 
 
 @main.command()

@@ -76,7 +76,7 @@ def test_spark_kafka_source_rebuilds_the_table_from_the_change_topic(
     processes.start_arbiter(settings, timeout=60)
     consumer = processes.start_ordo(settings, "consumer", "--no-http", name="consumer")
     consumer.wait_for_line("consumer ready", timeout=60)
-    cdc = processes.start_ordo(settings, "cdc", "--max-records", "50", name="cdc")
+    cdc = processes.start_ordo(settings, "cdc", "--metrics-port", "0", "--max-records", "50", name="cdc")
     rng = random.Random(5)
     with CommitClient(settings=settings) as client, Catalog(settings.catalog) as catalog:
         writer = TableWriter(client, "events", f"{settings.warehouse}/events", SCHEMA, DDL, values)

@@ -18,6 +18,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from consumer.changetopic import ChangePublisher, TablePublisher, topic_name
+from kernel.observe import ordo_version
 from ordo.settings import Settings
 from ordo.stack import ManagedProcess, ProcessGroup
 from producer import CommitClient
@@ -30,9 +31,27 @@ pytestmark = pytest.mark.timeout(300)
 
 
 def start_cdc(processes: ProcessGroup, settings: Settings, *args: str) -> ManagedProcess:
-    process = processes.start_ordo(settings, "cdc", *args, name="cdc")
+    process = processes.start_ordo(settings, "cdc", "--metrics-port", "0", *args, name="cdc")
     process.wait_for_line(r"cdc ready", timeout=60)
     return process
+
+
+def scrape(process: ManagedProcess) -> tuple[dict[str, float], int, int]:
+    """``ordo cdc``'s metrics (name{labels} -> value), and the status codes of its /healthz and /readyz."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    url = process.wait_for_line(r"cdc metrics at (\S+)/metrics", timeout=30).group(1)
+    samples = {}
+    for family in text_string_to_metric_families(httpx.get(f"{url}/metrics", timeout=10).text):
+        for sample in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+            samples[f"{sample.name}{{{labels}}}"] = sample.value
+    return (
+        samples,
+        httpx.get(f"{url}/healthz", timeout=10).status_code,
+        httpx.get(f"{url}/readyz", timeout=10).status_code,
+    )
 
 
 def wait_published(settings: Settings, topic: str, writer: TableWriter, timeout: float = 60.0) -> list[Any]:
@@ -74,6 +93,12 @@ def test_topic_is_the_row_changes_of_every_commit_exactly_once(
         head = catalog.head("events")
     topic = topic_name("{prefix}.{table}.changes", settings.topic_prefix, "events")
     records = wait_published(settings, topic, writer)
+    metrics, healthz, readyz = scrape(cdc)
+    assert (healthz, readyz) == (200, 200)
+    assert metrics["ordo_cdc_records_total{}"] == len(records), metrics
+    published = metrics.get("ordo_cdc_published_version{table=events}")
+    assert published is not None and published >= max(v for v, c in writer.expected.items() if c), metrics
+    assert metrics["ordo_build_info{process=cdc,version=" + ordo_version() + "}"] == 1
     assert cdc.terminate() == 0, cdc.tail()  # SIGTERM: a clean stop
     counts = check_topic(records, writer)
     assert counts["c"] and counts["u"] and counts["d"], counts
@@ -104,7 +129,7 @@ def test_kill_9_of_the_publisher_mid_stream_loses_and_repeats_no_row(
                 writer.random_step(rng, catalog)
             writer.upsert([writer.row(i, "a", rng) for i in range(60)])  # 60 rows: 30 transactions of 2
             writer.wait(catalog)
-            cdc = processes.start_ordo(settings, "cdc", "--max-records", "2", name="cdc")
+            cdc = processes.start_ordo(settings, "cdc", "--metrics-port", "0", "--max-records", "2", name="cdc")
             match = cdc.wait_for_line(r"publishing from version (\d+) row (\d+)", timeout=60)
             resumed.append((int(match.group(1)), int(match.group(2))))
             before = len(read_change_topic(settings.kafka_config(), topic))
@@ -142,6 +167,9 @@ def test_a_newer_publisher_fences_the_older_which_exits_and_no_row_is_repeated(
         writer = TableWriter(client, "events", f"{settings.warehouse}/events")
         writer.upsert([writer.row(i, "a", rng) for i in range(10)])
         elder = start_cdc(processes, settings, "--max-records", "2")
+        # the elder must hold the table's transactional id before it is frozen: a publisher that meets the table
+        # only after the newer one would fence the newer (rightly), not be fenced
+        elder.wait_for_line(r"events\.changes: publishing from version", timeout=60)
         newer = take_over(elder, lambda: start_cdc(processes, settings, "--max-records", "2"))
         for _ in range(10):
             writer.random_step(rng, catalog)
