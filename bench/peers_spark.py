@@ -30,7 +30,18 @@ session is how Spark users run concurrent writes from one application). Each wri
 up, then all start together and commit until the deadline; a commit's latency runs from building its
 DataFrame to the write returning, retries included. A fresh table per system, scenario and round.
 
-Workloads 2-4 of the issue (the seeds' scenario, reads, time travel and change feed) are not measured yet;
+Workload 3, reads: a table of N rows (quick 100,000, full 1,000,000; ``id``, ``v``, 4 partitions ``p``)
+written in one commit, then 100 small upserts of 1% of the keys each with new values: ``insert_into`` on
+ordo (an upsert by primary key, merged on read), ``MERGE INTO ... WHEN MATCHED UPDATE SET * WHEN NOT MATCHED
+INSERT *`` on Delta (deletion vectors on, ``delta.enableDeletionVectors=true``: the documented setting for
+small MERGEs, which then mark rows instead of rewriting files) and on Iceberg (merge-on-read:
+``write.merge.mode=merge-on-read``). Then each system's full read (every row and column into Spark's
+``noop`` sink) and a point read by key (``WHERE id = k``, collected) are timed, uncompacted and again after
+its compaction (ordo ``compact("major")``, Delta ``OPTIMIZE``, Iceberg ``rewrite_data_files`` then
+``rewrite_position_delete_files``), beside plain Parquet of the same final rows (written once by Spark,
+partitioned by ``p``: the floor). Reads alternate between systems, repeated; the median is reported.
+
+Workloads 2 and 4 of the issue (the seeds' scenario; time travel and change feed) are not measured yet;
 they are recorded as pending.
 """
 
@@ -219,6 +230,7 @@ def run() -> list[Result]:
     rounds = pick(2, 3)
     work = Path(tempfile.mkdtemp(prefix="ordo-bench-peers-spark-"))
     outcomes: dict[str, dict[str, list[Any]]] = {}
+    reads: dict[str, Any] = {}
     versions: dict[str, str] = {}
     counter = iter(range(1_000_000))
     with stack("peers-spark", prefix="pspark") as bench_stack:
@@ -251,11 +263,19 @@ def run() -> list[Result]:
                 outcomes[scenario] = interleave({s: side(s) for s in systems}, rounds)
                 if iceberg_error is not None:
                     outcomes[scenario]["iceberg"] = [{"error": iceberg_error}]
+            print("peers-spark: reads", flush=True)
+            try:
+                reads = _reads(spark, work, bench_stack.settings, systems)
+            except Exception as exc:
+                reads = {"error": f"{type(exc).__name__}: {str(exc)[:1500]}"}
+            if iceberg_error is not None:
+                reads.setdefault("errors", {})["iceberg"] = iceberg_error
         finally:
             spark.stop()
             close_connections()
     shutil.rmtree(work, ignore_errors=True)
     results = _results(outcomes, versions, duration, rounds)
+    results.extend(_read_results(reads, versions))
     _plot(results)
     return results
 
@@ -324,11 +344,7 @@ def _results(
                     machine=where,
                 )
             )
-    for what in (
-        "seeds' scenario (ingestion + compaction + UPDATE/DELETE)",
-        "reads after 100 small upserts",
-        "time travel and change feed",
-    ):
+    for what in ("seeds' scenario (ingestion + compaction + UPDATE/DELETE)", "time travel and change feed"):
         results.append(pending(BENCHMARK, what, "", "not measured yet (issue 24, workloads 2-4)"))
     return results
 
@@ -367,3 +383,182 @@ def _plot(results: list[Result]) -> Path | None:
     fig.savefig(PLOT, dpi=110)
     plt.close(fig)
     return PLOT
+
+
+# --------------------------------------------------------------------------- workload 3: reads
+
+
+def _noop(df: Any) -> float:
+    started = time.perf_counter()
+    df.write.format("noop").mode("overwrite").save()
+    return time.perf_counter() - started
+
+
+def _point(df: Any, key: int) -> float:
+    started = time.perf_counter()
+    rows = df.where(f"id = {key}").collect()
+    elapsed = time.perf_counter() - started
+    if len(rows) != 1:
+        raise RuntimeError(f"point read of id {key} found {len(rows)} rows")
+    return elapsed
+
+
+class _ReadTable:
+    """One system's keyed table for the reads: load, upsert, compact, read."""
+
+    def __init__(self, system: str, spark: Any, work: Path, settings: Any) -> None:
+        self.system, self.spark = system, spark
+        if system == "ordo":
+            from producer.table import DeltaTable
+
+            self.ordo = DeltaTable.create(
+                spark, "peers_spark_reads", schema=SCHEMA, primary_key="id", partitioned_by="p", settings=settings
+            )
+        elif system == "delta":
+            self.path = str(work / "delta" / "reads")
+            spark.sql(
+                f"CREATE TABLE delta.`{self.path}` ({SCHEMA}) USING delta PARTITIONED BY (p) "
+                "TBLPROPERTIES ('delta.enableDeletionVectors'='true')"
+            )
+        else:
+            self.name = "ice.db.reads"
+            spark.sql(
+                f"CREATE TABLE {self.name} ({SCHEMA}) USING iceberg PARTITIONED BY (p) TBLPROPERTIES "
+                "('format-version'='2', 'write.merge.mode'='merge-on-read', 'write.update.mode'='merge-on-read', "
+                "'write.delete.mode'='merge-on-read')"
+            )
+
+    def load(self, df: Any) -> None:
+        if self.system == "ordo":
+            self.ordo.insert_into(df)
+        elif self.system == "delta":
+            df.write.format("delta").mode("append").save(self.path)
+        else:
+            df.writeTo(self.name).append()
+
+    def upsert(self, df: Any) -> None:
+        if self.system == "ordo":
+            self.ordo.insert_into(df)
+            return
+        df.createOrReplaceTempView("peers_spark_source")
+        target = f"delta.`{self.path}`" if self.system == "delta" else self.name
+        self.spark.sql(
+            f"MERGE INTO {target} t USING peers_spark_source s ON t.id = s.id "
+            "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+        )
+
+    def compact(self) -> None:
+        if self.system == "ordo":
+            self.ordo.compact("major")
+        elif self.system == "delta":
+            self.spark.sql(f"OPTIMIZE delta.`{self.path}`")
+        else:
+            self.spark.sql("CALL ice.system.rewrite_data_files(table => 'db.reads')")
+            self.spark.sql("CALL ice.system.rewrite_position_delete_files(table => 'db.reads')")
+
+    def read(self) -> Any:
+        if self.system == "ordo":
+            return self.ordo.read()
+        if self.system == "delta":
+            return self.spark.read.format("delta").load(self.path)
+        return self.spark.table(self.name)
+
+
+def _frame(spark: Any, start: int, count: int, tag: str) -> Any:
+    return spark.range(start, start + count).selectExpr(
+        "id", f"concat('{tag}-', CAST(id AS STRING)) AS v", "CAST(id % 4 AS STRING) AS p"
+    )
+
+
+def _reads(spark: Any, work: Path, settings: Any, systems: tuple[str, ...]) -> dict[str, Any]:
+    rows = pick(100_000, 1_000_000)
+    upserts = 100
+    per_upsert = rows // 100
+    repeats = pick(3, 5)
+    tables: dict[str, _ReadTable] = {}
+    errors: dict[str, str] = {}
+    build_s: dict[str, float] = {}
+    for system in systems:
+        try:
+            started = time.perf_counter()
+            table = _ReadTable(system, spark, work, settings)
+            table.load(_frame(spark, 0, rows, "base"))
+            for i in range(upserts):
+                table.upsert(_frame(spark, (i * per_upsert * 7) % rows, per_upsert, f"u{i}"))
+            build_s[system] = round(time.perf_counter() - started, 1)
+            tables[system] = table
+        except Exception as exc:
+            errors[system] = f"{type(exc).__name__}: {str(exc)[:1500]}"
+    reference = next(iter(tables.values()), None)
+    if reference is None:
+        return {"errors": errors}
+    plain = str(work / "plain")
+    reference.read().write.partitionBy("p").parquet(plain)
+    counts = {s: t.read().count() for s, t in tables.items()}
+    key = rows // 2 + 1
+
+    def sides(stage: str) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "plain full": lambda _r: _noop(spark.read.parquet(plain)),
+            "plain point": lambda _r: _point(spark.read.parquet(plain), key),
+        }
+        for system, table in tables.items():
+            out[f"{system} full"] = lambda _r, t=table: _noop(t.read())
+            out[f"{system} point"] = lambda _r, t=table: _point(t.read(), key)
+        return out
+
+    timings: dict[str, Any] = {"uncompacted": interleave(sides("uncompacted"), repeats)}
+    compact_s: dict[str, float] = {}
+    for system, table in list(tables.items()):
+        try:
+            started = time.perf_counter()
+            table.compact()
+            compact_s[system] = round(time.perf_counter() - started, 1)
+        except Exception as exc:
+            errors[f"{system} compaction"] = f"{type(exc).__name__}: {str(exc)[:1500]}"
+    timings["compacted"] = interleave(sides("compacted"), repeats)
+    return {
+        "rows": rows,
+        "upserts": upserts,
+        "rows_per_upsert": per_upsert,
+        "repeats": repeats,
+        "counts": counts,
+        "build_s": build_s,
+        "compact_s": compact_s,
+        "errors": errors,
+        "seconds": {stage: {k: [round(x, 4) for x in v] for k, v in t.items()} for stage, t in timings.items()},
+        "median_s": {stage: {k: round(median(v), 4) for k, v in t.items()} for stage, t in timings.items()},
+    }
+
+
+def _read_results(reads: dict[str, Any], versions: dict[str, str]) -> list[Result]:
+    where = machine()
+    if "median_s" not in reads:
+        why = reads.get("error") or "; ".join(f"{k}: {v}" for k, v in reads.get("errors", {}).items())
+        return [Result(BENCHMARK, "reads after 100 small upserts", "", None, status="error", notes=why, machine=where)]
+    notes = "; ".join(f"{k}: {v}" for k, v in reads.get("errors", {}).items())
+    results = []
+    for stage, medians in reads["median_s"].items():
+        for kind in ("full", "point"):
+            peers = {s: medians[f"{s} {kind}"] for s in ("delta", "iceberg") if f"{s} {kind}" in medians}
+            best = min(peers, key=lambda s: peers[s]) if peers else None
+            value = medians.get(f"ordo {kind}")
+            peer_value = peers[best] if best else None
+            results.append(
+                Result(
+                    BENCHMARK,
+                    f"{kind} read, {reads['rows']:,} rows after {reads['upserts']} upserts, {stage}",
+                    "s",
+                    value,
+                    peer=best,
+                    peer_value=peer_value,
+                    ratio=ratio(value, peer_value),
+                    target="<= 1.2x the better peer",
+                    met=(value / peer_value <= 1.2) if (value and peer_value) else None,
+                    status="ok" if value is not None else "error",
+                    samples={**reads, "versions": versions, "plain_s": medians.get(f"plain {kind}")},
+                    notes=notes,
+                    machine=where,
+                )
+            )
+    return results
