@@ -73,4 +73,16 @@ test-spark-min: check-java ## The Spark end-to-end tests on the oldest supported
 chaos: setup kafka ## Fault-injection suite, full run (a quick version runs inside make test)
 	CHAOS_PROFILE=full $(BIN)/pytest -q -s tests/chaos
 
-.PHONY: help check-java check-mvn kafka setup prometheus test test-spark-min lint demo bench chaos spark-kafka
+# ordo, Delta Lake and Iceberg on one Spark (bench/peers_spark.py): delta-spark 4.4 supports PySpark up to 4.2,
+# so this venv pins PySpark to ordo's minimum (4.2.0) and installs the bench-spark extra; the jars come with mvn.
+VENV_BENCH_SPARK := .venv-bench-spark
+
+bench-peers-spark: check-java ## ordo vs Delta Lake vs Iceberg on Spark (own venv, PySpark 4.2.0; jars via mvn) -> bench/results.json
+	@test -x $(VENV_BENCH_SPARK)/bin/python || $(PYTHON) -m venv $(VENV_BENCH_SPARK)
+	$(VENV_BENCH_SPARK)/bin/pip install -q --upgrade pip
+	$(VENV_BENCH_SPARK)/bin/pip install -q "pyspark==$(SPARK_MIN)" -e '.[dev,bench,bench-spark]'
+	$(VENV_BENCH_SPARK)/bin/python -c 'import pyspark, sys; sys.exit(pyspark.__version__ != "$(SPARK_MIN)")'
+	$(VENV_BENCH_SPARK)/bin/python tools/spark_lakes.py
+	$(VENV_BENCH_SPARK)/bin/python -m bench peers-spark
+
+.PHONY: help check-java check-mvn kafka setup prometheus test test-spark-min lint demo bench chaos spark-kafka bench-peers-spark

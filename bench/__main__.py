@@ -3,7 +3,8 @@
 Prints a Markdown table and writes ``bench/results.json``: one object per
 benchmark with its figures (ours, the peer's, their ratio, the target) and the
 machine they were measured on. Names: core, throughput, latency, pipeline, readable, peers, scale,
-spark, datasource, service (default: all, in that order; Spark last). Running some of them replaces
+spark, datasource, service (default: all, in that order; Spark last); peers-spark (ordo, Delta Lake and
+Iceberg on Spark: run it alone, from ``make bench-peers-spark``, which builds its venv). Running some of them replaces
 their entries in an existing ``results.json`` and keeps the others (each entry
 says when it was measured and in which profile). A benchmark that fails is
 recorded as an error with its reason, and the others still run.
@@ -31,12 +32,19 @@ BENCHMARKS = {
     "spark": "spark",
     "datasource": 'format("ordo") sink and change feed',
     "service": "table service",
+    "peers-spark": "peers on Spark",
 }
 RESULTS = ROOT / "bench" / "results.json"
+OWN_VENV = {"peers-spark"}  # not in the default run: it needs the venv make bench-peers-spark builds
+
+
+def module(name: str) -> str:
+    """The module of benchmark ``name`` (``peers-spark`` is ``bench.peers_spark``)."""
+    return f"bench.{name.replace('-', '_')}"
 
 
 def main(argv: list[str]) -> int:
-    names = argv or list(BENCHMARKS)
+    names = argv or [n for n in BENCHMARKS if n not in OWN_VENV]
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
         print(f"unknown benchmark(s) {unknown}; choose from {list(BENCHMARKS)}", file=sys.stderr)
@@ -50,7 +58,7 @@ def main(argv: list[str]) -> int:
         t0 = time.perf_counter()
         print(f"--- {name}", flush=True)
         try:
-            results = importlib.import_module(f"bench.{name}").run()
+            results = importlib.import_module(module(name)).run()
         except Exception as exc:
             traceback.print_exc()
             results = [
@@ -71,7 +79,7 @@ def main(argv: list[str]) -> int:
         report.append(
             {
                 "benchmark": BENCHMARKS[name],
-                "module": f"bench.{name}",
+                "module": module(name),
                 "profile": profile(),
                 "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
                 "seconds": round(seconds, 1),
@@ -116,7 +124,7 @@ def _merge(report: list[dict[str, object]]) -> list[dict[str, object]]:
         if entry.get("module") not in ran
     }
     merged = {entry["module"]: entry for entry in report} | kept
-    order = [f"bench.{name}" for name in BENCHMARKS]
+    order = [module(name) for name in BENCHMARKS]
     return [merged[m] for m in order if m in merged]
 
 
