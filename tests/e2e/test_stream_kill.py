@@ -30,6 +30,7 @@ import pytest
 
 from ordo.datasource import settings_options
 from producer.table import DeltaTable
+from tests.chaos.common import first_decisions, read_logs
 from tests.e2e.stack import parquet_files, writer_stack  # noqa: F401
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
@@ -70,6 +71,26 @@ def wait(child: subprocess.Popen[bytes], log: Path, done: Callable[[], bool], po
         time.sleep(poll)
 
 
+def settle(settings: Any, table: str, catalog: Any, timeout: float = 60.0) -> None:
+    """Wait until every intent the killed query published is decided and the catalog shows the last decision.
+
+    A kill can land after a batch's intent reached the broker and before its
+    decision: that batch still commits, a moment later. Checking the history,
+    the table and the files at different moments of that would compare two
+    different tables.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        logs = read_logs(settings, table)
+        first, _ = first_decisions(logs)
+        if len(first) == len(logs.intents):
+            versions = [d.id_version for d in first.values() if d.accepted and d.id_version is not None]
+            if catalog.head(table) >= max(versions, default=0):
+                return
+        assert time.monotonic() < deadline, f"{len(logs.intents) - len(first)} intent(s) still undecided"
+        time.sleep(0.2)
+
+
 def test_sink_killed_mid_run_commits_every_batch_once(spark: Any, writer_stack: Any, tmp_path: Path) -> None:  # noqa: F811
     settings = writer_stack.settings
     table = DeltaTable.create(
@@ -100,6 +121,7 @@ def test_sink_killed_mid_run_commits_every_batch_once(spark: Any, writer_stack: 
         time.sleep(0.3)  # the second kill lands mid-batch, wherever the query is
     finally:
         kill(child)
+    settle(settings, "kill_sink", catalog)
 
     history = catalog.history("kill_sink")
     trail = [(d.outcome.value, d.reason, d.app_id, d.batch_id) for d in reversed(history)]
