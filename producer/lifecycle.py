@@ -327,3 +327,4 @@ class Lifecycle:
             if self._state in (_COMMITTED, _ABORTED, _FAILED):
                 return
             self._discard()
+            self._state = _ABORTED
