@@ -349,6 +349,8 @@ def _measure(kind: str) -> tuple[dict[str, list[list[float]]], dict[str, float],
 
 
 def _results(kind: str) -> list[Result]:
+    from kernel.settings import resolve_waits
+
     runs, idle, settings, block, rounds, idle_seconds = _measure(kind)
     warmup = 20
     idle_total = round(sum(idle.values()), 2)
@@ -363,6 +365,7 @@ def _results(kind: str) -> list[Result]:
         name: [round(percentile([x * 1000 for x in b], 50), 2) for b in runs[name]] for name in ("ordo", "raw", "floor")
     }
     label = broker_label(kind)
+    waits = resolve_waits(settings, kind)
     common = {
         "samples": {
             "broker": kind,
@@ -383,9 +386,9 @@ def _results(kind: str) -> list[Result]:
         "ordo arbiter subprocess; raw round trip at fetch.wait.max.ms=1, "
         "linger.ms=0, acks=all, idempotent, read_committed; floor = the same hops through a transactional relay "
         "process without ordo (read at fetch.wait.max.ms=1, one Kafka transaction per record, linger.ms=5); "
-        f"ordo at its defaults for this broker: fetch waits arbiter busy {settings.fetch_wait_busy_ms} ms / idle "
-        f"{settings.fetch_wait_idle_ms} ms, commit client {settings.client_fetch_wait_ms} ms, consumer "
-        f"{settings.consumer_fetch_wait_ms} ms; idle CPU over {idle_seconds} s",
+        f"ordo at its defaults for this broker: fetch waits arbiter busy {waits.busy} ms / idle "
+        f"{waits.idle} ms, commit client {waits.client} ms, consumer "
+        f"{waits.consumer} ms; idle CPU over {idle_seconds} s",
     }
     p50, p99 = stats["ordo"]["p50"], stats["ordo"]["p99"]
     r50 = ratio(p50, stats["raw"]["p50"])
