@@ -1,8 +1,8 @@
 """Fleet handover: three ``ordo arbiter --fleet`` share tables; kill -9 one; the time until its tables decide again.
 
 On each broker of the run (``BENCH_BROKERS``; Apache Kafka: 1 node), three
-arbiters join the fleet's consumer group and split ``tables`` tables. A writer
-thread commits a trickle to every table. Then, ``kills`` times: the instance
+arbiters join the fleet's consumer group and split ``tables`` tables. Then,
+``kills`` times: one commit to every table (every owner warm), the instance
 owning tables (from its log) is killed with SIGKILL, one intent is submitted to
 each of its tables at once, and the figure is the time from the kill to each
 decision (the group noticing the death after ``session.timeout.ms``, the new

@@ -12,8 +12,8 @@ other, each waited out before the next:
   again afterwards;
 * SIGSTOP of the node leading the intents partition (decisions in odd rounds)
   for ``PAUSE`` seconds, then SIGCONT: a node that hangs with its connections
-  open, the stand-in for a network partition (network namespaces need root,
-  which this machine's test user does not have).
+  open, the stand-in for a network partition (a real cut needs each node in a
+  network namespace of its own, which ``KafkaCluster`` does not set up).
 
 After each fault: the time until the writers had ``RESUMED`` more answers (the
 figure reported). After each round the writers hold, and: every acknowledged
