@@ -39,7 +39,7 @@ import pytest
 
 from consumer import Catalog
 from kernel.keys import embedded_keys
-from ordo.kafka import KafkaCluster
+from ordo.kafka import KafkaCluster, active_controller, wait_in_sync
 from ordo.settings import Settings
 from ordo.stack import ProcessGroup
 from producer import CommitClient
@@ -173,7 +173,7 @@ def _kill_and_restart(cluster: KafkaCluster, node: int, fleet: Fleet) -> float:
     cluster.kill_node(node)
     resumed = _resumed(fleet, since, began)
     cluster.start_node(node)
-    cluster.wait_in_sync()
+    wait_in_sync(cluster)
     return resumed
 
 
@@ -185,7 +185,7 @@ def _pause_and_thaw(cluster: KafkaCluster, node: int, fleet: Fleet) -> float:
     finally:
         cluster.resume_node(node)
     resumed = _resumed(fleet, since, began)
-    cluster.wait_in_sync()
+    wait_in_sync(cluster)
     return resumed
 
 
@@ -249,7 +249,7 @@ def test_commits_survive_killed_leaders_controllers_and_frozen_nodes(request: An
                 if round_ % 2:
                     topics.reverse()
                 timings["leader"].append(_kill_and_restart(cluster, cluster.leader_of(topics[0]), fleet))
-                timings["controller"].append(_kill_and_restart(cluster, cluster.active_controller(), fleet))
+                timings["controller"].append(_kill_and_restart(cluster, active_controller(cluster), fleet))
                 timings["frozen"].append(_pause_and_thaw(cluster, cluster.leader_of(topics[1]), fleet))
                 fleet.quiesce(COMMIT_TIMEOUT + 30)
                 heads.append(_check_round(settings, fleet, catalog, group, round_))
