@@ -168,10 +168,12 @@ def _resumed(fleet: Fleet, since: int, began: float) -> float:
     return time.monotonic() - began
 
 
-def _kill_and_restart(cluster: KafkaCluster, node: int, fleet: Fleet) -> float:
+def _kill_and_restart(cluster: KafkaCluster, node: int, fleet: Fleet, controller: bool = False) -> float:
     since, began = fleet.answered(), time.monotonic()
     cluster.kill_node(node)
     resumed = _resumed(fleet, since, began)
+    if controller:  # the fault was the one meant: the survivors elected another controller
+        wait_until(lambda: active_controller(cluster) != node, 60, f"a controller other than node {node}")
     cluster.start_node(node)
     wait_in_sync(cluster)
     return resumed
@@ -249,7 +251,9 @@ def test_commits_survive_killed_leaders_controllers_and_frozen_nodes(request: An
                 if round_ % 2:
                     topics.reverse()
                 timings["leader"].append(_kill_and_restart(cluster, cluster.leader_of(topics[0]), fleet))
-                timings["controller"].append(_kill_and_restart(cluster, active_controller(cluster), fleet))
+                timings["controller"].append(
+                    _kill_and_restart(cluster, active_controller(cluster), fleet, controller=True)
+                )
                 timings["frozen"].append(_pause_and_thaw(cluster, cluster.leader_of(topics[1]), fleet))
                 fleet.quiesce(COMMIT_TIMEOUT + 30)
                 heads.append(_check_round(settings, fleet, catalog, group, round_))
