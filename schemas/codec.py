@@ -12,10 +12,11 @@ Two implementations of one wire format:
 
 * **Fast path** (the arbiter decodes one intent and encodes one decision per
   record; the consumer and rebuilds decode every decision): a reader and a
-  writer for the current schemas. The reader is one table per record type
-  (each field with the function that reads it) and builds the models
-  directly, checking on the way every limit the models declare, without
-  pydantic validation. An intent's files and partitions keep their bytes
+  writer for the current schemas, both generated from one field table per
+  record type (each field with its ``Kind``, which reads and writes its Avro
+  type, and the model's limits). The reader builds the models directly,
+  checking on the way every limit the models declare, without pydantic
+  validation. An intent's files and partitions keep their bytes
   (``WireTuple``), which the writer of its decision copies. Avro binary is
   simple: zig-zag varints, length-prefixed UTF-8, a varint union branch index,
   an enum symbol index, block-encoded arrays and maps.

@@ -1,7 +1,7 @@
 """The codec's fast path is equivalent to the reference path (fastavro + pydantic), limits included.
 
-``schemas.codec`` reads and writes the current schemas with hand-written code
-and builds models without pydantic; it bails out to fastavro and
+``schemas.codec`` reads and writes the current schemas with code generated from
+its field tables and builds models without pydantic; it bails out to fastavro and
 ``model_validate`` on anything unusual. These tests hold the two paths side by
 side on generated inputs:
 
