@@ -672,6 +672,11 @@ def trusted(model: type[M], values: dict[str, Any]) -> M:
     return instance
 
 
+# --------------------------------------------------------------------------- writers of the Avro types
+#
+# The writing half of the kinds below (``Kind.write``): each appends the
+# canonical bytes of one value to ``out``.
+
 _LONG_MIN = -(1 << 63)
 _LONG_MAX = (1 << 63) - 1
 
