@@ -39,7 +39,20 @@ def test_a_qualified_name_is_refused_naming_the_rule_and_the_table(name: str) ->
 
 @pytest.mark.parametrize(
     "name",
-    ["", "my-table", "1events", "`x.y`", "a..b", "events.", ".events", "`events", "ev`ents", "e v", "A" * 129, "`a``b`"],
+    [
+        "",
+        "my-table",
+        "1events",
+        "`x.y`",
+        "a..b",
+        "events.",
+        ".events",
+        "`events",
+        "ev`ents",
+        "e v",
+        "A" * 129,
+        "`a``b`",
+    ],
 )
 def test_anything_else_is_refused_naming_the_rule(name: str) -> None:
     with pytest.raises(InvalidNameError, match="case-insensitive as in Spark's catalog") as refused:
