@@ -797,14 +797,14 @@ def _optional(kind: Kind, read: Callable[..., tuple[Any, int]] | None = None) ->
     return Kind(read or _optional_reader(kind.read), write, some=kind)
 
 
-def _optional_reader(reader: Reader) -> Reader:
-    def read(data: bytes, pos: int) -> tuple[Any, int]:
+def _optional_reader(reader: Callable[..., tuple[Any, int]]) -> Callable[..., tuple[Any, int]]:
+    def read(data: bytes, pos: int, *constants: Any) -> tuple[Any, int]:
         branch = data[pos]
         if branch == 0:
             return None, pos + 1
         if branch != 2:
             raise _Bail("union branch")
-        return reader(data, pos + 1)
+        return reader(data, pos + 1, *constants)
 
     return read
 
