@@ -364,24 +364,6 @@ def _read_str(data: bytes, pos: int) -> tuple[str, int]:
     return data[pos:end].decode(), end
 
 
-def _read_opt_str(data: bytes, pos: int) -> tuple[str | None, int]:
-    branch = data[pos]
-    if branch == 0:
-        return None, pos + 1
-    if branch != 2:  # zig-zag 1
-        raise _Bail("union branch")
-    return _read_str(data, pos + 1)
-
-
-def _read_opt_long(data: bytes, pos: int) -> tuple[int | None, int]:
-    branch = data[pos]
-    if branch == 0:
-        return None, pos + 1
-    if branch != 2:
-        raise _Bail("union branch")
-    return _read_long(data, pos + 1)
-
-
 def _read_millis(data: bytes, pos: int) -> tuple[datetime, int]:
     """A ``timestamp-millis`` as an aware UTC datetime (as fastavro reads it)."""
     millis, pos = _read_long(data, pos)
@@ -783,8 +765,8 @@ def _scalar(read: Callable[..., tuple[Any, int]], to_bytes: Callable[[Any], byte
     return Kind(read, write, to_bytes)
 
 
-def _optional(kind: Kind, read: Callable[..., tuple[Any, int]] | None = None) -> Kind:
-    """A ``["null", T]`` union of ``kind``; ``read``: a reader of the whole union that is faster than the generic one."""
+def _optional(kind: Kind) -> Kind:
+    """A ``["null", T]`` union of ``kind`` (in a field table, the generated reader and writer take the branch inline)."""
     write_some = kind.write
 
     def write(out: list[bytes], value: Any) -> None:
@@ -794,7 +776,7 @@ def _optional(kind: Kind, read: Callable[..., tuple[Any, int]] | None = None) ->
             out.append(_SOME)
             write_some(out, value)
 
-    return Kind(read or _optional_reader(kind.read), write, some=kind)
+    return Kind(_optional_reader(kind.read), write, some=kind)
 
 
 def _optional_reader(reader: Callable[..., tuple[Any, int]]) -> Callable[..., tuple[Any, int]]:
@@ -857,12 +839,18 @@ def _record_reader(model: type[M], fields: tuple[Field, ...]) -> Callable[[bytes
     the arbiter's pure path in loop overhead alone.
     """
     names = _check_names(model, fields)
-    scope: dict[str, Any] = {"trusted": trusted, "model": model}
+    scope: dict[str, Any] = {"trusted": trusted, "model": model, "Bail": _Bail}
     lines = ["def read(data, pos):"]
     for i, (_, kind, *constants) in enumerate(fields):
-        scope[f"read_{i}"] = kind.read
         arguments = "".join(f", {constant!r}" for constant in constants)
-        lines.append(f"    value_{i}, pos = read_{i}(data, pos{arguments})")
+        if kind.some is None:
+            scope[f"read_{i}"] = kind.read
+            lines.append(f"    value_{i}, pos = read_{i}(data, pos{arguments})")
+            continue
+        scope[f"read_{i}"] = kind.some.read  # a union: its branch inline, then the kind of its branch 1
+        lines += ["    branch = data[pos]", "    if branch == 0:", f"        value_{i} = None", "        pos += 1"]
+        lines += ["    elif branch == 2:", f"        value_{i}, pos = read_{i}(data, pos + 1{arguments})", "    else:"]
+        lines.append("        raise Bail('union branch')")
     values = ", ".join(f"{name!r}: value_{i}" for i, name in enumerate(names))
     lines.append(f"    return trusted(model, {{{values}}}), pos")
     read: Callable[[bytes, int], tuple[M, int]] = _compile(lines, scope)["read"]
@@ -948,14 +936,14 @@ def _millis_bytes(value: Any) -> bytes:
 
 
 _LONG = _scalar(_read_long, _long_bytes)
-_OPT_LONG = _optional(_LONG, _read_opt_long)
+_OPT_LONG = _optional(_LONG)
 _VERSION = _scalar(_checked_version, _long_bytes)  # a long in 0..MAX_VERSION
 _BUCKET = _scalar(_checked_bucket, _long_bytes)
 _OPT_MILLIS = _optional(_scalar(_read_millis, _millis_bytes))  # timestamp-millis as an aware UTC datetime
 _STR = Kind(_read_str, _write_str)
-_OPT_STR = _optional(_STR, _read_opt_str)
+_OPT_STR = _optional(_STR)
 _CHECKED_STR = Kind(_checked_str, _write_str)  # (least, most) characters
-_CHECKED_OPT_STR = _optional(_STR, _checked_opt_str)
+_CHECKED_OPT_STR = _optional(_CHECKED_STR)
 _TABLE_NAME = Kind(_table_name, _write_str)
 _BYTES = Kind(_read_bytes, _write_bytes)
 _STR_MAP = Kind(_read_str_map, _write_str_map)
