@@ -739,7 +739,8 @@ class Kind:
     ``write(out, value)`` appends the value's canonical bytes to ``out``. The
     generated writers inline two shapes: ``to_bytes``, a value written in one
     piece (a long: a function; an enum symbol: a dict), and ``some``, the kind
-    of ``T`` in a ``["null", T]`` union (the branch is written inline).
+    of ``T`` in a ``["null", T]`` union (the generated reader and writer take
+    the branch inline and call ``some``'s own).
     """
 
     read: Callable[..., tuple[Any, int]]
