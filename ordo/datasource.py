@@ -69,6 +69,7 @@ from ordo.errors import OrdoError
 from ordo.settings import Settings, load_settings, parse_bool
 from schemas.models import ddl_columns as _ddl_columns
 from schemas.operations import Reason
+from schemas.topics import table_identifier
 
 NAME = "ordo"
 SETTINGS_OPTIONS = {
@@ -302,6 +303,7 @@ class OrdoDataSource(DataSource):
         name = opts.get("path") or opts.get("table")
         if not name:
             raise DataSourceOptionError('name the table: load("events"), save("events") or option("table", ...)')
+        name = table_identifier(name)  # Spark's rules: "Events" is table events; db.table is refused
         settings = self._settings()
         with Catalog(settings.catalog) as catalog:
             info = catalog.table(name)

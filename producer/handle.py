@@ -254,8 +254,14 @@ class TableHandle:
 
     @classmethod
     def forName(cls, spark: SparkSession, name: str, **options: Any) -> Self:
-        """Delta's name for ``open``: the table ``name`` (``TableNotFoundError`` if the catalog does not know it)."""
-        return cls.open(spark, name, **options)
+        """Delta's name for ``open``: the table ``name`` (``TableNotFoundError`` if the catalog does not know it).
+
+        ``name`` is a Spark identifier (``schemas.topics.table_identifier``): case-insensitive
+        (``"Events"`` is table ``events``), backticks quote; ``db.table`` raises ``InvalidNameError``.
+        """
+        from schemas.topics import table_identifier
+
+        return cls.open(spark, table_identifier(name), **options)
 
     @classmethod
     def forPath(cls, spark: SparkSession, location: str, **options: Any) -> Self:

@@ -10,6 +10,7 @@ import pytest
 from consumer.errors import TableNotFoundError
 from ordo.vacuum import VacuumError
 from producer.table import DeltaTable
+from schemas.errors import InvalidNameError
 from tests.e2e.stack import writer_stack  # noqa: F401
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
@@ -33,6 +34,11 @@ def test_delta_spark_calls_against_a_model(spark: Any, writer_stack: Any) -> Non
     assert again.location == table.location
     assert DeltaTable.exists(spark, "payments", settings=settings)
     assert DeltaTable.forName(spark, "payments", settings=settings).name == "payments"
+    # Spark's identifier rules: case-insensitive, backticks quote; a database part is refused naming the rule
+    assert DeltaTable.forName(spark, "Payments", settings=settings).name == "payments"
+    assert DeltaTable.forName(spark, "`PAYMENTS`", settings=settings).name == "payments"
+    with pytest.raises(InvalidNameError, match=r"db\.table is refused.*name the table alone \('payments'\)"):
+        DeltaTable.forName(spark, "sales.payments", settings=settings)
     assert DeltaTable.forPath(spark, table.location, settings=settings).name == "payments"
     with pytest.raises(TableNotFoundError):
         DeltaTable.forPath(spark, table.location + "-elsewhere", settings=settings)
