@@ -24,6 +24,7 @@ from producer.data import InvalidOperationError, InvalidTableError, Layout
 from producer.results import CatalogLagError, CommitResult, TableExistsError, conflict_error
 from producer.transaction import Transaction
 from schemas import CommitIntent, Operation, TableMetadata, validate_table_name
+from schemas.topics import table_identifier
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -238,11 +239,14 @@ class TableHandle:
         commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
         catalog_timeout: float = DEFAULT_CATALOG_TIMEOUT,
     ) -> Self:
-        """Open an existing table from the catalog; ``TableNotFoundError`` if the catalog does not know it."""
+        """Open an existing table from the catalog; ``TableNotFoundError`` if the catalog does not know it.
+
+        ``name`` is a Spark identifier, as in ``forName``."""
         resolved = resolve_settings(
             settings, {"bootstrap_servers": bootstrap_servers, "topic_prefix": topic_prefix, "catalog": catalog}
         )
-        info = shared_connection(resolved).catalog.table(validate_table_name(name))
+        name = table_identifier(name)
+        info = shared_connection(resolved).catalog.table(name)
         return cls(
             spark,
             name,
@@ -259,9 +263,7 @@ class TableHandle:
         ``name`` is a Spark identifier (``schemas.topics.table_identifier``): case-insensitive
         (``"Events"`` is table ``events``), backticks quote; ``db.table`` raises ``InvalidNameError``.
         """
-        from schemas.topics import table_identifier
-
-        return cls.open(spark, table_identifier(name), **options)
+        return cls.open(spark, name, **options)
 
     @classmethod
     def forPath(cls, spark: SparkSession, location: str, **options: Any) -> Self:
@@ -289,7 +291,7 @@ class TableHandle:
         )
         register_source(spark, resolved)  # like every DeltaTable call: format("ordo") works with these settings
         try:
-            shared_connection(resolved).catalog.table(validate_table_name(name))
+            shared_connection(resolved).catalog.table(table_identifier(name))
         except TableNotFoundError:
             return False
         return True

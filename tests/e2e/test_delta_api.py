@@ -37,6 +37,7 @@ def test_delta_spark_calls_against_a_model(spark: Any, writer_stack: Any) -> Non
     # Spark's identifier rules: case-insensitive, backticks quote; a database part is refused naming the rule
     assert DeltaTable.forName(spark, "Payments", settings=settings).name == "payments"
     assert DeltaTable.forName(spark, "`PAYMENTS`", settings=settings).name == "payments"
+    assert DeltaTable.exists(spark, "Payments", settings=settings), "exists follows the same rule as forName"
     with pytest.raises(InvalidNameError, match=r"db\.table is refused.*name the table alone \('payments'\)"):
         DeltaTable.forName(spark, "sales.payments", settings=settings)
     assert DeltaTable.forPath(spark, table.location, settings=settings).name == "payments"
