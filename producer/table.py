@@ -57,6 +57,7 @@ from schemas import (
     validate_table_name,
 )
 from schemas.models import MAX_FILES_PER_INTENT
+from schemas.operations import ROW_ID_COLUMN, ROW_ID_DDL, ROW_ID_KEY
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -321,6 +322,10 @@ class DeltaTable:
         canonical text, see ``producer.buckets``). Raises ``TableExistsError`` if
         the table exists and ``InvalidTableError`` for a definition that cannot be a table.
 
+        Without ``primary_key`` the table is keyless (Delta's default): INSERT INTO appends and keeps
+        duplicates, concurrent appends never conflict, and a hidden row id (``_ordo_row_id``, never in what
+        users read or write) is its internal key (docs/api.md, "Keyless tables").
+
         ``DeltaTable.create(spark)`` (no name) is Delta's builder: ``.tableName(...).addColumns(...)...execute()``
         (``producer.builder``).
         """
@@ -341,8 +346,8 @@ class DeltaTable:
                 commit_timeout=commit_timeout,
                 catalog_timeout=catalog_timeout,
             )
-        if schema is None or primary_key is None:
-            raise InvalidTableError(f"DeltaTable.create({name!r}, ...) needs schema= and primary_key=")
+        if schema is None:
+            raise InvalidTableError(f"DeltaTable.create({name!r}, ...) needs schema=")
         validate_table_name(name)
         resolved = _resolve_settings(
             settings,
@@ -354,16 +359,22 @@ class DeltaTable:
             },
         )
         spark_schema = parse_schema(schema) if isinstance(schema, str) else schema
-        key = (primary_key,) if isinstance(primary_key, str) else tuple(primary_key)
+        key = () if primary_key is None else (primary_key,) if isinstance(primary_key, str) else tuple(primary_key)
         parts = (partitioned_by,) if isinstance(partitioned_by, str) else tuple(partitioned_by)
         check_definition(spark_schema, key, parts)
+        ddl = schema_to_ddl(spark_schema)
+        if not key:  # keyless: the hidden row id column is the internal key
+            if primary_key is not None:
+                raise InvalidTableError("primary_key names no column: leave it out for a keyless table")
+            key, ddl = ROW_ID_KEY, f"{ddl}, {ROW_ID_DDL}"
         props = {str(k): str(v) for k, v in (properties or {}).items()}
         given = props.get(BUCKETS_PROPERTY)
         if buckets is not None and given is not None and str(buckets) != given:
             raise InvalidTableError(f"buckets={buckets} and property {BUCKETS_PROPERTY}={given!r} disagree")
         try:
             count = choose_buckets(
-                buckets if buckets is not None else given, [spark_schema[k].dataType.simpleString() for k in key]
+                buckets if buckets is not None else given,
+                ["string" if k == ROW_ID_COLUMN else spark_schema[k].dataType.simpleString() for k in key],
             )
         except BucketError as exc:
             raise InvalidTableError(str(exc)) from exc
@@ -374,7 +385,7 @@ class DeltaTable:
             location = os.path.abspath(location)
         metadata = TableMetadata(
             location=location,
-            schema=schema_to_ddl(spark_schema),
+            schema=ddl,
             primary_key=key,
             partition_columns=parts,
             properties=props,
@@ -514,13 +525,18 @@ class DeltaTable:
 
     @property
     def schema(self) -> StructType:
-        """The table schema as a Spark StructType."""
-        return self.layout.schema()
+        """The table schema as a Spark StructType (a keyless table's without its hidden row id)."""
+        return self.layout.user_schema()
 
     @property
     def primary_key(self) -> tuple[str, ...]:
-        """The primary key columns."""
-        return self.layout.primary_key
+        """The primary key columns; empty for a keyless table."""
+        return () if self.layout.keyless else self.layout.primary_key
+
+    @property
+    def keyless(self) -> bool:
+        """True for a table created without a primary key (append-only, duplicates kept)."""
+        return self.layout.keyless
 
     @property
     def partition_columns(self) -> tuple[str, ...]:
@@ -590,7 +606,11 @@ class DeltaTable:
             if not added.fields:
                 raise InvalidOperationError("add_columns names no column")
             schema = f"{schema}, {schema_to_ddl(added)}"
-            check_definition(parse_schema(schema), current.primary_key, current.partition_columns)
+            check_definition(
+                parse_schema(f"{current.user_schema}, {schema_to_ddl(added)}"),
+                current.user_key,
+                current.partition_columns,
+            )
         properties = {**current.properties, **{str(k): str(v) for k, v in (set_properties or {}).items()}}
         if schema == current.schema and properties == dict(current.properties):
             raise InvalidOperationError("alter needs add_columns or set_properties that change the table")
@@ -962,6 +982,7 @@ class Transaction:
         self._noop = False
         self._writer: FileWriter | None = None
         self._snapshot: Any = None
+        self._row_writes = 0
         self._lock = threading.RLock()
 
     def __repr__(self) -> str:
@@ -1006,6 +1027,18 @@ class Transaction:
                 self.operation = None
                 raise
 
+    def row_id_prefix(self) -> str:
+        """A new prefix for a keyless table's new row ids (``producer.data.with_row_ids``): unique per call."""
+        self._row_writes += 1
+        return f"{self.txn_id}:{self._row_writes}:"
+
+    def _user_rows(self, df: DataFrame) -> DataFrame:
+        """``df`` conformed to the table as users write it, with new row ids for a keyless table."""
+        from producer.data import conform, with_row_ids
+
+        layout = self.table.layout
+        return with_row_ids(conform(df, layout.user_schema()), layout, self.row_id_prefix())
+
     def _file_writer(self) -> FileWriter:
         from producer.data import FileWriter
 
@@ -1042,11 +1075,11 @@ class Transaction:
     def _time(self, phase: str, seconds: float) -> None:
         self.timings[phase] = self.timings.get(phase, 0.0) + seconds
 
-    def _validate(self, rows: DataFrame, static: Mapping[str, str] | None = None) -> None:
+    def _validate(self, rows: DataFrame, static: Mapping[str, str] | None = None, *, keys: bool | None = None) -> None:
         from producer.data import validate_records
 
         started = time.perf_counter()
-        validate_records(rows, self.table.layout, static)
+        validate_records(rows, self.table.layout, static, keys=keys)
         seconds = time.perf_counter() - started
         self.write_seconds += seconds
         self._time("validate", seconds)
@@ -1075,7 +1108,8 @@ class Transaction:
 
     def read(self, partition: Mapping[str, Any] | None = None) -> DataFrame:
         """The table at the pinned version, as this transaction sees it (only ``partition``'s files when given)."""
-        return self._read_pinned(self._static(partition))
+        df = self._read_pinned(self._static(partition))
+        return df.drop(ROW_ID_COLUMN) if self.table.layout.keyless else df
 
     def _read_pinned(self, static: Mapping[str, str] | None) -> DataFrame:
         return self._read_in(None if static is None else [static])
@@ -1095,11 +1129,10 @@ class Transaction:
 
     def insert_into(self, df: DataFrame) -> Transaction:
         """Stage INSERT INTO: the rows become upsert records. Scope: the partitions written."""
-        from producer.data import conform, upsert_records
+        from producer.data import upsert_records
 
-        layout = self.table.layout
         with self._stage(Operation.INSERT_INTO):
-            rows = conform(df, layout.schema())
+            rows = self._user_rows(df)
             self._validate(rows)
             files = self._write(upsert_records(rows))
             return self._staged(files, self._partitions_of(files), noop=not files)
@@ -1115,7 +1148,7 @@ class Transaction:
         ``whole_table=True`` replaces every partition of a partitioned table,
         also those ``df`` has no row in (an empty ``df`` empties the table).
         """
-        from producer.data import conform, upsert_records, with_static_partition
+        from producer.data import upsert_records, with_static_partition
 
         layout = self.table.layout
         if whole_table and partition is not None:
@@ -1124,7 +1157,7 @@ class Transaction:
             static = self._static(partition)
             if static is not None:
                 df = with_static_partition(df, layout, static)
-            rows = conform(df, layout.schema())
+            rows = self._user_rows(df)
             self._validate(rows, static)
             files = self._write(upsert_records(rows))
             if not layout.partition_columns or whole_table:
