@@ -549,9 +549,10 @@ def update_records(rows: DataFrame, layout: Layout, assignments: Mapping[str, st
     names = [f.name for f in schema.fields]
     if not assignments:
         raise InvalidOperationError("update needs at least one column assignment in set=")
-    unknown = [c for c in assignments if c not in names]
+    visible = [f.name for f in layout.user_schema().fields]  # a keyless table's row id is not the user's
+    unknown = [c for c in assignments if c not in visible]
     if unknown:
-        raise InvalidOperationError(f"update sets unknown columns {unknown}; table columns are {names}")
+        raise InvalidOperationError(f"update sets unknown columns {unknown}; table columns are {visible}")
     frozen = [c for c in assignments if c in layout.primary_key or c in layout.partition_columns]
     if frozen:
         raise InvalidOperationError(
