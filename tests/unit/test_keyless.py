@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from arbiter.checkpoint import dump_state, load_state, supported
@@ -115,3 +117,46 @@ def test_hostile_keyless_creates_are_refused(schema: str, key: tuple[str, ...], 
     decision, state = decide(new_state("t"), intent, 1_000, 0)
     assert decision.outcome is Outcome.REJECTED and decision.reason == Reason.INVALID_METADATA, decision.message
     assert state.metadata is None
+
+
+def test_readers_refuse_a_keyless_tables_file_without_row_ids(tmp_path: Path) -> None:
+    """Trust no input: a file of a keyless table without the row id column (or with a null one) is not merged."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from consumer.arrow import FileRef, TableShape, live_rows
+    from consumer.errors import DataFileError
+
+    shape = TableShape.of(KEYLESS)
+    good = {"id": [1, 1], "v": ["a", "a"], "dt": ["d", "d"], ROW_ID_COLUMN: ["w:1:0", "w:1:1"], "_ordo_op": ["upsert"] * 2}
+    pq.write_table(pa.table(good), tmp_path / "good.parquet")
+    rows = live_rows([FileRef(str(tmp_path / "good.parquet"), 1, {"dt": "d"})], shape)
+    assert sorted(rows.drop_columns([ROW_ID_COLUMN]).to_pylist(), key=str) == [{"id": 1, "v": "a", "dt": "d"}] * 2
+    for name, bad in {
+        "none.parquet": {k: v for k, v in good.items() if k != ROW_ID_COLUMN},
+        "null.parquet": {**good, ROW_ID_COLUMN: ["w:1:0", None]},
+    }.items():
+        pq.write_table(pa.table(bad), tmp_path / name)
+        with pytest.raises(DataFileError, match="lacks row ids"):
+            live_rows([FileRef(str(tmp_path / name), 1, {"dt": "d"})], shape)
+
+
+def test_the_pyarrow_writer_gives_every_row_a_new_row_id(tmp_path: Path) -> None:
+    """``producer.arrow.write_rows`` (the data source's tasks): duplicates kept, each with its own row id."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from producer.arrow import check_unique, write_rows
+    from producer.data import Layout
+
+    layout = Layout.of("t", KEYLESS.model_copy(update={"location": str(tmp_path)}))
+    rows = pa.table({"id": [1, 1, 2], "v": ["a", "a", "b"], "dt": ["d", "d", "e"]})
+    files = write_rows(rows, layout, "txn", 100)
+    again = write_rows(rows, layout, "txn", 200)  # another task of the same write
+    check_unique(layout, [*files, *again])
+    read = pa.concat_tables([pq.read_table(tmp_path / f.path) for f in [*files, *again]])
+    ids = read.column(ROW_ID_COLUMN).to_pylist()
+    assert len(set(ids)) == 6 and all(i.startswith("txn:") for i in ids)
+    assert sorted(zip(read.column("id").to_pylist(), read.column("v").to_pylist(), strict=True)) == sorted(
+        [(1, "a"), (1, "a"), (2, "b")] * 2
+    )
