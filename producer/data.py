@@ -546,7 +546,6 @@ def update_records(rows: DataFrame, layout: Layout, assignments: Mapping[str, st
     from pyspark.sql import functions as F
 
     schema = layout.schema()
-    names = [f.name for f in schema.fields]
     if not assignments:
         raise InvalidOperationError("update needs at least one column assignment in set=")
     visible = [f.name for f in layout.user_schema().fields]  # a keyless table's row id is not the user's
