@@ -436,7 +436,9 @@ def validate_records(
             return
         parts = [row.asDict() for row in found]
         where = "outside the partition being written, or " if static_partition is not None else ""
-        raise PartitionValueError(f"rows {where}with null or empty partition values (e.g. {parts}); nothing was written")
+        raise PartitionValueError(
+            f"rows {where}with null or empty partition values (e.g. {parts}); nothing was written"
+        )
 
     identity = layout.identity
     bad_partition = F.lit(False)

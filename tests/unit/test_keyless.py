@@ -25,7 +25,9 @@ def keyless_table() -> Table:
     table = Table()
     table.state = new_state("t")
     table.decisions.clear()
-    create = CommitIntent(txn_id="create", table="t", operation=Operation.CREATE_TABLE, read_version=0, metadata=KEYLESS)
+    create = CommitIntent(
+        txn_id="create", table="t", operation=Operation.CREATE_TABLE, read_version=0, metadata=KEYLESS
+    )
     assert table.submit(create).outcome is Outcome.ACCEPTED
     return table
 
@@ -128,7 +130,13 @@ def test_readers_refuse_a_keyless_tables_file_without_row_ids(tmp_path: Path) ->
     from consumer.errors import DataFileError
 
     shape = TableShape.of(KEYLESS)
-    good = {"id": [1, 1], "v": ["a", "a"], "dt": ["d", "d"], ROW_ID_COLUMN: ["w:1:0", "w:1:1"], "_ordo_op": ["upsert"] * 2}
+    good = {
+        "id": [1, 1],
+        "v": ["a", "a"],
+        "dt": ["d", "d"],
+        ROW_ID_COLUMN: ["w:1:0", "w:1:1"],
+        "_ordo_op": ["upsert"] * 2,
+    }
     pq.write_table(pa.table(good), tmp_path / "good.parquet")
     rows = live_rows([FileRef(str(tmp_path / "good.parquet"), 1, {"dt": "d"})], shape)
     assert sorted(rows.drop_columns([ROW_ID_COLUMN]).to_pylist(), key=str) == [{"id": 1, "v": "a", "dt": "d"}] * 2
