@@ -168,3 +168,27 @@ def test_the_pyarrow_writer_gives_every_row_a_new_row_id(tmp_path: Path) -> None
     assert sorted(zip(read.column("id").to_pylist(), read.column("v").to_pylist(), strict=True)) == sorted(
         [(1, "a"), (1, "a"), (2, "b")] * 2
     )
+
+
+def test_change_topic_records_of_duplicate_rows_are_told_apart_by_row_id() -> None:
+    """The change topic keys a keyless table's records by row id; the row images hold the user's columns only."""
+    import json
+
+    import pyarrow as pa
+
+    from consumer.changetopic import commit_changes
+
+    rows = pa.table(
+        {
+            "id": [1, 1, 1],
+            "v": ["a", "a", "b"],
+            "dt": ["d", "d", "d"],
+            ROW_ID_COLUMN: ["w:1:0", "w:1:1", "w:1:1"],
+            "_change_type": ["insert", "update_preimage", "update_postimage"],
+        }
+    )
+    changes = commit_changes(rows, KEYLESS, "UPDATE")
+    assert sorted((c.op, json.loads(c.key)[ROW_ID_COLUMN]) for c in changes) == [("c", "w:1:0"), ("u", "w:1:1")]
+    for change in changes:
+        for image in (change.before, change.after):
+            assert image is None or set(image) == {"id", "v", "dt"}
