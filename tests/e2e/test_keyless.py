@@ -54,30 +54,50 @@ def arrow_rows(table: DeltaTable) -> list[Row]:
 
 
 class Model:
-    """The table as a list of rows (duplicates kept) and the change rows each version gave."""
+    """The table as a list of rows (duplicates kept) and the change rows each version gave.
+
+    Each row has a model-side identity (an insert makes a new one, an update keeps it), which is what a RESTORE's
+    change rows pair by; the table's own row ids are never read here.
+    """
 
     def __init__(self) -> None:
-        self.rows: list[Row] = []
+        self.entries: list[tuple[int, Row]] = []
         self.changes: list[Row] = []
+        self._ids = iter(range(1_000_000))
+
+    @property
+    def rows(self) -> list[Row]:
+        return [r for _, r in self.entries]
 
     def insert(self, version: int, new: list[Row]) -> None:
-        self.rows.extend(new)
+        self.entries.extend((next(self._ids), r) for r in new)
         self.changes.extend((version, "insert", *r) for r in new)
 
     def update(self, version: int, match: Any, change: Any) -> None:
         kept = []
-        for r in self.rows:
+        for i, r in self.entries:
             if match(r):
                 after = change(r)
                 self.changes += [(version, "update_preimage", *r), (version, "update_postimage", *after)]
-                kept.append(after)
+                kept.append((i, after))
             else:
-                kept.append(r)
-        self.rows = kept
+                kept.append((i, r))
+        self.entries = kept
 
     def delete(self, version: int, match: Any) -> None:
         self.changes.extend((version, "delete", *r) for r in self.rows if match(r))
-        self.rows = [r for r in self.rows if not match(r)]
+        self.entries = [(i, r) for i, r in self.entries if not match(r)]
+
+    def restore(self, version: int, entries: list[tuple[int, Row]]) -> None:
+        """The table becomes ``entries`` again: the difference by identity, as RESTORE's change rows."""
+        before, after = dict(self.entries), dict(entries)
+        for i, r in before.items():
+            if i not in after:
+                self.changes.append((version, "delete", *r))
+            elif after[i] != r:
+                self.changes += [(version, "update_preimage", *r), (version, "update_postimage", *after[i])]
+        self.changes.extend((version, "insert", *r) for i, r in after.items() if i not in before)
+        self.entries = list(entries)
 
     def check(self, table: DeltaTable, spark: Any, opts: dict[str, str]) -> None:
         expected = sorted(self.rows)
@@ -110,6 +130,7 @@ def test_keyless_table_against_a_model(spark: Any, writer_stack: Any) -> None:  
     assert table.version == 2
     model.insert(2, first[:3])
     model.check(table, spark, opts)
+    at_v2 = list(model.entries)
 
     # the row id is ordo's: a DataFrame that brings one is refused, nothing is committed
     with pytest.raises(SchemaMismatchError, match=ROW_ID_COLUMN):
@@ -167,6 +188,16 @@ def test_keyless_table_against_a_model(spark: Any, writer_stack: Any) -> None:  
     model.update(head + 1, lambda r: r[2] == "d2", lambda r: (r[0], r[1] + "!", r[2]))
     model.check(table, spark, opts)
 
+    # RESTORE to v2 (metadata only: its files live again): the change rows are the exact difference
+    table.restoreToVersion(2)
+    model.restore(table.version, at_v2)
+    model.check(table, spark, opts)
+    # INSERT OVERWRITE of one partition: its rows go, the new ones (a duplicate pair) come
+    table.insert_overwrite(spark.createDataFrame([(5, "o", "d2"), (5, "o", "d2")], SCHEMA), {"dt": "d2"})
+    model.delete(table.version, lambda r: r[2] == "d2")
+    model.insert(table.version, [(5, "o", "d2"), (5, "o", "d2")])
+    model.check(table, spark, opts)
+
     assert feed(table, 1) == sorted(model.changes)
     assert Counter(r[1] for r in feed(table, 1)).keys() == {"insert", "update_preimage", "update_postimage", "delete"}
     # the data source's change feed too, and the compact form keeps the row id (its delete records carry only keys)
@@ -177,6 +208,16 @@ def test_keyless_table_against_a_model(spark: Any, writer_stack: Any) -> None:  
     compact = table.changes(1, form="compact")
     assert ROW_ID_COLUMN in compact.columns
     assert compact.where("_change_type = 'delete'").where(f"{ROW_ID_COLUMN} IS NULL").count() == 0
+
+    # ALTER TABLE adds a column: older rows read it as NULL, new appends fill it; the row id stays hidden
+    table.alter("note STRING")
+    assert table.schema.fieldNames() == [*COLUMNS, "note"]
+    table.insert_into(spark.createDataFrame([(8, "n", "d1", "x"), (8, "n", "d1", "x")], f"{SCHEMA}, note STRING"))
+    found = spark.read.format("ordo").options(**opts).load("kl_events")
+    assert found.columns == [*COLUMNS, "note"]
+    assert sorted((tuple(r) for r in found.collect()), key=repr) == sorted(
+        [(*r, None) for r in model.rows] + [(8, "n", "d1", "x")] * 2, key=repr
+    )
 
 
 def test_concurrent_appends_never_conflict(spark: Any, writer_stack: Any) -> None:  # noqa: F811
