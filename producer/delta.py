@@ -8,9 +8,10 @@ the source), then writes upsert records (matched updates, not-matched inserts)
 and delete records (matched deletes) in one commit. Its row of the conflict
 matrix is UPDATE's, scoped to the partitions it writes, plus the partitions
 its condition can match (filters on the target's partition columns; it reads
-only those), or the whole table for an unpartitioned one. Delta's merge on a table
-without a primary key has no equivalent: every ordo table has one, and a
-merge condition should match it.
+only those), or the whole table for an unpartitioned one. On a key table the
+merge condition should match the key; on a keyless table an updated or deleted
+target row keeps its hidden row id (exact change rows), each inserted row gets
+a new one, and a target row matched by several source rows is refused.
 
 Scope from a condition: the partitions whose rows it can match, from Spark's
 own analysis of it (``producer.scope``), never from its text; the whole
