@@ -863,7 +863,8 @@ class _Writing:
     def _publish(self, messages: Sequence[Any], app_id: str | None = None, batch_id: int | None = None) -> Any:
         """Check keys across tasks, publish the one intent, wait for the decision and the catalog (numbered steps)."""
         from producer.arrow import check_unique, delete_files
-        from producer.table import conflict_error, shared_connection
+        from producer.connection import shared_connection
+        from producer.results import conflict_error
         from schemas import CommitIntent, Operation
 
         files = self._files(messages)

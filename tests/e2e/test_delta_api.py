@@ -188,7 +188,7 @@ def test_scope_from_conditions_update_everything_exists_and_vacuum_override(
     import os
 
     from ordo.spark import registered_settings
-    from producer.table import RETENTION_CHECK_CONF
+    from producer.maintenance import RETENTION_CHECK_CONF
 
     settings = writer_stack.settings
     # exists() registers format("ordo") with its settings, as every DeltaTable call does
