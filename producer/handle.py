@@ -24,6 +24,7 @@ from producer.data import InvalidOperationError, InvalidTableError, Layout
 from producer.results import CatalogLagError, CommitResult, TableExistsError, conflict_error
 from producer.transaction import Transaction
 from schemas import CommitIntent, Operation, TableMetadata, validate_table_name
+from schemas.operations import ROW_ID_COLUMN, ROW_ID_DDL, ROW_ID_KEY
 from schemas.topics import table_identifier
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ DEFAULT_CATALOG_TIMEOUT = 60.0
 def table_metadata(
     name: str,
     schema: str | StructType,
-    primary_key: str | Sequence[str],
+    primary_key: str | Sequence[str] | None,
     partitioned_by: str | Sequence[str],
     location: str | None,
     properties: Mapping[str, Any] | None,
@@ -55,16 +56,22 @@ def table_metadata(
 
     validate_table_name(name)
     spark_schema = parse_schema(schema) if isinstance(schema, str) else schema
-    key = (primary_key,) if isinstance(primary_key, str) else tuple(primary_key)
+    key = () if primary_key is None else (primary_key,) if isinstance(primary_key, str) else tuple(primary_key)
     parts = (partitioned_by,) if isinstance(partitioned_by, str) else tuple(partitioned_by)
     check_definition(spark_schema, key, parts)
+    ddl = schema_to_ddl(spark_schema)
+    if not key:  # keyless: the hidden row id column is the internal key
+        if primary_key is not None:
+            raise InvalidTableError("primary_key names no column: leave it out for a keyless table")
+        key, ddl = ROW_ID_KEY, f"{ddl}, {ROW_ID_DDL}"
     props = {str(k): str(v) for k, v in (properties or {}).items()}
     given = props.get(BUCKETS_PROPERTY)
     if buckets is not None and given is not None and str(buckets) != given:
         raise InvalidTableError(f"buckets={buckets} and property {BUCKETS_PROPERTY}={given!r} disagree")
     try:
         count = choose_buckets(
-            buckets if buckets is not None else given, [spark_schema[k].dataType.simpleString() for k in key]
+            buckets if buckets is not None else given,
+            ["string" if k == ROW_ID_COLUMN else spark_schema[k].dataType.simpleString() for k in key],
         )
     except BucketError as exc:
         raise InvalidTableError(str(exc)) from exc
@@ -75,7 +82,7 @@ def table_metadata(
         location = os.path.abspath(location)
     return TableMetadata(
         location=location,
-        schema=schema_to_ddl(spark_schema),
+        schema=ddl,
         primary_key=key,
         partition_columns=parts,
         properties=props,
@@ -97,7 +104,9 @@ def altered_metadata(
         if not added.fields:
             raise InvalidOperationError("add_columns names no column")
         schema = f"{schema}, {schema_to_ddl(added)}"
-        check_definition(parse_schema(schema), current.primary_key, current.partition_columns)
+        check_definition(
+            parse_schema(f"{current.user_schema}, {schema_to_ddl(added)}"), current.user_key, current.partition_columns
+        )
     properties = {**current.properties, **{str(k): str(v) for k, v in (set_properties or {}).items()}}
     if schema == current.schema and properties == dict(current.properties):
         raise InvalidOperationError("alter needs add_columns or set_properties that change the table")
@@ -173,6 +182,10 @@ class TableHandle:
         canonical text, see ``producer.buckets``). Raises ``TableExistsError`` if
         the table exists and ``InvalidTableError`` for a definition that cannot be a table.
 
+        Without ``primary_key`` the table is keyless (Delta's default): INSERT INTO appends and keeps
+        duplicates, concurrent appends never conflict, and a hidden row id (``_ordo_row_id``, never in what
+        users read or write) is its internal key (docs/api.md, "Keyless tables").
+
         ``DeltaTable.create(spark)`` (no name) is Delta's builder: ``.tableName(...).addColumns(...)...execute()``
         (``producer.builder``).
         """
@@ -190,8 +203,8 @@ class TableHandle:
                 commit_timeout=commit_timeout,
                 catalog_timeout=catalog_timeout,
             )
-        if schema is None or primary_key is None:
-            raise InvalidTableError(f"DeltaTable.create({name!r}, ...) needs schema= and primary_key=")
+        if schema is None:
+            raise InvalidTableError(f"DeltaTable.create({name!r}, ...) needs schema=")
         resolved = resolve_settings(
             settings,
             {
@@ -346,13 +359,18 @@ class TableHandle:
 
     @property
     def schema(self) -> StructType:
-        """The table schema as a Spark StructType."""
-        return self.layout.schema()
+        """The table schema as a Spark StructType (a keyless table's without its hidden row id)."""
+        return self.layout.user_schema()
 
     @property
     def primary_key(self) -> tuple[str, ...]:
-        """The primary key columns."""
-        return self.layout.primary_key
+        """The primary key columns; empty for a keyless table."""
+        return () if self.layout.keyless else self.layout.primary_key
+
+    @property
+    def keyless(self) -> bool:
+        """True for a table created without a primary key (append-only, duplicates kept)."""
+        return self.layout.keyless
 
     @property
     def partition_columns(self) -> tuple[str, ...]:

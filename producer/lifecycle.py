@@ -31,6 +31,7 @@ from producer.data import InvalidOperationError
 from producer.results import CONFLICT_LATER_FAILS, CommitResult, TransactionStateError, conflict_error
 from schemas import CommitDecision, CommitIntent, DataFile, Operation
 from schemas.models import MAX_FILES_PER_INTENT
+from schemas.operations import ROW_ID_COLUMN
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -74,6 +75,7 @@ class Lifecycle:
         self._noop = False
         self._writer: FileWriter | None = None
         self._snapshot: Any = None
+        self._row_writes = 0
         self._lock = threading.RLock()
 
     def __repr__(self) -> str:
@@ -118,6 +120,18 @@ class Lifecycle:
                 self.operation = None
                 raise
 
+    def row_id_prefix(self) -> str:
+        """A new prefix for a keyless table's new row ids (``producer.data.with_row_ids``): unique per call."""
+        self._row_writes += 1
+        return f"{self.txn_id}:{self._row_writes}:"
+
+    def _user_rows(self, df: DataFrame) -> DataFrame:
+        """``df`` conformed to the table as users write it, with new row ids for a keyless table."""
+        from producer.data import conform, with_row_ids
+
+        layout = self.table.layout
+        return with_row_ids(conform(df, layout.user_schema()), layout, self.row_id_prefix())
+
     def _file_writer(self) -> FileWriter:
         from producer.data import FileWriter
 
@@ -154,11 +168,11 @@ class Lifecycle:
     def _time(self, phase: str, seconds: float) -> None:
         self.timings[phase] = self.timings.get(phase, 0.0) + seconds
 
-    def _validate(self, rows: DataFrame, static: Mapping[str, str] | None = None) -> None:
+    def _validate(self, rows: DataFrame, static: Mapping[str, str] | None = None, *, keys: bool | None = None) -> None:
         from producer.data import validate_records
 
         started = time.perf_counter()
-        validate_records(rows, self.table.layout, static)
+        validate_records(rows, self.table.layout, static, keys=keys)
         seconds = time.perf_counter() - started
         self.write_seconds += seconds
         self._time("validate", seconds)
@@ -187,7 +201,8 @@ class Lifecycle:
 
     def read(self, partition: Mapping[str, Any] | None = None) -> DataFrame:
         """The table at the pinned version, as this transaction sees it (only ``partition``'s files when given)."""
-        return self._read_pinned(self._static(partition))
+        df = self._read_pinned(self._static(partition))
+        return df.drop(ROW_ID_COLUMN) if self.table.layout.keyless else df
 
     def _read_pinned(self, static: Mapping[str, str] | None) -> DataFrame:
         return self._read_in(None if static is None else [static])

@@ -36,11 +36,10 @@ class Transaction(Lifecycle):
 
     def insert_into(self, df: DataFrame) -> Transaction:
         """Stage INSERT INTO: the rows become upsert records. Scope: the partitions written."""
-        from producer.data import conform, upsert_records
+        from producer.data import upsert_records
 
-        layout = self.table.layout
         with self._stage(Operation.INSERT_INTO):
-            rows = conform(df, layout.schema())
+            rows = self._user_rows(df)
             self._validate(rows)
             files = self._write(upsert_records(rows))
             return self._staged(files, self._partitions_of(files), noop=not files)
@@ -56,7 +55,7 @@ class Transaction(Lifecycle):
         ``whole_table=True`` replaces every partition of a partitioned table,
         also those ``df`` has no row in (an empty ``df`` empties the table).
         """
-        from producer.data import conform, upsert_records, with_static_partition
+        from producer.data import upsert_records, with_static_partition
 
         layout = self.table.layout
         if whole_table and partition is not None:
@@ -65,7 +64,7 @@ class Transaction(Lifecycle):
             static = self._static(partition)
             if static is not None:
                 df = with_static_partition(df, layout, static)
-            rows = conform(df, layout.schema())
+            rows = self._user_rows(df)
             self._validate(rows, static)
             files = self._write(upsert_records(rows))
             if not layout.partition_columns or whole_table:

@@ -396,10 +396,13 @@ def test_the_table_builder(spark: Any, writer_stack: Any) -> None:  # noqa: F811
     )
     assert again.toDF().count() == 1
 
-    with pytest.raises(InvalidTableError, match="needs a primary key"):
-        DeltaTable.create(spark, settings=settings).tableName("keyless").addColumns("id BIGINT").execute()
+    # without a primary key: a keyless table (Delta's default), whose appends keep duplicates
+    keyless = DeltaTable.create(spark, settings=settings).tableName("keyless").addColumns("id BIGINT").execute()
+    assert keyless.keyless and keyless.primary_key == () and keyless.schema.fieldNames() == ["id"]
+    keyless.insert_into(spark.createDataFrame([(1,), (1,)], "id BIGINT"))
+    assert sorted(r.id for r in keyless.toDF().collect()) == [1, 1]
     with pytest.raises(InvalidTableError, match="needs columns"):
         DeltaTable.create(spark, settings=settings).tableName("empty").primaryKey("id").execute()
     with pytest.raises(InvalidOperationError, match="createOrReplace: replacing a table's definition"):
         DeltaTable.createOrReplace(spark, settings=settings).tableName("built").addColumns("id BIGINT").execute()
-    assert not DeltaTable.exists(spark, "keyless", settings=settings)
+    assert not DeltaTable.exists(spark, "empty", settings=settings)
