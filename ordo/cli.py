@@ -150,6 +150,28 @@ def _broker_timeout_option(func: Any) -> Any:
     )(func)
 
 
+def _metrics_options(port: int | None, port_note: str = "", host: str | None = "127.0.0.1", host_help: str = "") -> Any:
+    """A service's ``--metrics-port``, ``--metrics-host`` and ``--no-metrics`` (/metrics, /healthz, /readyz)."""
+
+    def apply(func: Any) -> Any:
+        func = click.option("--no-metrics", is_flag=True, help="serve no /metrics, /healthz, /readyz")(func)
+        func = click.option(
+            "--metrics-host",
+            default=host,
+            show_default=host is not None,
+            help=host_help or "address of the metrics server",
+        )(func)
+        return click.option(
+            "--metrics-port",
+            type=click.IntRange(min=0, max=65535),
+            default=port,
+            show_default=port is not None,
+            help=f"serve /metrics, /healthz and /readyz on this port, 0 = any free{port_note}",
+        )(func)
+
+    return apply
+
+
 @main.command()
 @click.option("--port", type=int, default=None, help="TCP port on 127.0.0.1 (default: a free one)")
 def broker(port: int | None) -> None:
@@ -189,16 +211,12 @@ def broker(port: int | None) -> None:
     show_default=True,
     help="at most one checkpoint per this many seconds",
 )
-@click.option(
-    "--metrics-port",
-    type=click.IntRange(min=0, max=65535),
-    default=None,
-    help="serve /metrics, /healthz and /readyz on this port, 0 = any free (default: ORDO_ARBITER_METRICS_PORT or 8767)",
+@_metrics_options(
+    None,
+    " (default: ORDO_ARBITER_METRICS_PORT or 8767)",
+    host=None,
+    host_help="address of /metrics (default: ORDO_ARBITER_METRICS_HOST or 127.0.0.1)",
 )
-@click.option(
-    "--metrics-host", default=None, help="address of /metrics (default: ORDO_ARBITER_METRICS_HOST or 127.0.0.1)"
-)
-@click.option("--no-metrics", is_flag=True, help="serve no /metrics, /healthz, /readyz")
 @_broker_timeout_option
 @pass_settings
 def arbiter(
@@ -323,14 +341,7 @@ def consumer(
     default=None,
     help="seconds between rounds (default: ORDO_COMPACTOR_INTERVAL or 5)",
 )
-@click.option(
-    "--metrics-port",
-    type=click.IntRange(min=0, max=65535),
-    default=None,
-    help="serve /metrics, /healthz and /readyz on this port, 0 = any free (default: ORDO_COMPACTOR_METRICS_PORT or 8766)",
-)
-@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="address of the metrics server")
-@click.option("--no-metrics", is_flag=True, help="serve no /metrics, /healthz, /readyz")
+@_metrics_options(None, " (default: ORDO_COMPACTOR_METRICS_PORT or 8766)")
 @pass_settings
 def compactor(
     settings: Settings,
@@ -384,15 +395,7 @@ def compactor(
     show_default=True,
     help="records per Kafka transaction at most (a larger commit spans several)",
 )
-@click.option(
-    "--metrics-port",
-    type=click.IntRange(min=0, max=65535),
-    default=8768,
-    show_default=True,
-    help="serve /metrics, /healthz and /readyz on this port, 0 = any free",
-)
-@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="address of the metrics server")
-@click.option("--no-metrics", is_flag=True, help="serve no /metrics, /healthz, /readyz")
+@_metrics_options(8768)
 @_broker_timeout_option
 @pass_settings
 def cdc(
