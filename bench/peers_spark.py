@@ -952,7 +952,9 @@ def _seeds_run(system: str, spark: Any, work: Path, settings: Any, seconds: floa
             )
         next_key, batch, t0 = SEEDS_BASE, 0, time.monotonic()
         try:
-            while (due := t0 + batch) < t0 + seconds:
+            # A batch is due every second until the deadline; one not started by then is not run (a late batch
+            # starts at once, its latency counting from when it was due).
+            while (due := t0 + batch) < t0 + seconds and time.monotonic() < t0 + seconds:
                 time.sleep(max(0.0, due - time.monotonic()))
                 rows = [(k, f"b{batch}", str(k % 4)) for k in rng.sample(range(next_key), SEEDS_BATCH // 2)]
                 rows += [(k, f"b{batch}", str(k % 4)) for k in range(next_key, next_key + SEEDS_BATCH // 2)]
