@@ -863,10 +863,12 @@ def _conflict(system: str, exc: BaseException) -> str | None:
 
 
 class _Job:
-    """One job's counters: commits done, retries, conflicts by name, failures (conflicts past the retries), errors."""
+    """One job's counters: commits done, retries, conflicts by name, failures (conflicts past the retries), conflicts
+    left unretried because the run ended (``cut``), errors."""
 
     def __init__(self) -> None:
-        self.done = self.retries = self.failed = 0
+        self.done = self.retries = self.failed = self.cut = 0
+        self.until = float("inf")  # the run's deadline (monotonic): no retry starts after it
         self.conflicts: dict[str, int] = {}
         self.errors: list[str] = []
         self.latencies: list[float] = []
@@ -887,6 +889,9 @@ class _Job:
                 if attempt == retries:
                     self.failed += 1
                     return False
+                if time.monotonic() >= self.until:
+                    self.cut += 1
+                    return False
                 self.retries += 1
         return False
 
@@ -895,6 +900,7 @@ class _Job:
             "committed": self.done,
             "retried": self.retries,
             "failed": self.failed,
+            "cut_by_the_end": self.cut,
             "conflicts": self.conflicts,
             "errors": self.errors[:3],
         }
@@ -950,7 +956,7 @@ def _seeds_run(system: str, spark: Any, work: Path, settings: Any, seconds: floa
             committer = BatchCommitter(
                 table.ordo, app_id="peers-spark-seeds", retries=SEEDS_RETRIES, on_commit=attempts
             )
-        next_key, batch, t0 = SEEDS_BASE, 0, time.monotonic()
+        next_key, batch, t0 = SEEDS_BASE, 0, job.until - seconds
         try:
             # A batch is due every second until the deadline; one not started by then is not run (a late batch
             # starts at once, its latency counting from when it was due).
@@ -1027,6 +1033,8 @@ def _seeds_run(system: str, spark: Any, work: Path, settings: Any, seconds: floa
     threads = [threading.Thread(target=ingest, daemon=True), threading.Thread(target=service, daemon=True)]
     threads += [threading.Thread(target=batch_job, args=(k,), daemon=True) for k in ("update", "delete")]
     started = time.monotonic()
+    for job in jobs.values():
+        job.until = started + seconds
     for thread in threads:
         thread.start()
     for thread in threads:
