@@ -472,8 +472,26 @@ def _results(
     return results
 
 
+def _bars(ax: Any, groups: list[tuple[str, dict[str, Any]]], systems: list[str], label: str, fmt: str) -> None:
+    """Grouped bars: one group per (name, {system: value or error text}), one bar per system."""
+    width = 0.8 / len(systems)
+    for i, system in enumerate(systems):
+        xs = [j + i * width for j in range(len(groups))]
+        values = [g[1].get(system) for g in groups]
+        heights = [v if isinstance(v, int | float) else 0 for v in values]
+        ax.bar(xs, heights, width, label=system)
+        for x, h, v in zip(xs, heights, values, strict=True):
+            text = "failed" if isinstance(v, str) else ("" if v is None else fmt.format(h))
+            ax.text(x, h, text, ha="center", va="bottom", fontsize=7, rotation=90 if isinstance(v, str) else 0)
+    ax.set_xticks([j + width * (len(systems) - 1) / 2 for j in range(len(groups))])
+    ax.set_xticklabels([g[0] for g in groups], fontsize=7)
+    ax.set_ylabel(label)
+    ax.legend(fontsize=7)
+
+
 def _plot(results: list[Result]) -> Path | None:
-    """Commits/s per scenario and system, as bars (docs/peers_spark.png)."""
+    """docs/peers_spark.png: commits/s (workload 2), read times (workloads 3, 4, 1's final read) and the seeds'
+    scenario's counts (workload 1), per system; each panel's load average in its title."""
     try:
         import matplotlib
 
@@ -481,29 +499,42 @@ def _plot(results: list[Result]) -> Path | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    rates = [r for r in results if r.figure.endswith("commits/s") and r.samples]
-    if not rates:
+    rates = [r for r in results if r.figure.endswith("commits/s") and r.samples.get("systems")]
+    panels: list[tuple[str, list[tuple[str, dict[str, Any]]], str, str, Any]] = []
+    if rates:
+        groups = [
+            (
+                r.figure.split(":")[0],
+                {s: v.get("commits_per_s", v.get("error")) for s, v in r.samples["systems"].items()},
+            )
+            for r in rates
+        ]
+        panels.append(("workload 2: closed-loop single-row appends", groups, "commits/s", "{:.1f}", rates[0]))
+    timed = [r for r in results if r.unit == "s" and r.status == "ok" and r.value is not None]
+    if timed:
+        groups = []
+        for r in timed:
+            name = r.figure.replace(" after 100 upserts", "").replace("seeds' scenario, ", "seeds ")
+            groups.append((name[:38], {"ordo": r.value, **({r.peer: r.peer_value} if r.peer else {})}))
+        panels.append(
+            ("reads (workloads 3, 4; 1's last read)", groups, "seconds (lower is better)", "{:.2f}", timed[0])
+        )
+    seeds = [r for r in results if r.figure.startswith("seeds' scenario") and r.unit in ("batches", "commits", "jobs")]
+    if seeds:
+        groups = [
+            (r.figure.split(": ", 1)[1][:30], {"ordo": r.value, **({r.peer: r.peer_value} if r.peer else {})})
+            for r in seeds
+        ]
+        panels.append(("workload 1: the seeds' scenario", groups, "count", "{:.0f}", seeds[0]))
+    if not panels:
         return None
-    systems = list(SYSTEMS)
-    fig, ax = plt.subplots(figsize=(8, 4))
-    width = 0.8 / len(systems)
-    for i, system in enumerate(systems):
-        heights = [r.samples["systems"].get(system, {}).get("commits_per_s") or 0 for r in rates]
-        xs = [j + i * width for j in range(len(rates))]
-        ax.bar(xs, heights, width, label=system)
-        for x, h, r in zip(xs, heights, rates, strict=True):
-            if "error" in r.samples["systems"].get(system, {"error": ""}):
-                ax.text(x, 0, "failed", rotation=90, ha="center", va="bottom", fontsize=8)
-            else:
-                ax.text(x, h, f"{h:.1f}", ha="center", va="bottom", fontsize=8)
-    ax.set_xticks([j + width * (len(systems) - 1) / 2 for j in range(len(rates))])
-    ax.set_xticklabels([r.figure.split(":")[0] for r in rates])
-    ax.set_ylabel("single-row commits/s")
-    load = rates[0].machine.get("load_average")
-    ax.set_title(f"Closed-loop single-row appends on one Spark session (load average {load})")
-    ax.legend()
+    fig, axes = plt.subplots(len(panels), 1, figsize=(11, 3.6 * len(panels)), squeeze=False)
+    for ax, (title, groups, label, fmt, first) in zip(axes[:, 0], panels, strict=True):
+        _bars(ax, groups, list(SYSTEMS), label, fmt)
+        load = first.machine.get("load_average")
+        ax.set_title(f"{title} (load average {load})", fontsize=9)
     fig.tight_layout()
-    fig.savefig(PLOT, dpi=110)
+    fig.savefig(PLOT, dpi=100)
     plt.close(fig)
     return PLOT
 
