@@ -1096,19 +1096,30 @@ def _metric_totals(samples: dict[str, float]) -> dict[str, float]:
     return totals
 
 
+_REMOVES, _ADDS = frozenset({"update_preimage", "delete"}), frozenset({"insert", "update_postimage"})
+
+
+def fold_changes(state: dict[Any, tuple[Any, ...]], feed: Any) -> dict[Any, tuple[Any, ...]]:
+    """``state`` (key -> (v, p)) after the change rows of ``feed`` (Delta's form: ``id``, ``v``, ``p``,
+    ``_change_type``, ``_commit_version``), in version order, a version's removals before its additions."""
+    out = dict(state)
+    for row in sorted(feed, key=lambda r: (r["_commit_version"], r["_change_type"] not in _REMOVES)):
+        if row["_change_type"] in _REMOVES:
+            out.pop(row["id"], None)
+        elif row["_change_type"] in _ADDS:
+            out[row["id"]] = (row["v"], row["p"])
+        else:
+            raise ValueError(f"unknown change type {row['_change_type']!r}")
+    return out
+
+
 def _fold_check(table: _ReadTable, start: int, end: int) -> dict[str, Any]:
     """Fold the change feed of versions ``start``+1..``end`` over the table at ``start``; compare with the head."""
     state = {r["id"]: (r["v"], r["p"]) for r in table.read_at(start).select("id", "v", "p").collect()}
     feed = []
     if end > start:
         feed = table.changes(start + 1, end).select("id", "v", "p", "_change_type", "_commit_version").collect()
-    # Within a version, removals (delete, pre-image) before additions (insert, post-image).
-    order = {"update_preimage": 0, "delete": 0, "insert": 1, "update_postimage": 1}
-    for row in sorted(feed, key=lambda r: (r["_commit_version"], order.get(r["_change_type"], 2))):
-        if order.get(row["_change_type"]) == 0:
-            state.pop(row["id"], None)
-        elif order.get(row["_change_type"]) == 1:
-            state[row["id"]] = (row["v"], row["p"])
+    state = fold_changes(state, feed)
     head = {r["id"]: (r["v"], r["p"]) for r in table.read().select("id", "v", "p").collect()}
     differing = sum(1 for k in state.keys() | head.keys() if state.get(k) != head.get(k))
     types: dict[str, int] = {}
