@@ -369,7 +369,8 @@ def _kept(name: str) -> list[Result]:
             samples = dict(figure.get("samples") or {})
             samples.setdefault("kept_from", entry.get("measured_at"))
             samples.setdefault("kept_load_average", entry.get("machine", {}).get("load_average"))
-            out.append(Result(**{**figure, "samples": samples, "machine": entry.get("machine", {})}))
+            # This run's machine: bench/__main__ files the entry under its first figure's, and a kept one may be first.
+            out.append(Result(**{**figure, "samples": samples, "machine": machine()}))
         return out
     return []
 
@@ -831,8 +832,10 @@ def _history(spark: Any, work: Path, settings: Any, systems: tuple[str, ...]) ->
         head = heads[system]
         sides[f"{system} travel"] = lambda _r, t=table, h=head: _noop(t.read_at(h - 50))
         sides[f"{system} changes"] = lambda _r, t=table, h=head: _noop(t.changes(h - 99, h))
+    load_before = [round(x, 2) for x in os.getloadavg()]
     timings = interleave(sides, repeats) if sides else {}
     return {
+        "load_average_at_reads": [load_before, [round(x, 2) for x in os.getloadavg()]],
         "commits": commits,
         "rows_per_commit": HISTORY_ROWS,
         "repeats": repeats,
