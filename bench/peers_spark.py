@@ -76,6 +76,7 @@ import re
 import shutil
 import sys
 import tempfile
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -485,14 +486,14 @@ def _bars(ax: Any, groups: list[tuple[str, dict[str, Any]]], systems: list[str],
             text = "failed" if isinstance(v, str) else ("" if v is None else fmt.format(h))
             ax.text(x, h, text, ha="center", va="bottom", fontsize=7, rotation=90 if isinstance(v, str) else 0)
     ax.set_xticks([j + width * (len(systems) - 1) / 2 for j in range(len(groups))])
-    ax.set_xticklabels([g[0] for g in groups], fontsize=7)
+    ax.set_xticklabels([textwrap.fill(g[0], 24) for g in groups], fontsize=7)
     ax.set_ylabel(label)
     ax.legend(fontsize=7)
 
 
 def _plot(results: list[Result]) -> Path | None:
     """docs/peers_spark.png: commits/s (workload 2), read times (workloads 3, 4, 1's final read) and the seeds'
-    scenario's counts (workload 1), per system; each panel's load average in its title."""
+    scenario's counts (workload 1), per system."""
     try:
         import matplotlib
 
@@ -501,7 +502,7 @@ def _plot(results: list[Result]) -> Path | None:
     except ImportError:
         return None
     rates = [r for r in results if r.figure.endswith("commits/s") and r.samples.get("systems")]
-    panels: list[tuple[str, list[tuple[str, dict[str, Any]]], str, str, Any]] = []
+    panels: list[tuple[str, list[tuple[str, dict[str, Any]]], str, str]] = []
     if rates:
         groups = [
             (
@@ -510,30 +511,28 @@ def _plot(results: list[Result]) -> Path | None:
             )
             for r in rates
         ]
-        panels.append(("workload 2: closed-loop single-row appends", groups, "commits/s", "{:.1f}", rates[0]))
+        load = rates[0].samples.get("kept_load_average") or rates[0].machine.get("load_average")
+        title = f"workload 2: closed-loop single-row appends (load average {load})"
+        panels.append((title, groups, "commits/s", "{:.1f}"))
+
+    def pair(r: Result) -> dict[str, Any]:
+        return {"ordo": r.value, **({r.peer: r.peer_value} if r.peer else {})}
+
     timed = [r for r in results if r.unit == "s" and r.status == "ok" and r.value is not None]
     if timed:
-        groups = []
-        for r in timed:
-            name = r.figure.replace(" after 100 upserts", "").replace("seeds' scenario, ", "seeds ")
-            groups.append((name[:38], {"ordo": r.value, **({r.peer: r.peer_value} if r.peer else {})}))
-        panels.append(
-            ("reads (workloads 3, 4; 1's last read)", groups, "seconds (lower is better)", "{:.2f}", timed[0])
-        )
+        groups = [(r.figure.replace(" after 100 upserts", ""), pair(r)) for r in timed]
+        panels.append(("reads: workloads 3, 4 and 1's last read", groups, "seconds (lower is better)", "{:.2f}"))
     seeds = [r for r in results if r.figure.startswith("seeds' scenario") and r.unit in ("batches", "commits", "jobs")]
     if seeds:
-        groups = [
-            (r.figure.split(": ", 1)[1][:30], {"ordo": r.value, **({r.peer: r.peer_value} if r.peer else {})})
-            for r in seeds
-        ]
-        panels.append(("workload 1: the seeds' scenario", groups, "count", "{:.0f}", seeds[0]))
+        groups = [(r.figure.split(": ", 1)[1], pair(r)) for r in seeds]
+        panels.append((seeds[0].figure.split(":")[0], groups, "count", "{:.0f}"))
     if not panels:
         return None
-    fig, axes = plt.subplots(len(panels), 1, figsize=(11, 3.6 * len(panels)), squeeze=False)
-    for ax, (title, groups, label, fmt, first) in zip(axes[:, 0], panels, strict=True):
+    fig, axes = plt.subplots(len(panels), 1, figsize=(11, 3.8 * len(panels)), squeeze=False)
+    for ax, (title, groups, label, fmt) in zip(axes[:, 0], panels, strict=True):
         _bars(ax, groups, list(SYSTEMS), label, fmt)
-        load = first.machine.get("load_average")
-        ax.set_title(f"{title} (load average {load})", fontsize=9)
+        note = "" if "load" in title else " (loaded machine: each run's load average is in bench/results.json)"
+        ax.set_title(title + note, fontsize=9)
     fig.tight_layout()
     fig.savefig(PLOT, dpi=100)
     plt.close(fig)
