@@ -39,7 +39,7 @@ prometheus: ## Install Prometheus and promtool (Debian/Ubuntu package; sudo when
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 
 test: setup prometheus kafka ## Run the test suite (unit; integration, Spark end to end and chaos on Tansu and on Apache Kafka)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=30
 
 lint: setup ## ruff, mypy and the layers contract
 	$(BIN)/ruff check .

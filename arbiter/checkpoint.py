@@ -62,7 +62,7 @@ from arbiter.core import (
     datetime_to_millis,
     millis_to_datetime,
 )
-from arbiter.policy import DEFAULT_POLICY, POLICY_PROPERTY, OpClass, load_policy
+from arbiter.policy import OpClass, table_policy
 from schemas import Outcome, TableMetadata
 from schemas.errors import OrdoError
 
@@ -286,7 +286,7 @@ def _load_state(data: bytes) -> TableState:
     metadata = None if metadata_json is None else TableMetadata.model_validate_json(metadata_json)
     policy = None
     if metadata is not None:
-        policy = load_policy(metadata.properties.get(POLICY_PROPERTY, DEFAULT_POLICY))
+        policy = table_policy(metadata)
     state = TableState(
         table=table,
         metadata=metadata,

@@ -32,6 +32,7 @@ from arbiter.policy import (
     PolicyError,
     Resolution,
     load_policy,
+    table_policy,
 )
 from schemas import (
     OP_CLASS,
@@ -51,7 +52,7 @@ from schemas.buckets import table_buckets
 from schemas.codec import DEFAULT_CODEC, trusted
 from schemas.decisionlog import GENESIS_HASH, BrokenLogError, LogHead, already_live, check, not_live
 from schemas.models import MAX_ID_LENGTH, datetime_to_millis, millis_to_datetime, parse_ddl
-from schemas.operations import REGISTRY, RESERVED_COLUMNS, RESERVED_PREFIX, Check, Removes
+from schemas.operations import REGISTRY, RESERVED_COLUMNS, RESERVED_PREFIX, ROW_ID_COLUMN, Check, Removes
 from schemas.paths import FILE_NAME_PATTERN, partition_path, split_data_file_path, write_id_of
 
 MAX_TIMESTAMP_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last instant a datetime holds
@@ -428,6 +429,8 @@ def _create(state: TableState, intent: CommitIntent, record_timestamp: int, offs
         raise _Reject(Reason.INVALID_METADATA, str(exc)) from None
     if intent.added_files or intent.removed_files:
         raise _Reject(Reason.INVALID_OPERATION, "CREATE_TABLE cannot add or remove files")
+    if ROW_ID_COLUMN in metadata.primary_key:
+        _check_keyless(metadata)
     return _decision(
         state,
         intent,
@@ -441,6 +444,29 @@ def _create(state: TableState, intent: CommitIntent, record_timestamp: int, offs
             "batch_id": None,
         },
     )
+
+
+def _check_keyless(metadata: TableMetadata) -> None:
+    """A keyless table's metadata: the row id column is the whole key, one STRING NOT NULL column of the schema.
+
+    Its files are not read here (the arbiter reads no data file); readers refuse a file without the column.
+    """
+    if len(metadata.primary_key) != 1:
+        raise _Reject(
+            Reason.INVALID_METADATA, f"{ROW_ID_COLUMN} is a keyless table's whole key; it cannot be part of a key"
+        )
+    try:
+        columns = parse_ddl(metadata.schema)
+    except ValueError as exc:
+        raise _Reject(Reason.INVALID_METADATA, f"CREATE_TABLE schema: {exc}") from None
+    found = [c for c in columns if c.name.lower() == ROW_ID_COLUMN]
+    if len(found) != 1 or found[0].name != ROW_ID_COLUMN or found[0].type != "string" or found[0].nullable:
+        raise _Reject(
+            Reason.INVALID_METADATA,
+            f"a keyless table's schema has exactly one `{ROW_ID_COLUMN}` string NOT NULL column (its row ids)",
+        )
+    if ROW_ID_COLUMN in metadata.partition_columns or len(columns) < 2:
+        raise _Reject(Reason.INVALID_METADATA, f"a keyless table needs data columns besides {ROW_ID_COLUMN}")
 
 
 # Column types an ALTER_TABLE may add: Spark's atomic types (their DDL names, lower case) and decimal(p,s).
@@ -723,7 +749,7 @@ def _check_conflicts(
         if resolution is _LATER_FAILS:
             if worst is None or newest[0] > worst[0]:
                 worst = newest
-        else:
+        elif resolution is not Resolution.NO_CONFLICT:
             rebase = REBASE_OF[resolution]
     if worst is not None:
         raise _Reject(
@@ -987,7 +1013,7 @@ def apply(
     if operation in _CREATES:
         assert decision.metadata is not None
         state.metadata = decision.metadata
-        state.policy = load_policy(decision.metadata.properties.get(POLICY_PROPERTY, DEFAULT_POLICY))
+        state.policy = table_policy(decision.metadata)  # keyless: concurrent appends never conflict
         state.retention_ms = restore_retention_ms(decision.metadata)
         return state
     if operation in _CARRIES_METADATA:  # ALTER_TABLE: the new metadata (no files); its class is recorded below

@@ -25,6 +25,7 @@ from typing import Any
 from arbiter.metrics import ArbiterMetrics
 from arbiter.prom import ArbiterPrometheus
 from arbiter.sink import KAFKA_TIMEOUT, on_kafka_error
+from kernel.admin import fetch_waits
 from kernel.logread import GapChecker, warm_metadata
 from kernel.settings import Settings
 
@@ -47,7 +48,7 @@ def consumer_config(settings: Settings, role: str, wait_ms: int | None = None) -
             "enable.auto.offset.store": False,
             "isolation.level": "read_committed",
             "auto.offset.reset": "earliest",
-            "fetch.wait.max.ms": settings.fetch_wait_busy_ms if wait_ms is None else wait_ms,
+            "fetch.wait.max.ms": fetch_waits(settings).busy if wait_ms is None else wait_ms,
             "enable.partition.eof": True,  # an end beyond the last record read is a gap (kernel.logread)
             "error_cb": on_kafka_error,
             "logger": kafka_log,
@@ -85,7 +86,7 @@ class IntentReader:
         from confluent_kafka import Consumer
 
         self.consumer = Consumer(consumer_config(self.settings, "intents"))
-        self._doorbell = Consumer(consumer_config(self.settings, "doorbell", self.settings.fetch_wait_idle_ms))
+        self._doorbell = Consumer(consumer_config(self.settings, "doorbell", fetch_waits(self.settings).idle))
         self._gaps = GapChecker(
             consumer_config(self.settings, "intents-reread"),
             transactional=False,

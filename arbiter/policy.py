@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from schemas import OP_CLASS, OpClass, Rebase
+from schemas import OP_CLASS, OpClass, Rebase, TableMetadata
 from schemas.errors import OrdoError
 from schemas.operations import CLASSES, REGISTRY
 
@@ -31,6 +31,8 @@ class Resolution(str, enum.Enum):
     LATER_OVERWRITES = "later_overwrites"
     COMPACTION_COMPLETES = "compaction_completes"
     NEW_DATA_WRITTEN = "new_data_written"
+    # Both commits stand as they are (no rebase): a keyless table's concurrent appends (``keyless_policy``).
+    NO_CONFLICT = "no_conflict"
 
 
 # The rebase an accepted decision names for each cell that lets the later commit through.
@@ -38,6 +40,7 @@ REBASE_OF = {
     Resolution.LATER_OVERWRITES: Rebase.LATER_OVERWRITES,
     Resolution.COMPACTION_COMPLETES: Rebase.COMPACTION_COMPLETES,
     Resolution.NEW_DATA_WRITTEN: Rebase.NEW_DATA_WRITTEN,
+    Resolution.NO_CONFLICT: Rebase.NONE,
 }
 
 # Cells no policy chooses: those of a row or column the registry fixes (``schemas.operations.CLASSES``).
@@ -52,7 +55,12 @@ SYMBOL = {
     Resolution.LATER_OVERWRITES: "OW",
     Resolution.COMPACTION_COMPLETES: "CC",
     Resolution.NEW_DATA_WRITTEN: "NW",
+    Resolution.NO_CONFLICT: "✓",
 }
+# The cells a keyless table (no primary key: ``TableMetadata.keyless``) resolves differently from its policy:
+# concurrent appends add rows with fresh row ids, so neither can hide, replace or duplicate a row of the other:
+# with no key there is nothing to order (as in Delta, where blind appends never conflict). docs/conflicts.md.
+KEYLESS_CELLS = {(OpClass.INSERT, OpClass.INSERT): Resolution.NO_CONFLICT}
 
 
 class PolicyError(OrdoError, ValueError):
@@ -102,6 +110,25 @@ class Policy:
         return cls(name, tuple(tuple(r for r in row if r is not None) for row in grid))
 
 
+@cache
+def keyless_policy(policy: Policy) -> Policy:
+    """``policy`` as a keyless table applies it: ``KEYLESS_CELLS`` replace its cells."""
+    cells = tuple(
+        tuple(KEYLESS_CELLS.get((earlier, later), policy.resolve(earlier, later)) for later in OpClass)
+        for earlier in OpClass
+    )
+    return Policy(policy.name, cells)
+
+
+def table_policy(metadata: TableMetadata) -> Policy:
+    """The matrix a table's commits are decided by: its ``ordo.conflict_policy`` (keyless: ``keyless_policy`` of it).
+
+    ``PolicyError`` for an unknown policy name.
+    """
+    policy = load_policy(metadata.properties.get(POLICY_PROPERTY, DEFAULT_POLICY))
+    return keyless_policy(policy) if metadata.keyless else policy
+
+
 def matrix_markdown(policy: Policy) -> str:
     """The policy's matrix as the docs' table (docs/conflicts.md; a test keeps the two equal).
 
@@ -138,6 +165,7 @@ def load_policy(name: str = DEFAULT_POLICY) -> Policy:
 __all__ = [  # OpClass and OP_CLASS are the contract's (schemas.operations), re-exported here
     "DEFAULT_POLICY",
     "FIXED_CELLS",
+    "KEYLESS_CELLS",
     "OP_CLASS",
     "POLICY_DIR",
     "POLICY_PROPERTY",
@@ -148,6 +176,8 @@ __all__ = [  # OpClass and OP_CLASS are the contract's (schemas.operations), re-
     "PolicyError",
     "Resolution",
     "available_policies",
+    "keyless_policy",
     "load_policy",
     "matrix_markdown",
+    "table_policy",
 ]

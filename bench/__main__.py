@@ -2,7 +2,7 @@
 
 Prints a Markdown table and writes ``bench/results.json``: one object per
 benchmark with its figures (ours, the peer's, their ratio, the target) and the
-machine they were measured on. Names: core, throughput, latency, pipeline, readable, peers, scale,
+machine they were measured on. Names: core, throughput, latency, pipeline, apply, fleet, readable, peers, scale,
 spark, datasource, service (default: all, in that order; Spark last); peers-spark (ordo, Delta Lake and
 Iceberg on Spark: run it alone, from ``make bench-peers-spark``, which builds its venv). Running some of them replaces
 their entries in an existing ``results.json`` and keeps the others (each entry
@@ -19,13 +19,15 @@ import time
 import traceback
 from datetime import UTC, datetime
 
-from bench.common import ROOT, Result, machine, profile, table
+from bench.common import ROOT, Result, brokers, machine, profile, table
 
 BENCHMARKS = {
     "core": "pure hot path",
     "throughput": "arbiter throughput",
     "latency": "commit latency",
     "pipeline": "pipelined commit client",
+    "apply": "consumer apply through the broker",
+    "fleet": "fleet handover",
     "readable": "commit to readable",
     "peers": "8 writers vs peers",
     "scale": "scale",
@@ -51,7 +53,11 @@ def main(argv: list[str]) -> int:
         return 2
     started = time.time()
     at_start = machine()
-    print(f"bench: profile {profile()}, {', '.join(names)}; load average {at_start['load_average']}", flush=True)
+    print(
+        f"bench: profile {profile()}, brokers {', '.join(brokers())}, {', '.join(names)}; "
+        f"load average {at_start['load_average']}",
+        flush=True,
+    )
     report: list[dict[str, object]] = []
     everything: list[Result] = []
     for name in names:

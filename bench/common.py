@@ -79,6 +79,34 @@ def isolate_state(work: Path) -> None:
     os.environ["ORDO_STATE_DIR"] = str(work / "state")
 
 
+BROKERS = ("tansu", "kafka")
+
+
+def brokers() -> list[str]:
+    """The brokers the broker-facing benchmarks run on: ``BENCH_BROKERS`` (default ``tansu,kafka``), in order."""
+    chosen = [k.strip().lower() for k in os.environ.get("BENCH_BROKERS", ",".join(BROKERS)).split(",") if k.strip()]
+    unknown = [k for k in chosen if k not in BROKERS]
+    if unknown or not chosen:
+        raise SystemExit(f"BENCH_BROKERS must name some of {BROKERS}, got {os.environ.get('BENCH_BROKERS')!r}")
+    return list(dict.fromkeys(chosen))
+
+
+def broker_label(kind: str) -> str:
+    """How a result names its broker."""
+    return "Tansu (embedded, in memory)" if kind == "tansu" else "Apache Kafka (1 node, KRaft)"
+
+
+def new_broker(kind: str, nodes: int = 1) -> Any:
+    """A not yet started broker of ``kind`` on loopback: the embedded Tansu or an Apache Kafka of ``nodes``."""
+    if kind == "tansu":
+        from ordo.broker import EmbeddedBroker
+
+        return EmbeddedBroker()
+    from ordo.kafka import KafkaCluster
+
+    return KafkaCluster(nodes)
+
+
 @dataclass
 class Stack:
     """A benchmark's ordo stack on loopback: the embedded broker, its processes, settings and work directory."""
@@ -92,19 +120,20 @@ class Stack:
 
 
 @contextmanager
-def stack(name: str, prefix: str = "bench", *, consumer: bool = True, timeout: float = 120.0) -> Iterator[Stack]:
-    """A fresh embedded broker, an ``ordo arbiter`` (signing with a fresh key) and, with ``consumer``, an ``ordo
+def stack(
+    name: str, prefix: str = "bench", *, consumer: bool = True, timeout: float = 120.0, broker: str = "tansu"
+) -> Iterator[Stack]:
+    """A fresh broker of kind ``broker`` (default the embedded Tansu), an ``ordo arbiter`` (signing with a fresh key) and, with ``consumer``, an ``ordo
     consumer`` on a SQLite catalog, all under a new work directory; stopped at the end."""
-    from ordo.broker import EmbeddedBroker
     from ordo.keys import embedded_keys
     from ordo.settings import Settings
     from ordo.stack import ProcessGroup
 
     work = Path(tempfile.mkdtemp(prefix=f"ordo-bench-{name}-"))
     isolate_state(work)
-    with EmbeddedBroker() as broker, ProcessGroup(log_dir=work / "logs") as group:
+    with new_broker(broker) as running, ProcessGroup(log_dir=work / "logs") as group:
         settings = Settings(
-            bootstrap_servers=broker.bootstrap_servers,
+            bootstrap_servers=running.bootstrap_servers,
             topic_prefix=prefix,
             warehouse=str(work / "warehouse"),
             catalog=str(work / "catalog.db"),
@@ -116,7 +145,7 @@ def stack(name: str, prefix: str = "bench", *, consumer: bool = True, timeout: f
         if consumer:
             process = group.start_ordo(settings, "consumer", "--no-http", name="consumer")
             process.wait_for_line("consumer ready", timeout=timeout)
-        yield Stack(broker, group, settings, work, arbiter, process)
+        yield Stack(running, group, settings, work, arbiter, process)
 
 
 def machine() -> dict[str, Any]:

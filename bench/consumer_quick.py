@@ -135,19 +135,20 @@ def bench_verify(records: list[LogRecord], every: int) -> dict[str, float]:
     }
 
 
-def bench_kafka(records: list[LogRecord], path: Path, sign_every: int = 0) -> dict[str, float]:
+def bench_kafka(records: list[LogRecord], path: Path, sign_every: int = 0, broker: str = "tansu") -> dict[str, float]:
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient
 
+    from bench.common import new_broker
     from consumer.materializer import Materializer
-    from ordo.broker import DECISIONS_CONFIG, EmbeddedBroker, create_topics
+    from ordo.broker import DECISIONS_CONFIG, create_topics
     from ordo.keys import embedded_keys
     from ordo.settings import Settings
     from schemas.signing import SIGNATURE_HEADER, Signer
 
-    with EmbeddedBroker() as broker, tempfile.TemporaryDirectory() as keys:
+    with new_broker(broker) as running, tempfile.TemporaryDirectory() as keys:
         settings = Settings(
-            bootstrap_servers=broker.bootstrap_servers,
+            bootstrap_servers=running.bootstrap_servers,
             topic_prefix="bench",
             catalog=str(path),
             require_signatures=bool(sign_every),
@@ -180,7 +181,8 @@ def bench_kafka(records: list[LogRecord], path: Path, sign_every: int = 0) -> di
         "signed_every": sign_every,
         "seconds": round(elapsed, 3),
         "decisions_per_s": round(len(records) / elapsed),
-        "note": "includes consumer start-up, topic discovery and Tansu fetches (non-transactional records)",
+        "broker": broker,
+        "note": "includes consumer start-up, topic discovery and the broker's fetches (non-transactional records)",
     }
 
 

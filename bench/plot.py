@@ -4,7 +4,8 @@
 
 Left: one writer in a closed loop (``bench.latency``): ordo's ``commit()`` to
 decision, the raw produce->consume round trip at the broker's best and the same
-hops as a commit through a transactional relay without ordo (the floor). Right:
+hops as a commit through a transactional relay without ordo (the floor), on
+each broker of the run (Tansu solid, Apache Kafka dashed). Right:
 8 writers on their own partitions (``bench.peers``): a commit including its
 Parquet file, for ordo, delta-rs and pyiceberg. ``python -m bench`` draws it
 after writing the results; a figure whose samples are missing is left out.
@@ -45,12 +46,17 @@ def _when(document: dict[str, Any], module: str) -> str:
 def curves(document: dict[str, Any]) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """(single-writer curves, 8-writer curves): label -> latencies in ms."""
     single: dict[str, list[float]] = {}
-    latency = _samples(document, "bench.latency")
-    if latency and "latency_samples_ms" in latency:
-        single["ordo commit()"] = latency["latency_samples_ms"]["ordo"]
-        single["raw round trip (fetch.wait.max.ms=1)"] = latency["latency_samples_ms"]["raw"]
-        if "floor" in latency["latency_samples_ms"]:
-            single["commit's hops without ordo (txn relay)"] = latency["latency_samples_ms"]["floor"]
+    entry = _entry(document, "bench.latency")
+    runs = [f.get("samples", {}) for f in (entry or {}).get("figures", [])]
+    runs = [r for r in runs if isinstance(r, dict) and "latency_samples_ms" in r]
+    for samples in runs:
+        broker = samples.get("broker", "tansu")
+        name = "Tansu" if broker == "tansu" else "Kafka"
+        tag = f" [{name}]" if len(runs) > 1 or broker != "tansu" else ""
+        single[f"ordo commit(){tag}"] = samples["latency_samples_ms"]["ordo"]
+        single[f"raw round trip{tag}"] = samples["latency_samples_ms"]["raw"]
+        if "floor" in samples["latency_samples_ms"]:
+            single[f"txn relay floor{tag}"] = samples["latency_samples_ms"]["floor"]
     writers: dict[str, list[float]] = {}
     peers = _samples(document, "bench.peers")
     for system in ("ordo", "delta-rs", "pyiceberg"):
@@ -84,7 +90,8 @@ def draw(results: Path = RESULTS, out: Path = OUT) -> Path | None:
         for label, values in group.items():
             ordered = sorted(values)
             n = len(ordered)
-            axis.step(ordered, [(i + 1) / n for i in range(n)], where="post", label=f"{label} (n={n})")
+            style = "--" if "[Kafka]" in label else "-"
+            axis.step(ordered, [(i + 1) / n for i in range(n)], style, where="post", label=f"{label} (n={n})")
         axis.set_xscale("log")
         axis.set_xlabel("commit latency (ms, log scale)")
         axis.set_ylabel("fraction of commits")

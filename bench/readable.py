@@ -30,6 +30,7 @@ BENCHMARK = "commit to readable"
 
 def run() -> list[Result]:
     from consumer import Catalog
+    from kernel.settings import resolve_waits
     from producer import CommitClient
 
     commits = pick(300, 2000)
@@ -68,7 +69,7 @@ def run() -> list[Result]:
         "samples": {"commits": len(samples), **stats, "idle_consumer_cpu_percent": idle["consumer"]},
         "machine": machine(),
         "notes": f"{len(samples)} closed-loop commits (random 0-20 ms pauses) after 20 warm-up; SQLite catalog "
-        f"polled every 0.5 ms; consumer fetch wait {settings.consumer_fetch_wait_ms} ms; embedded Tansu broker",
+        f"polled every 0.5 ms; consumer fetch wait {resolve_waits(settings, 'tansu').consumer} ms; embedded Tansu broker",
     }
     return [
         Result(

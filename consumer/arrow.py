@@ -51,6 +51,7 @@ from schemas.operations import (
     OP_DELETE,
     OP_UPSERT,
     REGISTRY,
+    ROW_ID_COLUMN,
     SEQ_COLUMN,
     TRUNCATING_OPERATIONS,
     ChangeRows,
@@ -311,6 +312,9 @@ def read_file(ref: FileRef, shape: TableShape, keys: Any = None) -> pa.Table:
         raw = _parquet(ref.path, wanted)
     n = raw.num_rows
     READ_STATS.add(1, n)
+    if ROW_ID_COLUMN in shape.primary_key and (ROW_ID_COLUMN not in raw.column_names or raw[ROW_ID_COLUMN].null_count):
+        # a keyless table's rows are told apart by their row ids: a file without them cannot be merged
+        raise DataFileError(f"data file {ref.path} of a keyless table lacks row ids ({ROW_ID_COLUMN})")
     arrays, names = [], []
     for field in shape.schema:
         if field.name in raw.column_names:

@@ -166,7 +166,7 @@ def commit_changes(rows: pa.Table, metadata: TableMetadata, operation: str) -> l
     truncating = operation in TRUNCATING_OPERATIONS
     for record in rows.to_pylist():
         row = {c: json_value(record[c]) for c in columns}
-        key = _dumps({c: row[c] for c in ident})
+        key = _dumps({c: json_value(record[c]) for c in ident})  # a keyless table's: its hidden row id
         kind = record[CHANGE_TYPE]
         if kind == INSERT:
             changes.append((1, key, RowChange(OP_CREATE, key, None, row)))

@@ -48,6 +48,7 @@ from typing import Any
 from consumer.following import KAFKA_TIMEOUT, READY_MESSAGE, Following
 from consumer.repair import RepairDesk
 from consumer.store import ApplyResult, CatalogWriter, LogRecord
+from kernel.admin import fetch_waits
 from kernel.errors import BrokerUnavailableError
 from kernel.keys import reader_trust
 from kernel.logread import GapChecker, GapStats
@@ -231,7 +232,7 @@ class Materializer:
                 "enable.partition.eof": True,
                 # Tansu answers an empty fetch only after the full wait: the bound on commit-to-readable
                 # latency when idle, traded against idle CPU (bench/readable.py measures both).
-                "fetch.wait.max.ms": self.settings.consumer_fetch_wait_ms,
+                "fetch.wait.max.ms": fetch_waits(self.settings).consumer,
                 "allow.auto.create.topics": False,
                 "error_cb": self._on_kafka_error,
             }

@@ -44,6 +44,7 @@ from consumer.arrow import (  # the record and change-feed columns, declared onc
 )
 from consumer.catalog import Catalog, Timestamp
 from consumer.models import FileEntry, Snapshot
+from schemas.operations import ROW_ID_COLUMN
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -192,8 +193,11 @@ def read(
 
     ``catalog`` is a ``Catalog``, a catalog location, or None for ``ORDO_CATALOG``.
     Raises ``TableNotFoundError`` / ``VersionNotFoundError`` like ``Catalog.snapshot``.
+    A keyless table's hidden row id is left out (``read_snapshot``, the writers' read, keeps it).
     """
-    return read_snapshot(spark, _catalog(catalog).snapshot(table, version=version, timestamp=timestamp))
+    snapshot = _catalog(catalog).snapshot(table, version=version, timestamp=timestamp)
+    df = read_snapshot(spark, snapshot)
+    return df.drop(ROW_ID_COLUMN) if snapshot.metadata.keyless else df
 
 
 def change_schema(schema: Any) -> Any:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernel.errors import BrokerUnavailableError
-from kernel.settings import Settings
+from kernel.settings import FetchWaits, Settings, resolve_waits
 
 log = logging.getLogger("ordo.broker")
 
@@ -255,3 +255,46 @@ __all__ = [
     "lossy_topics",
     "topic_policy",
 ]
+
+
+TANSU_CLUSTER_ID = "tansu_cluster"  # the cluster id a Tansu broker reports unless started with another
+_KINDS: dict[str, str] = {}  # bootstrap servers -> the broker kind detected there (once per process)
+
+
+def broker_kind(settings: Settings, timeout: float = 10.0) -> str:
+    """``kafka`` or ``tansu``: ``ORDO_BROKER_KIND``, else detected once per process from the cluster id.
+
+    Tansu reports the cluster id ``tansu_cluster`` unless started with another (then set
+    ``ORDO_BROKER_KIND=tansu``); anything else counts as Apache Kafka. A broker that cannot be asked
+    counts as Tansu for now (its short waits are fast on both) and is asked again next time.
+    """
+    if settings.broker_kind != "auto":
+        return settings.broker_kind
+    servers = settings.bootstrap_servers or ""
+    if servers in _KINDS:
+        return _KINDS[servers]
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(settings.kafka_config(**{"client.id": f"{settings.topic_prefix}.broker-kind", "log_level": 0}))
+    try:
+        cluster_id = admin.list_topics(timeout=timeout).cluster_id
+    except KafkaException as exc:
+        log.warning("could not ask %s which broker it is (%s): Tansu's fetch waits for now", servers, exc)
+        return "tansu"
+    kind = "tansu" if cluster_id == TANSU_CLUSTER_ID else "kafka"
+    _KINDS[servers] = kind
+    log.info("broker at %s: %s (cluster id %s)", servers, kind, cluster_id)
+    return kind
+
+
+def fetch_waits(settings: Settings) -> FetchWaits:
+    """The fetch waits ordo's readers use: those set, else the default of the broker (``broker_kind``)."""
+    if None not in (
+        settings.fetch_wait_busy_ms,
+        settings.fetch_wait_idle_ms,
+        settings.client_fetch_wait_ms,
+        settings.consumer_fetch_wait_ms,
+    ):
+        return resolve_waits(settings, "kafka")  # every one set: no need to ask the broker
+    return resolve_waits(settings, broker_kind(settings))

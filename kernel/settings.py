@@ -33,10 +33,31 @@ DEFAULT_WAREHOUSE = "warehouse"
 DEFAULT_HTTP_HOST = "127.0.0.1"
 DEFAULT_HTTP_PORT = 8765
 DEFAULT_RESUBMIT_AFTER = 5.0
-DEFAULT_FETCH_WAIT_BUSY_MS = 20
-DEFAULT_FETCH_WAIT_IDLE_MS = 100
-DEFAULT_CLIENT_FETCH_WAIT_MS = 20
-DEFAULT_CONSUMER_FETCH_WAIT_MS = 50
+# Fetch waits (ms) per broker kind, where a setting is left unset (docs/operations.md "Latency and idle cost"):
+# Apache Kafka answers a long poll as soon as a record arrives, so long waits cost no latency and save
+# empty fetches; Tansu answers an empty fetch only after the full wait, so the wait bounds each hop of a
+# commit and the short waits are only used while work is in flight.
+BrokerKind = Literal["auto", "kafka", "tansu"]
+
+
+@dataclass(frozen=True)
+class FetchWaits:
+    """``fetch.wait.max.ms`` of ordo's readers: arbiter busy and idle (doorbell), commit client, consumer."""
+
+    busy: int
+    idle: int
+    client: int
+    consumer: int
+
+
+BROKER_FETCH_WAITS = {
+    "kafka": FetchWaits(busy=100, idle=500, client=100, consumer=100),
+    "tansu": FetchWaits(busy=2, idle=100, client=5, consumer=50),
+}
+DEFAULT_FETCH_WAIT_BUSY_MS = None  # None: the broker's default (BROKER_FETCH_WAITS)
+DEFAULT_FETCH_WAIT_IDLE_MS = None
+DEFAULT_CLIENT_FETCH_WAIT_MS = None
+DEFAULT_CONSUMER_FETCH_WAIT_MS = None
 DEFAULT_METRICS_HOST = "127.0.0.1"
 DEFAULT_COMPACTOR_MASTER = "local[2]"
 DEFAULT_COMPACTOR_INTERVAL = 5.0
@@ -51,6 +72,19 @@ Seconds = Annotated[float, Field(gt=0)]
 
 class SettingsError(OrdoError, ValueError):
     """Raised when a setting has a value it cannot take; the message names the variable (or argument) and value."""
+
+
+def resolve_waits(settings: Settings, kind: str) -> FetchWaits:
+    """The fetch waits of ``settings`` on a broker of ``kind`` (``kafka`` or ``tansu``): each set one, else the
+    broker's default; the idle wait never below the busy one."""
+    default = BROKER_FETCH_WAITS["tansu" if kind == "tansu" else "kafka"]
+    busy = settings.fetch_wait_busy_ms or default.busy
+    return FetchWaits(
+        busy=busy,
+        idle=max(busy, settings.fetch_wait_idle_ms or default.idle),
+        client=settings.client_fetch_wait_ms or default.client,
+        consumer=settings.consumer_fetch_wait_ms or default.consumer,
+    )
 
 
 def default_state_dir() -> str:
@@ -78,11 +112,13 @@ class Settings:
     require_signatures: bool = True
     resubmit_after: Seconds = DEFAULT_RESUBMIT_AFTER  # commit client: publish an intent again when undecided this long
     # Adaptive fetch waits (docs/operations.md "Latency and idle cost"): readers fetch with the short
-    # wait while work is in flight and fall back to the long one (or pause) when idle.
-    fetch_wait_busy_ms: WaitMs = DEFAULT_FETCH_WAIT_BUSY_MS
-    fetch_wait_idle_ms: WaitMs = DEFAULT_FETCH_WAIT_IDLE_MS
-    client_fetch_wait_ms: WaitMs = DEFAULT_CLIENT_FETCH_WAIT_MS  # commit client decision readers while in flight
-    consumer_fetch_wait_ms: WaitMs = DEFAULT_CONSUMER_FETCH_WAIT_MS  # the consumer's decisions reader
+    # wait while work is in flight and fall back to the long one (or pause) when idle. None: the default
+    # of the broker (BROKER_FETCH_WAITS; kernel.admin.fetch_waits resolves it), ``broker_kind`` or detected.
+    broker_kind: BrokerKind = "auto"
+    fetch_wait_busy_ms: WaitMs | None = DEFAULT_FETCH_WAIT_BUSY_MS
+    fetch_wait_idle_ms: WaitMs | None = DEFAULT_FETCH_WAIT_IDLE_MS
+    client_fetch_wait_ms: WaitMs | None = DEFAULT_CLIENT_FETCH_WAIT_MS  # commit client decision readers in flight
+    consumer_fetch_wait_ms: WaitMs | None = DEFAULT_CONSUMER_FETCH_WAIT_MS  # the consumer's decisions reader
     # `ordo arbiter`'s /metrics, /healthz, /readyz (0: any free port; None, `--no-metrics`: off)
     arbiter_metrics_port: Port | None = DEFAULT_ARBITER_METRICS_PORT
     arbiter_metrics_host: str = DEFAULT_METRICS_HOST
@@ -202,6 +238,7 @@ ENV_VARS: tuple[tuple[str, str, Callable[[str], Any]], ...] = (
     ("trusted_keys", "ORDO_TRUSTED_KEYS", str),
     ("require_signatures", "ORDO_REQUIRE_SIGNATURES", parse_bool),
     ("resubmit_after", "ORDO_RESUBMIT_AFTER", float),
+    ("broker_kind", "ORDO_BROKER_KIND", str.lower),
     ("fetch_wait_busy_ms", "ORDO_FETCH_WAIT_BUSY_MS", int),
     ("fetch_wait_idle_ms", "ORDO_FETCH_WAIT_IDLE_MS", int),
     ("client_fetch_wait_ms", "ORDO_CLIENT_FETCH_WAIT_MS", int),
@@ -252,10 +289,9 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
     except ValueError as exc:
         where = "ORDO_TOPIC_PREFIX" if "topic_prefix" not in overrides and "topic_prefix" in sources else "topic_prefix"
         raise SettingsError(f"invalid setting {where}={settings.topic_prefix!r}: {exc}") from None
-    if (
-        min(settings.fetch_wait_busy_ms, settings.client_fetch_wait_ms, settings.consumer_fetch_wait_ms) < 1
-        or settings.fetch_wait_idle_ms < settings.fetch_wait_busy_ms
-    ):
+    busy, idle = settings.fetch_wait_busy_ms, settings.fetch_wait_idle_ms
+    given = [w for w in (busy, settings.client_fetch_wait_ms, settings.consumer_fetch_wait_ms) if w is not None]
+    if (given and min(given) < 1) or (busy is not None and idle is not None and idle < busy):
         raise SettingsError(
             "fetch waits must satisfy 1 <= ORDO_FETCH_WAIT_BUSY_MS <= ORDO_FETCH_WAIT_IDLE_MS, "
             "ORDO_CLIENT_FETCH_WAIT_MS >= 1 and ORDO_CONSUMER_FETCH_WAIT_MS >= 1, got "

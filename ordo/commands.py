@@ -241,7 +241,7 @@ def tables_command(settings: Settings, as_json: bool) -> None:
             i.name,
             str(i.head_version),
             fmt_time(i.head_time_version),
-            ", ".join(i.metadata.primary_key),
+            ", ".join(i.metadata.user_key) or "(keyless)",
             ", ".join(i.metadata.partition_columns) or "-",
             i.metadata.location,
             "ok" if i.error is None else f"[red]stopped at offset {i.error_offset}: {i.error}[/red]",
@@ -343,9 +343,9 @@ def show_command(
     schema.add_column("column")
     schema.add_column("type")
     schema.add_column("role")
-    for name, data_type in ddl_columns(metadata.schema):
+    for name, data_type in ddl_columns(metadata.user_schema):  # a keyless table's row id is not shown
         role = []
-        if name in metadata.primary_key:
+        if name in metadata.user_key:
             role.append("primary key")
         if name in metadata.partition_columns:
             role.append("partition")

@@ -62,13 +62,14 @@ from pyspark.sql.datasource import (
     InputPartition,
     WriterCommitMessage,
 )
-from pyspark.sql.types import StructType
+from pyspark.sql.types import StringType, StructField, StructType
 
 from consumer.arrow import CHANGE_COLUMNS
 from ordo.errors import OrdoError
 from ordo.settings import Settings, load_settings, parse_bool
 from schemas.models import ddl_columns as _ddl_columns
-from schemas.operations import Reason
+from schemas.operations import ROW_ID_COLUMN, Reason
+from schemas.topics import table_identifier
 
 NAME = "ordo"
 SETTINGS_OPTIONS = {
@@ -302,6 +303,7 @@ class OrdoDataSource(DataSource):
         name = opts.get("path") or opts.get("table")
         if not name:
             raise DataSourceOptionError('name the table: load("events"), save("events") or option("table", ...)')
+        name = table_identifier(name)  # Spark's rules: "Events" is table events; db.table is refused
         settings = self._settings()
         with Catalog(settings.catalog) as catalog:
             info = catalog.table(name)
@@ -324,7 +326,10 @@ class OrdoDataSource(DataSource):
         return _truthy(self._options().get("readchangefeed"))
 
     def schema(self) -> str:
-        ddl = self._table().metadata.schema
+        metadata = self._table().metadata
+        # a keyless table's row id is hidden, except in the compact change feed (its delete records carry only keys)
+        compact = self._change_feed() and self._form() == "compact"
+        ddl = metadata.schema if compact else metadata.user_schema
         if self._change_feed():
             ddl += ", `_change_type` STRING, `_commit_version` BIGINT, `_commit_timestamp` TIMESTAMP"
             if self._form() == "compact":
@@ -366,11 +371,17 @@ def _shape(table: _Table, schema: StructType) -> Any:
     from consumer.files_source import arrow_schema
 
     fields = [f for f in schema.fields if f.name not in CHANGE_COLUMNS]
+    if table.metadata.keyless and ROW_ID_COLUMN not in {f.name for f in fields}:
+        # merge-on-read and change rows pair records by the hidden row id; ``_batches`` leaves it out
+        fields.append(StructField(ROW_ID_COLUMN, StringType(), False))
     arrow = arrow_schema(StructType(fields))
     return TableShape(arrow, tuple(table.metadata.primary_key), tuple(table.metadata.partition_columns))
 
 
-def _batches(table: Any) -> Iterator[Any]:
+def _batches(table: Any, schema: StructType | None = None) -> Iterator[Any]:
+    """``table``'s rows as the declared ``schema``'s columns (a keyless table's hidden row id left out)."""
+    if schema is not None and ROW_ID_COLUMN in table.column_names and ROW_ID_COLUMN not in schema.fieldNames():
+        table = table.drop_columns([ROW_ID_COLUMN])
     yield from table.to_batches(max_chunksize=65_536)
 
 
@@ -391,6 +402,7 @@ class SnapshotReader(DataSourceReader):
         with Catalog(table.settings.catalog) as catalog:
             snapshot = catalog.snapshot(table.name, version=None if version is None else int(version), timestamp=stamp)
         self.shape = _shape(table, schema)
+        self.output = schema
         self.files = [FileRef.of(f) for f in snapshot.files]
         self.version = snapshot.id_version
 
@@ -422,7 +434,7 @@ class SnapshotReader(DataSourceReader):
 
         refs, merge = partition.value
         if refs:
-            yield from _batches(live_rows(refs, self.shape, merge=merge))
+            yield from _batches(live_rows(refs, self.shape, merge=merge), self.output)
 
 
 def _partition_text(value: Any) -> str | None:
@@ -463,6 +475,7 @@ class _SnapshotPart:
 class _ChangeReading:
     shape: Any
     form: str
+    output: StructType
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         from consumer.arrow import change_rows, snapshot_rows
@@ -470,9 +483,9 @@ class _ChangeReading:
         part = partition.value
         if isinstance(part, _SnapshotPart):
             rows = snapshot_rows(part.refs, self.shape, part.version, part.timestamp, self.form, merge=part.merge)
-            yield from _batches(rows)
+            yield from _batches(rows, self.output)
             return
-        yield from _batches(change_rows(part, self.shape, self.form))
+        yield from _batches(change_rows(part, self.shape, self.form), self.output)
 
 
 class ChangeFeedReader(_ChangeReading, DataSourceReader):
@@ -482,6 +495,7 @@ class ChangeFeedReader(_ChangeReading, DataSourceReader):
         from consumer import Catalog
 
         self.shape = _shape(table, schema)
+        self.output = schema
         self.form = form
         by_id = "startingversion" in options or "endingversion" in options
         by_time = "startingtimestamp" in options or "endingtimestamp" in options
@@ -559,6 +573,7 @@ class ChangeFeedStreamReader(_ChangeReading, DataSourceStreamReader):
     ) -> None:
         self.table = table
         self.shape = _shape(table, schema)
+        self.output = schema
         self.form = form
         self.options = dict(options)
         self.rows_only = rows_only
@@ -666,7 +681,7 @@ class ChangeFeedStreamReader(_ChangeReading, DataSourceStreamReader):
                     "option('skipChangeCommits', 'true') to skip such commits, or read the change feed "
                     "(option('readChangeFeed', 'true'))"
                 )
-        yield from _batches(rows.select(list(self.shape.columns)))
+        yield from _batches(rows.select(list(self.shape.columns)), self.output)
 
     def _snapshot_parts(self, version: int) -> list[InputPartition]:
         from consumer.arrow import FileRef, merge_groups
@@ -768,7 +783,7 @@ def _check_write_schema(table: _Table, schema: StructType) -> Any:
     from consumer.files_source import arrow_schema
     from producer.data import SchemaMismatchError
 
-    wanted = ddl_columns(table.metadata.schema)
+    wanted = ddl_columns(table.metadata.user_schema)  # a keyless table's row ids are the writer's
     have = {f.name: f for f in schema.fields}
     missing = [n for n, _ in wanted if n not in have]
     extra = sorted(set(have) - {n for n, _ in wanted})
@@ -850,7 +865,8 @@ class _Writing:
     def _publish(self, messages: Sequence[Any], app_id: str | None = None, batch_id: int | None = None) -> Any:
         """Check keys across tasks, publish the one intent, wait for the decision and the catalog (numbered steps)."""
         from producer.arrow import check_unique, delete_files
-        from producer.table import conflict_error, shared_connection
+        from producer.connection import shared_connection
+        from producer.results import conflict_error
         from schemas import CommitIntent, Operation
 
         files = self._files(messages)

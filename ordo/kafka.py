@@ -635,6 +635,60 @@ class KafkaCluster:
         return f"KafkaCluster({self.size} node(s), {state}, data={self.data_dir})"
 
 
+def active_controller(cluster: KafkaCluster, timeout: float = 30.0) -> int:
+    """The node id of the active KRaft controller (the metadata quorum's leader).
+
+    Read from each running node's ``__cluster_metadata-0/quorum-state`` (the election state the raft
+    layer persists at every change): the leader of the newest epoch that a majority of the voters
+    names. Waits up to ``timeout`` while an election is under way.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        votes: dict[tuple[int, int], int] = {}
+        for node in cluster.nodes:
+            if not node.running:
+                continue
+            try:
+                state = json.loads((node.data_dir / "__cluster_metadata-0" / "quorum-state").read_text())
+            except (OSError, ValueError):
+                continue
+            leader, epoch = int(state.get("leaderId", -1)), int(state.get("leaderEpoch", -1))
+            if leader >= 0:
+                votes[(epoch, leader)] = votes.get((epoch, leader), 0) + 1
+        agreed = [key for key, count in votes.items() if count > len(cluster.nodes) // 2]
+        if agreed:
+            return max(agreed)[1]
+        if time.monotonic() > deadline:
+            raise BrokerUnavailableError(f"no KRaft controller agreed by a majority within {timeout:.0f} s: {votes}")
+        time.sleep(0.2)
+
+
+def wait_in_sync(cluster: KafkaCluster, timeout: float = 120.0) -> None:
+    """Wait until every partition has all its replicas in sync (after a node restarted or thawed)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers, "log_level": 0})
+    deadline = time.monotonic() + timeout
+    lagging: list[str] = ["(no metadata yet)"]
+    while time.monotonic() < deadline:
+        try:
+            metadata = admin.list_topics(timeout=5.0)
+        except KafkaException:
+            time.sleep(0.5)
+            continue
+        lagging = [
+            f"{name}[{pid}]"
+            for name, topic in metadata.topics.items()
+            for pid, partition in topic.partitions.items()
+            if set(partition.isrs) != set(partition.replicas) or partition.leader < 0
+        ]
+        if not lagging:
+            return
+        time.sleep(0.5)
+    raise BrokerUnavailableError(f"partitions not in sync within {timeout:.0f} s: {lagging[:10]}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m ordo.kafka fetch`` (the jars, once) or ``python -m ordo.kafka version``."""
     args = list(sys.argv[1:] if argv is None else argv)

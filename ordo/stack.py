@@ -47,9 +47,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "ORDO_TRUSTED_KEYS": settings.trusted_keys,
         "ORDO_REQUIRE_SIGNATURES": "true" if settings.require_signatures else "false",
         "ORDO_RESUBMIT_AFTER": str(settings.resubmit_after),
-        "ORDO_FETCH_WAIT_BUSY_MS": str(settings.fetch_wait_busy_ms),
-        "ORDO_FETCH_WAIT_IDLE_MS": str(settings.fetch_wait_idle_ms),
-        "ORDO_CLIENT_FETCH_WAIT_MS": str(settings.client_fetch_wait_ms),
+        "ORDO_BROKER_KIND": settings.broker_kind,
         "ORDO_ARBITER_METRICS_PORT": "off"
         if settings.arbiter_metrics_port is None
         else str(settings.arbiter_metrics_port),
@@ -62,6 +60,14 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "ORDO_TOPIC_MIN_INSYNC_REPLICAS": str(settings.topic_min_insync_replicas),
         "ORDO_ALLOW_LOSSY_LOGS": "true" if settings.allow_lossy_logs else "false",
     }
+    for key, wait in (
+        ("ORDO_FETCH_WAIT_BUSY_MS", settings.fetch_wait_busy_ms),
+        ("ORDO_FETCH_WAIT_IDLE_MS", settings.fetch_wait_idle_ms),
+        ("ORDO_CLIENT_FETCH_WAIT_MS", settings.client_fetch_wait_ms),
+        ("ORDO_CONSUMER_FETCH_WAIT_MS", settings.consumer_fetch_wait_ms),
+    ):
+        if wait is not None:
+            env[key] = str(wait)
     if settings.log_level:
         env["ORDO_LOG_LEVEL"] = settings.log_level
     if settings.bootstrap_servers:

@@ -10,7 +10,8 @@ plus the task's partition id and attempt), so a re-run never overwrites a file
 a commit already names. Rows are checked before anything is written: non-null
 keys, non-empty partition values (inside a static partition when one is
 given) and no duplicate key within the task; ``check_unique`` checks across
-tasks at commit time.
+tasks at commit time. A keyless table's rows get their new row ids here
+(``<txn id>:<first number>:<n>``, unique per task run) and skip both key checks.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from producer.data import (
     key_stats,
 )
 from schemas import DataFile
+from schemas.models import parse_ddl
+from schemas.operations import ROW_ID_COLUMN
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -69,7 +72,7 @@ def check_rows(rows: pa.Table, layout: Layout, static: Mapping[str, str] | None 
 
     if rows.num_rows == 0:
         return
-    for k in layout.primary_key:
+    for k in () if layout.keyless else layout.primary_key:  # a keyless table's row ids are new (``write_rows``)
         if rows.column(k).null_count:
             raise PrimaryKeyError(f"primary key {list(layout.primary_key)} violated: null values in {k!r}")
     for c in layout.partition_columns:
@@ -79,6 +82,8 @@ def check_rows(rows: pa.Table, layout: Layout, static: Mapping[str, str] | None 
             raise PartitionValueError(f"null or empty values of partition column {c!r}; nothing was written")
         if static is not None and not pc.all(pc.equal(text, static[c])).as_py():
             raise PartitionValueError(f"rows outside the partition {dict(static)} being written; nothing was written")
+    if layout.keyless:
+        return  # new row ids: unique by construction
     identity = list(layout.identity)
     counts = rows.group_by(identity, use_threads=False).aggregate([([], "count_all")])
     dups = counts.filter(pc.greater(counts.column("count_all"), 1))
@@ -101,6 +106,8 @@ def write_rows(
     check_rows(rows, layout, static)
     if rows.num_rows == 0:
         return []
+    if layout.keyless and ROW_ID_COLUMN not in rows.column_names:
+        rows = with_row_ids(rows, layout, f"{txn_id}:{first_number}:")
     storage = Storage(layout.location)
     columns = layout.partition_columns
     buckets = bucket_array(rows, layout.primary_key, layout.buckets)
@@ -149,11 +156,22 @@ def write_rows(
     return files
 
 
+def with_row_ids(rows: pa.Table, layout: Layout, prefix: str) -> pa.Table:
+    """A keyless table's rows (user columns) with new row ids ``<prefix><n>``, in table column order."""
+    import pyarrow as pa
+
+    ids = pa.array([f"{prefix}{n}" for n in range(rows.num_rows)], pa.string())
+    names = [c.name for c in parse_ddl(layout.schema_ddl)]
+    return pa.table([ids if n == ROW_ID_COLUMN else rows.column(n) for n in names], names=names)
+
+
 def check_unique(layout: Layout, files: Sequence[DataFile]) -> None:
     """Refuse a write whose tasks wrote the same key (per partition): reads the key columns of the files."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    if layout.keyless:
+        return  # row ids are unique per task run (``write_rows``)
     storage = Storage(layout.location)
     by_part: dict[tuple[str, ...], list[DataFile]] = {}
     for f in files:

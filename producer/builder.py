@@ -133,12 +133,7 @@ class DeltaTableBuilder:
         named = [c.strip() for c in properties.pop(PRIMARY_KEY_PROPERTY, "").split(",") if c.strip()]
         if named and self._key and named != self._key:
             raise InvalidTableError(f"primaryKey {self._key} and property {PRIMARY_KEY_PROPERTY}={named} disagree")
-        key = self._key or named
-        if not key:
-            raise InvalidTableError(
-                f"table {self._name!r} needs a primary key: .primaryKey('id') or .property('{PRIMARY_KEY_PROPERTY}', "
-                "'id') (every ordo table has one today)"
-            )
+        key = self._key or named or None  # none: a keyless table, Delta's default
         create = DeltaTable.createIfNotExists if self._mode == "createIfNotExists" else DeltaTable.create
         return create(
             self._spark,

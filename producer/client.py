@@ -42,6 +42,7 @@ from kernel.admin import (
     create_table_topics,
     create_topics,
     existing_topics,
+    fetch_waits,
     topic_policy,
 )
 from kernel.errors import BrokerUnavailableError, CommitTimeoutError, OrdoError, TableNotFoundError
@@ -112,7 +113,7 @@ class _DecisionReader:
                 "isolation.level": "read_committed",
                 # Tansu answers an empty fetch only after the full wait: the short wait while a
                 # commit is in flight; with nothing in flight the partition is paused (no fetches).
-                "fetch.wait.max.ms": self.client.settings.client_fetch_wait_ms,
+                "fetch.wait.max.ms": fetch_waits(self.client.settings).client,
                 "enable.partition.eof": True,  # an end past the last record read is a gap to re-read
                 "allow.auto.create.topics": False,
                 "client.id": self.client.settings.client_name("decisions"),

@@ -36,7 +36,16 @@ from urllib.parse import unquote
 
 from kernel.errors import OrdoError
 from schemas import DataFile, TableMetadata
-from schemas.operations import OP_COLUMN, OP_DELETE, OP_UPSERT, RESERVED_COLUMNS, RESERVED_PREFIX, SEQ_COLUMN
+from schemas.operations import (
+    OP_COLUMN,
+    OP_DELETE,
+    OP_UPSERT,
+    RESERVED_COLUMNS,
+    RESERVED_PREFIX,
+    ROW_ID_COLUMN,
+    SEQ_COLUMN,
+    is_keyless,
+)
 from schemas.paths import STAGING_DIR, data_file_path
 
 if TYPE_CHECKING:
@@ -115,6 +124,20 @@ class Layout:
         return table_buckets(self.properties)
 
     @property
+    def keyless(self) -> bool:
+        """True for a keyless table: its key is the hidden row id column every writer fills."""
+        return is_keyless(self.primary_key)
+
+    def user_schema(self) -> StructType:
+        """The schema as users see it and write it: a keyless table's without the row id column."""
+        schema = self.schema()
+        if not self.keyless:
+            return schema
+        from pyspark.sql.types import StructType
+
+        return StructType([f for f in schema.fields if f.name != ROW_ID_COLUMN])
+
+    @property
     def identity(self) -> tuple[str, ...]:
         """Columns that identify a record: partition columns, then the primary key (dedup scope)."""
         return tuple(dict.fromkeys(self.partition_columns + self.primary_key))
@@ -174,8 +197,6 @@ def check_definition(schema: StructType, primary_key: Sequence[str], partitioned
             f"reserved column names {reserved}: names starting with {RESERVED_PREFIX!r} and "
             f"{sorted(RESERVED_COLUMNS)} are used by ordo's files and change feed"
         )
-    if not primary_key:
-        raise InvalidTableError("a primary key is required (one or more columns)")
     for what, columns in (("primary key", primary_key), ("partition", partitioned_by)):
         unknown = [c for c in columns if c not in names]
         if unknown:
@@ -263,6 +284,22 @@ def _type_text(data_type: DataType) -> str:
     return data_type.simpleString()  # ignores nullability, which is checked for keys only
 
 
+def with_row_ids(df: DataFrame, layout: Layout, prefix: str) -> DataFrame:
+    """A keyless table's rows (user columns, conformed) with new row ids, in table order; others unchanged.
+
+    A row id is ``<prefix><n>``: the prefix is unique per write (``Transaction.row_id_prefix``: the write id and
+    a counter) and ``n`` is Spark's ``monotonically_increasing_id`` (unique within the DataFrame), so ids never
+    repeat across writes and a re-run task writes the same ids again for the same input.
+    """
+    if not layout.keyless:
+        return df
+    from pyspark.sql import functions as F
+
+    ids = F.concat(F.lit(prefix), F.monotonically_increasing_id().cast("string"))
+    columns = [ids.alias(f.name) if f.name == ROW_ID_COLUMN else F.col(f"`{f.name}`") for f in layout.schema().fields]
+    return df.select(*columns)
+
+
 def conform(df: DataFrame, schema: StructType) -> DataFrame:
     """``df`` with the table's columns in table order; ``SchemaMismatchError`` naming every mismatch.
 
@@ -276,6 +313,9 @@ def conform(df: DataFrame, schema: StructType) -> DataFrame:
     extra = [c for c in have if c not in want]
     if missing:
         problems.append(f"missing columns {missing}")
+    if ROW_ID_COLUMN in extra:
+        problems.append(f"{ROW_ID_COLUMN} is a keyless table's hidden row id, which ordo writes: leave it out")
+        extra.remove(ROW_ID_COLUMN)
     if extra:
         hints = []
         for c in extra:
@@ -367,13 +407,38 @@ def _partition_match(layout: Layout, partition: Mapping[str, str]) -> Column:
     return cond
 
 
-def validate_records(df: DataFrame, layout: Layout, static_partition: Mapping[str, str] | None = None) -> None:
+def validate_records(
+    df: DataFrame, layout: Layout, static_partition: Mapping[str, str] | None = None, *, keys: bool | None = None
+) -> None:
     """Refuse null or duplicate keys and bad partition values, in one Spark job, before anything is written.
 
     Keys are unique per partition (the dedup scope of merge-on-read), so the
-    check groups by partition columns and primary key.
+    check groups by partition columns and primary key. A keyless table's row
+    ids are new and unique by construction: unless ``keys`` asks (MERGE: a
+    target row matched twice), only partition values are checked, without the
+    grouping (an append costs one scan, no shuffle).
     """
     from pyspark.sql import functions as F
+
+    if keys is None:
+        keys = not layout.keyless
+    if not keys:
+        if not layout.partition_columns:
+            return
+        bad = F.lit(False)
+        for c in layout.partition_columns:
+            text = F.col(f"`{c}`").cast("string")
+            bad = bad | text.isNull() | (text == F.lit(""))
+            if static_partition is not None:
+                bad = bad | (text != F.lit(static_partition[c]))
+        found = df.where(bad).select(*[F.col(f"`{c}`") for c in layout.partition_columns]).limit(EXAMPLES).collect()
+        if not found:
+            return
+        parts = [row.asDict() for row in found]
+        where = "outside the partition being written, or " if static_partition is not None else ""
+        raise PartitionValueError(
+            f"rows {where}with null or empty partition values (e.g. {parts}); nothing was written"
+        )
 
     identity = layout.identity
     bad_partition = F.lit(False)
@@ -401,6 +466,11 @@ def validate_records(df: DataFrame, layout: Layout, static_partition: Mapping[st
             dups.append(f"{key} x{values['_ordo_n']}")
         if values["_ordo_badp"]:
             parts.append({c: values[c] for c in layout.partition_columns})
+    if dups and layout.keyless:
+        raise InvalidOperationError(
+            f"a target row matched several source rows (e.g. {len(dups)} rows); nothing was written: "
+            "make the merge condition match each target row at most once"
+        )
     if nulls or dups:
         problems = []
         if nulls:
@@ -478,12 +548,12 @@ def update_records(rows: DataFrame, layout: Layout, assignments: Mapping[str, st
     from pyspark.sql import functions as F
 
     schema = layout.schema()
-    names = [f.name for f in schema.fields]
     if not assignments:
         raise InvalidOperationError("update needs at least one column assignment in set=")
-    unknown = [c for c in assignments if c not in names]
+    visible = [f.name for f in layout.user_schema().fields]  # a keyless table's row id is not the user's
+    unknown = [c for c in assignments if c not in visible]
     if unknown:
-        raise InvalidOperationError(f"update sets unknown columns {unknown}; table columns are {names}")
+        raise InvalidOperationError(f"update sets unknown columns {unknown}; table columns are {visible}")
     frozen = [c for c in assignments if c in layout.primary_key or c in layout.partition_columns]
     if frozen:
         raise InvalidOperationError(

@@ -8,9 +8,10 @@ the source), then writes upsert records (matched updates, not-matched inserts)
 and delete records (matched deletes) in one commit. Its row of the conflict
 matrix is UPDATE's, scoped to the partitions it writes, plus the partitions
 its condition can match (filters on the target's partition columns; it reads
-only those), or the whole table for an unpartitioned one. Delta's merge on a table
-without a primary key has no equivalent: every ordo table has one, and a
-merge condition should match it.
+only those), or the whole table for an unpartitioned one. On a key table the
+merge condition should match the key; on a keyless table an updated or deleted
+target row keeps its hidden row id (exact change rows), each inserted row gets
+a new one, and a target row matched by several source rows is refused.
 
 Scope from a condition: the partitions whose rows it can match, from Spark's
 own analysis of it (``producer.scope``), never from its text; the whole
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from producer.data import InvalidOperationError
 from schemas import Operation
+from schemas.operations import ROW_ID_COLUMN
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -169,14 +171,15 @@ def _expr(value: Any) -> Column:
 def _stage_merge(txn: Any, merge: MergeBuilder) -> dict[str, int]:
     from pyspark.sql import functions as F
 
-    from producer.data import conform, delete_records, upsert_records
+    from producer.data import conform, delete_records, upsert_records, with_row_ids
 
     table = merge.table
     layout = table.layout
     names = [f.name for f in layout.schema().fields]
+    visible = [f.name for f in layout.user_schema().fields]
     src, tgt = merge.source_alias, merge.target_alias
     for clause in merge.clauses:
-        unknown = [c for c in (clause.assignments or {}) if c not in names]
+        unknown = [c for c in (clause.assignments or {}) if c not in visible]
         if unknown:
             raise InvalidOperationError(f"merge assigns unknown columns {unknown}; table columns are {names}")
         if clause.kind in ("update", "source_update"):
@@ -221,7 +224,10 @@ def _stage_merge(txn: Any, merge: MergeBuilder) -> dict[str, int]:
             upsert_kinds.append(_METRIC_OF[clause.kind])
             columns = []
             for c in names:
-                if clause.kind in ("update", "source_update"):
+                if c == ROW_ID_COLUMN:  # keyless: an updated row keeps its row id (exact pre/postimage pairs)
+                    matches = clause.kind not in ("insert", "insert_all")
+                    columns.append((F.col(f"{tgt}.`{c}`") if matches else F.lit(None).cast("string")).alias(c))
+                elif clause.kind in ("update", "source_update"):
                     given = (clause.assignments or {}).get(c)
                     columns.append((_expr(given) if given is not None else F.col(f"{tgt}.`{c}`")).alias(c))
                 elif clause.kind == "update_all" or clause.kind == "insert_all":
@@ -229,7 +235,10 @@ def _stage_merge(txn: Any, merge: MergeBuilder) -> dict[str, int]:
                 else:
                     given = (clause.assignments or {}).get(c)
                     columns.append((_expr(given) if given is not None else F.lit(None)).alias(c))
-            upserts.append(rows.select(*columns))
+            chosen = rows.select(*columns)
+            if clause.kind in ("insert", "insert_all"):  # keyless: each inserted row a new row id
+                chosen = with_row_ids(chosen.drop(ROW_ID_COLUMN), layout, txn.row_id_prefix())
+            upserts.append(chosen)
         schema = layout.schema()
         written = [conform(df, schema) for df in upserts]
         removed = [conform(df, schema) for df in deletes]
@@ -246,7 +255,7 @@ def _stage_merge(txn: Any, merge: MergeBuilder) -> dict[str, int]:
             for row in union.groupBy("__ordo_kind").count().collect():
                 metrics[row["__ordo_kind"]] += int(row["count"])
             metrics["num_affected_rows"] = sum(metrics[m] for m in MERGE_METRICS[1:])
-            txn._validate(union.drop("__ordo_kind"))
+            txn._validate(union.drop("__ordo_kind"), keys=True)  # keyless: a target row matched twice
             records = None
             for df in written:
                 part = upsert_records(df)

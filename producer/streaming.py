@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from kernel.errors import CommitConflictError
-from producer.table import BATCH_ALREADY_COMMITTED, CommitResult, DeltaTable
+from producer.results import BATCH_ALREADY_COMMITTED, CommitResult
+from producer.table import DeltaTable
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

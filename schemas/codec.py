@@ -12,10 +12,11 @@ Two implementations of one wire format:
 
 * **Fast path** (the arbiter decodes one intent and encodes one decision per
   record; the consumer and rebuilds decode every decision): a reader and a
-  writer for the current schemas. The reader is one table per record type
-  (each field with the function that reads it) and builds the models
-  directly, checking on the way every limit the models declare, without
-  pydantic validation. An intent's files and partitions keep their bytes
+  writer for the current schemas, both generated from one field table per
+  record type (each field with its ``Kind``, which reads and writes its Avro
+  type, and the model's limits). The reader builds the models directly,
+  checking on the way every limit the models declare, without pydantic
+  validation. An intent's files and partitions keep their bytes
   (``WireTuple``), which the writer of its decision copies. Avro binary is
   simple: zig-zag varints, length-prefixed UTF-8, a varint union branch index,
   an enum symbol index, block-encoded arrays and maps.
@@ -119,8 +120,8 @@ class Codec:
         self._by_fingerprint: dict[bytes, _Schema] = {}
         self.releases: dict[bytes, str] = {}  # fingerprint -> release of every schema from the history
         fast = {
-            CommitIntent: (_record_reader(CommitIntent, _INTENT_FIELDS), _write_intent),
-            CommitDecision: (_record_reader(CommitDecision, _DECISION_FIELDS), _write_decision),
+            model: (_record_reader(model, RECORD_FIELDS[model]), _event_writer(model, RECORD_FIELDS[model]))
+            for model in (CommitIntent, CommitDecision)
         }
         for model in (CommitIntent, CommitDecision):
             parsed = _load(model.__name__, named)
@@ -284,15 +285,10 @@ def _summarize(exc: ValidationError) -> str:
     return f"{where}: {first['msg']}{more}"
 
 
-# --------------------------------------------------------------------------- fast reader
+# --------------------------------------------------------------------------- fast reader and writer
 #
-# One table-driven reader per record type: ``_INTENT_FIELDS`` and
-# ``_DECISION_FIELDS`` list every field of the current schema, in order, with
-# the function that reads it; ``_record_reader`` folds a table into a reader
-# that returns the model. A unit test checks each table against the model's
-# fields and the ``.avsc`` fields, so a schema change cannot skip it.
-#
-# Each field reader takes ``(data, pos)`` and returns ``(value, new pos)``, the
+# Each field reader takes ``(data, pos)`` (and the constant arguments of its
+# row in a field table, below) and returns ``(value, new pos)``, the
 # value already of the type validation would produce (tuples, enum members,
 # models), checked on the way against every limit the models declare
 # (``schemas.models``). They read the *canonical* encoding only, the one this
@@ -368,28 +364,10 @@ def _read_str(data: bytes, pos: int) -> tuple[str, int]:
     return data[pos:end].decode(), end
 
 
-def _read_opt_str(data: bytes, pos: int) -> tuple[str | None, int]:
-    branch = data[pos]
-    if branch == 0:
-        return None, pos + 1
-    if branch != 2:  # zig-zag 1
-        raise _Bail("union branch")
-    return _read_str(data, pos + 1)
-
-
-def _read_opt_long(data: bytes, pos: int) -> tuple[int | None, int]:
-    branch = data[pos]
-    if branch == 0:
-        return None, pos + 1
-    if branch != 2:
-        raise _Bail("union branch")
-    return _read_long(data, pos + 1)
-
-
-def _read_opt_millis(data: bytes, pos: int) -> tuple[datetime | None, int]:
-    """A ``timestamp-millis`` union as an aware UTC datetime (as fastavro reads it)."""
-    millis, pos = _read_opt_long(data, pos)
-    return (None if millis is None else millis_to_datetime(millis)), pos
+def _read_millis(data: bytes, pos: int) -> tuple[datetime, int]:
+    """A ``timestamp-millis`` as an aware UTC datetime (as fastavro reads it)."""
+    millis, pos = _read_long(data, pos)
+    return millis_to_datetime(millis), pos
 
 
 def _read_bytes(data: bytes, pos: int) -> tuple[bytes, int]:
@@ -472,6 +450,13 @@ def _checked_version(data: bytes, pos: int) -> tuple[int, int]:
     return value, pos
 
 
+def _checked_bucket(data: bytes, pos: int) -> tuple[int, int]:
+    bucket, pos = _read_long(data, pos)
+    if not 0 <= bucket <= MAX_BUCKET:
+        raise _Bail("bucket out of range")
+    return bucket, pos
+
+
 def _checked_str_tuple(data: bytes, pos: int, least: int, most: int, count_most: int) -> tuple[tuple[str, ...], int]:
     count, pos = _read_count(data, pos)
     if not count:
@@ -483,6 +468,14 @@ def _checked_str_tuple(data: bytes, pos: int, least: int, most: int, count_most:
         item, pos = _checked_str(data, pos, least, most)
         result.append(item)
     return tuple(result), _read_end(data, pos)
+
+
+def _key_tuple(data: bytes, pos: int, least: int, most: int, count_most: int) -> tuple[tuple[str, ...], int]:
+    """As ``_checked_str_tuple``, at least one item (a primary key)."""
+    result, pos = _checked_str_tuple(data, pos, least, most, count_most)
+    if not result:
+        raise _Bail("empty primary key")
+    return result, pos
 
 
 class WireTuple(tuple):  # type: ignore[type-arg]
@@ -508,11 +501,14 @@ def _wire_tuple(items: list[Any], wire: bytes) -> WireTuple:
 # The shape of a DataFile instance built without validation (``trusted``, inlined in the hottest loop).
 _object_new = object.__new__
 _object_setattr = object.__setattr__
-_DATA_FILE_FIELDS = frozenset(DataFile.model_fields)
+_DATA_FILE_NAMES = frozenset(DataFile.model_fields)
 
 
-def _data_files(most: int | None, keep_wire: bool) -> Reader:
-    """The reader of an array of DataFile records (the hottest loop of the arbiter), checked and built into models.
+def _data_files(item: Kind, most: int | None, keep_wire: bool) -> Kind:
+    """An array of DataFile records (``item``); its reader is the hottest loop of the arbiter, checked and inlined.
+
+    The reader is ``item``'s generated one unrolled by hand (``tests/unit/
+    test_codec_fast.py`` checks that they agree); the writer is ``item``'s.
 
     ``most``: the largest count taken (an intent's limit; None for decisions).
     ``keep_wire``: return a ``WireTuple`` holding the array's bytes. The files
@@ -530,7 +526,7 @@ def _data_files(most: int | None, keep_wire: bool) -> Reader:
             raise _Bail("too many files")
         result: list[DataFile] = []
         append = result.append
-        fields_set = _DATA_FILE_FIELDS
+        fields_set = _DATA_FILE_NAMES
         same: bytes = b""  # the previous file's one-entry partition map, as bytes
         same_key = same_value = ""
         for _ in range(count):
@@ -600,19 +596,15 @@ def _data_files(most: int | None, keep_wire: bool) -> Reader:
         pos = _read_end(data, pos)
         return (_wire_tuple(result, data[start:pos]) if keep_wire else tuple(result)), pos
 
-    return read
+    return _array(item, read)
 
 
-def _partition_specs(most: int, read_map: Reader, keep_wire: bool) -> Reader:
-    """The reader of the ``partitions`` union: None, or a tuple of specs (a ``WireTuple`` with ``keep_wire``)."""
+def _partition_specs(most: int, spec: Kind, keep_wire: bool) -> Kind:
+    """The array of partition specs (maps, ``spec``): a tuple, a ``WireTuple`` with ``keep_wire``."""
+    read_map = spec.read
 
-    def read(data: bytes, pos: int) -> tuple[tuple[dict[str, str], ...] | None, int]:
-        branch = data[pos]
-        if branch == 0:
-            return None, pos + 1
-        if branch != 2:
-            raise _Bail("union branch")
-        start = pos = pos + 1
+    def read(data: bytes, pos: int) -> tuple[tuple[dict[str, str], ...], int]:
+        start = pos
         count, pos = _read_count(data, pos)
         if count > most:
             raise _Bail("too many partitions")
@@ -624,56 +616,7 @@ def _partition_specs(most: int, read_map: Reader, keep_wire: bool) -> Reader:
             pos = _read_end(data, pos)
         return (_wire_tuple(specs, data[start:pos]) if keep_wire and count else tuple(specs)), pos
 
-    return read
-
-
-def _metadata(data: bytes, pos: int) -> tuple[TableMetadata | None, int]:
-    branch = data[pos]
-    if branch == 0:
-        return None, pos + 1
-    if branch != 2:
-        raise _Bail("union branch")
-    location, pos = _checked_str(data, pos + 1, 1, MAX_PATH_LENGTH)
-    schema, pos = _checked_str(data, pos, 1, 1_000_000)
-    primary_key, pos = _checked_str_tuple(data, pos, 1, MAX_ID_LENGTH, 64)
-    partition_columns, pos = _checked_str_tuple(data, pos, 1, MAX_ID_LENGTH, 64)
-    properties, pos = _checked_map(data, pos)
-    if not primary_key:
-        raise _Bail("empty primary key")
-    values = {
-        "location": location,
-        "schema": schema,
-        "primary_key": primary_key,
-        "partition_columns": partition_columns,
-        "properties": properties,
-    }
-    return trusted(TableMetadata, values), pos
-
-
-def _enum(members: tuple[Any, ...]) -> Reader:
-    """The reader of an enum: its symbol index (one byte for our enums) into ``members``."""
-
-    def read(data: bytes, pos: int) -> tuple[Any, int]:
-        index = data[pos]
-        if index & 1 or (index >> 1) >= len(members):  # negative, multi-byte or out of range
-            raise _Bail("enum index")
-        return members[index >> 1], pos + 1
-
-    return read
-
-
-def _optional(reader: Reader) -> Reader:
-    """The reader of a ``["null", T]`` union of ``reader``'s type."""
-
-    def read(data: bytes, pos: int) -> tuple[Any, int]:
-        branch = data[pos]
-        if branch == 0:
-            return None, pos + 1
-        if branch != 2:
-            raise _Bail("union branch")
-        return reader(data, pos + 1)
-
-    return read
+    return _array(spec, read)
 
 
 def _table_name(data: bytes, pos: int) -> tuple[str, int]:
@@ -684,80 +627,6 @@ def _table_name(data: bytes, pos: int) -> tuple[str, int]:
 
 
 _table_name_ok = TABLE_NAME_PATTERN.fullmatch
-
-_NO_LIMIT = 1 << 62  # a length or count no record reaches (the decision model sets none)
-
-# (field, reader, constant arguments after ``(data, pos)``)
-Field = tuple[Any, ...]
-
-_INTENT_FIELDS: tuple[Field, ...] = (
-    ("txn_id", _checked_str, 1, MAX_ID_LENGTH),
-    ("table", _table_name),
-    ("operation", _enum(tuple(Operation))),
-    ("read_version", _checked_version),
-    ("partitions", _partition_specs(MAX_PARTITIONS_PER_INTENT, _checked_map, keep_wire=True)),
-    ("added_files", _data_files(MAX_FILES_PER_INTENT, keep_wire=True)),
-    ("removed_files", _checked_str_tuple, 1, MAX_PATH_LENGTH, MAX_FILES_PER_INTENT),
-    ("metadata", _metadata),
-    ("app_id", _checked_opt_str, 1, MAX_ID_LENGTH),
-    ("batch_id", _optional(_checked_version)),
-    ("writer", _checked_opt_str, 0, MAX_ID_LENGTH),
-    ("restore_version", _optional(_checked_version)),
-)
-
-_DECISION_FIELDS: tuple[Field, ...] = (
-    ("txn_id", _read_str),
-    ("table", _read_str),
-    ("intent_offset", _read_long),
-    ("outcome", _enum(tuple(Outcome))),
-    ("id_version", _read_opt_long),
-    ("time_version", _read_opt_millis),
-    ("operation", _optional(_enum(tuple(Operation)))),
-    ("read_version", _read_opt_long),
-    ("partitions", _partition_specs(1 << 62, _read_str_map, keep_wire=False)),
-    ("added_files", _data_files(None, keep_wire=False)),
-    ("removed_files", _checked_str_tuple, 0, _NO_LIMIT, _NO_LIMIT),  # decisions: no limit of their own
-    ("metadata", _metadata),
-    ("rebase", _enum(tuple(Rebase))),
-    ("reason", _read_opt_str),
-    ("message", _read_opt_str),
-    ("conflicting_txn_id", _read_opt_str),
-    ("conflicting_version", _read_opt_long),
-    ("writer", _read_opt_str),
-    ("app_id", _read_opt_str),
-    ("batch_id", _read_opt_long),
-    ("duplicate_of", _read_opt_long),
-    ("prev_hash", _optional(_read_bytes)),
-    ("restore_version", _read_opt_long),
-)
-
-RECORD_FIELDS: dict[type[BaseModel], tuple[Field, ...]] = {
-    CommitIntent: _INTENT_FIELDS,
-    CommitDecision: _DECISION_FIELDS,
-}
-
-
-def _record_reader(model: type[M], fields: tuple[Field, ...]) -> Callable[[bytes, int], tuple[M, int]]:
-    """The reader of one record type, generated from its field table.
-
-    Generated as straight-line code, one line per field, as ``dataclasses``
-    generates ``__init__``: the same table read in a loop costs about 10% of
-    the arbiter's pure path in loop overhead alone.
-    """
-    names = [field[0] for field in fields]
-    if names != list(model.model_fields):
-        raise TypeError(f"the field table of {model.__name__} is not its fields in order: {names}")
-    scope: dict[str, Any] = {"trusted": trusted, "model": model}
-    lines = ["def read(data, pos):"]
-    for i, (_, reader, *constants) in enumerate(fields):
-        scope[f"read_{i}"] = reader
-        arguments = "".join(f", {constant!r}" for constant in constants)
-        lines.append(f"    value_{i}, pos = read_{i}(data, pos{arguments})")
-    values = ", ".join(f"{name!r}: value_{i}" for i, name in enumerate(names))
-    lines.append(f"    return trusted(model, {{{values}}}), pos")
-    exec("\n".join(lines), scope)
-    read: Callable[[bytes, int], tuple[M, int]] = scope["read"]
-    return read
 
 
 # --------------------------------------------------------------------------- models without validation
@@ -785,12 +654,10 @@ def trusted(model: type[M], values: dict[str, Any]) -> M:
     return instance
 
 
-# --------------------------------------------------------------------------- fast writer
+# --------------------------------------------------------------------------- writers of the Avro types
 #
-# ``_write_*`` append byte strings to a list that is joined once. They bail on
-# any value whose type is not the exact one the schema maps (``encode`` then
-# uses fastavro, which either writes it or raises what it always raised), and
-# on longs outside the signed 64-bit range.
+# The writing half of the kinds below (``Kind.write``): each appends the
+# canonical bytes of one value to ``out``.
 
 _LONG_MIN = -(1 << 63)
 _LONG_MAX = (1 << 63) - 1
@@ -835,22 +702,6 @@ def _write_str(out: list[bytes], s: Any) -> None:
     out.append(b)
 
 
-def _write_opt_str(out: list[bytes], s: Any) -> None:
-    if s is None:
-        out.append(_NULL)
-    else:
-        out.append(_SOME)
-        _write_str(out, s)
-
-
-def _write_opt_long(out: list[bytes], n: Any) -> None:
-    if n is None:
-        out.append(_NULL)
-    else:
-        out.append(_SOME)
-        out.append(_long_bytes(n))
-
-
 def _write_str_map(out: list[bytes], mapping: Any) -> None:
     if type(mapping) is not dict:
         raise _Bail("not a dict")
@@ -862,142 +713,316 @@ def _write_str_map(out: list[bytes], mapping: Any) -> None:
     out.append(_NULL)
 
 
-def _write_str_array(out: list[bytes], items: Any) -> None:
-    if type(items) is not tuple and type(items) is not list:
-        raise _Bail("not a sequence")
-    if items:
-        out.append(_long_bytes(len(items)))
-        for item in items:
-            _write_str(out, item)
-    out.append(_NULL)
+# --------------------------------------------------------------------------- field tables
+#
+# A field table lists every field of a record type, in schema order, each with
+# its ``Kind``: the Avro type as the fast path reads *and* writes it, and the
+# constant arguments of its reader (the model's limits). ``_record_reader`` and
+# ``_record_writer`` fold one table into the record's reader and writer, so a
+# field is declared once, in one row. A unit test checks each table against
+# the model's fields and the ``.avsc`` fields, so a schema change cannot skip it.
+#
+# Writers append byte strings to a list that is joined once. They bail on any
+# value whose type is not the exact one the schema maps (``encode`` then uses
+# fastavro, which either writes it or raises what it always raised), and on
+# longs outside the signed 64-bit range. They check no model limit: a model
+# holds valid values, and the reference writer checks none either.
+
+Writer = Callable[[list[bytes], Any], None]
 
 
-def _write_partitions(out: list[bytes], partitions: Any) -> None:
-    if partitions is None:
-        out.append(_NULL)
-        return
-    if type(partitions) is WireTuple:
-        out.append(_SOME)
-        out.append(partitions.wire)
-        return
-    if type(partitions) is not tuple and type(partitions) is not list:
-        raise _Bail("not a sequence")
-    out.append(_SOME)
-    if partitions:
-        out.append(_long_bytes(len(partitions)))
-        for spec in partitions:
-            _write_str_map(out, spec)
-    out.append(_NULL)
+@dataclass(frozen=True)
+class Kind:
+    """One Avro type of a field table: how the fast path reads it and writes it.
+
+    ``read(data, pos, *constants)`` returns ``(value, new pos)``;
+    ``write(out, value)`` appends the value's canonical bytes to ``out``. The
+    generated writers inline two shapes: ``to_bytes``, a value written in one
+    piece (a long: a function; an enum symbol: a dict), and ``some``, the kind
+    of ``T`` in a ``["null", T]`` union (the generated reader and writer take
+    the branch inline and call ``some``'s own).
+    """
+
+    read: Callable[..., tuple[Any, int]]
+    write: Writer
+    to_bytes: Callable[[Any], bytes] | dict[Any, bytes] | None = None
+    some: Kind | None = None
 
 
-def _write_data_files(out: list[bytes], files: Any) -> None:
-    if type(files) is WireTuple:
-        out.append(files.wire)
-        return
-    if type(files) is not tuple and type(files) is not list:
-        raise _Bail("not a sequence")
-    if files:
-        out.append(_long_bytes(len(files)))
-        for data_file in files:
-            if type(data_file) is not DataFile:
-                raise _Bail("not a DataFile")
-            values = data_file.__dict__
-            _write_str(out, values["path"])
-            _write_str_map(out, values["partition"])
-            out.append(_long_bytes(values["record_count"]))
-            out.append(_long_bytes(values["size_bytes"]))
-            _write_opt_str(out, values["min_key"])
-            _write_opt_str(out, values["max_key"])
-            bucket = values["bucket"]
-            if type(bucket) is not int or not 0 <= bucket <= MAX_BUCKET:
-                raise _Bail("bucket")
-            out.append(_SMALL[bucket] if bucket < 8192 else _varint(bucket))
-    out.append(_NULL)
+def _scalar(read: Callable[..., tuple[Any, int]], to_bytes: Callable[[Any], bytes] | dict[Any, bytes]) -> Kind:
+    """A kind written in one piece: ``to_bytes(value)`` (or ``to_bytes[value]`` for a dict)."""
+    if isinstance(to_bytes, dict):
+        index = to_bytes
 
+        def write(out: list[bytes], value: Any) -> None:
+            out.append(index[value])
 
-def _write_metadata(out: list[bytes], metadata: Any) -> None:
-    if metadata is None:
-        out.append(_NULL)
-        return
-    if type(metadata) is not TableMetadata:
-        raise _Bail("not a TableMetadata")
-    values = metadata.__dict__
-    out.append(_SOME)
-    _write_str(out, values["location"])
-    _write_str(out, values["schema"])
-    _write_str_array(out, values["primary_key"])
-    _write_str_array(out, values["partition_columns"])
-    _write_str_map(out, values["properties"])
-
-
-_OPERATION_INDEX = {op: _SMALL[i] for i, op in enumerate(Operation)}
-_OUTCOME_INDEX = {o: _SMALL[i] for i, o in enumerate(Outcome)}
-_REBASE_INDEX = {r: _SMALL[i] for i, r in enumerate(Rebase)}
-
-
-def _write_intent(header: bytes, values: dict[str, Any]) -> bytes:
-    out = [header]
-    _write_str(out, values["txn_id"])
-    _write_str(out, values["table"])
-    out.append(_OPERATION_INDEX[values["operation"]])
-    out.append(_long_bytes(values["read_version"]))
-    _write_partitions(out, values["partitions"])
-    _write_data_files(out, values["added_files"])
-    _write_str_array(out, values["removed_files"])
-    _write_metadata(out, values["metadata"])
-    _write_opt_str(out, values["app_id"])
-    _write_opt_long(out, values["batch_id"])
-    _write_opt_str(out, values["writer"])
-    _write_opt_long(out, values["restore_version"])
-    return b"".join(out)
-
-
-def _write_decision(header: bytes, values: dict[str, Any]) -> bytes:
-    out = [header]
-    _write_str(out, values["txn_id"])
-    _write_str(out, values["table"])
-    out.append(_long_bytes(values["intent_offset"]))
-    out.append(_OUTCOME_INDEX[values["outcome"]])
-    _write_opt_long(out, values["id_version"])
-    time_version = values["time_version"]
-    if time_version is None:
-        out.append(_NULL)
     else:
-        if type(time_version) is not datetime:
-            raise _Bail("not a datetime")
-        out.append(_SOME)
-        out.append(_long_bytes(datetime_to_millis(time_version)))
-    operation = values["operation"]
-    if operation is None:
+        function = to_bytes
+
+        def write(out: list[bytes], value: Any) -> None:
+            out.append(function(value))
+
+    return Kind(read, write, to_bytes)
+
+
+def _optional(kind: Kind) -> Kind:
+    """A ``["null", T]`` union of ``kind`` (in a field table, the generated reader and writer take the branch inline)."""
+    write_some = kind.write
+
+    def write(out: list[bytes], value: Any) -> None:
+        if value is None:
+            out.append(_NULL)
+        else:
+            out.append(_SOME)
+            write_some(out, value)
+
+    return Kind(_optional_reader(kind.read), write, some=kind)
+
+
+def _optional_reader(reader: Callable[..., tuple[Any, int]]) -> Callable[..., tuple[Any, int]]:
+    def read(data: bytes, pos: int, *constants: Any) -> tuple[Any, int]:
+        branch = data[pos]
+        if branch == 0:
+            return None, pos + 1
+        if branch != 2:
+            raise _Bail("union branch")
+        return reader(data, pos + 1, *constants)
+
+    return read
+
+
+def _array(item: Kind, read: Callable[..., tuple[Any, int]]) -> Kind:
+    """An array of ``item``: written item by item in one block, or copied from a ``WireTuple`` that holds its bytes."""
+    write_item = item.write
+
+    def write(out: list[bytes], items: Any) -> None:
+        if type(items) is WireTuple:
+            out.append(items.wire)
+            return
+        if type(items) is not tuple and type(items) is not list:
+            raise _Bail("not a sequence")
+        if items:
+            out.append(_long_bytes(len(items)))
+            for value in items:
+                write_item(out, value)
         out.append(_NULL)
-    else:
-        out.append(_SOME)
-        out.append(_OPERATION_INDEX[operation])
-    _write_opt_long(out, values["read_version"])
-    _write_partitions(out, values["partitions"])
-    _write_data_files(out, values["added_files"])
-    _write_str_array(out, values["removed_files"])
-    _write_metadata(out, values["metadata"])
-    out.append(_REBASE_INDEX[values["rebase"]])
-    _write_opt_str(out, values["reason"])
-    _write_opt_str(out, values["message"])
-    _write_opt_str(out, values["conflicting_txn_id"])
-    _write_opt_long(out, values["conflicting_version"])
-    _write_opt_str(out, values["writer"])
-    _write_opt_str(out, values["app_id"])
-    _write_opt_long(out, values["batch_id"])
-    _write_opt_long(out, values["duplicate_of"])
-    prev_hash = values["prev_hash"]
-    if prev_hash is None:
-        out.append(_NULL)
-    else:
-        if type(prev_hash) is not bytes:
-            raise _Bail("not bytes")
-        out.append(_SOME)
-        out.append(_long_bytes(len(prev_hash)))
-        out.append(prev_hash)
-    _write_opt_long(out, values["restore_version"])
-    return b"".join(out)
+
+    return Kind(read, write)
+
+
+def _enum(members: tuple[Any, ...]) -> Kind:
+    """An enum: its symbol index (one byte for our enums) into ``members``."""
+
+    def read(data: bytes, pos: int) -> tuple[Any, int]:
+        index = data[pos]
+        if index & 1 or (index >> 1) >= len(members):  # negative, multi-byte or out of range
+            raise _Bail("enum index")
+        return members[index >> 1], pos + 1
+
+    return _scalar(read, {member: _SMALL[i] for i, member in enumerate(members)})
+
+
+def _record(model: type[BaseModel], fields: tuple[Field, ...], read: Reader | None = None) -> Kind:
+    """A nested record, read and written by the code generated from its field table (``read``: a faster reader)."""
+    return Kind(read or _record_reader(model, fields), _record_writer(model, fields))
+
+
+# (field, kind, constant arguments of its reader after ``(data, pos)``)
+Field = tuple[Any, ...]
+
+
+def _record_reader(model: type[M], fields: tuple[Field, ...]) -> Callable[[bytes, int], tuple[M, int]]:
+    """The reader of one record type, generated from its field table.
+
+    Generated as straight-line code, one line per field, as ``dataclasses``
+    generates ``__init__``: the same table read in a loop costs about 10% of
+    the arbiter's pure path in loop overhead alone.
+    """
+    names = _check_names(model, fields)
+    scope: dict[str, Any] = {"trusted": trusted, "model": model, "Bail": _Bail}
+    lines = ["def read(data, pos):"]
+    for i, (_, kind, *constants) in enumerate(fields):
+        arguments = "".join(f", {constant!r}" for constant in constants)
+        if kind.some is None:
+            scope[f"read_{i}"] = kind.read
+            lines.append(f"    value_{i}, pos = read_{i}(data, pos{arguments})")
+            continue
+        scope[f"read_{i}"] = kind.some.read  # a union: its branch inline, then the kind of its branch 1
+        lines += ["    branch = data[pos]", "    if branch == 0:", f"        value_{i} = None", "        pos += 1"]
+        lines += ["    elif branch == 2:", f"        value_{i}, pos = read_{i}(data, pos + 1{arguments})", "    else:"]
+        lines.append("        raise Bail('union branch')")
+    values = ", ".join(f"{name!r}: value_{i}" for i, name in enumerate(names))
+    lines.append(f"    return trusted(model, {{{values}}}), pos")
+    read: Callable[[bytes, int], tuple[M, int]] = _compile(lines, scope)["read"]
+    return read
+
+
+def _record_writer(model: type[BaseModel], fields: tuple[Field, ...]) -> Writer:
+    """The writer of a nested record (``write(out, instance)``), generated from its field table."""
+    _check_names(model, fields)
+    scope: dict[str, Any] = {"model": model, "Bail": _Bail}
+    lines = [
+        "def write(out, record):",
+        "    if type(record) is not model:",
+        "        raise Bail('not a ' + model.__name__)",
+        "    values = record.__dict__",
+        "    append = out.append",
+        *_write_lines(fields, scope),
+    ]
+    write: Writer = _compile(lines, scope)["write"]
+    return write
+
+
+def _event_writer(model: type[BaseModel], fields: tuple[Field, ...]) -> Callable[[bytes, dict[str, Any]], bytes]:
+    """The writer of an event (``write(header, instance.__dict__)`` -> the message), generated from its field table."""
+    _check_names(model, fields)
+    scope: dict[str, Any] = {}
+    lines = [
+        "def write(header, values):",
+        "    out = [header]",
+        "    append = out.append",
+        *_write_lines(fields, scope),
+        "    return b''.join(out)",
+    ]
+    write: Callable[[bytes, dict[str, Any]], bytes] = _compile(lines, scope)["write"]
+    return write
+
+
+def _write_lines(fields: tuple[Field, ...], scope: dict[str, Any]) -> list[str]:
+    """Straight-line code writing ``values[name]`` of each field in turn (unions and one-piece values inline)."""
+    scope.update(NULL=_NULL, SOME=_SOME)
+    lines = []
+    for i, (name, kind, *_) in enumerate(fields):
+        value = f"values[{name!r}]"
+        if kind.some is None:
+            lines.append(f"    {_write_line(kind, i, value, scope)}")
+        else:
+            lines += [f"    value = {value}", "    if value is None:", "        append(NULL)", "    else:"]
+            lines += ["        append(SOME)", f"        {_write_line(kind.some, i, 'value', scope)}"]
+    return lines
+
+
+def _write_line(kind: Kind, i: int, value: str, scope: dict[str, Any]) -> str:
+    if kind.to_bytes is None:
+        scope[f"write_{i}"] = kind.write
+        return f"write_{i}(out, {value})"
+    scope[f"bytes_{i}"] = kind.to_bytes
+    return f"append(bytes_{i}[{value}])" if isinstance(kind.to_bytes, dict) else f"append(bytes_{i}({value}))"
+
+
+def _check_names(model: type[BaseModel], fields: tuple[Field, ...]) -> list[str]:
+    names = [field[0] for field in fields]
+    if names != list(model.model_fields):
+        raise TypeError(f"the field table of {model.__name__} is not its fields in order: {names}")
+    return names
+
+
+def _compile(lines: list[str], scope: dict[str, Any]) -> dict[str, Any]:
+    exec("\n".join(lines), scope)
+    return scope
+
+
+def _write_bytes(out: list[bytes], value: Any) -> None:
+    if type(value) is not bytes:
+        raise _Bail("not bytes")
+    out.append(_long_bytes(len(value)))
+    out.append(value)
+
+
+def _millis_bytes(value: Any) -> bytes:
+    if type(value) is not datetime:
+        raise _Bail("not a datetime")
+    return _long_bytes(datetime_to_millis(value))
+
+
+_LONG = _scalar(_read_long, _long_bytes)
+_OPT_LONG = _optional(_LONG)
+_VERSION = _scalar(_checked_version, _long_bytes)  # a long in 0..MAX_VERSION
+_BUCKET = _scalar(_checked_bucket, _long_bytes)
+_OPT_MILLIS = _optional(_scalar(_read_millis, _millis_bytes))  # timestamp-millis as an aware UTC datetime
+_STR = Kind(_read_str, _write_str)
+_OPT_STR = _optional(_STR)
+_CHECKED_STR = Kind(_checked_str, _write_str)  # (least, most) characters
+_CHECKED_OPT_STR = _optional(_CHECKED_STR)
+_TABLE_NAME = Kind(_table_name, _write_str)
+_BYTES = Kind(_read_bytes, _write_bytes)
+_STR_MAP = Kind(_read_str_map, _write_str_map)
+_CHECKED_MAP = Kind(_checked_map, _write_str_map)  # a partition spec or properties map
+_STR_TUPLE = _array(_STR, _checked_str_tuple)  # (least, most) characters, at most count_most items
+_KEY_TUPLE = _array(_STR, _key_tuple)  # as _STR_TUPLE, at least one item
+_OPERATION = _enum(tuple(Operation))
+
+_NO_LIMIT = 1 << 62  # a length or count no record reaches (the decision model sets none)
+
+_DATA_FILE_FIELDS: tuple[Field, ...] = (
+    ("path", _CHECKED_STR, 1, MAX_PATH_LENGTH),
+    ("partition", _CHECKED_MAP),
+    ("record_count", _VERSION),
+    ("size_bytes", _VERSION),
+    ("min_key", _CHECKED_OPT_STR, 0, MAX_PATH_LENGTH),
+    ("max_key", _CHECKED_OPT_STR, 0, MAX_PATH_LENGTH),
+    ("bucket", _BUCKET),
+)
+
+_METADATA_FIELDS: tuple[Field, ...] = (
+    ("location", _CHECKED_STR, 1, MAX_PATH_LENGTH),
+    ("schema", _CHECKED_STR, 1, 1_000_000),
+    ("primary_key", _KEY_TUPLE, 1, MAX_ID_LENGTH, 64),
+    ("partition_columns", _STR_TUPLE, 1, MAX_ID_LENGTH, 64),
+    ("properties", _CHECKED_MAP),
+)
+
+_DATA_FILE = _record(DataFile, _DATA_FILE_FIELDS)
+_METADATA = _optional(_record(TableMetadata, _METADATA_FIELDS))
+
+_INTENT_FIELDS: tuple[Field, ...] = (
+    ("txn_id", _CHECKED_STR, 1, MAX_ID_LENGTH),
+    ("table", _TABLE_NAME),
+    ("operation", _OPERATION),
+    ("read_version", _VERSION),
+    ("partitions", _optional(_partition_specs(MAX_PARTITIONS_PER_INTENT, _CHECKED_MAP, keep_wire=True))),
+    ("added_files", _data_files(_DATA_FILE, MAX_FILES_PER_INTENT, keep_wire=True)),
+    ("removed_files", _STR_TUPLE, 1, MAX_PATH_LENGTH, MAX_FILES_PER_INTENT),
+    ("metadata", _METADATA),
+    ("app_id", _CHECKED_OPT_STR, 1, MAX_ID_LENGTH),
+    ("batch_id", _optional(_VERSION)),
+    ("writer", _CHECKED_OPT_STR, 0, MAX_ID_LENGTH),
+    ("restore_version", _optional(_VERSION)),
+)
+
+_DECISION_FIELDS: tuple[Field, ...] = (
+    ("txn_id", _STR),
+    ("table", _STR),
+    ("intent_offset", _LONG),
+    ("outcome", _enum(tuple(Outcome))),
+    ("id_version", _OPT_LONG),
+    ("time_version", _OPT_MILLIS),
+    ("operation", _optional(_OPERATION)),
+    ("read_version", _OPT_LONG),
+    ("partitions", _optional(_partition_specs(_NO_LIMIT, _STR_MAP, keep_wire=False))),
+    ("added_files", _data_files(_DATA_FILE, None, keep_wire=False)),
+    ("removed_files", _STR_TUPLE, 0, _NO_LIMIT, _NO_LIMIT),  # decisions: no limit of their own
+    ("metadata", _METADATA),
+    ("rebase", _enum(tuple(Rebase))),
+    ("reason", _OPT_STR),
+    ("message", _OPT_STR),
+    ("conflicting_txn_id", _OPT_STR),
+    ("conflicting_version", _OPT_LONG),
+    ("writer", _OPT_STR),
+    ("app_id", _OPT_STR),
+    ("batch_id", _OPT_LONG),
+    ("duplicate_of", _OPT_LONG),
+    ("prev_hash", _optional(_BYTES)),
+    ("restore_version", _OPT_LONG),
+)
+
+RECORD_FIELDS: dict[type[BaseModel], tuple[Field, ...]] = {
+    CommitIntent: _INTENT_FIELDS,
+    CommitDecision: _DECISION_FIELDS,
+    DataFile: _DATA_FILE_FIELDS,
+    TableMetadata: _METADATA_FIELDS,
+}
 
 
 DEFAULT_CODEC = Codec()

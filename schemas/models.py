@@ -17,7 +17,7 @@ from typing import Annotated, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from schemas.operations import TRAITS, Operation
+from schemas.operations import ROW_ID_COLUMN, TRAITS, Operation, is_keyless
 from schemas.topics import validate_table_name
 
 # Limits on what one intent may carry. They bound the arbiter's work per record;
@@ -100,6 +100,25 @@ with warnings.catch_warnings():
         primary_key: Annotated[tuple[Id, ...], Field(min_length=1, max_length=64)]
         partition_columns: Annotated[tuple[Id, ...], Field(max_length=64)] = ()
         properties: Mapping[Id, Annotated[str, Field(max_length=MAX_PATH_LENGTH)]] = Field(default_factory=dict)
+
+        @property
+        def keyless(self) -> bool:
+            """True for a keyless table: its key is the hidden row id column (``schemas.operations.ROW_ID_COLUMN``)."""
+            return is_keyless(self.primary_key)
+
+        @property
+        def user_schema(self) -> str:
+            """The schema as users see it: a keyless table's without the hidden row id column."""
+            if not self.keyless:
+                return self.schema
+            parts = split_top_level(self.schema)
+            kept = [p.strip() for p, c in zip(parts, parse_ddl(self.schema), strict=True) if c.name != ROW_ID_COLUMN]
+            return ", ".join(kept)
+
+        @property
+        def user_key(self) -> tuple[str, ...]:
+            """The primary key as users see it: empty for a keyless table."""
+            return () if self.keyless else tuple(self.primary_key)
 
 
 class DdlColumn(NamedTuple):

@@ -320,6 +320,17 @@ OP_DELETE = "delete"
 # Column names a table may not use (compared lower-cased): ordo's record columns and the change feed's.
 RESERVED_PREFIX = "_ordo_"
 RESERVED_COLUMNS = frozenset({"_change_type", "_commit_version", "_commit_timestamp"})
+# A keyless (append-only, Delta's default) table's hidden key: a STRING NOT NULL column every writer fills with a
+# new unique value per inserted row and keeps on rewritten ones. A table is keyless when its primary key is exactly
+# this column (docs/log-format.md, "Keyless tables"); readers hide it, users may not name it.
+ROW_ID_COLUMN = "_ordo_row_id"
+ROW_ID_KEY = (ROW_ID_COLUMN,)
+ROW_ID_DDL = f"`{ROW_ID_COLUMN}` string NOT NULL"
+
+
+def is_keyless(primary_key: tuple[str, ...] | list[str]) -> bool:
+    """True for a keyless table's primary key (the hidden row id column alone)."""
+    return tuple(primary_key) == ROW_ID_KEY
 
 
 __all__ = [
@@ -335,6 +346,9 @@ __all__ = [
     "RESERVED_COLUMNS",
     "RESERVED_PREFIX",
     "REWRITING_OPERATIONS",
+    "ROW_ID_COLUMN",
+    "ROW_ID_DDL",
+    "ROW_ID_KEY",
     "SEQ_COLUMN",
     "TRAITS",
     "TRUNCATING_OPERATIONS",
@@ -348,4 +362,5 @@ __all__ = [
     "OperationTraits",
     "Reason",
     "Removes",
+    "is_keyless",
 ]

@@ -305,21 +305,27 @@ def test_options_are_a_contract(spark: Any, writer_stack: Any) -> None:  # noqa:
     with pytest.raises(Exception, match="checkpointLocation applies to stream write, not to a batch read"):
         spark.read.format("ordo").options(**opts).option("checkpointLocation", "/x").load("ds_strict").collect()
     assert table.version == 1  # nothing refused committed anything
+    # the table name by Spark's rules: case-insensitive (read and write); a database part is refused naming the rule
+    assert spark.read.format("ordo").options(**opts).load("DS_Strict").count() == 2
+    frame(spark, [(2, "b2", "d2")]).write.format("ordo").options(**opts).mode("append").save("`Ds_Strict`")  # v2
+    assert table.version == 2
+    with pytest.raises(Exception, match=r"db\.table is refused.*name the table alone \('ds_strict'\)"):
+        spark.read.format("ordo").options(**opts).load("lake.ds_strict").collect()
 
     # dynamic partition overwrite: only the partitions the rows are in
-    write([(5, "e", "d2")], "overwrite", partitionOverwriteMode="dynamic")  # v2
+    write([(5, "e", "d2")], "overwrite", partitionOverwriteMode="dynamic")  # v3
     assert table.decisions(1)[0].partitions == ({"dt": "d2"},)
     assert rows(table.toDF()) == [(1, "a", "d1"), (5, "e", "d2")]
     with pytest.raises(Exception, match="partitionOverwriteMode must be static or dynamic"):
         write([(5, "e", "d2")], "overwrite", partitionOverwriteMode="Dynamically")
 
     # idempotent writes: a txnVersion the app committed already is skipped, a newer one commits
-    write([(10, "x", "d3")], txnAppId="nightly", txnVersion="7")  # v3
+    write([(10, "x", "d3")], txnAppId="nightly", txnVersion="7")  # v4
     write([(11, "y", "d3")], txnAppId="nightly", txnVersion="7")  # skipped
     write([(12, "z", "d3")], txnAppId="nightly", txnVersion="6")  # older: skipped
-    assert table.version == 3
-    write([(13, "w", "d3")], txnAppId="nightly", txnVersion="8")  # v4
     assert table.version == 4
+    write([(13, "w", "d3")], txnAppId="nightly", txnVersion="8")  # v5
+    assert table.version == 5
     assert [r[0] for r in rows(table.toDF())] == [1, 5, 10, 13]
     assert (table.decisions(1)[0].app_id, table.decisions(1)[0].batch_id) == ("nightly", 8)
     with pytest.raises(Exception, match="needs both txnAppId and txnVersion"):

@@ -10,6 +10,7 @@ import pytest
 from consumer.errors import TableNotFoundError
 from ordo.vacuum import VacuumError
 from producer.table import DeltaTable
+from schemas.errors import InvalidNameError
 from tests.e2e.stack import writer_stack  # noqa: F401
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
@@ -33,6 +34,12 @@ def test_delta_spark_calls_against_a_model(spark: Any, writer_stack: Any) -> Non
     assert again.location == table.location
     assert DeltaTable.exists(spark, "payments", settings=settings)
     assert DeltaTable.forName(spark, "payments", settings=settings).name == "payments"
+    # Spark's identifier rules: case-insensitive, backticks quote; a database part is refused naming the rule
+    assert DeltaTable.forName(spark, "Payments", settings=settings).name == "payments"
+    assert DeltaTable.forName(spark, "`PAYMENTS`", settings=settings).name == "payments"
+    assert DeltaTable.exists(spark, "Payments", settings=settings), "exists follows the same rule as forName"
+    with pytest.raises(InvalidNameError, match=r"db\.table is refused.*name the table alone \('payments'\)"):
+        DeltaTable.forName(spark, "sales.payments", settings=settings)
     assert DeltaTable.forPath(spark, table.location, settings=settings).name == "payments"
     with pytest.raises(TableNotFoundError):
         DeltaTable.forPath(spark, table.location + "-elsewhere", settings=settings)
@@ -188,7 +195,7 @@ def test_scope_from_conditions_update_everything_exists_and_vacuum_override(
     import os
 
     from ordo.spark import registered_settings
-    from producer.table import RETENTION_CHECK_CONF
+    from producer.maintenance import RETENTION_CHECK_CONF
 
     settings = writer_stack.settings
     # exists() registers format("ordo") with its settings, as every DeltaTable call does
@@ -389,10 +396,13 @@ def test_the_table_builder(spark: Any, writer_stack: Any) -> None:  # noqa: F811
     )
     assert again.toDF().count() == 1
 
-    with pytest.raises(InvalidTableError, match="needs a primary key"):
-        DeltaTable.create(spark, settings=settings).tableName("keyless").addColumns("id BIGINT").execute()
+    # without a primary key: a keyless table (Delta's default), whose appends keep duplicates
+    keyless = DeltaTable.create(spark, settings=settings).tableName("keyless").addColumns("id BIGINT").execute()
+    assert keyless.keyless and keyless.primary_key == () and keyless.schema.fieldNames() == ["id"]
+    keyless.insert_into(spark.createDataFrame([(1,), (1,)], "id BIGINT"))
+    assert sorted(r.id for r in keyless.toDF().collect()) == [1, 1]
     with pytest.raises(InvalidTableError, match="needs columns"):
         DeltaTable.create(spark, settings=settings).tableName("empty").primaryKey("id").execute()
     with pytest.raises(InvalidOperationError, match="createOrReplace: replacing a table's definition"):
         DeltaTable.createOrReplace(spark, settings=settings).tableName("built").addColumns("id BIGINT").execute()
-    assert not DeltaTable.exists(spark, "keyless", settings=settings)
+    assert not DeltaTable.exists(spark, "empty", settings=settings)

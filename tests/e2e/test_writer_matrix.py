@@ -7,6 +7,11 @@ t2 commits. The expected outcome comes from the reference vectors
 (tests/unit/conflict_matrix.csv, MaxCompute's published matrix) and the
 CLUSTER rule of docs/conflicts.md; the table's contents are checked against a plain
 Python model of the accepted commits, applied in commit order.
+
+Every cell runs on a key table and on a keyless one (``DeltaTable.create`` without
+``primary_key``): the keyless model is a list of rows that keeps duplicates (the
+setup's overlapping inserts give ids 3 and 4 twice), and its INSERT/INSERT cell
+lets both appends through (docs/conflicts.md, "Keyless tables").
 """
 
 from __future__ import annotations
@@ -28,7 +33,42 @@ VECTORS = Path(__file__).resolve().parents[1] / "unit" / "conflict_matrix.csv"
 SETUP_IDS = range(1, 5), range(3, 7)  # two inserts, overlapping on keys 3 and 4
 SCHEMA = "id BIGINT, v STRING, p STRING"
 
-Model = dict[str, dict[int, str]]  # partition -> id -> v
+KINDS = ("key", "keyless")
+
+
+class Rows:
+    """One partition of the model: a list of (id, v); a key table's insert replaces the rows of its ids."""
+
+    def __init__(self, keyed: bool) -> None:
+        self.keyed = keyed
+        self.rows: list[tuple[int, str]] = []
+
+    def insert(self, values: dict[int, str]) -> None:
+        if self.keyed:
+            self.rows = [r for r in self.rows if r[0] not in values]
+        self.rows.extend(values.items())
+
+    def clear(self) -> None:
+        self.rows = []
+
+    def copy(self) -> Rows:
+        other = Rows(self.keyed)
+        other.rows = list(self.rows)
+        return other
+
+    def sorted(self) -> list[tuple[int, str]]:
+        return sorted(self.rows)
+
+
+Model = dict[str, Rows]  # partition -> its rows
+
+
+def expected_for(kind: str) -> dict[tuple[str, str], str]:
+    """The cells of a key table; a keyless table's concurrent appends never conflict (no key to order)."""
+    cells = dict(EXPECTED)
+    if kind == "keyless":
+        cells[("INSERT", "INSERT")] = "no_conflict"
+    return cells
 
 
 def expected_outcomes() -> dict[tuple[str, str], str]:
@@ -55,13 +95,13 @@ def partition_of(earlier: str, later: str) -> str:
 class Step:
     """One staged operation of a cell and its effect on the model, applied when it commits."""
 
-    def __init__(self, label: str, stage: Callable[[Any], None], effect: Callable[[dict[int, str]], None]) -> None:
+    def __init__(self, label: str, stage: Callable[[Any], None], effect: Callable[[Rows], None]) -> None:
         self.label = label
         self.stage = stage
         self.effect = effect
 
 
-def make_step(spark: Any, cls: str, role: str, part: str, pinned: dict[int, str]) -> Step:
+def make_step(spark: Any, cls: str, role: str, part: str, pinned: Rows) -> Step:
     """The operation of class ``cls`` for ``role`` (earlier/later) and its model effect from the pinned state."""
     spec = {"p": part}
 
@@ -72,28 +112,32 @@ def make_step(spark: Any, cls: str, role: str, part: str, pinned: dict[int, str]
         if role == "earlier":
             values = {10: "o10", 2: "o2"}
 
-            def overwrite(part_model: dict[int, str]) -> None:
+            def overwrite(part_model: Rows) -> None:
                 part_model.clear()
-                part_model.update(values)
+                part_model.insert(values)
 
             return Step("insert_overwrite", lambda t: t.insert_overwrite(rows(values), spec), overwrite)
         return Step("truncate", lambda t: t.truncate(spec), lambda m: m.clear())
     if cls == "INSERT":
         values = {7: "i7e", 3: "i3e"} if role == "earlier" else {8: "i8l", 4: "i4l"}
-        return Step("insert_into", lambda t: t.insert_into(rows(values)), lambda m: m.update(values))
+        return Step("insert_into", lambda t: t.insert_into(rows(values)), lambda m: m.insert(values))
     if cls == "UPDATE":
         if role == "earlier":
-            changed = {k: v + "_u" for k, v in pinned.items() if k >= 3}  # records written from the pinned snapshot
-            return Step(
-                "update",
-                lambda t: t.update({"v": "v || '_u'"}, "id >= 3", partition=spec),
-                lambda m: m.update(changed),
-            )
-        gone = [k for k in pinned if k in (2, 5)]
+            # records written from the pinned snapshot: each of its rows with id >= 3, by key or by row id
+            changed = [(k, v + "_u") for k, v in pinned.rows if k >= 3]
 
-        def delete(part_model: dict[int, str]) -> None:
-            for k in gone:
-                part_model.pop(k, None)
+            def update(part_model: Rows) -> None:  # it commits first: the partition is still the pinned one
+                part_model.rows = [r for r in part_model.rows if r[0] < 3] + changed
+
+            return Step("update", lambda t: t.update({"v": "v || '_u'"}, "id >= 3", partition=spec), update)
+        gone = [r for r in pinned.rows if r[0] in (2, 5)]  # the pinned snapshot's rows it deletes
+
+        def delete(part_model: Rows) -> None:
+            for row in gone:
+                if part_model.keyed:
+                    part_model.rows = [r for r in part_model.rows if r[0] != row[0]]
+                elif row in part_model.rows:
+                    part_model.rows.remove(row)
 
         return Step("delete", lambda t: t.delete("id = 2 OR id = 5", partition=spec), delete)
     if cls in ("MINOR_COMPACT", "MAJOR_COMPACT"):
@@ -103,29 +147,36 @@ def make_step(spark: Any, cls: str, role: str, part: str, pinned: dict[int, str]
     return Step("cluster", lambda t: t.cluster("v", spec), lambda m: None)
 
 
-@pytest.fixture(scope="module")
-def matrix_table(spark: Any, writer_stack: Any) -> tuple[Any, Model, int]:  # noqa: F811
+@pytest.fixture(scope="module", params=KINDS)
+def matrix_table(request: pytest.FixtureRequest, spark: Any, writer_stack: Any) -> tuple[Any, Model, int]:  # noqa: F811
     """The shared table after setup: two overlapping inserts and a delete in every cell's partition."""
     from producer import table as api
 
+    keyed = request.param == "key"
     table = api.DeltaTable.create(
-        spark, "matrix", schema=SCHEMA, primary_key="id", partitioned_by="p", settings=writer_stack.settings
+        spark,
+        "matrix" if keyed else "matrix_keyless",
+        schema=SCHEMA,
+        primary_key="id" if keyed else None,
+        partitioned_by="p",
+        settings=writer_stack.settings,
     )
+    assert table.keyless is not keyed
     parts = [partition_of(e, lt) for e, lt in CELLS]
-    model: Model = {p: {} for p in parts}
+    model: Model = {p: Rows(keyed) for p in parts}
     for round_, ids in enumerate(SETUP_IDS):
         values = {i: f"{'ab'[round_]}{i}" for i in ids}
         table.insert_into(spark.createDataFrame([(i, v, p) for p in parts for i, v in values.items()], SCHEMA))
         for p in parts:
-            model[p].update(values)
+            model[p].insert(values)
     result = table.delete("id = 1")  # table-wide: a delete record in every partition
     for p in parts:
-        model[p].pop(1)
+        model[p].rows = [r for r in model[p].rows if r[0] != 1]
     assert result is not None
     return table, model, result.id_version
 
 
-def table_rows(table: Any, part: str | None = None, version: int | None = None) -> dict[str, dict[int, str]]:
+def table_rows(table: Any, part: str | None = None, version: int | None = None) -> dict[str, list[tuple[int, str]]]:
     """The table's rows by partition, at ``version`` (default head), of one partition's files only when ``part``."""
     import dataclasses
 
@@ -137,23 +188,24 @@ def table_rows(table: Any, part: str | None = None, version: int | None = None) 
         snapshot = table.snapshot(version)
         files = tuple(f for f in snapshot.files if f.partition == {"p": part})
         df = read_snapshot(table.spark, dataclasses.replace(snapshot, files=files))
-    found: dict[str, dict[int, str]] = {}
+    found: dict[str, list[tuple[int, str]]] = {}
     for row in df.collect():
-        found.setdefault(row.p, {})
-        assert row.id not in found[row.p], f"key {row.id} appears twice in partition {row.p}"
-        found[row.p][row.id] = row.v
-    return found
+        found.setdefault(row.p, [])
+        if not table.keyless:
+            assert row.id not in dict(found[row.p]), f"key {row.id} appears twice in partition {row.p}"
+        found[row.p].append((row.id, row.v))
+    return {p: sorted(values) for p, values in found.items()}
 
 
 @pytest.mark.parametrize(("earlier", "later"), CELLS, ids=[f"{e}-{lt}" for e, lt in CELLS])
 def test_cell(matrix_table: tuple[Any, Model, int], spark: Any, earlier: str, later: str) -> None:
     table, model, _ = matrix_table
     part = partition_of(earlier, later)
-    outcome = EXPECTED[(earlier, later)]
+    outcome = expected_for("keyless" if table.keyless else "key")[(earlier, later)]
 
     t1, t2 = table.begin(), table.begin()
     assert t1.read_version == t2.read_version
-    pinned = dict(model[part])
+    pinned = model[part].copy()
     first = make_step(spark, earlier, "earlier", part, pinned)
     second = make_step(spark, later, "later", part, pinned)
     first.stage(t1)
@@ -178,21 +230,25 @@ def test_cell(matrix_table: tuple[Any, Model, int], spark: Any, earlier: str, la
     else:
         r2 = t2.commit()
         assert r2 is not None and r2.id_version == r1.id_version + 1
-        assert r2.rebase.value == outcome.upper(), (r2.rebase, outcome)
+        assert r2.rebase.value == ("NONE" if outcome == "no_conflict" else outcome.upper()), (r2.rebase, outcome)
         second.effect(model[part])
         if later in ("MINOR_COMPACT", "MAJOR_COMPACT", "CLUSTER"):
             assert r2.time_version is None
             live = {f.path for f in table.snapshot().files}
             assert not live & set(t2.removed_files), "compaction inputs still live after it committed"
 
-    assert table_rows(table, part).get(part, {}) == model[part], f"{earlier} then {later}: {first.label}/{second.label}"
+    assert table_rows(table, part).get(part, []) == model[part].sorted(), (
+        f"{earlier} then {later}: {first.label}/{second.label}"
+    )
 
 
 def test_setup_version_still_readable(matrix_table: tuple[Any, Model, int]) -> None:
     """Time travel to the setup version after every cell committed: the rewrites changed no logical data."""
     table, _, setup_version = matrix_table
     rows = table_rows(table, version=setup_version)
-    expected = {i: ("a" if i < 3 else "b") + str(i) for i in range(2, 7)}
+    expected = sorted({i: ("a" if i < 3 else "b") + str(i) for i in range(2, 7)}.items())
+    if table.keyless:  # both inserts' rows of ids 3 and 4
+        expected = sorted([*expected, (3, "a3"), (4, "a4")])
     assert set(rows) == {partition_of(e, lt) for e, lt in CELLS}
     for part, values in rows.items():
         assert values == expected, part

@@ -98,7 +98,12 @@ def test_an_idle_commit_client_pauses_its_reader_and_resumes_on_the_next_commit(
     assert reader.pauses >= 3
 
 
-def test_every_kafka_client_names_its_role(settings: Settings) -> None:
+def test_every_kafka_client_names_its_role(settings: Settings, broker_kind: str) -> None:
+    from kernel.admin import broker_kind as detected_kind
+    from kernel.settings import BROKER_FETCH_WAITS
+
+    assert detected_kind(settings) == broker_kind  # the fetch waits default per broker: which one this is
+    waits = BROKER_FETCH_WAITS[broker_kind]
     service = ArbiterService(settings)
     ids = {
         role: service._consumer_config(role)["client.id"]
@@ -109,7 +114,7 @@ def test_every_kafka_client_names_its_role(settings: Settings) -> None:
     assert ids["membership"] == f"{settings.topic_prefix}.arbiter.membership"
     assert len(set(ids.values())) == len(ids)
     assert service._consumer_config("doorbell", 250)["fetch.wait.max.ms"] == 250
-    assert service._consumer_config("intents")["fetch.wait.max.ms"] == settings.fetch_wait_busy_ms
+    assert service._consumer_config("intents")["fetch.wait.max.ms"] == waits.busy
     producer = service._producer_config("p.arbiter.table.t")
     assert producer["client.id"] == "p.arbiter.table.t.producer"
     client = CommitClient(settings=settings)
@@ -118,7 +123,7 @@ def test_every_kafka_client_names_its_role(settings: Settings) -> None:
 
         config = _DecisionReader(client, "t", 0).config()
         assert config["client.id"] == f"{settings.topic_prefix}.commit-client.decisions"
-        assert config["fetch.wait.max.ms"] == settings.client_fetch_wait_ms
+        assert config["fetch.wait.max.ms"] == waits.client
     finally:
         client.close()
     named = CommitClient(settings=replace(settings, client_id="nightly-etl"))  # a Spark job names its clients
@@ -142,3 +147,14 @@ def test_fetch_wait_settings_are_validated() -> None:
     assert load_settings({"ORDO_CLIENT_FETCH_WAIT_MS": "3"}).client_fetch_wait_ms == 3
     with pytest.raises(ValueError, match="ORDO_CLIENT_FETCH_WAIT_MS='0'"):
         load_settings({"ORDO_CLIENT_FETCH_WAIT_MS": "0"})
+    # Unset waits take the broker's default; a set one wins on either broker; idle never below busy.
+    from kernel.settings import BROKER_FETCH_WAITS, resolve_waits
+
+    assert load_settings({}).fetch_wait_busy_ms is None
+    assert resolve_waits(load_settings({}), "tansu") == BROKER_FETCH_WAITS["tansu"]
+    assert resolve_waits(load_settings({}), "kafka") == BROKER_FETCH_WAITS["kafka"]
+    assert resolve_waits(load_settings({"ORDO_CLIENT_FETCH_WAIT_MS": "3"}), "kafka").client == 3
+    assert resolve_waits(load_settings({"ORDO_FETCH_WAIT_BUSY_MS": "300"}), "tansu").idle == 300
+    assert load_settings({"ORDO_BROKER_KIND": "Tansu"}).broker_kind == "tansu"
+    with pytest.raises(ValueError, match="ORDO_BROKER_KIND"):
+        load_settings({"ORDO_BROKER_KIND": "redpanda"})

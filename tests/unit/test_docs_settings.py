@@ -6,10 +6,16 @@ import re
 from dataclasses import MISSING, fields
 from pathlib import Path
 
-from kernel.settings import ENV_VARS, Settings
+from kernel.settings import BROKER_FETCH_WAITS, ENV_VARS, Settings
 
 API = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 NO_DEFAULT_CELL = {"state_dir", "arbiter_group", "log_level", "client_id"}  # computed defaults, described in words
+WAITS = {  # unset: the broker's default, both given in the cell
+    "fetch_wait_busy_ms": "busy",
+    "fetch_wait_idle_ms": "idle",
+    "client_fetch_wait_ms": "client",
+    "consumer_fetch_wait_ms": "consumer",
+}
 
 
 def table() -> dict[str, str]:
@@ -30,6 +36,10 @@ def test_the_table_lists_every_variable_and_its_default() -> None:
     defaults = {f.name: f.default for f in fields(Settings)}
     for name, key, _cast in ENV_VARS:
         default = defaults[name]
+        if name in WAITS:
+            kafka, tansu = (getattr(BROKER_FETCH_WAITS[k], WAITS[name]) for k in ("kafka", "tansu"))
+            assert rows[key] == f"Kafka `{kafka}`, Tansu `{tansu}`", (key, rows[key])
+            continue
         if name in NO_DEFAULT_CELL or default is MISSING:
             continue
         expected = "none" if default in (None, "") else str(default).lower() if isinstance(default, bool) else default

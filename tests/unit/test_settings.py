@@ -24,6 +24,7 @@ BAD = {
     "ORDO_COMPACTOR_METRICS_PORT": ("-1", "greater than or equal to 0"),
     "ORDO_REQUIRE_SIGNATURES": ("maybe", "expected true or false"),
     "ORDO_RESUBMIT_AFTER": ("soon", "expected a number"),
+    "ORDO_BROKER_KIND": ("redpanda", "'auto', 'kafka' or 'tansu'"),
     "ORDO_FETCH_WAIT_BUSY_MS": ("0", "greater than or equal to 1"),
     "ORDO_FETCH_WAIT_IDLE_MS": ("1.5", "expected an integer"),
     "ORDO_CLIENT_FETCH_WAIT_MS": ("x", "expected an integer"),

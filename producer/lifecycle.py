@@ -1,0 +1,345 @@
+"""A transaction's lifecycle: pinned to a snapshot, one operation staged, then published or given up.
+
+``Lifecycle`` holds the state machine (open, staged, committed, aborted,
+failed, unknown), the staged files and the commit protocol;
+``producer.transaction.Transaction`` adds the operations that stage data.
+
+1. ``begin()`` pins the catalog's head version: the snapshot the transaction
+   reads (UPDATE, DELETE and compactions read it) and its read version.
+2. An operation stages data: Spark writes Parquet files at their final paths
+   under the table location (invisible to readers until a commit names them).
+3. ``commit()`` publishes a ``CommitIntent`` and waits for the arbiter's
+   decision. Accepted: it waits until the catalog has the new version, so a
+   ``read()`` right after sees it. Rejected: the staged files are deleted and
+   ``CommitConflictError`` is raised.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self
+
+from kernel.errors import CommitTimeoutError
+from producer.data import InvalidOperationError
+from producer.results import CONFLICT_LATER_FAILS, CommitResult, TransactionStateError, conflict_error
+from schemas import CommitDecision, CommitIntent, DataFile, Operation
+from schemas.models import MAX_FILES_PER_INTENT
+from schemas.operations import ROW_ID_COLUMN
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from producer.data import FileWriter
+    from producer.handle import TableHandle
+
+log = logging.getLogger("ordo.producer")
+
+RETRY_BACKOFF = 0.05
+_OPEN, _STAGED, _COMMITTED, _ABORTED, _FAILED, _UNKNOWN = "open", "staged", "committed", "aborted", "failed", "unknown"
+
+
+class Lifecycle:
+    """A transaction's state, pinned snapshot, staged files and commit protocol (``Transaction`` stages data).
+
+    Leaving a ``with`` block without commit, or ``abort()``, deletes the staged
+    files. When ``commit()`` times out the outcome is unknown: the files are
+    kept and ``commit()`` may be called again (the same txn id always gets the
+    same decision).
+    """
+
+    def __init__(
+        self, table: TableHandle, read_version: int, *, app_id: str | None = None, batch_id: int | None = None
+    ) -> None:
+        if (app_id is None) != (batch_id is None):
+            raise ValueError("app_id and batch_id go together")
+        self.table = table
+        self.read_version = read_version
+        self.app_id = app_id
+        self.batch_id = batch_id
+        self.txn_id = uuid.uuid4().hex
+        self.operation: Operation | None = None
+        self.partitions: tuple[dict[str, str], ...] | None = None
+        self.added_files: tuple[DataFile, ...] = ()
+        self.removed_files: tuple[str, ...] = ()
+        self.write_seconds = 0.0
+        self.timings: dict[str, float] = {}
+        self.result: CommitResult | None = None
+        self._state = _OPEN
+        self._noop = False
+        self._writer: FileWriter | None = None
+        self._snapshot: Any = None
+        self._row_writes = 0
+        self._lock = threading.RLock()
+
+    def __repr__(self) -> str:
+        op = self.operation.value if self.operation else None
+        return f"Transaction({self.table.name!r}, txn_id={self.txn_id!r}, read_version={self.read_version}, {op}, {self._state})"
+
+    @property
+    def state(self) -> str:
+        """open, staged, committed, aborted, failed (rejected), or unknown (commit timed out)."""
+        return self._state
+
+    # ------------------------------------------------------------------ context manager
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._state in (_OPEN, _STAGED):
+            self.abort()
+
+    # ------------------------------------------------------------------ staging helpers
+
+    def _start(self, operation: Operation) -> None:
+        if self._state != _OPEN:
+            raise TransactionStateError(
+                f"transaction {self.txn_id} is {self._state}: a transaction holds exactly one operation "
+                f"(already {self.operation.value if self.operation else 'done'}); begin() another"
+            )
+        self.operation = operation
+
+    @contextlib.contextmanager
+    def _stage(self, operation: Operation) -> Iterator[None]:
+        """Run one operation's staging; if it fails, delete what it wrote and leave the transaction open."""
+        with self._lock:
+            self._start(operation)
+            try:
+                yield
+            except BaseException:
+                self._discard()
+                self.operation = None
+                raise
+
+    def row_id_prefix(self) -> str:
+        """A new prefix for a keyless table's new row ids (``producer.data.with_row_ids``): unique per call."""
+        self._row_writes += 1
+        return f"{self.txn_id}:{self._row_writes}:"
+
+    def _user_rows(self, df: DataFrame) -> DataFrame:
+        """``df`` conformed to the table as users write it, with new row ids for a keyless table."""
+        from producer.data import conform, with_row_ids
+
+        layout = self.table.layout
+        return with_row_ids(conform(df, layout.user_schema()), layout, self.row_id_prefix())
+
+    def _file_writer(self) -> FileWriter:
+        from producer.data import FileWriter
+
+        if self._writer is None:
+            self._writer = FileWriter(self.table.spark, self.table.layout, self.txn_id)
+        return self._writer
+
+    def _staged(
+        self,
+        files: Sequence[DataFile],
+        partitions: Sequence[Mapping[str, str]] | None,
+        removed: Sequence[str] = (),
+        noop: bool = False,
+    ) -> Self:
+        if len(files) > MAX_FILES_PER_INTENT:
+            raise InvalidOperationError(
+                f"the write produced {len(files)} files, more than the {MAX_FILES_PER_INTENT} one commit may add; "
+                "write fewer partitions per transaction (or raise ordo.max_records_per_file)"
+            )
+        self.added_files = tuple(files)
+        self.removed_files = tuple(removed)
+        self.partitions = None if partitions is None else tuple(dict(p) for p in partitions)
+        self._noop = noop
+        self._state = _STAGED
+        return self
+
+    def _write(self, records: DataFrame, **options: Any) -> list[DataFile]:
+        stats = self._file_writer().write(records, **options)
+        self.write_seconds += stats.spark_seconds + stats.finish_seconds
+        self._time("spark_write", stats.spark_seconds)
+        self._time("finish_files", stats.finish_seconds)
+        return list(stats.files)
+
+    def _time(self, phase: str, seconds: float) -> None:
+        self.timings[phase] = self.timings.get(phase, 0.0) + seconds
+
+    def _validate(self, rows: DataFrame, static: Mapping[str, str] | None = None, *, keys: bool | None = None) -> None:
+        from producer.data import validate_records
+
+        started = time.perf_counter()
+        validate_records(rows, self.table.layout, static, keys=keys)
+        seconds = time.perf_counter() - started
+        self.write_seconds += seconds
+        self._time("validate", seconds)
+
+    def _static(self, partition: Mapping[str, Any] | None) -> dict[str, str] | None:
+        from producer.data import canonical_partition
+
+        if partition is None:
+            return None
+        return canonical_partition(self.table.spark, self.table.layout, partition)
+
+    def _partitions_of(self, files: Sequence[DataFile]) -> list[dict[str, str]] | None:
+        columns = self.table.layout.partition_columns
+        if not columns:
+            return None
+        seen: dict[tuple[str, ...], dict[str, str]] = {}
+        for f in files:
+            seen.setdefault(tuple(f.partition[c] for c in columns), dict(f.partition))
+        return [seen[k] for k in sorted(seen)]
+
+    def pinned_snapshot(self) -> Any:
+        """The catalog snapshot at ``read_version`` (live files with their added versions)."""
+        if self._snapshot is None:
+            self._snapshot = self.table._conn.catalog.snapshot(self.table.name, version=self.read_version)
+        return self._snapshot
+
+    def read(self, partition: Mapping[str, Any] | None = None) -> DataFrame:
+        """The table at the pinned version, as this transaction sees it (only ``partition``'s files when given)."""
+        df = self._read_pinned(self._static(partition))
+        return df.drop(ROW_ID_COLUMN) if self.table.layout.keyless else df
+
+    def _read_pinned(self, static: Mapping[str, str] | None) -> DataFrame:
+        return self._read_in(None if static is None else [static])
+
+    def _read_in(self, partitions: Sequence[Mapping[str, str]] | None) -> DataFrame:
+        """The pinned snapshot, only the files of ``partitions`` (canonical) when given."""
+        from consumer.spark import read_snapshot
+
+        snapshot = self.pinned_snapshot()
+        if partitions is not None:
+            wanted = [dict(p) for p in partitions]
+            files = tuple(f for f in snapshot.files if dict(f.partition) in wanted)
+            snapshot = dataclasses.replace(snapshot, files=files)
+        return read_snapshot(self.table.spark, snapshot)
+
+    # ------------------------------------------------------------------ commit
+
+    def intent(self) -> CommitIntent:
+        """The intent ``commit()`` publishes (the staged operation and files)."""
+        if self.operation is None:
+            raise TransactionStateError(f"transaction {self.txn_id} has no operation staged")
+        return CommitIntent(
+            txn_id=self.txn_id,
+            table=self.table.name,
+            operation=self.operation,
+            read_version=self.read_version,
+            partitions=self.partitions,
+            added_files=self.added_files,
+            removed_files=self.removed_files,
+            app_id=self.app_id,
+            batch_id=self.batch_id,
+            writer=self.table._writer,
+        )
+
+    def commit(self, timeout: float | None = None, *, retries: int = 0) -> CommitResult | None:
+        """Publish the intent, wait for the decision, then for the catalog to show the new version.
+
+        Returns the ``CommitResult``, or None for a no-op (nothing to insert or
+        compact: nothing is published). Raises ``CommitConflictError`` on a
+        rejection (staged files deleted), ``CommitTimeoutError`` when no
+        decision came (files kept; call ``commit()`` again), and
+        ``CatalogLagError`` when the commit was accepted but the catalog lags.
+        ``retries`` (INSERT INTO only) re-pins and republishes the same files
+        after a CONFLICT_LATER_FAILS rejection, at most that many times.
+        """
+        with self._lock:
+            if self._state == _COMMITTED:
+                return self.result
+            if self._state not in (_STAGED, _UNKNOWN):
+                raise TransactionStateError(f"transaction {self.txn_id} is {self._state}; nothing to commit")
+            if retries and self.operation is not Operation.INSERT_INTO:
+                raise InvalidOperationError("metadata-level retries are only safe for INSERT INTO (it reads nothing)")
+            if self._noop:
+                self._state = _COMMITTED
+                self._writer = None
+                return None
+            return self._publish(self.table.commit_timeout if timeout is None else timeout, retries)
+
+    def _publish(self, timeout: float, retries: int) -> CommitResult:
+        table = self.table
+        client = table._conn.client
+        attempts = 0
+        started = time.perf_counter()
+        while True:
+            attempts += 1
+            try:
+                decision = client.commit(self.intent(), timeout=timeout)
+            except CommitTimeoutError:
+                self._state = _UNKNOWN  # maybe accepted: keep the files, let the caller retry commit()
+                raise
+            if decision.accepted:
+                break
+            if retries > 0 and decision.reason == CONFLICT_LATER_FAILS:
+                retries -= 1
+                self._repin(decision)
+                continue
+            self._discard()
+            self._state = _FAILED
+            raise conflict_error(decision, f"{self.operation.value if self.operation else 'txn'} {self.txn_id}")
+        assert decision.id_version is not None
+        result = CommitResult(
+            txn_id=self.txn_id,
+            id_version=decision.id_version,
+            time_version=decision.time_version,
+            operation=self.operation,
+            added_files=self.added_files,
+            removed_files=tuple(decision.removed_files) or self.removed_files,
+            rebase=decision.rebase,
+            write_seconds=self.write_seconds,
+            commit_seconds=time.perf_counter() - started,
+            attempts=attempts,
+            decision=decision,
+        )
+        self._state = _COMMITTED
+        self.result = result
+        self._writer = None
+        self._time("publish_decision", result.commit_seconds)
+        started = time.perf_counter()
+        table._wait_for_catalog(decision.id_version, result)
+        self._time("catalog_wait", time.perf_counter() - started)
+        return result
+
+    def _repin(self, decision: CommitDecision) -> None:
+        """Metadata-level retry: a new txn id on the newer head, the same files."""
+        catalog = self.table._conn.catalog
+        if decision.conflicting_version is not None:
+            self.table._wait_for_catalog(decision.conflicting_version, None)
+        head = int(catalog.table(self.table.name).head_version)
+        log.info(
+            "txn %s of %s rejected (%s, conflicting %s@%s); retrying on version %d",
+            self.txn_id,
+            self.table.name,
+            decision.reason,
+            decision.conflicting_txn_id,
+            decision.conflicting_version,
+            head,
+        )
+        self.read_version = max(self.read_version, head)
+        self.txn_id = uuid.uuid4().hex
+        self._snapshot = None
+        time.sleep(RETRY_BACKOFF)
+
+    def _discard(self) -> None:
+        if self._writer is not None:
+            self._writer.cleanup()
+            self._writer = None
+
+    def abort(self) -> None:
+        """Give the transaction up and delete its staged files (not after a commit that timed out)."""
+        with self._lock:
+            if self._state == _UNKNOWN:
+                log.warning(
+                    "txn %s: commit outcome unknown (timed out); keeping its files. Call commit() to learn it.",
+                    self.txn_id,
+                )
+                return
+            if self._state in (_COMMITTED, _ABORTED, _FAILED):
+                return
+            self._discard()
+            self._state = _ABORTED
