@@ -22,41 +22,67 @@ so they run on the same Spark, JVM, data and machine, interleaved round by round
   built for Spark 4.1 (``tools/spark_lakes.py``); the session probes it once and, when it cannot run on
   this Spark, every Iceberg figure is recorded as an error with the JVM's reason.
 
-Workload 1, commit cost alone: closed-loop single-row appends (``spark.range(1)`` projected to one row
-``(id, v, p)``: no Python worker, the same plan for every system) by 1 writer, 8 writers each on its own
-partition, and 8 writers on one shared partition. The writers are threads of the one Spark session (not
+The workloads, numbered as in issue 24 (``BENCH_PEERS_SPARK_WORKLOADS=seeds,commits,reads,history`` runs some
+of them; the figures of the others are kept from the previous ``bench/results.json``, with the date they were
+measured):
+
+Workload 1, the seeds' scenario (``seeds``): one keyed table, 4 partitions, loaded with a base; for a fixed
+time (quick 60 s, full 300 s) a micro-batch of upserts every second (ordo: ``producer.streaming.BatchCommitter``,
+the ``foreachBatch`` committer, with its default 5 metadata-level retries; Delta: ``MERGE`` from the batch,
+retried up to 5 times on a ``ConcurrentModificationException``), while the table service compacts (ordo: the
+``ordo compactor`` service's ``Compactor`` in this session, a round every 3 s, the table's documented
+defaults; Delta: ``OPTIMIZE ... WHERE p = k`` of each partition in turn, a round every 3 s) and an UPDATE job
+and a DELETE job each hit a random partition every 2 s, retrying a conflict up to 5 times as their users do.
+Every job is a thread of the one Spark session (2 cores: one driver per job does not fit). The run reports
+batches committed, retried and failed, table-service commits and failures, batch jobs retried and failed,
+the end-to-end latency of a batch (from its scheduled second to its commit returning), files per partition
+at the end, a full read at the end, and whether the change feed of the run, folded over the table as it was
+at the start, gives the table at the end.
+
+Workload 2, commit cost alone (``commits``): closed-loop single-row appends (``spark.range(1)`` projected to
+one row ``(id, v, p)``: no Python worker, the same plan for every system) by 1 writer, 8 writers each on its
+own partition, and 8 writers on one shared partition. The writers are threads of the one Spark session (not
 processes: 8 Spark drivers do not fit in 2 cores and 24 GiB beside the stack, and concurrent jobs of one
 session is how Spark users run concurrent writes from one application). Each writer commits once to warm
 up, then all start together and commit until the deadline; a commit's latency runs from building its
 DataFrame to the write returning, retries included. A fresh table per system, scenario and round.
 
-Workload 3, reads: a table of N rows (quick 100,000, full 1,000,000; ``id``, ``v``, 4 partitions ``p``)
-written in one commit, then 100 small upserts of 1% of the keys each with new values: ``insert_into`` on
-ordo (an upsert by primary key, merged on read), ``MERGE INTO ... WHEN MATCHED UPDATE SET * WHEN NOT MATCHED
-INSERT *`` on Delta (deletion vectors on, ``delta.enableDeletionVectors=true``: the documented setting for
-small MERGEs, which then mark rows instead of rewriting files) and on Iceberg (merge-on-read:
+Workload 3, reads (``reads``): a table of N rows (quick 100,000, full 1,000,000; ``id``, ``v``, 4 partitions
+``p``) written in one commit, then 100 small upserts of 1% of the keys each with new values: ``insert_into``
+on ordo (an upsert by primary key, merged on read), ``MERGE INTO ... WHEN MATCHED UPDATE SET * WHEN NOT
+MATCHED INSERT *`` on Delta (deletion vectors on, ``delta.enableDeletionVectors=true``: the documented
+setting for small MERGEs, which then mark rows instead of rewriting files) and on Iceberg (merge-on-read:
 ``write.merge.mode=merge-on-read``). Then each system's full read (every row and column into Spark's
 ``noop`` sink) and a point read by key (``WHERE id = k``, collected) are timed, uncompacted and again after
 its compaction (ordo ``compact("major")``, Delta ``OPTIMIZE``, Iceberg ``rewrite_data_files`` then
 ``rewrite_position_delete_files``), beside plain Parquet of the same final rows (written once by Spark,
 partitioned by ``p``: the floor). Reads alternate between systems, repeated; the median is reported.
 
-Workloads 2 and 4 of the issue (the seeds' scenario; time travel and change feed) are not measured yet;
-they are recorded as pending.
+Workload 4, time travel and the change feed (``history``): a table of N commits (quick 150, full 1,000) of
+10 new rows each, every 10th commit an UPDATE of an earlier commit's 10 rows instead; then the read of
+version N-50 (``versionAsOf`` on both ``format("ordo")`` and ``format("delta")``) and the change feed of the
+last 100 versions (``readChangeFeed``; Delta with ``delta.enableChangeDataFeed=true``), each into the
+``noop`` sink, alternating, median of the repeats; the rows each returned are checked against the model of
+the commits made.
+
+Workloads 1 and 4 run ordo and Delta only: without an Iceberg runtime for this Spark there is nothing to
+develop Iceberg's side against, and it is recorded as such.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import tempfile
+import textwrap
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import ROOT, Result, interleave, machine, median, pending, percentile, pick, ratio, stack
+from bench.common import ROOT, Result, interleave, machine, median, percentile, pick, ratio, stack
 
 BENCHMARK = "peers on Spark"
 SYSTEMS = ("ordo", "delta", "iceberg")
@@ -227,14 +253,30 @@ def _probe_iceberg(spark: Any) -> str | None:
         return f"Iceberg runtime cannot run on Spark {pyspark.__version__}: {' '.join(text[:3])[:600]}"
 
 
+WORKLOADS = ("seeds", "commits", "reads", "history")  # issue 24's workloads 1-4, in its order
+ALL_RUN = ("commits", "reads", "history", "seeds")  # the order they run in (the long scenario last)
+
+
+def _chosen() -> tuple[str, ...]:
+    wanted = os.environ.get("BENCH_PEERS_SPARK_WORKLOADS")
+    if not wanted:
+        return ALL_RUN
+    names = tuple(w.strip() for w in wanted.split(",") if w.strip())
+    unknown = [n for n in names if n not in WORKLOADS]
+    if unknown:
+        raise ValueError(f"BENCH_PEERS_SPARK_WORKLOADS: unknown {unknown}; choose from {WORKLOADS}")
+    return tuple(w for w in ALL_RUN if w in names)
+
+
 def run() -> list[Result]:
     from producer.table import close_connections
 
+    chosen = _chosen()
     duration = float(os.environ.get("BENCH_PEERS_SPARK_SECONDS") or pick(12.0, 30.0))
     rounds = pick(2, 3)
     work = Path(tempfile.mkdtemp(prefix="ordo-bench-peers-spark-"))
     outcomes: dict[str, dict[str, list[Any]]] = {}
-    reads: dict[str, Any] = {}
+    measured: dict[str, Any] = {}
     versions: dict[str, str] = {}
     counter = iter(range(1_000_000))
     with stack("peers-spark", prefix="pspark") as bench_stack:
@@ -251,37 +293,130 @@ def run() -> list[Result]:
             }
             iceberg_error = _probe_iceberg(spark)
             systems = SYSTEMS if iceberg_error is None else tuple(s for s in SYSTEMS if s != "iceberg")
-            for scenario, (writers, shared) in SCENARIOS.items():
+            if "commits" in chosen:
+                for scenario, (writers, shared) in SCENARIOS.items():
 
-                def side(system: str, writers: int = writers, shared: bool = shared) -> Any:
-                    def one(_round: int) -> Any:
-                        table = _Table(system, spark, work, bench_stack.settings, next(counter))
-                        try:
-                            return _run_writers(spark, table, writers, shared, duration)
-                        except Exception as exc:
-                            return {"error": str(exc)[:2000]}
+                    def side(system: str, writers: int = writers, shared: bool = shared) -> Any:
+                        def one(_round: int) -> Any:
+                            table = _Table(system, spark, work, bench_stack.settings, next(counter))
+                            try:
+                                return _run_writers(spark, table, writers, shared, duration)
+                            except Exception as exc:
+                                return {"error": str(exc)[:2000]}
 
-                    return one
+                        return one
 
-                print(f"peers-spark: {scenario}", flush=True)
-                outcomes[scenario] = interleave({s: side(s) for s in systems}, rounds)
-                if iceberg_error is not None:
-                    outcomes[scenario]["iceberg"] = [{"error": iceberg_error}]
-            print("peers-spark: reads", flush=True)
-            try:
-                reads = _reads(spark, work, bench_stack.settings, systems)
-            except Exception as exc:
-                reads = {"error": f"{type(exc).__name__}: {str(exc)[:1500]}"}
-            if iceberg_error is not None:
-                reads.setdefault("errors", {})["iceberg"] = iceberg_error
+                    print(f"peers-spark: {scenario}", flush=True)
+                    outcomes[scenario] = interleave({s: side(s) for s in systems}, rounds)
+                    if iceberg_error is not None:
+                        outcomes[scenario]["iceberg"] = [{"error": iceberg_error}]
+            later = {"reads": _reads, "history": _history, "seeds": _seeds}
+            for name in chosen:
+                if name == "commits":
+                    continue
+                print(f"peers-spark: {name}", flush=True)
+                kept = systems if name == "reads" else tuple(s for s in systems if s != "iceberg")
+                try:
+                    measured[name] = later[name](spark, work, bench_stack.settings, kept)
+                except Exception as exc:
+                    measured[name] = {"error": f"{type(exc).__name__}: {str(exc)[:1500]}"}
+                iceberg = iceberg_error or (None if "iceberg" in kept else ICEBERG_NOT_BUILT)
+                if iceberg is not None:
+                    measured[name].setdefault("errors", {})["iceberg"] = iceberg
         finally:
             spark.stop()
             close_connections()
     shutil.rmtree(work, ignore_errors=True)
-    results = _results(outcomes, versions, duration, rounds)
-    results.extend(_read_results(reads, versions))
+    results: list[Result] = []
+    for name in WORKLOADS:
+        if name not in chosen:
+            results.extend(_kept(name))
+        elif name == "commits":
+            results.extend(_results(outcomes, versions, duration, rounds))
+        else:
+            results.extend(RESULTS_OF[name](measured[name], versions))
     _plot(results)
     return results
+
+
+ICEBERG_NOT_BUILT = "not built: no Iceberg runtime runs on this Spark to develop this workload's Iceberg side against"
+
+
+def _workload_of(figure: str) -> str:
+    if "commits/s" in figure or "commit latency" in figure:
+        return "commits"
+    if figure.startswith(("full read,", "point read,")) or figure.startswith("reads after"):
+        return "reads"
+    if figure.startswith(("time travel", "change feed")):
+        return "history"
+    return "seeds"
+
+
+def _kept(name: str) -> list[Result]:
+    """The previous run's figures of workload ``name`` (from bench/results.json), marked with when they were made."""
+    import json
+
+    try:
+        document = json.loads((ROOT / "bench" / "results.json").read_text())
+    except (OSError, ValueError):
+        return []
+    for entry in document.get("benchmarks", []):
+        if entry.get("module") != "bench.peers_spark":
+            continue
+        out = []
+        for figure in entry.get("figures", []):
+            if figure.get("status") == "pending" or _workload_of(figure["figure"]) != name:
+                continue
+            samples = dict(figure.get("samples") or {})
+            samples.setdefault("kept_from", entry.get("measured_at"))
+            samples.setdefault("kept_load_average", entry.get("machine", {}).get("load_average"))
+            # This run's machine: bench/__main__ files the entry under its first figure's, and a kept one may be first.
+            out.append(Result(**{**figure, "samples": samples, "machine": machine()}))
+        return out
+    return []
+
+
+def _versus(
+    figure: str,
+    unit: str,
+    value: float | None,
+    peers: dict[str, float | None],
+    *,
+    lower_is_better: bool,
+    target: str | None = None,
+    met: Any = None,
+    samples: dict[str, Any] | None = None,
+    notes: str = "",
+) -> Result:
+    """One figure of ordo's against the better peer's (``met``: ratio -> bool, for ``target``)."""
+    known = {s: v for s, v in peers.items() if v is not None}
+    best = (min if lower_is_better else max)(known, key=lambda s: known[s]) if known else None
+    peer_value = known[best] if best else None
+    quotient = ratio(value, peer_value)
+    return Result(
+        BENCHMARK,
+        figure,
+        unit,
+        value,
+        peer=best,
+        peer_value=peer_value,
+        ratio=quotient,
+        target=target,
+        met=met(quotient) if (met is not None and quotient is not None) else None,
+        status="ok" if value is not None else "error",
+        samples=samples or {},
+        notes=notes,
+        machine=machine(),
+    )
+
+
+def _error(figure: str, found: dict[str, Any]) -> list[Result]:
+    why = found.get("error") or "; ".join(f"{k}: {v}" for k, v in found.get("errors", {}).items())
+    return [Result(BENCHMARK, figure, "", None, status="error", notes=why, machine=machine())]
+
+
+def _notes(found: dict[str, Any]) -> str:
+    return "; ".join(f"{k}: {v}" for k, v in found.get("errors", {}).items())
 
 
 def _summary(runs: list[Any]) -> dict[str, Any]:
@@ -305,56 +440,60 @@ def _results(
     outcomes: dict[str, dict[str, list[Any]]], versions: dict[str, str], duration: float, rounds: int
 ) -> list[Result]:
     results: list[Result] = []
-    where = machine()
     for scenario, runs in outcomes.items():
         summary = {system: _summary(r) for system, r in runs.items()}
         ours = summary.get("ordo", {})
         peers = {s: v for s, v in summary.items() if s != "ordo" and "error" not in v}
-        best = max(peers, key=lambda s: peers[s]["commits_per_s"]) if peers else None
         common = {"versions": versions, "duration_s": duration, "rounds": rounds, "systems": summary}
         notes = "; ".join(f"{s}: {v['error']}" for s, v in summary.items() if "error" in v)
-        value = ours.get("commits_per_s")
-        peer_value = peers[best]["commits_per_s"] if best else None
+        many = scenario.startswith("8")
         results.append(
-            Result(
-                BENCHMARK,
+            _versus(
                 f"{scenario}: single-row commits/s",
                 "commits/s",
-                value,
-                peer=best,
-                peer_value=peer_value,
-                ratio=ratio(value, peer_value),
-                target=">= 5x the better peer (8 writers)" if scenario.startswith("8") else None,
-                met=(value / peer_value >= 5) if (value and peer_value and scenario.startswith("8")) else None,
-                status="ok" if value is not None else "error",
+                ours.get("commits_per_s"),
+                {s: v["commits_per_s"] for s, v in peers.items()},
+                lower_is_better=False,
+                target=">= 5x the better peer (8 writers)" if many else None,
+                met=(lambda q: q >= 5) if many else None,
                 samples=common,
                 notes=notes,
-                machine=where,
             )
         )
         for q in ("p50", "p99"):
-            value = ours.get(f"{q}_ms")
-            peer_value = peers[best][f"{q}_ms"] if best else None
+            key = f"{q}_ms"
             results.append(
-                Result(
-                    BENCHMARK,
+                _versus(
                     f"{scenario}: {q} commit latency",
                     "ms",
-                    value,
-                    peer=best,
-                    peer_value=peer_value,
-                    ratio=ratio(value, peer_value),
-                    status="ok" if value is not None else "error",
-                    machine=where,
+                    ours.get(key),
+                    {s: v[key] for s, v in peers.items()},
+                    lower_is_better=True,
                 )
             )
-    for what in ("seeds' scenario (ingestion + compaction + UPDATE/DELETE)", "time travel and change feed"):
-        results.append(pending(BENCHMARK, what, "", "not measured yet (issue 24, workloads 2-4)"))
     return results
 
 
+def _bars(ax: Any, groups: list[tuple[str, dict[str, Any]]], systems: list[str], label: str, fmt: str) -> None:
+    """Grouped bars: one group per (name, {system: value or error text}), one bar per system."""
+    width = 0.8 / len(systems)
+    for i, system in enumerate(systems):
+        xs = [j + i * width for j in range(len(groups))]
+        values = [g[1].get(system) for g in groups]
+        heights = [v if isinstance(v, int | float) else 0 for v in values]
+        ax.bar(xs, heights, width, label=system)
+        for x, h, v in zip(xs, heights, values, strict=True):
+            text = "failed" if isinstance(v, str) else ("" if v is None else fmt.format(h))
+            ax.text(x, h, text, ha="center", va="bottom", fontsize=7, rotation=90 if isinstance(v, str) else 0)
+    ax.set_xticks([j + width * (len(systems) - 1) / 2 for j in range(len(groups))])
+    ax.set_xticklabels([textwrap.fill(g[0], 24) for g in groups], fontsize=7)
+    ax.set_ylabel(label)
+    ax.legend(fontsize=7)
+
+
 def _plot(results: list[Result]) -> Path | None:
-    """Commits/s per scenario and system, as bars (docs/peers_spark.png)."""
+    """docs/peers_spark.png: commits/s (workload 2), read times (workloads 3, 4, 1's final read) and the seeds'
+    scenario's counts (workload 1), per system."""
     try:
         import matplotlib
 
@@ -362,29 +501,40 @@ def _plot(results: list[Result]) -> Path | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    rates = [r for r in results if r.figure.endswith("commits/s") and r.samples]
-    if not rates:
+    rates = [r for r in results if r.figure.endswith("commits/s") and r.samples.get("systems")]
+    panels: list[tuple[str, list[tuple[str, dict[str, Any]]], str, str]] = []
+    if rates:
+        groups = [
+            (
+                r.figure.split(":")[0],
+                {s: v.get("commits_per_s", v.get("error")) for s, v in r.samples["systems"].items()},
+            )
+            for r in rates
+        ]
+        load = rates[0].samples.get("kept_load_average") or rates[0].machine.get("load_average")
+        title = f"workload 2: closed-loop single-row appends (load average {load})"
+        panels.append((title, groups, "commits/s", "{:.1f}"))
+
+    def pair(r: Result) -> dict[str, Any]:
+        return {"ordo": r.value, **({r.peer: r.peer_value} if r.peer else {})}
+
+    timed = [r for r in results if r.unit == "s" and r.status == "ok" and r.value is not None]
+    if timed:
+        groups = [(r.figure.replace(" after 100 upserts", ""), pair(r)) for r in timed]
+        panels.append(("reads: workloads 3, 4 and 1's last read", groups, "seconds (lower is better)", "{:.2f}"))
+    seeds = [r for r in results if r.figure.startswith("seeds' scenario") and r.unit in ("batches", "commits", "jobs")]
+    if seeds:
+        groups = [(r.figure.split(": ", 1)[1], pair(r)) for r in seeds]
+        panels.append((seeds[0].figure.split(":")[0], groups, "count", "{:.0f}"))
+    if not panels:
         return None
-    systems = list(SYSTEMS)
-    fig, ax = plt.subplots(figsize=(8, 4))
-    width = 0.8 / len(systems)
-    for i, system in enumerate(systems):
-        heights = [r.samples["systems"].get(system, {}).get("commits_per_s") or 0 for r in rates]
-        xs = [j + i * width for j in range(len(rates))]
-        ax.bar(xs, heights, width, label=system)
-        for x, h, r in zip(xs, heights, rates, strict=True):
-            if "error" in r.samples["systems"].get(system, {"error": ""}):
-                ax.text(x, 0, "failed", rotation=90, ha="center", va="bottom", fontsize=8)
-            else:
-                ax.text(x, h, f"{h:.1f}", ha="center", va="bottom", fontsize=8)
-    ax.set_xticks([j + width * (len(systems) - 1) / 2 for j in range(len(rates))])
-    ax.set_xticklabels([r.figure.split(":")[0] for r in rates])
-    ax.set_ylabel("single-row commits/s")
-    load = rates[0].machine.get("load_average")
-    ax.set_title(f"Closed-loop single-row appends on one Spark session (load average {load})")
-    ax.legend()
+    fig, axes = plt.subplots(len(panels), 1, figsize=(11, 3.8 * len(panels)), squeeze=False)
+    for ax, (title, groups, label, fmt) in zip(axes[:, 0], panels, strict=True):
+        _bars(ax, groups, list(SYSTEMS), label, fmt)
+        note = "" if "load" in title else " (loaded machine: each run's load average is in bench/results.json)"
+        ax.set_title(title + note, fontsize=9)
     fig.tight_layout()
-    fig.savefig(PLOT, dpi=110)
+    fig.savefig(PLOT, dpi=100)
     plt.close(fig)
     return PLOT
 
@@ -408,24 +558,28 @@ def _point(df: Any, key: int) -> float:
 
 
 class _ReadTable:
-    """One system's keyed table for the reads: load, upsert, compact, read."""
+    """One system's keyed table (``id``, ``v``, partitions ``p``): load, upsert, compact, read, and for workloads
+    1 and 4 UPDATE, DELETE, time travel, the change feed and the files per partition."""
 
-    def __init__(self, system: str, spark: Any, work: Path, settings: Any) -> None:
-        self.system, self.spark = system, spark
+    def __init__(
+        self, system: str, spark: Any, work: Path, settings: Any, name: str = "reads", *, cdf: bool = False
+    ) -> None:
+        self.system, self.spark, self.settings, self.table_name = system, spark, settings, name
         if system == "ordo":
             from producer.table import DeltaTable
 
             self.ordo = DeltaTable.create(
-                spark, "peers_spark_reads", schema=SCHEMA, primary_key="id", partitioned_by="p", settings=settings
+                spark, f"peers_spark_{name}", schema=SCHEMA, primary_key="id", partitioned_by="p", settings=settings
             )
         elif system == "delta":
-            self.path = str(work / "delta" / "reads")
+            self.path = str(work / "delta" / name)
+            cdf_property = ", 'delta.enableChangeDataFeed'='true'" if cdf else ""
             spark.sql(
                 f"CREATE TABLE delta.`{self.path}` ({SCHEMA}) USING delta PARTITIONED BY (p) "
-                "TBLPROPERTIES ('delta.enableDeletionVectors'='true')"
+                f"TBLPROPERTIES ('delta.enableDeletionVectors'='true'{cdf_property})"
             )
         else:
-            self.name = "ice.db.reads"
+            self.name = f"ice.db.{name}"
             spark.sql(
                 f"CREATE TABLE {self.name} ({SCHEMA}) USING iceberg PARTITIONED BY (p) TBLPROPERTIES "
                 "('format-version'='2', 'write.merge.mode'='merge-on-read', 'write.update.mode'='merge-on-read', "
@@ -444,12 +598,74 @@ class _ReadTable:
         if self.system == "ordo":
             self.ordo.insert_into(df)
             return
-        df.createOrReplaceTempView("peers_spark_source")
+        view = f"peers_spark_source_{threading.get_ident()}"
+        df.createOrReplaceTempView(view)
         target = f"delta.`{self.path}`" if self.system == "delta" else self.name
         self.spark.sql(
-            f"MERGE INTO {target} t USING peers_spark_source s ON t.id = s.id "
+            f"MERGE INTO {target} t USING {view} s ON t.id = s.id AND t.p = s.p "
             "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
         )
+
+    def update(self, assignment: str, where: str) -> None:
+        """UPDATE ``SET v = assignment WHERE where``."""
+        if self.system == "ordo":
+            self.ordo.update({"v": assignment}, where=where)
+        else:
+            self.spark.sql(f"UPDATE {self._sql_name()} SET v = {assignment} WHERE {where}")
+
+    def delete(self, where: str) -> None:
+        if self.system == "ordo":
+            self.ordo.delete(where)
+        else:
+            self.spark.sql(f"DELETE FROM {self._sql_name()} WHERE {where}")
+
+    def compact_partition(self, partition: str) -> None:
+        """Delta's OPTIMIZE of one partition (ordo's compaction is its service's to plan: ``ordo.compactor``)."""
+        self.spark.sql(f"OPTIMIZE {self._sql_name()} WHERE p = '{partition}'")
+
+    def _sql_name(self) -> str:
+        if self.system == "iceberg":
+            return self.name
+        return f"delta.`{self.path}`"
+
+    def head(self) -> int:
+        if self.system == "ordo":
+            return int(self.ordo.snapshot().id_version)
+        rows = self.spark.sql(f"DESCRIBE HISTORY {self._sql_name()} LIMIT 1").collect()
+        return int(rows[0]["version"])
+
+    def _reader(self) -> Any:
+        if self.system == "ordo":
+            from ordo.datasource import settings_options
+
+            return self.spark.read.format("ordo").options(**settings_options(self.settings))
+        return self.spark.read.format("delta")
+
+    def _location(self) -> str:
+        return self.ordo.name if self.system == "ordo" else self.path
+
+    def read_at(self, version: int) -> Any:
+        """Time travel through the system's Spark format (``versionAsOf``)."""
+        return self._reader().option("versionAsOf", version).load(self._location())
+
+    def changes(self, start: int, end: int) -> Any:
+        """The change feed of versions ``start``..``end`` through the system's Spark format (Delta's form)."""
+        reader = self._reader().option("readChangeFeed", "true")
+        return reader.option("startingVersion", start).option("endingVersion", end).load(self._location())
+
+    def files_per_partition(self) -> dict[str, int]:
+        """Live data files per partition at the head."""
+        counts: dict[str, int] = {}
+        if self.system == "ordo":
+            for entry in self.ordo.snapshot().files:
+                key = str(entry.partition.get("p"))
+                counts[key] = counts.get(key, 0) + 1
+            return dict(sorted(counts.items()))
+        # Delta: the files a scan reads (a file whose every row is deleted leaves the snapshot: DELETE removes it).
+        files = self.read().select("p", "_metadata.file_path").distinct().groupBy("p").count()
+        for row in files.collect():
+            counts[str(row[0])] = int(row[1])
+        return dict(sorted(counts.items()))
 
     def compact(self) -> None:
         if self.system == "ordo":
@@ -536,33 +752,479 @@ def _reads(spark: Any, work: Path, settings: Any, systems: tuple[str, ...]) -> d
 
 
 def _read_results(reads: dict[str, Any], versions: dict[str, str]) -> list[Result]:
-    where = machine()
     if "median_s" not in reads:
-        why = reads.get("error") or "; ".join(f"{k}: {v}" for k, v in reads.get("errors", {}).items())
-        return [Result(BENCHMARK, "reads after 100 small upserts", "", None, status="error", notes=why, machine=where)]
-    notes = "; ".join(f"{k}: {v}" for k, v in reads.get("errors", {}).items())
+        return _error("reads after 100 small upserts", reads)
     results = []
     for stage, medians in reads["median_s"].items():
         for kind in ("full", "point"):
-            peers = {s: medians[f"{s} {kind}"] for s in ("delta", "iceberg") if f"{s} {kind}" in medians}
-            best = min(peers, key=lambda s: peers[s]) if peers else None
-            value = medians.get(f"ordo {kind}")
-            peer_value = peers[best] if best else None
             results.append(
-                Result(
-                    BENCHMARK,
+                _versus(
                     f"{kind} read, {reads['rows']:,} rows after {reads['upserts']} upserts, {stage}",
                     "s",
-                    value,
-                    peer=best,
-                    peer_value=peer_value,
-                    ratio=ratio(value, peer_value),
+                    medians.get(f"ordo {kind}"),
+                    {s: medians.get(f"{s} {kind}") for s in ("delta", "iceberg")},
+                    lower_is_better=True,
                     target="<= 1.2x the better peer",
-                    met=(value / peer_value <= 1.2) if (value and peer_value) else None,
-                    status="ok" if value is not None else "error",
+                    met=lambda q: q <= 1.2,
                     samples={**reads, "versions": versions, "plain_s": medians.get(f"plain {kind}")},
-                    notes=notes,
-                    machine=where,
+                    notes=_notes(reads),
                 )
             )
     return results
+
+
+# --------------------------------------------------------------------------- workload 4: time travel, change feed
+
+HISTORY_ROWS = 10  # rows per commit
+
+
+def _history_model(commits: int) -> dict[str, Any]:
+    """What version N-50 and the last 100 versions hold: commit ``i`` inserts 10 new keys, or (every 10th) updates
+    the 10 rows commit ``i - 5`` inserted; each commit is one version after the table's creation (version 0)."""
+    updates = [i % 10 == 9 for i in range(commits)]
+    travel = sum(1 for u in updates[: commits - 50] if not u) * HISTORY_ROWS
+    last = updates[commits - 100 :]
+    inserts = sum(1 for u in last if not u) * HISTORY_ROWS
+    updated = sum(1 for u in last if u) * HISTORY_ROWS
+    return {
+        "travel_rows": travel,
+        "changes": {"insert": inserts, "update_preimage": updated, "update_postimage": updated},
+        "versions": 100,
+    }
+
+
+def _history(spark: Any, work: Path, settings: Any, systems: tuple[str, ...]) -> dict[str, Any]:
+    commits = int(os.environ.get("BENCH_PEERS_SPARK_COMMITS") or pick(150, 1000))
+    if commits < 100:
+        raise ValueError("workload 4 needs at least 100 commits (the change feed reads the last 100 versions)")
+    repeats = pick(3, 5)
+    model = _history_model(commits)
+    tables: dict[str, _ReadTable] = {}
+    heads: dict[str, int] = {}
+    errors: dict[str, str] = {}
+    build_s: dict[str, float] = {}
+    found: dict[str, Any] = {}
+    for system in systems:
+        try:
+            started = time.perf_counter()
+            table = _ReadTable(system, spark, work, settings, "history", cdf=True)
+            for i in range(commits):
+                if i % 10 == 9:
+                    low = (i - 5) * HISTORY_ROWS
+                    table.update(f"'u{i}'", f"id >= {low} AND id < {low + HISTORY_ROWS}")
+                else:
+                    table.load(_frame(spark, i * HISTORY_ROWS, HISTORY_ROWS, f"c{i}"))
+            build_s[system] = round(time.perf_counter() - started, 1)
+            head = heads[system] = table.head()
+            feed = table.changes(head - 99, head)
+            found[system] = {
+                "head": head,
+                "travel_rows": table.read_at(head - 50).count(),
+                "changes": {r[0]: int(r[1]) for r in feed.groupBy("_change_type").count().collect()},
+                "versions": feed.select("_commit_version").distinct().count(),
+            }
+            tables[system] = table
+        except Exception as exc:
+            errors[system] = f"{type(exc).__name__}: {str(exc)[:1500]}"
+    sides: dict[str, Any] = {}
+    for system, table in tables.items():
+        head = heads[system]
+        sides[f"{system} travel"] = lambda _r, t=table, h=head: _noop(t.read_at(h - 50))
+        sides[f"{system} changes"] = lambda _r, t=table, h=head: _noop(t.changes(h - 99, h))
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    timings = interleave(sides, repeats) if sides else {}
+    return {
+        "load_average_at_reads": [load_before, [round(x, 2) for x in os.getloadavg()]],
+        "commits": commits,
+        "rows_per_commit": HISTORY_ROWS,
+        "repeats": repeats,
+        "build_s": build_s,
+        "model": model,
+        "found": found,
+        "model_holds": {s: {k: f[k] == model[k] for k in model} for s, f in found.items()},
+        "errors": errors,
+        "seconds": {k: [round(x, 4) for x in v] for k, v in timings.items()},
+        "median_s": {k: round(median(v), 4) for k, v in timings.items()},
+    }
+
+
+def _history_results(found: dict[str, Any], versions: dict[str, str]) -> list[Result]:
+    if not found.get("median_s"):
+        return _error("time travel and change feed", found)
+    medians = found["median_s"]
+    figures = {
+        "travel": f"time travel: read of version N-50 (N = {found['commits']} commits)",
+        "changes": f"change feed: the last 100 of {found['commits']} versions",
+    }
+    return [
+        _versus(
+            figure,
+            "s",
+            medians.get(f"ordo {kind}"),
+            {s: medians.get(f"{s} {kind}") for s in ("delta", "iceberg")},
+            lower_is_better=True,
+            target="<= 1.2x the better peer",
+            met=lambda q: q <= 1.2,
+            samples={**found, "versions": versions},
+            notes=_notes(found),
+        )
+        for kind, figure in figures.items()
+    ]
+
+
+# --------------------------------------------------------------------------- workload 1: the seeds' scenario
+
+SEEDS_BASE = 20_000  # rows loaded before the run
+SEEDS_BATCH = 100  # rows per micro-batch: half new keys, half upserts of keys seen before
+SEEDS_RETRIES = 5  # ordo's foreachBatch committer's default; the same for every job of every system
+SEEDS_SERVICE_S = 3.0  # a table-service round every 3 s
+SEEDS_JOB_PAUSE_S = 2.0  # an UPDATE (and a DELETE) job every 2 s
+PARTITIONS = ("0", "1", "2", "3")
+_DELTA_CONFLICT = re.compile(
+    r"Concurrent\w*Exception|MetadataChangedException|ProtocolChangedException|DELTA_CONCURRENT_\w+"
+)
+
+
+def _conflict(system: str, exc: BaseException) -> str | None:
+    """The conflict's name when ``exc`` is the system's concurrent-commit failure (what its users retry), else None."""
+    if system == "ordo":
+        from kernel.errors import CommitConflictError
+
+        return (getattr(exc, "reason", None) or "conflict") if isinstance(exc, CommitConflictError) else None
+    match = _DELTA_CONFLICT.search(str(exc))
+    return match.group(0) if match else None
+
+
+class _Job:
+    """One job's counters: commits done, retries, conflicts by name, failures (conflicts past the retries), conflicts
+    left unretried because the run ended (``cut``), errors."""
+
+    def __init__(self) -> None:
+        self.done = self.retries = self.failed = self.cut = 0
+        self.until = float("inf")  # the run's deadline (monotonic): no retry starts after it
+        self.conflicts: dict[str, int] = {}
+        self.errors: list[str] = []
+        self.latencies: list[float] = []
+
+    def attempt(self, system: str, action: Any, retries: int = SEEDS_RETRIES) -> bool:
+        """Run ``action``, retrying a conflict up to ``retries`` times; True when it committed."""
+        for attempt in range(retries + 1):
+            try:
+                action()
+                self.done += 1
+                return True
+            except Exception as exc:
+                name = _conflict(system, exc)
+                if name is None:
+                    self.errors.append(f"{type(exc).__name__}: {str(exc)[:600]}")
+                    return False
+                self.conflicts[name] = self.conflicts.get(name, 0) + 1
+                if attempt == retries:
+                    self.failed += 1
+                    return False
+                if time.monotonic() >= self.until:
+                    self.cut += 1
+                    return False
+                self.retries += 1
+        return False
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "committed": self.done,
+            "retried": self.retries,
+            "failed": self.failed,
+            "cut_by_the_end": self.cut,
+            "conflicts": self.conflicts,
+            "errors": self.errors[:3],
+        }
+        if self.latencies:
+            ms = [x * 1000 for x in self.latencies]
+            out["p50_ms"] = round(percentile(ms, 50), 1)
+            out["p99_ms"] = round(percentile(ms, 99), 1)
+        return out
+
+
+def _seeds(spark: Any, work: Path, settings: Any, systems: tuple[str, ...]) -> dict[str, Any]:
+    seconds = float(os.environ.get("BENCH_PEERS_SPARK_SEEDS_SECONDS") or pick(60.0, 300.0))
+    runs: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    for system in systems:
+        try:
+            runs[system] = _seeds_run(system, spark, work, settings, seconds)
+            for step, why in runs[system].get("errors_at_end", {}).items():
+                errors[f"{system}, {step} at the end"] = why
+        except Exception as exc:
+            errors[system] = f"{type(exc).__name__}: {str(exc)[:1500]}"
+    return {
+        "seconds": seconds,
+        "base_rows": SEEDS_BASE,
+        "batch_rows": SEEDS_BATCH,
+        "retries": SEEDS_RETRIES,
+        "service_round_s": SEEDS_SERVICE_S,
+        "job_pause_s": SEEDS_JOB_PAUSE_S,
+        "systems": runs,
+        "errors": errors,
+    }
+
+
+def _seeds_run(system: str, spark: Any, work: Path, settings: Any, seconds: float) -> dict[str, Any]:
+    import random
+
+    table = _ReadTable(system, spark, work, settings, "seeds", cdf=True)
+    table.load(_frame(spark, 0, SEEDS_BASE, "base"))
+    start_version = table.head()
+    stop = threading.Event()
+    jobs = {name: _Job() for name in ("ingestion", "service", "update", "delete")}
+    load_at_start = [round(x, 2) for x in os.getloadavg()]
+
+    def ingest() -> None:
+        rng = random.Random(24)
+        job = jobs["ingestion"]
+        committer = None
+        if system == "ordo":
+            from producer.streaming import BatchCommitter
+
+            def attempts(_batch: int, result: Any) -> None:
+                if result is not None:
+                    job.retries += result.attempts - 1
+
+            committer = BatchCommitter(
+                table.ordo, app_id="peers-spark-seeds", retries=SEEDS_RETRIES, on_commit=attempts
+            )
+        next_key, batch, t0 = SEEDS_BASE, 0, job.until - seconds
+        try:
+            # A batch is due every second until the deadline; one not started by then is not run (a late batch
+            # starts at once, its latency counting from when it was due).
+            while (due := t0 + batch) < t0 + seconds and time.monotonic() < t0 + seconds:
+                time.sleep(max(0.0, due - time.monotonic()))
+                rows = [(k, f"b{batch}", str(k % 4)) for k in rng.sample(range(next_key), SEEDS_BATCH // 2)]
+                rows += [(k, f"b{batch}", str(k % 4)) for k in range(next_key, next_key + SEEDS_BATCH // 2)]
+                next_key += SEEDS_BATCH // 2
+                df = spark.createDataFrame(rows, SCHEMA)
+                if committer is not None:
+                    # ordo's own path: the committer retries at the metadata level; a rejection past them fails it.
+                    ok = job.attempt(system, lambda df=df, b=batch: committer(df, b), retries=0)
+                else:
+                    ok = job.attempt(system, lambda df=df: table.upsert(df))
+                if ok:
+                    job.latencies.append(time.monotonic() - due)
+                batch += 1
+        finally:
+            stop.set()
+
+    def service() -> None:
+        job = jobs["service"]
+        if system == "ordo":
+            from ordo.compactor import Compactor
+
+            compactor = Compactor(spark, settings, tables=(table.ordo.name,), interval=SEEDS_SERVICE_S)
+            try:
+                compactor.run(stop)
+            finally:
+                totals = _metric_totals(compactor.metrics.samples())
+                job.done = int(totals.get("ordo_compactor_commits_total", 0))
+                job.failed = int(totals.get("ordo_compactor_rejections_total", 0))
+                errors = int(totals.get("ordo_compactor_errors_total", 0))
+                job.errors = [f"{errors} rewrites failed before a decision"] if errors else []
+                job.conflicts = {
+                    k.split("reason=")[1].split(",")[0].rstrip("}"): int(v)
+                    for k, v in compactor.metrics.samples().items()
+                    if k.startswith("ordo_compactor_rejections_total")
+                }
+                compactor.close()
+            return
+        while not stop.is_set():
+            for partition in PARTITIONS:
+                if stop.is_set():
+                    break
+                # OPTIMIZE is not retried: the next round compacts the partition again (counted as failed).
+                try:
+                    table.compact_partition(partition)
+                    job.done += 1
+                except Exception as exc:
+                    name = _conflict(system, exc)
+                    if name is None:
+                        job.errors.append(f"{type(exc).__name__}: {str(exc)[:600]}")
+                        return
+                    job.conflicts[name] = job.conflicts.get(name, 0) + 1
+                    job.failed += 1
+            stop.wait(SEEDS_SERVICE_S)
+
+    def batch_job(kind: str) -> None:
+        rng = random.Random(kind)
+        job = jobs[kind]
+        n = 0
+        while not stop.wait(SEEDS_JOB_PAUSE_S):
+            partition, residue = rng.choice(PARTITIONS), rng.randrange(50)
+            where = f"p = '{partition}' AND id % 50 = {residue}"
+            if kind == "update":
+                job.attempt(system, lambda w=where, n=n: table.update(f"'{kind}{n}'", w))
+            else:
+                job.attempt(system, lambda w=where: table.delete(w))
+            n += 1
+            if job.errors:
+                return
+
+    threads = [threading.Thread(target=ingest, daemon=True), threading.Thread(target=service, daemon=True)]
+    threads += [threading.Thread(target=batch_job, args=(k,), daemon=True) for k in ("update", "delete")]
+    started = time.monotonic()
+    for job in jobs.values():
+        job.until = started + seconds
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(seconds + 600)
+    elapsed = time.monotonic() - started
+    out: dict[str, Any] = {
+        "elapsed_s": round(elapsed, 1),
+        "load_average_at_start": load_at_start,
+        "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+        "jobs": {name: job.summary() for name, job in jobs.items()},
+    }
+    # Each measurement at the end on its own: a peer's failure in one is recorded as it is, the others still made.
+    steps = {
+        "versions": lambda: [start_version, table.head()],
+        "files_per_partition": table.files_per_partition,
+        "full_read_s": lambda: round(median(_noop(table.read()) for _ in range(3)), 4),
+        "rows_at_end": lambda: table.read().count(),
+        "change_feed_model": lambda: _fold_check(table, start_version, table.head()),
+    }
+    if system == "ordo":
+        steps["matrix"] = lambda: _ordo_conflicts(table.ordo)
+    for key, step in steps.items():
+        try:
+            out[key] = step()
+        except Exception as exc:
+            out.setdefault("errors_at_end", {})[key] = f"{type(exc).__name__}: {str(exc)[:600]}"
+    return out
+
+
+def _metric_totals(samples: dict[str, float]) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for key, value in samples.items():
+        name = key.split("{")[0]
+        totals[name] = totals.get(name, 0.0) + value
+    return totals
+
+
+_REMOVES, _ADDS = frozenset({"update_preimage", "delete"}), frozenset({"insert", "update_postimage"})
+
+
+def fold_changes(state: dict[Any, tuple[Any, ...]], feed: Any) -> dict[Any, tuple[Any, ...]]:
+    """``state`` (key -> (v, p)) after the change rows of ``feed`` (Delta's form: ``id``, ``v``, ``p``,
+    ``_change_type``, ``_commit_version``), in version order, a version's removals before its additions."""
+    out = dict(state)
+    for row in sorted(feed, key=lambda r: (r["_commit_version"], r["_change_type"] not in _REMOVES)):
+        if row["_change_type"] in _REMOVES:
+            out.pop(row["id"], None)
+        elif row["_change_type"] in _ADDS:
+            out[row["id"]] = (row["v"], row["p"])
+        else:
+            raise ValueError(f"unknown change type {row['_change_type']!r}")
+    return out
+
+
+def _fold_check(table: _ReadTable, start: int, end: int) -> dict[str, Any]:
+    """Fold the change feed of versions ``start``+1..``end`` over the table at ``start``; compare with the head."""
+    state = {r["id"]: (r["v"], r["p"]) for r in table.read_at(start).select("id", "v", "p").collect()}
+    feed = []
+    if end > start:
+        feed = table.changes(start + 1, end).select("id", "v", "p", "_change_type", "_commit_version").collect()
+    state = fold_changes(state, feed)
+    head = {r["id"]: (r["v"], r["p"]) for r in table.read().select("id", "v", "p").collect()}
+    differing = sum(1 for k in state.keys() | head.keys() if state.get(k) != head.get(k))
+    types: dict[str, int] = {}
+    for row in feed:
+        types[row["_change_type"]] = types.get(row["_change_type"], 0) + 1
+    return {"holds": differing == 0, "keys_differing": differing, "feed_rows": len(feed), "by_type": types}
+
+
+def _ordo_conflicts(table: Any) -> dict[str, Any]:
+    """ordo's rejections in the run by (earlier operation, later operation, reason), each with the matrix's cell."""
+    from arbiter.policy import load_policy
+    from ordo.compactor import writer_rejections_by_service
+    from schemas.operations import REGISTRY
+
+    decisions = table.decisions()
+    operation = {d.txn_id: d.operation for d in decisions}
+    policy = load_policy()
+    cells: dict[str, dict[str, Any]] = {}
+    for d in decisions:
+        if d.accepted or d.operation is None:
+            continue
+        earlier = operation.get(d.conflicting_txn_id or "")
+        cell = None
+        first = REGISTRY[earlier].op_class if earlier is not None else None
+        later = REGISTRY[d.operation].op_class
+        if first is not None and later is not None:
+            cell = policy.resolve(first, later).value
+        key = f"{earlier.value if earlier else '?'} then {d.operation.value}: {d.reason}"
+        entry = cells.setdefault(key, {"count": 0, "matrix": cell})
+        entry["count"] += 1
+    return {
+        "rejections": cells,
+        "writer_rejections_by_service": len(writer_rejections_by_service(decisions)),
+        "unpredicted": sum(
+            e["count"] for k, e in cells.items() if "CONFLICT_LATER_FAILS" in k and e["matrix"] != "later_fails"
+        ),
+    }
+
+
+def _seeds_results(found: dict[str, Any], versions: dict[str, str]) -> list[Result]:
+    runs = found.get("systems", {})
+    if "ordo" not in runs:
+        return _error("seeds' scenario (ingestion + compaction + UPDATE/DELETE)", found)
+    jobs = {s: r["jobs"] for s, r in runs.items()}
+
+    def both(what: str, *names: str) -> Any:
+        return lambda s: sum(jobs[s][n][what] for n in names)
+
+    figures = [  # figure, unit, value of a system, lower is better
+        ("micro-batches committed", "batches", both("committed", "ingestion"), False),
+        ("ingestion commits retried", "commits", both("retried", "ingestion"), True),
+        ("ingestion commits failed", "commits", both("failed", "ingestion"), True),
+        ("table-service commits failed", "commits", both("failed", "service"), True),
+        ("table-service commits done", "commits", both("committed", "service"), False),
+        ("UPDATE/DELETE jobs retried", "retries", both("retried", "update", "delete"), True),
+        ("UPDATE/DELETE jobs failed", "jobs", both("failed", "update", "delete"), True),
+        ("UPDATE/DELETE jobs committed", "jobs", both("committed", "update", "delete"), False),
+        ("p50 micro-batch latency", "ms", lambda s: jobs[s]["ingestion"].get("p50_ms"), True),
+        ("p99 micro-batch latency", "ms", lambda s: jobs[s]["ingestion"].get("p99_ms"), True),
+        (
+            "most files in a partition at the end",
+            "files",
+            lambda s: max(runs[s].get("files_per_partition", {None: None}).values()),
+            True,
+        ),
+        ("full read at the end", "s", lambda s: runs[s].get("full_read_s"), True),
+        (
+            "change feed of the run folds to the table",
+            "1 = yes",
+            lambda s: float(runs[s]["change_feed_model"]["holds"]) if "change_feed_model" in runs[s] else None,
+            False,
+        ),
+    ]
+    samples = {**found, "versions": versions}
+    results: list[Result] = []
+    for figure, unit, value_of, lower in figures:
+        result = _versus(
+            f"seeds' scenario, {found['seconds']:.0f} s: {figure}",
+            unit,
+            value_of("ordo"),
+            {s: value_of(s) for s in runs if s != "ordo"},
+            lower_is_better=lower,
+            samples=samples if not results else {},
+            notes=_notes(found) if not results else "",
+        )
+        if figure == "ingestion commits failed":
+            matrix = runs["ordo"].get("matrix", {})
+            result.target = "no ingestion commit failed by a service or batch job the matrix says does not conflict"
+            result.met = matrix.get("writer_rejections_by_service") == 0 and matrix.get("unpredicted") == 0
+        elif figure == "full read at the end":
+            result.target = "<= 1.2x the better peer (at its own file count: see the files figure)"
+            result.met = result.ratio <= 1.2 if result.ratio is not None else None
+        results.append(result)
+    return results
+
+
+RESULTS_OF = {"seeds": _seeds_results, "reads": _read_results, "history": _history_results}

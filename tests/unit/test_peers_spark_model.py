@@ -1,0 +1,44 @@
+"""The model checks of ``bench/peers_spark.py`` (workloads 1 and 4): pure functions, no Spark."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.peers_spark import _history_model, fold_changes
+
+
+def row(key: int, v: str, change: str, version: int) -> dict[str, object]:
+    return {"id": key, "v": v, "p": str(key % 4), "_change_type": change, "_commit_version": version}
+
+
+def test_fold_applies_versions_in_order_and_removals_first() -> None:
+    start = {1: ("a", "1"), 2: ("b", "2")}
+    feed = [
+        row(1, "a2", "update_postimage", 3),  # out of order on purpose: the fold sorts by version
+        row(1, "a", "update_preimage", 3),
+        row(2, "b", "delete", 2),
+        row(5, "e", "insert", 2),
+        row(2, "b2", "insert", 4),
+    ]
+    assert fold_changes(start, feed) == {1: ("a2", "1"), 5: ("e", "1"), 2: ("b2", "2")}
+    assert start == {1: ("a", "1"), 2: ("b", "2")}  # the input is left alone
+
+
+def test_fold_detects_a_missing_change() -> None:
+    start = {1: ("a", "1")}
+    complete = [row(1, "a", "update_preimage", 2), row(1, "z", "update_postimage", 2)]
+    assert fold_changes(start, complete) == {1: ("z", "1")}
+    assert fold_changes(start, complete[:1]) != {1: ("z", "1")}  # a lost post-image shows
+
+
+def test_fold_refuses_an_unknown_change_type() -> None:
+    with pytest.raises(ValueError, match="unknown change type"):
+        fold_changes({}, [row(1, "a", "upsert", 1)])
+
+
+def test_history_model_counts() -> None:
+    # 150 commits: commit i inserts 10 rows, every 10th (i % 10 == 9) updates 10 instead.
+    model = _history_model(150)
+    assert model["travel_rows"] == 90 * 10  # 100 commits up to version N-50, 10 of them updates
+    assert model["changes"] == {"insert": 900, "update_preimage": 100, "update_postimage": 100}
+    assert model["versions"] == 100
