@@ -133,6 +133,8 @@ def test_consumer_kill_9_at_random_moments_equals_a_rebuild_and_feeds_have_no_ga
     catalog.wait_for_version("t", head, timeout=60)
     for subscriber in subscribers:
         subscriber.final = head
+    # the subscriber that skips compactions ends at the last logical commit (the head may be a compaction)
+    subscribers[1].final = max(model.logical(0, head), default=0)
     for subscriber in subscribers:
         subscriber.join(120)
         assert not subscriber.is_alive(), "a subscriber is stuck"
