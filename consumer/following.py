@@ -62,6 +62,7 @@ class Following:
         self.skipped: set[str] = set()  # topics not followed (broken table)
         self.verifiers: dict[str, ChainVerifier[LogRecord]] = {}  # by topic
         self._awaiting_eof: set[str] | None = None  # topics to reach the end of before ready
+        self._ends_at_start: dict[str, int] = {}  # each awaited topic's end offset when it was first followed
         self._admin: Any = None  # for the durability check of new topics (``_lossy``)
         self._policy: TopicPolicy | None = None
 
@@ -86,6 +87,7 @@ class Following:
             if topic.error is None and self._pattern.match(name) and name not in self.topics
         )
         assign: list[Any] = []
+        ends: dict[str, int] = {}
         lossy = self._lossy([t for t in found if t not in self.skipped])
         for topic in found:
             parsed = parse_topic(self.prefix, topic)
@@ -124,6 +126,7 @@ class Following:
             self.topics[topic] = table
             self.verifiers[topic] = ChainVerifier(table, self._trust, anchor=state.last_hash)
             assign.append(TopicPartition(topic, 0, state.next_offset))
+            ends[topic] = high
             log.info("table %s: following %s from offset %d", table, topic, state.next_offset)
         if assign:
             self.consumer.incremental_assign(assign)
@@ -131,6 +134,7 @@ class Following:
                 self.gaps.expect(tp.topic, tp.offset, after_record=True)  # the catalog applied the one before
         if self._awaiting_eof is None:
             self._awaiting_eof = {tp.topic for tp in assign}
+            self._ends_at_start = {tp.topic: ends[tp.topic] for tp in assign}
             self._check_ready()
 
     def _lossy(self, topics: list[str]) -> dict[str, str]:
@@ -241,6 +245,15 @@ class Following:
         if self._awaiting_eof is not None and topic in self._awaiting_eof:
             self._awaiting_eof.discard(topic)
             self._check_ready()
+
+    def read_through(self, topic: str, offset: int) -> None:
+        """A record at ``offset`` of ``topic`` was read: at or past the end the log had when it was first followed,
+        the table has caught up. A log that never pauses may never give an end-of-partition event (Kafka answers
+        a fetch as soon as a record is there), so readiness cannot wait for one."""
+        end = self._ends_at_start.get(topic)
+        if end is not None and offset + 1 >= end:
+            del self._ends_at_start[topic]
+            self.reached_end(topic)
 
     def _check_ready(self) -> None:
         if not self.status.ready and self._awaiting_eof is not None and not self._awaiting_eof:

@@ -369,6 +369,11 @@ class Materializer:
                 )
         for topic in ends:
             following.reached_end(topic)
+        applied: dict[str, int] = {}  # the last offset applied per topic (released by its verifier)
+        for record in records:
+            applied[decisions_topic(self.prefix, record.table)] = record.offset
+        for topic, offset in applied.items():
+            following.read_through(topic, offset)
         if records or ends:
             following.update_lag()
 
