@@ -147,8 +147,8 @@ class Following:
             return {}
         if self._admin is None:
             self._admin = AdminClient(self.settings.kafka_config(**{"client.id": f"{self.prefix}.consumer.admin"}))
+        if self._policy is None:  # asked again after a broker that did not answer (the loop retries discover)
             self._policy = topic_policy(self._admin, self.settings, KAFKA_TIMEOUT)
-        assert self._policy is not None
         return lossy_topics(self._admin, topics, self._policy, KAFKA_TIMEOUT)
 
     def _retry_repaired(self) -> None:
