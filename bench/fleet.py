@@ -25,22 +25,8 @@ BENCHMARK = "fleet handover"
 INSTANCES = 3
 
 
-def _owned(process: Any) -> set[str]:
-    import re
-
-    tables: set[str] = set()
-    for line in process.log_text().splitlines():
-        taken = re.search(r"table (\w+): rebuilt", line)
-        if taken:
-            tables.add(taken.group(1))
-        dropped = re.search(r"table (\w+) dropped", line)
-        if dropped:
-            tables.discard(dropped.group(1))
-    return tables
-
-
 def _measure(kind: str, tables: int, kills: int) -> dict[str, Any]:
-    from ordo.stack import wait_arbiter_ready
+    from ordo.stack import owned_tables, wait_arbiter_ready
     from producer import CommitClient
 
     seconds: list[float] = []
@@ -65,15 +51,15 @@ def _measure(kind: str, tables: int, kills: int) -> dict[str, Any]:
             counter = 0
             for kill in range(kills):
                 deadline = time.monotonic() + 180
-                while not all(_owned(p) for p in fleet):  # the group gave every instance its share
+                while not all(owned_tables(p) for p in fleet):  # the group gave every instance its share
                     if time.monotonic() > deadline:
                         raise RuntimeError("the group did not give every instance a table in 180 s")
                     time.sleep(0.5)
                 for future in [client.submit(insert_intent(counter, table=t, partition="warm")) for t in names]:
                     future.result(timeout=120)  # every owner warm
                 counter += 1
-                victim = next(p for p in fleet if _owned(p))
-                lost = sorted(_owned(victim))
+                victim = next(p for p in fleet if owned_tables(p))
+                lost = sorted(owned_tables(victim))
                 fleet.remove(victim)
                 victim.kill()
                 killed = time.monotonic()

@@ -307,6 +307,20 @@ class ProcessGroup:
 ARBITER_METRICS = r"arbiter metrics at (\S+)/metrics"
 
 
+def owned_tables(process: ManagedProcess) -> set[str]:
+    """The tables a fleet arbiter owned when it stopped (or now), from its log: taken once ``rebuilt``, given up
+    when ``dropped``."""
+    tables: set[str] = set()
+    for line in process.log_text().splitlines():
+        taken = re.search(r"table (\w+): rebuilt", line)
+        if taken:
+            tables.add(taken.group(1))
+        dropped = re.search(r"table (\w+) dropped", line)
+        if dropped:
+            tables.discard(dropped.group(1))
+    return tables
+
+
 def wait_arbiter_ready(process: ManagedProcess, timeout: float = 30.0) -> None:
     """Wait until an arbiter logged that it is ready (fenced older arbiters, rebuilt its tables)."""
     process.wait_for_line(ARBITER_READY, timeout=timeout)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import multiprocessing
 import random
-import re
 import statistics
 import time
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any
 import pytest
 
 from ordo.settings import Settings
-from ordo.stack import ManagedProcess, ProcessGroup, wait_arbiter_ready
+from ordo.stack import ManagedProcess, ProcessGroup, owned_tables, wait_arbiter_ready
 from producer import CommitClient
 
 from . import figures
@@ -36,19 +35,6 @@ TABLES = figures.pick(12, 50)
 ROUNDS = figures.pick(1, 3)  # each round: one kill -9, then one pause
 PAUSE = figures.pick(10.0, 30.0)  # longer than session.timeout.ms (6 s)
 WRITERS = 8  # processes
-
-
-def owned(process: ManagedProcess) -> set[str]:
-    """The tables ``process`` owned when it stopped, from its log (taken: rebuilt; given up: dropped)."""
-    tables: set[str] = set()
-    for line in process.log_text().splitlines():
-        taken = re.search(r"table (\w+): rebuilt", line)
-        if taken:
-            tables.add(taken.group(1))
-        dropped = re.search(r"table (\w+) dropped", line)
-        if dropped:
-            tables.discard(dropped.group(1))
-    return tables
 
 
 def _write(settings: Settings, tables: list[str], index: int, stop: Any, count: Any, errors: Any) -> None:
@@ -119,7 +105,7 @@ def first_decision_after_kill(client: CommitClient, tables: set[str], tag: str, 
 def wait_all_own_tables(fleet: list[ManagedProcess], timeout: float = 180.0) -> None:
     """Until the group gave every instance some tables (on Tansu a join takes about 11 s)."""
     deadline = time.monotonic() + timeout
-    while not all(owned(p) for p in fleet):
+    while not all(owned_tables(p) for p in fleet):
         assert time.monotonic() < deadline, "the group did not give every instance a table"
         time.sleep(0.5)
 
@@ -149,7 +135,7 @@ def test_fleet_survives_kill_9_and_pauses_deciding_each_intent_once(
             victim = fleet.pop(rng.randrange(len(fleet)))
             assert victim.kill() == -9
             killed_at = time.monotonic()
-            lost = owned(victim)
+            lost = owned_tables(victim)
             assert lost, "every instance of the fleet owns some tables"
             handover += first_decision_after_kill(clients[1], lost, f"k{round_}", killed_at)
             fleet.append(start(started))
