@@ -407,6 +407,19 @@ def _partition_match(layout: Layout, partition: Mapping[str, str]) -> Column:
     return cond
 
 
+def _bad_partition(layout: Layout, static_partition: Mapping[str, str] | None) -> Any:
+    """True for a row whose partition value is null or empty, or outside ``static_partition`` when given."""
+    from pyspark.sql import functions as F
+
+    bad = F.lit(False)
+    for c in layout.partition_columns:
+        text = F.col(f"`{c}`").cast("string")
+        bad = bad | text.isNull() | (text == F.lit(""))
+        if static_partition is not None:
+            bad = bad | (text != F.lit(static_partition[c]))
+    return bad
+
+
 def validate_records(
     df: DataFrame, layout: Layout, static_partition: Mapping[str, str] | None = None, *, keys: bool | None = None
 ) -> None:
@@ -425,13 +438,12 @@ def validate_records(
     if not keys:
         if not layout.partition_columns:
             return
-        bad = F.lit(False)
-        for c in layout.partition_columns:
-            text = F.col(f"`{c}`").cast("string")
-            bad = bad | text.isNull() | (text == F.lit(""))
-            if static_partition is not None:
-                bad = bad | (text != F.lit(static_partition[c]))
-        found = df.where(bad).select(*[F.col(f"`{c}`") for c in layout.partition_columns]).limit(EXAMPLES).collect()
+        found = (
+            df.where(_bad_partition(layout, static_partition))
+            .select(*[F.col(f"`{c}`") for c in layout.partition_columns])
+            .limit(EXAMPLES)
+            .collect()
+        )
         if not found:
             return
         parts = [row.asDict() for row in found]
@@ -441,12 +453,7 @@ def validate_records(
         )
 
     identity = layout.identity
-    bad_partition = F.lit(False)
-    for c in layout.partition_columns:
-        text = F.col(f"`{c}`").cast("string")
-        bad_partition = bad_partition | text.isNull() | (text == F.lit(""))
-        if static_partition is not None:
-            bad_partition = bad_partition | (text != F.lit(static_partition[c]))
+    bad_partition = _bad_partition(layout, static_partition)
     null_key = F.lit(False)
     for c in layout.primary_key:
         null_key = null_key | F.col(f"`{c}`").isNull()
