@@ -323,6 +323,7 @@ class Materializer:
 
         records: list[LogRecord] = []
         ends: list[str] = []
+        applied: dict[str, int] = {}  # per topic, the last offset its verifier released to apply
         for message in messages:
             topic = message.topic()
             error = message.error()
@@ -346,6 +347,8 @@ class Materializer:
             record = LogRecord(table, offset, timestamp if timestamp >= 0 else None, value)
             released, refused = verifier.push(offset, value, signature_of(message.headers()), record)
             records.extend(released)
+            if released:
+                applied[topic] = released[-1].offset
             for refusal in refused:
                 self.status.refused_total += 1
                 log.error(
@@ -369,9 +372,6 @@ class Materializer:
                 )
         for topic in ends:
             following.reached_end(topic)
-        applied: dict[str, int] = {}  # the last offset applied per topic (released by its verifier)
-        for record in records:
-            applied[decisions_topic(self.prefix, record.table)] = record.offset
         for topic, offset in applied.items():
             following.read_through(topic, offset)
         if records or ends:
