@@ -12,10 +12,10 @@ ENV PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /app
-COPY pyproject.toml README.md ./
-# every package pyproject.toml installs ([tool.setuptools.packages.find]; tests/unit/test_compose.py checks the list)
+COPY pyproject.toml setup.py README.md ./
+# the one package pyproject.toml installs, ordo, and the folders its symlinks ordo/<name> point at
+# (tests/unit/test_compose.py checks the list)
 COPY schemas ./schemas
-COPY kernel ./kernel
 COPY arbiter ./arbiter
 COPY producer ./producer
 COPY consumer ./consumer
@@ -23,7 +23,7 @@ COPY ordo ./ordo
 # /keys (public keys), /secret (the arbiter's private key), /warehouse (table data), /data (working dir): owned
 # by the image's user, so named volumes mounted there start writable by it
 RUN pip install . \
- && python -c "import ordo.cli, arbiter.service, consumer.materializer, producer.table, kernel" \
+ && python -W error::DeprecationWarning -c "import ordo.cli, ordo.arbiter.service, ordo.consumer.materializer, ordo.producer.table, ordo.kernel; from ordo import DeltaTable" \
  && useradd --create-home --uid 1000 ordo \
  && mkdir -p /data /keys /secret /warehouse \
  && chown ordo /data /keys /secret /warehouse \

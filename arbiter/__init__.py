@@ -4,8 +4,8 @@ Importing this package imports only the pure core; the Kafka service lives in
 ``arbiter.service`` and is imported by whoever runs it.
 """
 
-from arbiter.core import Reason, TableState, apply, decide, evaluate, evaluate_record, new_state, rebuild
-from arbiter.policy import OpClass, Policy, Resolution, load_policy
+from ordo.arbiter.core import Reason, TableState, apply, decide, evaluate, evaluate_record, new_state, rebuild
+from ordo.arbiter.policy import OpClass, Policy, Resolution, load_policy
 
 __all__ = [
     "OpClass",
@@ -21,3 +21,10 @@ __all__ = [
     "new_state",
     "rebuild",
 ]
+
+if (
+    __name__ == "arbiter"
+):  # ordo 0.4's path, from a checkout: bound to ordo.arbiter, with a DeprecationWarning (ordo/_legacy.py)
+    from ordo._legacy import alias
+
+    alias(__name__)

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from arbiter.core import (
+from ordo.arbiter.core import (
     DEDUPE_WINDOW,
     LINEAGE_WINDOW,
     Lineage,
@@ -62,9 +62,9 @@ from arbiter.core import (
     datetime_to_millis,
     millis_to_datetime,
 )
-from arbiter.policy import OpClass, table_policy
-from schemas import Outcome, TableMetadata
-from schemas.errors import OrdoError
+from ordo.arbiter.policy import OpClass, table_policy
+from ordo.schemas import Outcome, TableMetadata
+from ordo.schemas.errors import OrdoError
 
 FORMAT_VERSION = 3  # 2: data versions of live files and the write ids of accepted commits; 3: RESTORE's stays
 MAGIC = b"ORDOCKPT"

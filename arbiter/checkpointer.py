@@ -19,11 +19,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from arbiter import checkpoint as checkpoints
-from arbiter.core import TableState
-from arbiter.loader import OwnedTable
-from arbiter.metrics import ArbiterMetrics
-from schemas import chain_hash
+from ordo.arbiter import checkpoint as checkpoints
+from ordo.arbiter.core import TableState
+from ordo.arbiter.loader import OwnedTable
+from ordo.arbiter.metrics import ArbiterMetrics
+from ordo.schemas import chain_hash
 
 log = logging.getLogger("ordo.arbiter")
 

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from arbiter.policy import (
+from ordo.arbiter.policy import (
     DEFAULT_POLICY,
     POLICY_PROPERTY,
     REBASE_OF,
@@ -34,7 +34,7 @@ from arbiter.policy import (
     load_policy,
     table_policy,
 )
-from schemas import (
+from ordo.schemas import (
     OP_CLASS,
     CodecError,
     CommitDecision,
@@ -48,12 +48,12 @@ from schemas import (
     chain_hash,
     encode,
 )
-from schemas.buckets import table_buckets
-from schemas.codec import DEFAULT_CODEC, trusted
-from schemas.decisionlog import GENESIS_HASH, BrokenLogError, LogHead, already_live, check, not_live
-from schemas.models import MAX_ID_LENGTH, datetime_to_millis, millis_to_datetime, parse_ddl
-from schemas.operations import REGISTRY, RESERVED_COLUMNS, RESERVED_PREFIX, ROW_ID_COLUMN, Check, Removes
-from schemas.paths import FILE_NAME_PATTERN, partition_path, split_data_file_path, write_id_of
+from ordo.schemas.buckets import table_buckets
+from ordo.schemas.codec import DEFAULT_CODEC, trusted
+from ordo.schemas.decisionlog import GENESIS_HASH, BrokenLogError, LogHead, already_live, check, not_live
+from ordo.schemas.models import MAX_ID_LENGTH, datetime_to_millis, millis_to_datetime, parse_ddl
+from ordo.schemas.operations import REGISTRY, RESERVED_COLUMNS, RESERVED_PREFIX, ROW_ID_COLUMN, Check, Removes
+from ordo.schemas.paths import FILE_NAME_PATTERN, partition_path, split_data_file_path, write_id_of
 
 MAX_TIMESTAMP_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last instant a datetime holds
 # How many recent txn ids are remembered to answer a repeated intent idempotently.

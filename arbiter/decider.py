@@ -17,11 +17,11 @@ import logging
 import time
 from typing import Any
 
-from arbiter.core import apply, evaluate_record, reject_malformed
-from arbiter.loader import OwnedTable
-from arbiter.metrics import ArbiterMetrics
-from arbiter.prom import ArbiterPrometheus
-from schemas import CommitDecision, Outcome, encode
+from ordo.arbiter.core import apply, evaluate_record, reject_malformed
+from ordo.arbiter.loader import OwnedTable
+from ordo.arbiter.metrics import ArbiterMetrics
+from ordo.arbiter.prom import ArbiterPrometheus
+from ordo.schemas import CommitDecision, Outcome, encode
 
 log = logging.getLogger("ordo.arbiter")
 

@@ -22,12 +22,12 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from arbiter.metrics import ArbiterMetrics
-from arbiter.prom import ArbiterPrometheus
-from arbiter.sink import KAFKA_TIMEOUT, on_kafka_error
-from kernel.admin import fetch_waits
-from kernel.logread import GapChecker, warm_metadata
-from kernel.settings import Settings
+from ordo.arbiter.metrics import ArbiterMetrics
+from ordo.arbiter.prom import ArbiterPrometheus
+from ordo.arbiter.sink import KAFKA_TIMEOUT, on_kafka_error
+from ordo.kernel.admin import fetch_waits
+from ordo.kernel.logread import GapChecker, warm_metadata
+from ordo.kernel.settings import Settings
 
 log = logging.getLogger("ordo.arbiter")
 kafka_log = logging.getLogger("ordo.kafka")  # librdkafka's own log lines

@@ -27,14 +27,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from arbiter import checkpoint as checkpoints
-from arbiter.core import TableState, fold_record, new_state
-from arbiter.metrics import ArbiterMetrics
-from kernel.errors import BrokerUnavailableError, OrdoError
-from kernel.logread import GapChecker, LogReadError, read_to_end
-from schemas import CommitDecision, chain_hash, decode
-from schemas.decisionlog import BrokenLogError, LogProblem
-from schemas.signing import ChainVerifier, Trust, signature_of
+from ordo.arbiter import checkpoint as checkpoints
+from ordo.arbiter.core import TableState, fold_record, new_state
+from ordo.arbiter.metrics import ArbiterMetrics
+from ordo.kernel.errors import BrokerUnavailableError, OrdoError
+from ordo.kernel.logread import GapChecker, LogReadError, read_to_end
+from ordo.schemas import CommitDecision, chain_hash, decode
+from ordo.schemas.decisionlog import BrokenLogError, LogProblem
+from ordo.schemas.signing import ChainVerifier, Trust, signature_of
 
 log = logging.getLogger("ordo.arbiter")
 

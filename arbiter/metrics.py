@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernel.logread import GapStats
+from ordo.kernel.logread import GapStats
 
 
 @dataclass

@@ -27,10 +27,10 @@ import zlib
 from collections.abc import Container, Iterable
 from typing import Any
 
-from kernel.errors import BrokerUnavailableError
-from kernel.membership import Changes, GroupMembership, MembershipError
-from kernel.settings import Settings
-from schemas import intents_pattern, parse_topic
+from ordo.kernel.errors import BrokerUnavailableError
+from ordo.kernel.membership import Changes, GroupMembership, MembershipError
+from ordo.kernel.settings import Settings
+from ordo.schemas import intents_pattern, parse_topic
 
 log = logging.getLogger("ordo.arbiter")
 kafka_log = logging.getLogger("ordo.kafka")  # librdkafka's own log lines

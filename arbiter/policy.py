@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from schemas import OP_CLASS, OpClass, Rebase, TableMetadata
-from schemas.errors import OrdoError
-from schemas.operations import CLASSES, REGISTRY
+from ordo.schemas import OP_CLASS, OpClass, Rebase, TableMetadata
+from ordo.schemas.errors import OrdoError
+from ordo.schemas.operations import CLASSES, REGISTRY
 
 POLICY_DIR = Path(__file__).parent / "policies"
 POLICY_PROPERTY = "ordo.conflict_policy"

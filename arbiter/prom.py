@@ -17,8 +17,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from arbiter.metrics import ArbiterMetrics
-from kernel.observe import Health, ObservabilityServer, register_build_info
+from ordo.arbiter.metrics import ArbiterMetrics
+from ordo.kernel.observe import Health, ObservabilityServer, register_build_info
 
 log = logging.getLogger("ordo.arbiter")
 

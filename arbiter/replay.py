@@ -23,11 +23,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from arbiter.core import apply, evaluate_record, new_state
-from schemas import CodecError, CommitDecision, chain_hash, decode
-from schemas.codec import DEFAULT_CODEC
-from schemas.decisionlog import BrokenLogError, LogHead, LogProblem, fold
-from schemas.signing import ChainVerifier, Trust
+from ordo.arbiter.core import apply, evaluate_record, new_state
+from ordo.schemas import CodecError, CommitDecision, chain_hash, decode
+from ordo.schemas.codec import DEFAULT_CODEC
+from ordo.schemas.decisionlog import BrokenLogError, LogHead, LogProblem, fold
+from ordo.schemas.signing import ChainVerifier, Trust
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,7 +223,7 @@ _DECISION_FIELDS = frozenset(CommitDecision.model_fields)
 
 
 def _encode(decision: CommitDecision) -> bytes:
-    from schemas import encode
+    from ordo.schemas import encode
 
     return encode(decision)
 

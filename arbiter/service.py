@@ -45,15 +45,15 @@ import threading
 import time
 from typing import Any
 
-from arbiter.checkpointer import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHECKPOINT_INTERVAL, Checkpointer, freeze_state
-from arbiter.core import TableState
-from arbiter.decider import Decider, Rebuild
-from arbiter.intents import IDLE_AFTER, IntentReader, consumer_config
-from arbiter.loader import ArbiterStateError, StateLoader, Stopped
-from arbiter.metrics import ArbiterMetrics
-from arbiter.ownership import Ownership, default_group, parse_shard, shard_of
-from arbiter.prom import ArbiterPrometheus
-from arbiter.sink import (
+from ordo.arbiter.checkpointer import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHECKPOINT_INTERVAL, Checkpointer, freeze_state
+from ordo.arbiter.core import TableState
+from ordo.arbiter.decider import Decider, Rebuild
+from ordo.arbiter.intents import IDLE_AFTER, IntentReader, consumer_config
+from ordo.arbiter.loader import ArbiterStateError, StateLoader, Stopped
+from ordo.arbiter.metrics import ArbiterMetrics
+from ordo.arbiter.ownership import Ownership, default_group, parse_shard, shard_of
+from ordo.arbiter.prom import ArbiterPrometheus
+from ordo.arbiter.sink import (
     KAFKA_TIMEOUT,
     TableFencedError,
     TransactionalSink,
@@ -61,13 +61,13 @@ from arbiter.sink import (
     table_transactional_id,
     transactional_id,
 )
-from arbiter.tables import OwnedTables
-from kernel.admin import existing_topics, topic_policy
-from kernel.errors import ArbiterFencedError, BrokerUnavailableError
-from kernel.keys import arbiter_signer, reader_trust
-from kernel.logread import GapChecker
-from kernel.ready import ARBITER_READY
-from kernel.settings import Settings
+from ordo.arbiter.tables import OwnedTables
+from ordo.kernel.admin import existing_topics, topic_policy
+from ordo.kernel.errors import ArbiterFencedError, BrokerUnavailableError
+from ordo.kernel.keys import arbiter_signer, reader_trust
+from ordo.kernel.logread import GapChecker
+from ordo.kernel.ready import ARBITER_READY
+from ordo.kernel.settings import Settings
 
 log = logging.getLogger("ordo.arbiter")
 kafka_log = logging.getLogger("ordo.kafka")  # librdkafka's own log lines

@@ -23,10 +23,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kernel.errors import ArbiterFencedError, BrokerUnavailableError
-from kernel.settings import Settings
-from schemas import decisions_topic
-from schemas.signing import SIGNATURE_HEADER, Signer
+from ordo.kernel.errors import ArbiterFencedError, BrokerUnavailableError
+from ordo.kernel.settings import Settings
+from ordo.schemas import decisions_topic
+from ordo.schemas.signing import SIGNATURE_HEADER, Signer
 
 log = logging.getLogger("ordo.arbiter")
 kafka_log = logging.getLogger("ordo.kafka")  # librdkafka's own log lines

@@ -16,17 +16,17 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from arbiter.core import new_state
-from arbiter.intents import IntentReader
-from arbiter.loader import ArbiterStateError, OwnedTable, StateLoader, Stopped
-from arbiter.metrics import ArbiterMetrics
-from arbiter.ownership import Ownership
-from arbiter.prom import ArbiterPrometheus
-from arbiter.sink import KAFKA_TIMEOUT, TransactionalSink
-from kernel.admin import DECISIONS_CONFIG, TopicPolicy, create_topics, existing_topics, lossy_topics
-from kernel.logread import warm_metadata
-from schemas import decisions_topic
-from schemas.decisionlog import BrokenLogError
+from ordo.arbiter.core import new_state
+from ordo.arbiter.intents import IntentReader
+from ordo.arbiter.loader import ArbiterStateError, OwnedTable, StateLoader, Stopped
+from ordo.arbiter.metrics import ArbiterMetrics
+from ordo.arbiter.ownership import Ownership
+from ordo.arbiter.prom import ArbiterPrometheus
+from ordo.arbiter.sink import KAFKA_TIMEOUT, TransactionalSink
+from ordo.kernel.admin import DECISIONS_CONFIG, TopicPolicy, create_topics, existing_topics, lossy_topics
+from ordo.kernel.logread import warm_metadata
+from ordo.schemas import decisions_topic
+from ordo.schemas.decisionlog import BrokenLogError
 
 log = logging.getLogger("ordo.arbiter")
 

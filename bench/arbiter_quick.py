@@ -29,9 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ordo.broker import EmbeddedBroker, create_table_topics
 from ordo.keys import embedded_keys
+from ordo.schemas import CommitIntent, DataFile, Operation, TableMetadata, decisions_topic, encode, intents_topic
 from ordo.settings import Settings
 from ordo.stack import ProcessGroup
-from schemas import CommitIntent, DataFile, Operation, TableMetadata, decisions_topic, encode, intents_topic
 
 TABLE = "bench"
 
@@ -180,7 +180,7 @@ def main() -> None:
             (line for line in reversed(arbiter.log_text().splitlines()) if "arbiter stopped" in line), ""
         )
 
-    from schemas.signing import Signer
+    from ordo.schemas.signing import Signer
 
     signer = Signer.generate()
     began = time.process_time()

@@ -24,9 +24,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ordo.broker import EmbeddedBroker, create_table_topics
+from ordo.schemas import CommitIntent, DataFile, Operation, TableMetadata, decisions_topic, encode, intents_topic
 from ordo.settings import Settings
 from ordo.stack import ProcessGroup
-from schemas import CommitIntent, DataFile, Operation, TableMetadata, decisions_topic, encode, intents_topic
 
 
 def table_intents(table: str, k: int) -> list[bytes]:

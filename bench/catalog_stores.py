@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import machine, percentile
 from bench.consumer_quick import build_log
-from consumer import Catalog
-from consumer.store import CatalogWriter, LogRecord
+from ordo.consumer import Catalog
+from ordo.consumer.store import CatalogWriter, LogRecord
 
 
 def apply_rate(records: list[LogRecord], location: str, batch: int) -> dict[str, float]:

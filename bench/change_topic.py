@@ -34,15 +34,15 @@ def main() -> None:
 
     import pyarrow as pa
 
-    from arbiter.core import apply, evaluate, new_state
-    from consumer import Catalog
-    from consumer.changetopic import ChangePublisher
-    from consumer.store import CatalogWriter, LogRecord
-    from kernel.settings import Settings
+    from ordo.arbiter.core import apply, evaluate, new_state
     from ordo.broker import EmbeddedBroker
-    from producer.arrow import write_rows
-    from producer.data import Layout
-    from schemas import CommitIntent, Operation, TableMetadata, encode
+    from ordo.consumer import Catalog
+    from ordo.consumer.changetopic import ChangePublisher
+    from ordo.consumer.store import CatalogWriter, LogRecord
+    from ordo.kernel.settings import Settings
+    from ordo.producer.arrow import write_rows
+    from ordo.producer.data import Layout
+    from ordo.schemas import CommitIntent, Operation, TableMetadata, encode
 
     root = Path(tempfile.mkdtemp(prefix="bench-cdc-"))
     schema = pa.schema([("id", pa.int64()), ("v", pa.string()), ("n", pa.float64()), ("dt", pa.string())])

@@ -34,10 +34,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from arbiter.core import apply, evaluate, new_state
-from consumer import Catalog
-from consumer.store import CatalogWriter, LogRecord, connect, query_snapshot_files
-from schemas import CommitIntent, DataFile, Operation, TableMetadata, encode
+from ordo.arbiter.core import apply, evaluate, new_state
+from ordo.consumer import Catalog
+from ordo.consumer.store import CatalogWriter, LogRecord, connect, query_snapshot_files
+from ordo.schemas import CommitIntent, DataFile, Operation, TableMetadata, encode
 
 PARTITIONS = [f"2024-01-{d:02d}" for d in range(1, 31)] + [f"2024-02-{d:02d}" for d in range(1, 21)]
 
@@ -115,7 +115,7 @@ def signatures(records: list[LogRecord], every: int, signer: Any) -> dict[int, b
 
 def bench_verify(records: list[LogRecord], every: int) -> dict[str, float]:
     """``ChainVerifier.push`` over the records, one signature per ``every`` records (the consumer's added work)."""
-    from schemas.signing import ChainVerifier, Signer, Trust
+    from ordo.schemas.signing import ChainVerifier, Signer, Trust
 
     signer = Signer.generate()
     headers = signatures(records, every, signer)
@@ -140,11 +140,11 @@ def bench_kafka(records: list[LogRecord], path: Path, sign_every: int = 0, broke
     from confluent_kafka.admin import AdminClient
 
     from bench.common import new_broker
-    from consumer.materializer import Materializer
     from ordo.broker import DECISIONS_CONFIG, create_topics
+    from ordo.consumer.materializer import Materializer
     from ordo.keys import embedded_keys
+    from ordo.schemas.signing import SIGNATURE_HEADER, Signer
     from ordo.settings import Settings
-    from schemas.signing import SIGNATURE_HEADER, Signer
 
     with new_broker(broker) as running, tempfile.TemporaryDirectory() as keys:
         settings = Settings(

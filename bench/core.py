@@ -29,8 +29,8 @@ def _reference_codec() -> tuple[Callable[[bytes], Any], Callable[[Any], bytes]]:
     """Decode (fastavro + model_validate) and encode (fastavro) as the codec did before its fast path."""
     import fastavro
 
-    from schemas import CommitDecision, CommitIntent
-    from schemas.codec import DEFAULT_CODEC, HEADER_LEN, _to_record
+    from ordo.schemas import CommitDecision, CommitIntent
+    from ordo.schemas.codec import DEFAULT_CODEC, HEADER_LEN, _to_record
 
     by_fingerprint = DEFAULT_CODEC._by_fingerprint
     by_model = DEFAULT_CODEC._by_model
@@ -53,7 +53,7 @@ def _reference_codec() -> tuple[Callable[[bytes], Any], Callable[[Any], bytes]]:
 
 
 def _reference_fold(values: list[bytes]) -> None:
-    from arbiter.core import apply, evaluate, new_state
+    from ordo.arbiter.core import apply, evaluate, new_state
 
     decode, encode = _reference_codec()
     state = new_state(TABLE)
@@ -69,8 +69,8 @@ def _cpu(fn: Callable[[], Any]) -> float:
 
 
 def run() -> list[Result]:
-    from schemas import decode, encode
-    from schemas.codec import DEFAULT_CODEC
+    from ordo.schemas import decode, encode
+    from ordo.schemas.codec import DEFAULT_CODEC
 
     n = pick(20_000, 100_000)
     repeats = pick(5, 7)

@@ -26,8 +26,8 @@ INSTANCES = 3
 
 
 def _measure(kind: str, tables: int, kills: int) -> dict[str, Any]:
+    from ordo.producer import CommitClient
     from ordo.stack import owned_tables, wait_arbiter_ready
-    from producer import CommitClient
 
     seconds: list[float] = []
     with stack(f"fleet-{kind}", "fleet", consumer=False, broker=kind) as bench_stack:

@@ -75,8 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from bench.common import interleave, machine, stack
+    from ordo.producer.table import DeltaTable, close_connections
     from ordo.spark import local_spark_session
-    from producer.table import DeltaTable, close_connections
 
     with stack("keyless") as running:
         spark = local_spark_session("bench-keyless", cores=2)

@@ -259,10 +259,10 @@ def _measure(kind: str) -> tuple[dict[str, list[list[float]]], dict[str, float],
 
     from ordo.broker import create_topics
     from ordo.keys import embedded_keys
+    from ordo.producer import CommitClient
+    from ordo.schemas import encode
     from ordo.settings import load_settings
     from ordo.stack import ProcessGroup, start_consumer
-    from producer import CommitClient
-    from schemas import encode
 
     block = pick(50, 100)
     rounds = pick(8, 30)
@@ -349,7 +349,7 @@ def _measure(kind: str) -> tuple[dict[str, list[list[float]]], dict[str, float],
 
 
 def _results(kind: str) -> list[Result]:
-    from kernel.settings import resolve_waits
+    from ordo.kernel.settings import resolve_waits
 
     runs, idle, settings, block, rounds, idle_seconds = _measure(kind)
     warmup = 20

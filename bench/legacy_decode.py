@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from schemas import decode, encode
+from ordo.schemas import decode, encode
 from tests.unit.golden_log import all_records
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from arbiter.service import DEFAULT_BATCH_CAP, KAFKA_TIMEOUT
+from ordo.arbiter.service import DEFAULT_BATCH_CAP, KAFKA_TIMEOUT
 
 
 def main(argv: list[str]) -> int:

@@ -63,8 +63,8 @@ class _OrdoWriter:
         import pyarrow as pa
 
         from ordo.keys import embedded_keys
+        from ordo.producer import CommitClient
         from ordo.settings import Settings
-        from producer import CommitClient
 
         self.job = job
         self.writer = writer
@@ -88,7 +88,7 @@ class _OrdoWriter:
         import pyarrow.parquet as pq
 
         from ordo.errors import CommitTimeoutError
-        from schemas import CommitIntent, DataFile, Operation
+        from ordo.schemas import CommitIntent, DataFile, Operation
 
         self.n += 1
         txn = f"w{self.writer}-{self.n}"
@@ -268,7 +268,7 @@ class _Pool:
 
 
 def _create_ordo(client: Any, table: str, location: Path) -> None:
-    from schemas import CommitIntent, Operation, TableMetadata
+    from ordo.schemas import CommitIntent, Operation, TableMetadata
 
     decision = client.commit(
         CommitIntent(
@@ -312,9 +312,9 @@ def _create_iceberg(catalog_uri: str, warehouse: str, name: str) -> None:
 def run(systems: tuple[str, ...] = SYSTEMS, scenarios: tuple[str, ...] = SCENARIOS) -> list[Result]:
     from ordo.broker import EmbeddedBroker
     from ordo.keys import embedded_keys
+    from ordo.producer import CommitClient
     from ordo.settings import Settings
     from ordo.stack import ProcessGroup
-    from producer import CommitClient
 
     duration = pick(5.0, 20.0)
     rounds = pick(2, 3)

@@ -154,7 +154,7 @@ class _Table:
         self.system = system
         self.spark = spark
         if system == "ordo":
-            from producer.table import DeltaTable
+            from ordo.producer.table import DeltaTable
 
             self.ordo = DeltaTable.create(
                 spark, f"peers_spark_{n}", schema=SCHEMA, primary_key="id", partitioned_by="p", settings=settings
@@ -269,7 +269,7 @@ def _chosen() -> tuple[str, ...]:
 
 
 def run() -> list[Result]:
-    from producer.table import close_connections
+    from ordo.producer.table import close_connections
 
     chosen = _chosen()
     duration = float(os.environ.get("BENCH_PEERS_SPARK_SECONDS") or pick(12.0, 30.0))
@@ -566,7 +566,7 @@ class _ReadTable:
     ) -> None:
         self.system, self.spark, self.settings, self.table_name = system, spark, settings, name
         if system == "ordo":
-            from producer.table import DeltaTable
+            from ordo.producer.table import DeltaTable
 
             self.ordo = DeltaTable.create(
                 spark, f"peers_spark_{name}", schema=SCHEMA, primary_key="id", partitioned_by="p", settings=settings
@@ -888,7 +888,7 @@ _DELTA_CONFLICT = re.compile(
 def _conflict(system: str, exc: BaseException) -> str | None:
     """The conflict's name when ``exc`` is the system's concurrent-commit failure (what its users retry), else None."""
     if system == "ordo":
-        from kernel.errors import CommitConflictError
+        from ordo.kernel.errors import CommitConflictError
 
         return (getattr(exc, "reason", None) or "conflict") if isinstance(exc, CommitConflictError) else None
     match = _DELTA_CONFLICT.search(str(exc))
@@ -982,7 +982,7 @@ def _seeds_run(system: str, spark: Any, work: Path, settings: Any, seconds: floa
         job = jobs["ingestion"]
         committer = None
         if system == "ordo":
-            from producer.streaming import BatchCommitter
+            from ordo.producer.streaming import BatchCommitter
 
             def attempts(_batch: int, result: Any) -> None:
                 if result is not None:
@@ -1141,9 +1141,9 @@ def _fold_check(table: _ReadTable, start: int, end: int) -> dict[str, Any]:
 
 def _ordo_conflicts(table: Any) -> dict[str, Any]:
     """ordo's rejections in the run by (earlier operation, later operation, reason), each with the matrix's cell."""
-    from arbiter.policy import load_policy
+    from ordo.arbiter.policy import load_policy
     from ordo.compactor import writer_rejections_by_service
-    from schemas.operations import REGISTRY
+    from ordo.schemas.operations import REGISTRY
 
     decisions = table.decisions()
     operation = {d.txn_id: d.operation for d in decisions}

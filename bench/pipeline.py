@@ -29,7 +29,7 @@ def run() -> list[Result]:
 
 
 def _run(kind: str) -> Result:
-    from producer import CommitClient
+    from ordo.producer import CommitClient
 
     n = pick(20_000, 50_000)
     rounds = pick(3, 5)

@@ -29,9 +29,9 @@ BENCHMARK = "commit to readable"
 
 
 def run() -> list[Result]:
-    from consumer import Catalog
-    from kernel.settings import resolve_waits
-    from producer import CommitClient
+    from ordo.consumer import Catalog
+    from ordo.kernel.settings import resolve_waits
+    from ordo.producer import CommitClient
 
     commits = pick(300, 2000)
     idle_seconds = pick(10, 30)

@@ -38,14 +38,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from arbiter.checkpoint import checkpoint_path, read_checkpoint
-from arbiter.core import apply, evaluate, new_state
+from ordo.arbiter.checkpoint import checkpoint_path, read_checkpoint
+from ordo.arbiter.core import apply, evaluate, new_state
 from ordo.broker import EmbeddedBroker, create_table_topics
 from ordo.keys import embedded_keys
+from ordo.schemas import CommitIntent, DataFile, Operation, TableMetadata, decisions_topic, encode, intents_topic
+from ordo.schemas.signing import SIGNATURE_HEADER, Signer
 from ordo.settings import Settings
 from ordo.stack import ProcessGroup
-from schemas import CommitIntent, DataFile, Operation, TableMetadata, decisions_topic, encode, intents_topic
-from schemas.signing import SIGNATURE_HEADER, Signer
 
 TABLE = "events"
 TXN_SIZE = 50_000
@@ -211,7 +211,7 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="write the figures here")
     args = parser.parse_args()
 
-    from producer import CommitClient
+    from ordo.producer import CommitClient
 
     result: dict[str, Any] = {"decisions": args.decisions, "broker": "embedded Tansu (in memory)"}
     with ExitStack() as stack:

@@ -38,7 +38,7 @@ CHURN_PARTITIONS = 25
 def _history(history: int, live: int, files_per_bulk_commit: int = 100) -> Iterator[bytes]:
     """Encoded intents: CREATE, bulk inserts to ``live`` files, then overwrites up to ``history`` commits."""
     from bench.workload import create_intent, insert_intent
-    from schemas import Operation, encode
+    from ordo.schemas import Operation, encode
 
     yield encode(create_intent())
     bulk = live // files_per_bulk_commit if live >= 1000 else 0
@@ -58,9 +58,9 @@ def _history(history: int, live: int, files_per_bulk_commit: int = 100) -> Itera
 
 
 def _fold(values: Iterator[bytes]) -> Any:
-    from arbiter.core import apply, evaluate_record, new_state
     from bench.workload import BASE_TS, TABLE
-    from schemas import encode
+    from ordo.arbiter.core import apply, evaluate_record, new_state
+    from ordo.schemas import encode
 
     state = new_state(TABLE)
     for offset, value in enumerate(values):
@@ -84,10 +84,10 @@ def decide_case(history: int, live: int, blocks: int, block: int) -> dict[str, A
     Also the time of a full GC collection right after the build, and again after ``freeze_state`` (as the
     arbiter does after a rebuild); the decisions are timed with the state frozen, as in the arbiter.
     """
-    from arbiter.checkpointer import freeze_state
-    from arbiter.core import apply, evaluate_record
     from bench.workload import BASE_TS, insert_intent
-    from schemas import encode
+    from ordo.arbiter.checkpointer import freeze_state
+    from ordo.arbiter.core import apply, evaluate_record
+    from ordo.schemas import encode
 
     started = time.perf_counter()
     state = _fold(_history(history, live))

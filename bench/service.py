@@ -48,8 +48,8 @@ def _ingest(
     from pyspark.sql import functions as F
 
     from ordo.compactor import Compactor, table_layout, writer_rejections_by_service
-    from producer.streaming import foreach_batch_committer
-    from producer.table import DeltaTable
+    from ordo.producer.streaming import foreach_batch_committer
+    from ordo.producer.table import DeltaTable
 
     properties = {"ordo.compaction.min_files": "4", "ordo.compaction.cold_seconds": "10"}
     if not service:
@@ -115,7 +115,7 @@ def _ingest(
 
 def _warm_up(spark: Any, settings: Any) -> None:
     """JVM, Kafka clients and Python workers warm before the first measured run."""
-    from producer.table import DeltaTable
+    from ordo.producer.table import DeltaTable
 
     table = DeltaTable.create(
         spark, "warm_up", schema=SCHEMA, primary_key="id", partitioned_by="part", settings=settings
@@ -154,7 +154,7 @@ def _upserts_with_service(spark: Any, settings: Any, work: Path) -> dict[str, An
 
     from bench.spark_insert import rows_frame
     from ordo.compactor import Compactor, table_layout
-    from producer.table import DeltaTable
+    from ordo.producer.table import DeltaTable
 
     base_rows = pick(200_000, 1_000_000)
     upserts = 100
@@ -215,8 +215,8 @@ def _upserts_with_service(spark: Any, settings: Any, work: Path) -> dict[str, An
 
 
 def run() -> list[Result]:
+    from ordo.producer.table import close_connections
     from ordo.spark import local_spark_session
-    from producer.table import close_connections
 
     batches = pick(30, 200)
     seconds = pick(180.0, 900.0)  # a run ends after this long even if it committed fewer micro-batches

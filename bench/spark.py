@@ -43,8 +43,8 @@ def run() -> list[Result]:
     from pyspark.sql import functions as F
 
     from bench.spark_insert import one_insert, rows_frame
+    from ordo.producer.table import DeltaTable, close_connections
     from ordo.spark import local_spark_session
-    from producer.table import DeltaTable, close_connections
 
     rows = 1_000_000
     inserts = pick(2, 3)

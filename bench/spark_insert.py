@@ -82,8 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from bench.common import stack
+    from ordo.producer.table import DeltaTable, close_connections
     from ordo.spark import local_spark_session
-    from producer.table import DeltaTable, close_connections
 
     runs: list[dict[str, Any]] = []
     with stack("insert") as bench_stack:

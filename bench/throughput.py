@@ -68,9 +68,9 @@ def run() -> list[Result]:
 
     from ordo.broker import EmbeddedBroker, create_table_topics, create_topics
     from ordo.keys import embedded_keys
+    from ordo.schemas import decisions_topic, intents_topic
     from ordo.settings import Settings
     from ordo.stack import ProcessGroup, start_process
-    from schemas import decisions_topic, intents_topic
 
     n = pick(20_000, 100_000)
     repeats = pick(3, 5)

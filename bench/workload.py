@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from arbiter.core import TableState, apply, evaluate_record, new_state
-from schemas import CommitDecision, CommitIntent, DataFile, Operation, TableMetadata, encode
+from ordo.arbiter.core import TableState, apply, evaluate_record, new_state
+from ordo.schemas import CommitDecision, CommitIntent, DataFile, Operation, TableMetadata, encode
 
 TABLE = "bench"
 BASE_TS = 1_700_000_000_000

@@ -6,8 +6,8 @@ reads (``consumer.spark``) are imported on demand: importing this package pulls
 in neither Kafka, FastAPI nor Spark.
 """
 
-from consumer.catalog import Catalog, to_millis
-from consumer.errors import (
+from ordo.consumer.catalog import Catalog, to_millis
+from ordo.consumer.errors import (
     CatalogError,
     CatalogTimeoutError,
     CatalogUnavailableError,
@@ -15,7 +15,7 @@ from consumer.errors import (
     TableNotFoundError,
     VersionNotFoundError,
 )
-from consumer.models import Commit, DecisionRecord, FileEntry, Snapshot, TableInfo
+from ordo.consumer.models import Commit, DecisionRecord, FileEntry, Snapshot, TableInfo
 
 __all__ = [
     "Catalog",
@@ -32,3 +32,10 @@ __all__ = [
     "VersionNotFoundError",
     "to_millis",
 ]
+
+if (
+    __name__ == "consumer"
+):  # ordo 0.4's path, from a checkout: bound to ordo.consumer, with a DeprecationWarning (ordo/_legacy.py)
+    from ordo._legacy import alias
+
+    alias(__name__)

@@ -44,9 +44,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from consumer.errors import DataFileError
-from schemas.models import parse_ddl, split_top_level
-from schemas.operations import (
+from ordo.consumer.errors import DataFileError
+from ordo.schemas.models import parse_ddl, split_top_level
+from ordo.schemas.operations import (
     OP_COLUMN,
     OP_DELETE,
     OP_UPSERT,
@@ -61,9 +61,9 @@ from schemas.operations import (
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from consumer.catalog import Catalog
-    from consumer.models import Commit, FileEntry
-    from schemas import TableMetadata
+    from ordo.consumer.catalog import Catalog
+    from ordo.consumer.models import Commit, FileEntry
+    from ordo.schemas import TableMetadata
 
 CHANGE_TYPE = "_change_type"
 COMMIT_VERSION = "_commit_version"

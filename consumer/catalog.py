@@ -37,9 +37,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from consumer import store
-from consumer.errors import CatalogError, CatalogTimeoutError, CatalogUnavailableError, TableBrokenError
-from consumer.models import (
+from ordo.consumer import store
+from ordo.consumer.errors import CatalogError, CatalogTimeoutError, CatalogUnavailableError, TableBrokenError
+from ordo.consumer.models import (
     Commit,
     DecisionRecord,
     FileEntry,
@@ -48,10 +48,10 @@ from consumer.models import (
     datetime_to_ms,
     ms_to_datetime,
 )
-from consumer.stores import CatalogStore, open_store
-from kernel.errors import TableNotFoundError, VersionNotFoundError
-from schemas import Operation, Outcome, Rebase, TableMetadata
-from schemas.buckets import table_buckets
+from ordo.consumer.stores import CatalogStore, open_store
+from ordo.kernel.errors import TableNotFoundError, VersionNotFoundError
+from ordo.schemas import Operation, Outcome, Rebase, TableMetadata
+from ordo.schemas.buckets import table_buckets
 
 Timestamp = datetime | str | int
 BY_VALUES = ("id", "time")
@@ -138,12 +138,12 @@ class Catalog:
 
     def __init__(self, location: str | os.PathLike[str] | None = None, *, timeout: float = 30.0) -> None:
         if location is None:
-            from kernel.settings import load_settings
+            from ordo.kernel.settings import load_settings
 
             location = load_settings().catalog
         self.location = str(location)
         if self.location.startswith(("http://", "https://")):
-            from consumer.httpclient import HttpBackend
+            from ordo.consumer.httpclient import HttpBackend
 
             self._backend: Any = HttpBackend(self.location, timeout=timeout)
         else:

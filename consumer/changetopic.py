@@ -44,19 +44,19 @@ from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from kernel.errors import BrokerUnavailableError
-from kernel.settings import Settings
-from schemas import TableMetadata
-from schemas.errors import OrdoError
-from schemas.operations import TRUNCATING_OPERATIONS
-from schemas.topics import validate_prefix, validate_table_name
+from ordo.kernel.errors import BrokerUnavailableError
+from ordo.kernel.settings import Settings
+from ordo.schemas import TableMetadata
+from ordo.schemas.errors import OrdoError
+from ordo.schemas.operations import TRUNCATING_OPERATIONS
+from ordo.schemas.topics import validate_prefix, validate_table_name
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from consumer.arrow import TableShape
-    from consumer.catalog import Catalog
-    from consumer.models import Commit
+    from ordo.consumer.arrow import TableShape
+    from ordo.consumer.catalog import Catalog
+    from ordo.consumer.models import Commit
 
 log = logging.getLogger("ordo.cdc")
 
@@ -91,7 +91,7 @@ def table_shape(metadata: TableMetadata) -> TableShape:
     nested columns (arrays, maps, structs), which a change record cannot encode yet."""
     import pyarrow as pa
 
-    from consumer.arrow import TableShape
+    from ordo.consumer.arrow import TableShape
 
     shape = TableShape.of(metadata)
     nested = [f"{f.name} {f.type}" for f in shape.schema if pa.types.is_nested(f.type)]
@@ -156,7 +156,7 @@ def commit_changes(rows: pa.Table, metadata: TableMetadata, operation: str) -> l
     key's JSON. A commit's keys are unique within each of these two phases
     (one record per key per partition and commit), so the order is total.
     """
-    from consumer.arrow import CHANGE_TYPE, DELETE, INSERT, POSTIMAGE, PREIMAGE
+    from ordo.consumer.arrow import CHANGE_TYPE, DELETE, INSERT, POSTIMAGE, PREIMAGE
 
     columns = [c for c in rows.column_names if not c.startswith("_")]
     ident = identity_columns(metadata)
@@ -191,7 +191,7 @@ def commit_changes(rows: pa.Table, metadata: TableMetadata, operation: str) -> l
 
 def envelope(change: RowChange, commit: Commit, row: int, *, prefix: str, version: str, now_ms: int) -> dict[str, Any]:
     """Debezium's envelope of one row change (``source`` with ordo's fields; docs/change-topic.md)."""
-    from consumer.models import datetime_to_ms
+    from ordo.consumer.models import datetime_to_ms
 
     time_ms = datetime_to_ms(commit.timestamp)
     return {
@@ -277,7 +277,7 @@ class TablePublisher:
         """Create the topic, take the transactional id (fencing an older publisher), read where to go on."""
         from confluent_kafka import KafkaException, Producer
 
-        from kernel.admin import create_topics
+        from ordo.kernel.admin import create_topics
 
         create_topics(self.owner.admin(), {self.topic: self.owner.topic_config})
         producer = Producer(
@@ -306,7 +306,7 @@ class TablePublisher:
         """The position after the topic's last record every read_committed reader sees (version 1 if none)."""
         from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-        from kernel.logread import read_to_end
+        from ordo.kernel.logread import read_to_end
 
         config = self.owner.settings.kafka_config(
             **{"group.id": f"{self.topic}.publisher", "isolation.level": "read_committed"}
@@ -332,8 +332,8 @@ class TablePublisher:
 
     def publish(self, catalog: Catalog) -> int:
         """Publish what the catalog has beyond the position, in transactions; the records published."""
-        from consumer.arrow import change_rows, plan_commits
-        from kernel.errors import VersionNotFoundError
+        from ordo.consumer.arrow import change_rows, plan_commits
+        from ordo.kernel.errors import VersionNotFoundError
 
         assert self.position is not None
         head = catalog.head(self.table)
@@ -497,7 +497,7 @@ class ChangePublisher:
 
     def round(self, catalog: Catalog) -> int:
         """One pass over the tables: start publishers of new ones, publish what each has; records published."""
-        from consumer.errors import CatalogUnavailableError
+        from ordo.consumer.errors import CatalogUnavailableError
 
         total = 0
         try:
@@ -612,8 +612,8 @@ def run_change_publisher(
 
     from prometheus_client import CollectorRegistry
 
-    from consumer.catalog import Catalog
-    from kernel.observe import Health, ObservabilityServer, register_build_info
+    from ordo.consumer.catalog import Catalog
+    from ordo.kernel.observe import Health, ObservabilityServer, register_build_info
 
     publisher = ChangePublisher(settings, template=template, tables=tables, max_records=max_records)
     registry = CollectorRegistry()

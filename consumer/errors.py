@@ -6,8 +6,8 @@ with one clause. (Candidates to move into ``ordo.errors`` once stable.)
 
 from __future__ import annotations
 
-from kernel.errors import OrdoError, TableNotFoundError, VersionNotFoundError
-from schemas.decisionlog import LogProblem
+from ordo.kernel.errors import OrdoError, TableNotFoundError, VersionNotFoundError
+from ordo.schemas.decisionlog import LogProblem
 
 
 def repair_hint(table: str) -> str:

@@ -83,7 +83,7 @@ class FilesReader(DataSourceReader):
     """One input partition per task; each task merges its (partition, bucket) groups one at a time."""
 
     def __init__(self, schema: StructType, spec: dict[str, Any]) -> None:
-        from consumer.arrow import FileRef, TableShape
+        from ordo.consumer.arrow import FileRef, TableShape
 
         self.shape = TableShape(arrow_schema(schema), tuple(spec["primary_key"]), tuple(spec["partition_columns"]))
         self.bins = [[tuple(FileRef(**ref) for ref in group) for group in task] for task in spec["bins"]]
@@ -92,7 +92,7 @@ class FilesReader(DataSourceReader):
         return [InputPartition(task) for task in self.bins] or [InputPartition([])]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        from consumer.arrow import live_rows
+        from ordo.consumer.arrow import live_rows
 
         for refs in partition.value:
             yield from live_rows(refs, self.shape, merge=True).to_batches(max_chunksize=65_536)
@@ -104,7 +104,7 @@ class ChangesReader(DataSourceReader):
     def __init__(self, schema: StructType, spec: dict[str, Any]) -> None:
         from datetime import datetime
 
-        from consumer.arrow import CHANGE_COLUMNS, CommitChanges, FileRef, TableShape
+        from ordo.consumer.arrow import CHANGE_COLUMNS, CommitChanges, FileRef, TableShape
 
         table = StructType([f for f in schema.fields if f.name not in CHANGE_COLUMNS])
         self.shape = TableShape(arrow_schema(table), tuple(spec["primary_key"]), tuple(spec["partition_columns"]))
@@ -126,7 +126,7 @@ class ChangesReader(DataSourceReader):
         return [InputPartition(plan) for plan in self.plans] or [InputPartition(None)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        from consumer.arrow import change_rows
+        from ordo.consumer.arrow import change_rows
 
         if partition.value is not None:
             rows = change_rows(partition.value, self.shape, self.form).cast(self.schema)

@@ -16,15 +16,15 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from consumer.store import CatalogWriter, LogRecord
-from kernel.admin import TopicPolicy
-from kernel.errors import BrokerUnavailableError
-from kernel.logread import GapChecker
-from kernel.ready import CONSUMER_READY
-from kernel.settings import Settings
-from schemas import chain_hash, decisions_pattern, parse_topic
-from schemas.decisionlog import BrokenLogError, LogProblem
-from schemas.signing import ChainVerifier, Trust
+from ordo.consumer.store import CatalogWriter, LogRecord
+from ordo.kernel.admin import TopicPolicy
+from ordo.kernel.errors import BrokerUnavailableError
+from ordo.kernel.logread import GapChecker
+from ordo.kernel.ready import CONSUMER_READY
+from ordo.kernel.settings import Settings
+from ordo.schemas import chain_hash, decisions_pattern, parse_topic
+from ordo.schemas.decisionlog import BrokenLogError, LogProblem
+from ordo.schemas.signing import ChainVerifier, Trust
 
 log = logging.getLogger("ordo.consumer")
 
@@ -141,7 +141,7 @@ class Following:
         """Why each of ``topics`` that can lose history is not followed (docs/operations.md); one request for all."""
         from confluent_kafka.admin import AdminClient
 
-        from kernel.admin import lossy_topics, topic_policy
+        from ordo.kernel.admin import lossy_topics, topic_policy
 
         if not topics:
             return {}

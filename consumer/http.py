@@ -39,12 +39,12 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
-from consumer.catalog import Catalog, groups_from_json
-from consumer.errors import CatalogError, CatalogUnavailableError
-from consumer.materializer import ConsumerStatus
-from consumer.models import Commit, DecisionRecord, Snapshot, TableInfo
-from kernel.errors import TableNotFoundError, VersionNotFoundError
-from kernel.observe import ordo_version
+from ordo.consumer.catalog import Catalog, groups_from_json
+from ordo.consumer.errors import CatalogError, CatalogUnavailableError
+from ordo.consumer.materializer import ConsumerStatus
+from ordo.consumer.models import Commit, DecisionRecord, Snapshot, TableInfo
+from ordo.kernel.errors import TableNotFoundError, VersionNotFoundError
+from ordo.kernel.observe import ordo_version
 
 log = logging.getLogger("ordo.consumer.http")
 

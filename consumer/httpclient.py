@@ -14,9 +14,9 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from consumer.errors import CatalogError, CatalogUnavailableError, TableBrokenError
-from consumer.models import Commit, DecisionRecord, Snapshot, TableInfo
-from kernel.errors import TableNotFoundError, VersionNotFoundError
+from ordo.consumer.errors import CatalogError, CatalogUnavailableError, TableBrokenError
+from ordo.consumer.models import Commit, DecisionRecord, Snapshot, TableInfo
+from ordo.kernel.errors import TableNotFoundError, VersionNotFoundError
 
 _ERRORS: dict[str, type[Exception]] = {
     "TableNotFoundError": TableNotFoundError,
@@ -78,7 +78,7 @@ class HttpBackend:
         return TableInfo.from_dict(self._get(f"/tables/{name}"))
 
     def snapshot(self, name: str, version: int | None, timestamp: Any, groups: Any = None) -> Snapshot:
-        from consumer.catalog import groups_to_json
+        from ordo.consumer.catalog import groups_to_json
 
         chosen = None if groups is None else groups_to_json(groups)
         return Snapshot.from_dict(

@@ -45,17 +45,17 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from consumer.following import KAFKA_TIMEOUT, READY_MESSAGE, Following
-from consumer.repair import RepairDesk
-from consumer.store import ApplyResult, CatalogWriter, LogRecord
-from kernel.admin import fetch_waits
-from kernel.errors import BrokerUnavailableError
-from kernel.keys import reader_trust
-from kernel.logread import GapChecker, GapStats
-from kernel.membership import GroupMembership
-from kernel.settings import Settings
-from schemas import decisions_pattern, decisions_topic, parse_topic
-from schemas.signing import signature_of
+from ordo.consumer.following import KAFKA_TIMEOUT, READY_MESSAGE, Following
+from ordo.consumer.repair import RepairDesk
+from ordo.consumer.store import ApplyResult, CatalogWriter, LogRecord
+from ordo.kernel.admin import fetch_waits
+from ordo.kernel.errors import BrokerUnavailableError
+from ordo.kernel.keys import reader_trust
+from ordo.kernel.logread import GapChecker, GapStats
+from ordo.kernel.membership import GroupMembership
+from ordo.kernel.settings import Settings
+from ordo.schemas import decisions_pattern, decisions_topic, parse_topic
+from ordo.schemas.signing import signature_of
 
 log = logging.getLogger("ordo.consumer")
 

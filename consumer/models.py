@@ -26,8 +26,8 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, PlainSerializer, TypeAdapter, computed_field
 
-from schemas import Operation, Outcome, Rebase, TableMetadata
-from schemas.models import datetime_to_millis, millis_to_datetime
+from ordo.schemas import Operation, Outcome, Rebase, TableMetadata
+from ordo.schemas.models import datetime_to_millis, millis_to_datetime
 
 
 def ms_to_datetime(millis: int | None) -> datetime | None:

@@ -43,12 +43,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from consumer.errors import CatalogError
-from consumer.store import CatalogWriter, LogRecord, StreamState
-from consumer.stores import is_postgres
-from kernel.errors import TableNotFoundError
-from kernel.settings import Settings
-from schemas import decisions_topic, validate_table_name
+from ordo.consumer.errors import CatalogError
+from ordo.consumer.store import CatalogWriter, LogRecord, StreamState
+from ordo.consumer.stores import is_postgres
+from ordo.kernel.errors import TableNotFoundError
+from ordo.kernel.settings import Settings
+from ordo.schemas import decisions_topic, validate_table_name
 
 log = logging.getLogger("ordo.consumer.repair")
 
@@ -186,8 +186,8 @@ def build_fresh(settings: Settings, table: str, path: str | Path, timeout: float
     """
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-    from kernel.keys import reader_trust
-    from schemas.signing import ChainVerifier, signature_of
+    from ordo.kernel.keys import reader_trust
+    from ordo.schemas.signing import ChainVerifier, signature_of
 
     topic = decisions_topic(settings.topic_prefix, table)
     verifier: ChainVerifier[LogRecord] = ChainVerifier(table, reader_trust(settings))

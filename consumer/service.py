@@ -12,17 +12,17 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
-from consumer.materializer import ConsumerStatus, Materializer
-from consumer.store import CatalogWriter
-from kernel.settings import Settings
+from ordo.consumer.materializer import ConsumerStatus, Materializer
+from ordo.consumer.store import CatalogWriter
+from ordo.kernel.settings import Settings
 
 log = logging.getLogger("ordo.consumer")
 
 
 def run_consumer(settings: Settings, *, http: bool = True, echo: Callable[[str], None] = print) -> int:
     """Run until SIGINT/SIGTERM; returns the exit code. Prints the settings a reader needs."""
-    from consumer.repair import consumer_lock
-    from consumer.stores import is_postgres
+    from ordo.consumer.repair import consumer_lock
+    from ordo.consumer.stores import is_postgres
 
     if is_postgres(settings.catalog):  # shared by consumers on several hosts: no lock file; repairs run anywhere
         return _run(settings, settings.catalog, http, echo)
@@ -38,8 +38,8 @@ def _run(settings: Settings, catalog_path: str, http: bool, echo: Callable[[str]
     materializer = Materializer(settings, writer, status)
     server = None
     if http:
-        from consumer.catalog import Catalog
-        from consumer.http import HttpServer, create_app
+        from ordo.consumer.catalog import Catalog
+        from ordo.consumer.http import HttpServer, create_app
 
         server = HttpServer(create_app(Catalog(catalog_path), status), settings.http_host, settings.http_port).start()
 

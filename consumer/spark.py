@@ -33,7 +33,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from consumer.arrow import (  # the record and change-feed columns, declared once (pyarrow-free at import)
+from ordo.consumer.arrow import (  # the record and change-feed columns, declared once (pyarrow-free at import)
     CHANGE_TYPE,
     COMMIT_TIMESTAMP,
     COMMIT_VERSION,
@@ -42,9 +42,9 @@ from consumer.arrow import (  # the record and change-feed columns, declared onc
     SEQ_COLUMN,
     UPSERT,
 )
-from consumer.catalog import Catalog, Timestamp
-from consumer.models import FileEntry, Snapshot
-from schemas.operations import ROW_ID_COLUMN
+from ordo.consumer.catalog import Catalog, Timestamp
+from ordo.consumer.models import FileEntry, Snapshot
+from ordo.schemas.operations import ROW_ID_COLUMN
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -126,8 +126,8 @@ def _merge_by_bucket(spark: SparkSession, groups: list[list[FileEntry]], schema:
     core when there are enough groups) and read through the ``ordo_files``
     data source (``consumer.files_source``).
     """
-    from consumer.arrow import FileRef
-    from consumer.files_source import NAME, groups_option, register
+    from ordo.consumer.arrow import FileRef
+    from ordo.consumer.files_source import NAME, groups_option, register
 
     total = sum(f.size_bytes for g in groups for f in g)
     parallelism = max(1, int(spark.sparkContext.defaultParallelism))
@@ -236,8 +236,8 @@ def changes(
     an ``upsert`` per row new or changed, a ``delete`` per key gone (its row before).
     Compaction and clustering never contribute rows. Row order is unspecified.
     """
-    from consumer.arrow import COMPACT_FORM, TableShape, plan_commits
-    from consumer.files_source import NAME, arrow_schema, commits_option, register
+    from ordo.consumer.arrow import COMPACT_FORM, TableShape, plan_commits
+    from ordo.consumer.files_source import NAME, arrow_schema, commits_option, register
 
     cat = _catalog(catalog)
     metadata = cat.table(table).metadata

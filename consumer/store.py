@@ -46,12 +46,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from consumer.errors import repair_hint
-from consumer.models import datetime_to_ms, metadata_to_dict
-from consumer.stores import CatalogStore, Connection, open_store, scalar
-from schemas import CommitDecision, Outcome, TableMetadata
-from schemas.decisionlog import GENESIS_HASH, BrokenLogError, LogHead, already_live, check, not_live
-from schemas.operations import REGISTRY, CatalogEffect, ChangeRows
+from ordo.consumer.errors import repair_hint
+from ordo.consumer.models import datetime_to_ms, metadata_to_dict
+from ordo.consumer.stores import CatalogStore, Connection, open_store, scalar
+from ordo.schemas import CommitDecision, Outcome, TableMetadata
+from ordo.schemas.decisionlog import GENESIS_HASH, BrokenLogError, LogHead, already_live, check, not_live
+from ordo.schemas.operations import REGISTRY, CatalogEffect, ChangeRows
 
 log = logging.getLogger("ordo.consumer.store")
 

@@ -246,7 +246,7 @@ class PostgresStore:
         return True
 
     def connect(self, *, readonly: bool = False) -> Connection:
-        from consumer.errors import CatalogUnavailableError
+        from ordo.consumer.errors import CatalogUnavailableError
 
         url = self.location
         if url.startswith("postgres://"):

@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from arbiter.replay import (
+from ordo.arbiter.replay import (
     DecisionRecord,
     Divergence,
     IntentRecord,
@@ -53,9 +53,18 @@ from arbiter.replay import (
 )
 from ordo.errors import BrokerUnavailableError, OrdoError
 from ordo.keys import reader_trust
+from ordo.schemas import (
+    CodecError,
+    CommitDecision,
+    Outcome,
+    chain_hash,
+    decisions_topic,
+    decode,
+    intents_topic,
+    parse_topic,
+)
+from ordo.schemas.signing import SigningError, Trust, signature_of
 from ordo.settings import Settings
-from schemas import CodecError, CommitDecision, Outcome, chain_hash, decisions_topic, decode, intents_topic, parse_topic
-from schemas.signing import SigningError, Trust, signature_of
 
 EXIT_OK = 0
 EXIT_DIVERGED = 1
@@ -138,7 +147,7 @@ def read_partition(
     topic's single-offset gaps after a record are its transaction markers.
     ``signatures``, when given, receives each record's ``ordo-sig`` header by offset.
     """
-    from kernel.logread import LogReadError, read_to_end
+    from ordo.kernel.logread import LogReadError, read_to_end
 
     parsed = parse_topic(settings.topic_prefix, topic)
     config = settings.kafka_config(

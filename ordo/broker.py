@@ -18,7 +18,7 @@ import threading
 import time
 from types import TracebackType
 
-from kernel.admin import (
+from ordo.kernel.admin import (
     DECISIONS_CONFIG,
     INTENTS_CONFIG,
     RETENTION_CONFIG,
@@ -26,7 +26,7 @@ from kernel.admin import (
     create_topics,
     existing_topics,
 )
-from kernel.errors import BrokerUnavailableError
+from ordo.kernel.errors import BrokerUnavailableError
 
 log = logging.getLogger(__name__)
 

@@ -235,7 +235,7 @@ def arbiter(
     """Run an arbiter: decide every table's intents (of one shard) until Ctrl-C / SIGTERM."""
     from dataclasses import replace
 
-    from arbiter.service import default_group, parse_shard, run_arbiter
+    from ordo.arbiter.service import default_group, parse_shard, run_arbiter
     from ordo.up import check_broker
 
     try:
@@ -300,8 +300,8 @@ def consumer(
     broker_timeout: float,
 ) -> None:
     """Run the consumer: materialize the catalog from the decisions topics and serve reads over HTTP."""
-    from arbiter.service import parse_shard
-    from consumer.service import run_consumer
+    from ordo.arbiter.service import parse_shard
+    from ordo.consumer.service import run_consumer
     from ordo.up import check_broker
 
     settings = settings.with_overrides(catalog=catalog, http_host=http_host, http_port=http_port, consumer_shard=shard)
@@ -321,7 +321,7 @@ def consumer(
     if settings.consumer_group:
         if parse_shard(settings.consumer_shard) != (0, 1):
             raise click.UsageError("--shard and the consumer group (--group / ORDO_CONSUMER_GROUP) exclude each other")
-        from consumer.stores import is_postgres
+        from ordo.consumer.stores import is_postgres
 
         if not is_postgres(settings.catalog):
             raise click.UsageError(
@@ -417,7 +417,7 @@ def cdc(
     """
     import logging
 
-    from consumer.changetopic import ChangeTopicError, run_change_publisher, topic_name
+    from ordo.consumer.changetopic import ChangeTopicError, run_change_publisher, topic_name
     from ordo.up import check_broker
 
     settings = settings.with_overrides(catalog=catalog)
@@ -705,7 +705,7 @@ def keygen(path: str, force: bool, keep: bool, public_copy: str | None) -> None:
     """
     from pathlib import Path
 
-    from schemas.signing import Signer, write_keypair
+    from ordo.schemas.signing import Signer, write_keypair
 
     if keep and not force and os.path.exists(path) and os.path.exists(f"{path}.pub"):
         signer = Signer.from_file(path)
@@ -726,7 +726,7 @@ def config_command(settings: Settings, as_json: bool) -> None:
     """Print the effective settings as ORDO_* variables, secrets hidden (Kafka passwords, catalog URL passwords)."""
     import json
 
-    from kernel.settings import effective_settings
+    from ordo.kernel.settings import effective_settings
 
     values = effective_settings(settings)
     if as_json:

@@ -22,8 +22,8 @@ from ordo.errors import OrdoError
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from consumer.catalog import Catalog
-    from consumer.models import Commit, DecisionRecord
+    from ordo.consumer.catalog import Catalog
+    from ordo.consumer.models import Commit, DecisionRecord
     from ordo.settings import Settings
 
 
@@ -45,7 +45,7 @@ def make_console(stderr: bool = False) -> Console:
 
 def open_catalog(settings: Settings) -> Catalog:
     """The consumer's catalog named by the settings (``ORDO_CATALOG``)."""
-    from consumer.catalog import Catalog
+    from ordo.consumer.catalog import Catalog
 
     return Catalog(settings.catalog)
 
@@ -67,7 +67,7 @@ def parse_timestamp(text: str | None, what: str = "timestamp") -> int | None:
     """A timestamp from the command line (ISO 8601, or epoch milliseconds) as epoch milliseconds."""
     if text is None:
         return None
-    from consumer.catalog import to_millis
+    from ordo.consumer.catalog import to_millis
 
     value = text.strip()
     if value.lstrip("-").isdigit():
@@ -167,8 +167,8 @@ def check_tables_command(settings: Settings, as_json: bool) -> int:
     """``ordo tables --check``: each table's topics against the durability policy; 1 when any can lose history."""
     from confluent_kafka.admin import AdminClient
 
-    from kernel.admin import existing_topics, lossy_findings, topic_policy
-    from schemas import parse_topic
+    from ordo.kernel.admin import existing_topics, lossy_findings, topic_policy
+    from ordo.schemas import parse_topic
 
     admin = AdminClient(settings.kafka_config(**{"client.id": f"{settings.topic_prefix}.check"}))
     policy = topic_policy(admin, settings)
@@ -578,7 +578,7 @@ def vacuum_command(
 
 def repair_command(settings: Settings, table: str, timeout: float, as_json: bool) -> int:
     """``ordo repair TABLE``: re-materialize a table from its decisions log; 0 when it is served again, else 1."""
-    from consumer.repair import repair
+    from ordo.consumer.repair import repair
 
     data = repair(settings, table, timeout)
     if as_json:

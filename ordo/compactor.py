@@ -44,15 +44,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ordo.schemas import Operation
+from ordo.schemas.operations import REWRITING_OPERATIONS
 from ordo.settings import Settings, parse_bool
-from schemas import Operation
-from schemas.operations import REWRITING_OPERATIONS
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from consumer.catalog import Catalog
-    from consumer.models import Commit, FileEntry, Snapshot
+    from ordo.consumer.catalog import Catalog
+    from ordo.consumer.models import Commit, FileEntry, Snapshot
 
 log = logging.getLogger("ordo.compactor")
 
@@ -319,7 +319,7 @@ class Metrics:
     def __init__(self) -> None:
         from prometheus_client import CollectorRegistry, Counter, Gauge
 
-        from kernel.observe import Health, register_build_info
+        from ordo.kernel.observe import Health, register_build_info
 
         self.registry = CollectorRegistry()
         register_build_info(self.registry, "compactor")
@@ -391,7 +391,7 @@ class Compactor:
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        from consumer.catalog import Catalog
+        from ordo.consumer.catalog import Catalog
 
         self.spark = spark
         self.settings = settings
@@ -416,7 +416,7 @@ class Compactor:
         return state
 
     def _table(self, name: str) -> Any:
-        from producer.table import DeltaTable
+        from ordo.producer.table import DeltaTable
 
         handle = self._handles.get(name)
         if handle is None:
@@ -515,7 +515,7 @@ class Compactor:
 
     def run(self, stop: threading.Event, rounds: int | None = None) -> None:
         """Run rounds every ``interval`` seconds until ``stop`` is set (or ``rounds`` ran)."""
-        from consumer.errors import CatalogUnavailableError
+        from ordo.consumer.errors import CatalogUnavailableError
 
         while not stop.is_set():
             try:
@@ -566,7 +566,7 @@ def run_compactor(
     metrics = Metrics()
     server = None
     if metrics_port is not None:
-        from kernel.observe import ObservabilityServer
+        from ordo.kernel.observe import ObservabilityServer
 
         server = ObservabilityServer(metrics.registry, metrics.health, metrics_host, metrics_port).start()
         log.info("compactor metrics at %s/metrics (and /healthz, /readyz)", server.url)
@@ -578,7 +578,7 @@ def run_compactor(
         compactor.run(stop)
     finally:
         compactor.close()
-        from producer.table import close_connections
+        from ordo.producer.table import close_connections
 
         close_connections()
         spark.stop()

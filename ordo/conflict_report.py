@@ -25,9 +25,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from arbiter.policy import REBASE_OF, Policy, Resolution, load_policy
-from schemas import OP_CLASS, OpClass, Operation, Reason, Rebase
-from schemas.operations import LINEAGE_REASONS, MATRIX_FAIL_REASONS
+from ordo.arbiter.policy import REBASE_OF, Policy, Resolution, load_policy
+from ordo.schemas import OP_CLASS, OpClass, Operation, Reason, Rebase
+from ordo.schemas.operations import LINEAGE_REASONS, MATRIX_FAIL_REASONS
 
 LATER_FAILS = Reason.CONFLICT_LATER_FAILS
 # The reasons of a later_fails cell and of the lineage rule: the registry's (schemas.operations).

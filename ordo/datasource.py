@@ -64,12 +64,12 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StringType, StructField, StructType
 
-from consumer.arrow import CHANGE_COLUMNS
+from ordo.consumer.arrow import CHANGE_COLUMNS
 from ordo.errors import OrdoError
+from ordo.schemas.models import ddl_columns as _ddl_columns
+from ordo.schemas.operations import ROW_ID_COLUMN, Reason
+from ordo.schemas.topics import table_identifier
 from ordo.settings import Settings, load_settings, parse_bool
-from schemas.models import ddl_columns as _ddl_columns
-from schemas.operations import ROW_ID_COLUMN, Reason
-from schemas.topics import table_identifier
 
 NAME = "ordo"
 SETTINGS_OPTIONS = {
@@ -270,7 +270,7 @@ class _Table:
     head: int
 
     def layout(self) -> Any:
-        from producer.data import Layout
+        from ordo.producer.data import Layout
 
         return Layout.of(self.name, self.metadata)
 
@@ -297,7 +297,7 @@ class OrdoDataSource(DataSource):
         return load_settings(None, **overrides)
 
     def _table(self) -> _Table:
-        from consumer import Catalog
+        from ordo.consumer import Catalog
 
         opts = self._options()
         name = opts.get("path") or opts.get("table")
@@ -318,7 +318,7 @@ class OrdoDataSource(DataSource):
         return _Table(name, settings, metadata, int(info.head_version))
 
     def _form(self) -> str:
-        from consumer.arrow import check_form
+        from ordo.consumer.arrow import check_form
 
         return check_form(self._options().get(FORM_OPTION, "delta"))
 
@@ -367,8 +367,8 @@ class OrdoDataSource(DataSource):
 
 
 def _shape(table: _Table, schema: StructType) -> Any:
-    from consumer.arrow import TableShape
-    from consumer.files_source import arrow_schema
+    from ordo.consumer.arrow import TableShape
+    from ordo.consumer.files_source import arrow_schema
 
     fields = [f for f in schema.fields if f.name not in CHANGE_COLUMNS]
     if table.metadata.keyless and ROW_ID_COLUMN not in {f.name for f in fields}:
@@ -393,8 +393,8 @@ class SnapshotReader(DataSourceReader):
     (table partition, bucket)."""
 
     def __init__(self, table: _Table, schema: StructType, options: Mapping[str, str]) -> None:
-        from consumer import Catalog
-        from consumer.arrow import FileRef
+        from ordo.consumer import Catalog
+        from ordo.consumer.arrow import FileRef
 
         version, stamp = options.get("versionasof"), options.get("timestampasof")
         if version is not None and stamp is not None:
@@ -424,13 +424,13 @@ class SnapshotReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         """One input partition per (table partition, bucket): merged alone in one task, no shuffle."""
-        from consumer.arrow import merge_groups
+        from ordo.consumer.arrow import merge_groups
 
         parts = [InputPartition(group) for group in merge_groups(self.files, self.shape.partition_columns)]
         return parts or [InputPartition(((), False))]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        from consumer.arrow import live_rows
+        from ordo.consumer.arrow import live_rows
 
         refs, merge = partition.value
         if refs:
@@ -455,8 +455,8 @@ def _partition_text(value: Any) -> str | None:
 
 def _plans(table: _Table, shape: Any, commits: Sequence[Any]) -> list[Any]:
     """One ``CommitChanges`` per commit: its files and the previous files of the groups it touched."""
-    from consumer import Catalog
-    from consumer.arrow import plan_commits
+    from ordo.consumer import Catalog
+    from ordo.consumer.arrow import plan_commits
 
     with Catalog(table.settings.catalog) as catalog:
         return plan_commits(catalog, table.name, commits, shape)
@@ -478,7 +478,7 @@ class _ChangeReading:
     output: StructType
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        from consumer.arrow import change_rows, snapshot_rows
+        from ordo.consumer.arrow import change_rows, snapshot_rows
 
         part = partition.value
         if isinstance(part, _SnapshotPart):
@@ -492,7 +492,7 @@ class ChangeFeedReader(_ChangeReading, DataSourceReader):
     """A batch change feed between ``startingVersion``/``endingVersion`` or the timestamps, bounds inclusive."""
 
     def __init__(self, table: _Table, schema: StructType, options: Mapping[str, str], form: str) -> None:
-        from consumer import Catalog
+        from ordo.consumer import Catalog
 
         self.shape = _shape(table, schema)
         self.output = schema
@@ -584,7 +584,7 @@ class ChangeFeedStreamReader(_ChangeReading, DataSourceStreamReader):
         self.max_bytes = None if text is None else _size(text, "maxBytesPerTrigger")
 
     def _catalog(self) -> Any:
-        from consumer import Catalog
+        from ordo.consumer import Catalog
 
         return Catalog(self.table.settings.catalog)
 
@@ -664,7 +664,7 @@ class ChangeFeedStreamReader(_ChangeReading, DataSourceStreamReader):
             return
         import pyarrow.compute as pc
 
-        from consumer.arrow import change_rows, snapshot_rows
+        from ordo.consumer.arrow import change_rows, snapshot_rows
 
         part = partition.value
         if isinstance(part, _SnapshotPart):
@@ -684,7 +684,7 @@ class ChangeFeedStreamReader(_ChangeReading, DataSourceStreamReader):
         yield from _batches(rows.select(list(self.shape.columns)), self.output)
 
     def _snapshot_parts(self, version: int) -> list[InputPartition]:
-        from consumer.arrow import FileRef, merge_groups
+        from ordo.consumer.arrow import FileRef, merge_groups
 
         with self._catalog() as catalog:
             snapshot = catalog.snapshot(self.table.name, version=version)
@@ -780,8 +780,8 @@ def _idempotent_write(options: Mapping[str, str]) -> tuple[str | None, int | Non
 
 def _check_write_schema(table: _Table, schema: StructType) -> Any:
     """The arrow schema to write (table order); ``SchemaMismatchError`` when the rows' columns differ."""
-    from consumer.files_source import arrow_schema
-    from producer.data import SchemaMismatchError
+    from ordo.consumer.files_source import arrow_schema
+    from ordo.producer.data import SchemaMismatchError
 
     wanted = ddl_columns(table.metadata.user_schema)  # a keyless table's row ids are the writer's
     have = {f.name: f for f in schema.fields}
@@ -803,7 +803,7 @@ class _Writing:
     """The part batch and streaming writers share: task writes and the one intent per write."""
 
     def _setup(self, table: _Table, schema: StructType, options: Mapping[str, str], overwrite: bool) -> None:
-        from schemas import Operation
+        from ordo.schemas import Operation
 
         self.table = table
         self.arrow_schema = _check_write_schema(table, schema)
@@ -834,7 +834,7 @@ class _Writing:
         import pyarrow as pa
         from pyspark import TaskContext
 
-        from producer.arrow import FILES_PER_TASK, conform_batch, write_rows
+        from ordo.producer.arrow import FILES_PER_TASK, conform_batch, write_rows
 
         batches = [conform_batch(pa.Table.from_batches([b]), self.arrow_schema) for b in iterator]
         rows = pa.concat_tables(batches) if batches else self.arrow_schema.empty_table()
@@ -843,7 +843,7 @@ class _Writing:
         batch_id = query_id = None
         if context is not None and self.streaming:
             batch_id = context.getLocalProperty(BATCH_ID_PROPERTY)
-            from producer.streaming import QUERY_ID_PROPERTY  # the query id (kept in the checkpoint)
+            from ordo.producer.streaming import QUERY_ID_PROPERTY  # the query id (kept in the checkpoint)
 
             query_id = context.getLocalProperty(QUERY_ID_PROPERTY)
         txn_id = self._txn_for(batch_id)
@@ -853,21 +853,21 @@ class _Writing:
         return FilesMessage(tuple(f.model_dump_json() for f in files), txn_id, query_id or "")
 
     def _files(self, messages: Sequence[Any]) -> list[Any]:
-        from schemas import DataFile
+        from ordo.schemas import DataFile
 
         return [DataFile.model_validate_json(text) for m in messages if m is not None for text in m.files]
 
     def _abort(self, messages: Sequence[Any]) -> None:
-        from producer.arrow import delete_files
+        from ordo.producer.arrow import delete_files
 
         delete_files(self.layout, [f.path for f in self._files(messages)])
 
     def _publish(self, messages: Sequence[Any], app_id: str | None = None, batch_id: int | None = None) -> Any:
         """Check keys across tasks, publish the one intent, wait for the decision and the catalog (numbered steps)."""
-        from producer.arrow import check_unique, delete_files
-        from producer.connection import shared_connection
-        from producer.results import conflict_error
-        from schemas import CommitIntent, Operation
+        from ordo.producer.arrow import check_unique, delete_files
+        from ordo.producer.connection import shared_connection
+        from ordo.producer.results import conflict_error
+        from ordo.schemas import CommitIntent, Operation
 
         files = self._files(messages)
         # 1. nothing to append is a no-op (nothing is published), and so is an empty dynamic overwrite; an empty

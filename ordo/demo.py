@@ -43,7 +43,7 @@ from ordo.errors import OrdoError
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from producer.table import CommitResult, DeltaTable, Transaction
+    from ordo.producer.table import CommitResult, DeltaTable, Transaction
 
 TABLE = "events"
 SCHEMA = "id BIGINT, kind STRING, amount BIGINT, dt STRING"
@@ -163,7 +163,7 @@ class Demo:
     # ------------------------------------------------------------------ the story
 
     def run(self) -> None:
-        from producer.table import DeltaTable
+        from ordo.producer.table import DeltaTable
 
         n = self.narrator
         n.heading("1. a partitioned table and its first data")
@@ -227,7 +227,7 @@ class Demo:
     def streaming_act(self) -> None:
         from pyspark.sql import functions as F
 
-        from producer.streaming import foreach_batch_committer
+        from ordo.producer.streaming import foreach_batch_committer
 
         t = self.table
         assert t is not None
@@ -295,8 +295,8 @@ class Demo:
         from pyspark.sql import functions as F
 
         from ordo.compactor import table_layout, writer_rejections_by_service
-        from producer.streaming import foreach_batch_committer
-        from producer.table import DeltaTable
+        from ordo.producer.streaming import foreach_batch_committer
+        from ordo.producer.table import DeltaTable
 
         with self.narrator.working(f"creating table {SERVICE_TABLE}"):
             table = DeltaTable.create(

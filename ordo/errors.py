@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kernel.errors import (
+from ordo.kernel.errors import (
     ArbiterFencedError,
     BrokerUnavailableError,
     CodecError,

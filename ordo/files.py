@@ -12,14 +12,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from consumer.arrow import COMPACT_FORM, FileRef, TableShape, filesystem, live_rows, merge_groups, plan_commits
-from consumer.arrow import change_rows as _change_rows
-from consumer.errors import DataFileError
-from schemas.models import ddl_columns
+from ordo.consumer.arrow import COMPACT_FORM, FileRef, TableShape, filesystem, live_rows, merge_groups, plan_commits
+from ordo.consumer.arrow import change_rows as _change_rows
+from ordo.consumer.errors import DataFileError
+from ordo.schemas.models import ddl_columns
 
 if TYPE_CHECKING:
-    from consumer.catalog import Catalog
-    from consumer.models import Commit, Snapshot
+    from ordo.consumer.catalog import Catalog
+    from ordo.consumer.models import Commit, Snapshot
 
 
 def live_row_count(snapshot: Snapshot) -> int:

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from kernel.errors import BrokerUnavailableError, OrdoError
+from ordo.kernel.errors import BrokerUnavailableError, OrdoError
 
 log = logging.getLogger(__name__)
 

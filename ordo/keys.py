@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kernel.keys import (
+from ordo.kernel.keys import (
     EMBEDDED_KEY_NAME,
     arbiter_signer,
     embedded_keys,

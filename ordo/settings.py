@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kernel.settings import (
+from ordo.kernel.settings import (
     DEFAULT_CATALOG,
     DEFAULT_CLIENT_FETCH_WAIT_MS,
     DEFAULT_COMPACTOR_INTERVAL,

@@ -49,10 +49,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from arbiter.core import RETENTION_PROPERTY, restore_retention_ms
+from ordo.arbiter.core import RETENTION_PROPERTY, restore_retention_ms
 from ordo.errors import OrdoError, VersionNotFoundError
 from ordo.files import filesystem
-from schemas.paths import STAGING_DIR
+from ordo.schemas.paths import STAGING_DIR
 
 log = logging.getLogger("ordo.vacuum")
 
@@ -167,7 +167,7 @@ def read_pending_intents(settings: Any, table: str, from_offset: int, timeout: f
     from confluent_kafka.admin import AdminClient
 
     from ordo.broker import existing_topics
-    from schemas import CommitIntent, decode, intents_topic
+    from ordo.schemas import CommitIntent, decode, intents_topic
 
     topic = intents_topic(settings.topic_prefix, table)
     try:

@@ -4,8 +4,8 @@ Importing this package imports neither Kafka nor Spark; clients connect and
 Spark is imported on first use.
 """
 
-from producer.client import ClientClosedError, CommitClient
-from producer.data import (
+from ordo.producer.client import ClientClosedError, CommitClient
+from ordo.producer.data import (
     InvalidOperationError,
     InvalidTableError,
     PartitionValueError,
@@ -13,8 +13,8 @@ from producer.data import (
     SchemaMismatchError,
     WriteRefusedError,
 )
-from producer.streaming import BatchCommitter, foreach_batch_committer
-from producer.table import (
+from ordo.producer.streaming import BatchCommitter, foreach_batch_committer
+from ordo.producer.table import (
     CatalogLagError,
     CommitResult,
     DeltaTable,
@@ -43,3 +43,10 @@ __all__ = [
     "close_connections",
     "foreach_batch_committer",
 ]
+
+if (
+    __name__ == "producer"
+):  # ordo 0.4's path, from a checkout: bound to ordo.producer, with a DeprecationWarning (ordo/_legacy.py)
+    from ordo._legacy import alias
+
+    alias(__name__)

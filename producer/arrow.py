@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from producer.buckets import bucket_array
-from producer.data import (
+from ordo.producer.buckets import bucket_array
+from ordo.producer.data import (
     EXAMPLES,
     OP_COLUMN,
     OP_UPSERT,
@@ -33,9 +33,9 @@ from producer.data import (
     data_file_path,
     key_stats,
 )
-from schemas import DataFile
-from schemas.models import parse_ddl
-from schemas.operations import ROW_ID_COLUMN
+from ordo.schemas import DataFile
+from ordo.schemas.models import parse_ddl
+from ordo.schemas.operations import ROW_ID_COLUMN
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -24,8 +24,8 @@ import hashlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from kernel.errors import OrdoError
-from schemas.buckets import BUCKETS_PROPERTY, MAX_BUCKETS, UNBUCKETED, table_buckets
+from ordo.kernel.errors import OrdoError
+from ordo.schemas.buckets import BUCKETS_PROPERTY, MAX_BUCKETS, UNBUCKETED, table_buckets
 
 if TYPE_CHECKING:
     import pyarrow as pa

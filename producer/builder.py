@@ -23,13 +23,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from producer.data import InvalidOperationError, InvalidTableError
+from ordo.producer.data import InvalidOperationError, InvalidTableError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructField, StructType
 
-    from producer.table import DeltaTable
+    from ordo.producer.table import DeltaTable
 
 PRIMARY_KEY_PROPERTY = "ordo.primaryKey"
 CLUSTER_BY_PROPERTY = "ordo.cluster_by"  # read by the table service (ordo.compactor)
@@ -74,7 +74,7 @@ class DeltaTableBuilder:
         """One column: ``dataType`` a DDL type name (``"BIGINT"``) or a Spark ``DataType``."""
         from pyspark.sql.types import DataType, StructField
 
-        from producer.data import parse_schema
+        from ordo.producer.data import parse_schema
 
         if generatedAlwaysAs is not None:
             raise InvalidTableError(f"column {colName!r}: generated columns are not supported")
@@ -88,7 +88,7 @@ class DeltaTableBuilder:
 
     def addColumns(self, cols: StructType | Sequence[StructField] | str) -> DeltaTableBuilder:
         """Several columns: a StructType, a list of StructFields, or a DDL string (``"id BIGINT, v STRING"``)."""
-        from producer.data import parse_schema
+        from ordo.producer.data import parse_schema
 
         fields = parse_schema(cols).fields if isinstance(cols, str) else list(cols)
         self._fields.extend(fields)
@@ -118,7 +118,7 @@ class DeltaTableBuilder:
         """Create the table (``createIfNotExists``: or open the one that exists) and return its handle."""
         from pyspark.sql.types import StructType
 
-        from producer.table import DeltaTable
+        from ordo.producer.table import DeltaTable
 
         if self._mode in ("replace", "createOrReplace"):
             raise InvalidOperationError(

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-from kernel.admin import (
+from ordo.kernel.admin import (
     DECISIONS_CONFIG,
     INTENTS_CONFIG,
     TopicPolicy,
@@ -45,12 +45,12 @@ from kernel.admin import (
     fetch_waits,
     topic_policy,
 )
-from kernel.errors import BrokerUnavailableError, CommitTimeoutError, OrdoError, TableNotFoundError
-from kernel.logread import GapChecker, GapStats, read_to_end, warm_metadata
-from kernel.settings import Settings, load_settings
-from schemas import CommitDecision, CommitIntent, Operation, decisions_topic, decode, encode, intents_topic
-from schemas.signing import GENESIS_HASH as GENESIS
-from schemas.signing import ChainVerifier, Trust, signature_of
+from ordo.kernel.errors import BrokerUnavailableError, CommitTimeoutError, OrdoError, TableNotFoundError
+from ordo.kernel.logread import GapChecker, GapStats, read_to_end, warm_metadata
+from ordo.kernel.settings import Settings, load_settings
+from ordo.schemas import CommitDecision, CommitIntent, Operation, decisions_topic, decode, encode, intents_topic
+from ordo.schemas.signing import GENESIS_HASH as GENESIS
+from ordo.schemas.signing import ChainVerifier, Trust, signature_of
 
 log = logging.getLogger("ordo.producer")
 
@@ -501,7 +501,7 @@ class CommitClient:
         The history, in log order: a tool's and a test's view of it. Only decisions a trusted
         signature vouches for are returned (``schemas.signing``); refused records are logged.
         """
-        from kernel.logread import LogReadError
+        from ordo.kernel.logread import LogReadError
 
         with self._lock:
             self._check_open()
@@ -642,7 +642,7 @@ class CommitClient:
     def _reader_trust(self) -> Trust:
         """The keys a decision must be signed with (``ORDO_TRUSTED_KEYS``), loaded once."""
         if self._trust is None:
-            from kernel.keys import reader_trust
+            from ordo.kernel.keys import reader_trust
 
             self._trust = reader_trust(self.settings)
         return self._trust

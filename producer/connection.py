@@ -12,12 +12,12 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from kernel.settings import Settings, load_settings
+from ordo.kernel.settings import Settings, load_settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from producer.client import CommitClient
+    from ordo.producer.client import CommitClient
 
 log = logging.getLogger("ordo.producer")
 
@@ -35,7 +35,7 @@ class Connection:
     def client(self) -> CommitClient:
         with self._lock:
             if self._client is None:
-                from producer.client import CommitClient
+                from ordo.producer.client import CommitClient
 
                 self._client = CommitClient(settings=self.settings)
             return self._client
@@ -44,7 +44,7 @@ class Connection:
     def catalog(self) -> Any:
         with self._lock:
             if self._catalog is None:
-                from consumer import Catalog
+                from ordo.consumer import Catalog
 
                 self._catalog = Catalog(self.settings.catalog)
             return self._catalog

@@ -34,9 +34,9 @@ from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from kernel.errors import OrdoError
-from schemas import DataFile, TableMetadata
-from schemas.operations import (
+from ordo.kernel.errors import OrdoError
+from ordo.schemas import DataFile, TableMetadata
+from ordo.schemas.operations import (
     OP_COLUMN,
     OP_DELETE,
     OP_UPSERT,
@@ -46,7 +46,7 @@ from schemas.operations import (
     SEQ_COLUMN,
     is_keyless,
 )
-from schemas.paths import STAGING_DIR, data_file_path
+from ordo.schemas.paths import STAGING_DIR, data_file_path
 
 if TYPE_CHECKING:
     from pyarrow.fs import FileSystem
@@ -119,7 +119,7 @@ class Layout:
     @property
     def buckets(self) -> int:
         """Buckets per partition (``ordo.buckets``; 1 for a table without the property)."""
-        from producer.buckets import table_buckets
+        from ordo.producer.buckets import table_buckets
 
         return table_buckets(self.properties)
 
@@ -703,7 +703,7 @@ class FileWriter:
         for name, column in zip(hidden, layout.partition_columns, strict=True):
             df = df.withColumn(name, F.col(f"`{column}`").cast("string"))
         if layout.buckets > 1:
-            from producer.buckets import bucket_column
+            from ordo.producer.buckets import bucket_column
 
             df = df.withColumn(BUCKET_COLUMN, bucket_column(layout.schema(), layout.primary_key, layout.buckets))
             hidden = [*hidden, BUCKET_COLUMN]  # one output file per (partition, bucket) at least

@@ -25,14 +25,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from producer.data import InvalidOperationError
-from schemas import Operation
-from schemas.operations import ROW_ID_COLUMN
+from ordo.producer.data import InvalidOperationError
+from ordo.schemas import Operation
+from ordo.schemas.operations import ROW_ID_COLUMN
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-    from producer.table import CommitResult, DeltaTable
+    from ordo.producer.table import CommitResult, DeltaTable
 
 log = logging.getLogger("ordo.producer")
 
@@ -171,7 +171,7 @@ def _expr(value: Any) -> Column:
 def _stage_merge(txn: Any, merge: MergeBuilder) -> dict[str, int]:
     from pyspark.sql import functions as F
 
-    from producer.data import conform, delete_records, upsert_records, with_row_ids
+    from ordo.producer.data import conform, delete_records, upsert_records, with_row_ids
 
     table = merge.table
     layout = table.layout
@@ -291,7 +291,7 @@ class OptimizeBuilder:
     def where(self, condition: str) -> OptimizeBuilder:
         """Restrict to one partition: the condition (a predicate on partition columns) must match exactly one
         partition of the table's current snapshot."""
-        from producer.scope import condition_scope
+        from ordo.producer.scope import condition_scope
 
         table = self.table
         columns = table.partition_columns
@@ -358,7 +358,7 @@ def history_rows(records: Sequence[Any]) -> list[tuple[Any, ...]]:
     """
     import json
 
-    from schemas.operations import REGISTRY, Operation
+    from ordo.schemas.operations import REGISTRY, Operation
 
     rows = []
     for d in records:

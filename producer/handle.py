@@ -12,26 +12,26 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Self
 
-from kernel.settings import Settings
-from producer.connection import (
+from ordo.kernel.settings import Settings
+from ordo.producer.connection import (
     has_scheme,
     register_source,
     resolve_settings,
     shared_connection,
     writer_identity,
 )
-from producer.data import InvalidOperationError, InvalidTableError, Layout
-from producer.results import CatalogLagError, CommitResult, TableExistsError, conflict_error
-from producer.transaction import Transaction
-from schemas import CommitIntent, Operation, TableMetadata, validate_table_name
-from schemas.operations import ROW_ID_COLUMN, ROW_ID_DDL, ROW_ID_KEY
-from schemas.topics import table_identifier
+from ordo.producer.data import InvalidOperationError, InvalidTableError, Layout
+from ordo.producer.results import CatalogLagError, CommitResult, TableExistsError, conflict_error
+from ordo.producer.transaction import Transaction
+from ordo.schemas import CommitIntent, Operation, TableMetadata, validate_table_name
+from ordo.schemas.operations import ROW_ID_COLUMN, ROW_ID_DDL, ROW_ID_KEY
+from ordo.schemas.topics import table_identifier
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
-    from producer.client import CommitClient
+    from ordo.producer.client import CommitClient
 
 DEFAULT_COMMIT_TIMEOUT = 60.0
 DEFAULT_CATALOG_TIMEOUT = 60.0
@@ -51,8 +51,8 @@ def table_metadata(
 
     Raises ``InvalidTableError`` for a definition that cannot be a table.
     """
-    from producer.buckets import BUCKETS_PROPERTY, BucketError, choose_buckets
-    from producer.data import check_definition, parse_schema, schema_to_ddl
+    from ordo.producer.buckets import BUCKETS_PROPERTY, BucketError, choose_buckets
+    from ordo.producer.data import check_definition, parse_schema, schema_to_ddl
 
     validate_table_name(name)
     spark_schema = parse_schema(schema) if isinstance(schema, str) else schema
@@ -96,7 +96,7 @@ def altered_metadata(
 
     Raises ``InvalidOperationError`` when nothing would change, ``InvalidTableError`` for a bad definition.
     """
-    from producer.data import check_definition, parse_schema, schema_to_ddl
+    from ordo.producer.data import check_definition, parse_schema, schema_to_ddl
 
     schema = current.schema
     if add_columns is not None:
@@ -281,7 +281,7 @@ class TableHandle:
     @classmethod
     def forPath(cls, spark: SparkSession, location: str, **options: Any) -> Self:
         """The table whose data lives at ``location`` (``TableNotFoundError`` if no table does)."""
-        from consumer.errors import TableNotFoundError
+        from ordo.consumer.errors import TableNotFoundError
 
         resolved = resolve_settings(
             options.pop("settings", None),
@@ -296,7 +296,7 @@ class TableHandle:
     @classmethod
     def exists(cls, spark: SparkSession, name: str, **options: Any) -> bool:
         """True when the catalog knows table ``name``."""
-        from consumer.errors import TableNotFoundError
+        from ordo.consumer.errors import TableNotFoundError
 
         resolved = resolve_settings(
             options.pop("settings", None),
@@ -344,7 +344,7 @@ class TableHandle:
 
     @staticmethod
     def _builder(spark: SparkSession, mode: str, schema: Any, primary_key: Any, **connection: Any) -> Any:
-        from producer.builder import DeltaTableBuilder
+        from ordo.producer.builder import DeltaTableBuilder
 
         if schema is not None or primary_key is not None:
             raise InvalidTableError("the builder takes no schema= or primary_key=: name the table first")

@@ -26,18 +26,18 @@ from collections.abc import Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
-from kernel.errors import CommitTimeoutError
-from producer.data import InvalidOperationError
-from producer.results import CONFLICT_LATER_FAILS, CommitResult, TransactionStateError, conflict_error
-from schemas import CommitDecision, CommitIntent, DataFile, Operation
-from schemas.models import MAX_FILES_PER_INTENT
-from schemas.operations import ROW_ID_COLUMN
+from ordo.kernel.errors import CommitTimeoutError
+from ordo.producer.data import InvalidOperationError
+from ordo.producer.results import CONFLICT_LATER_FAILS, CommitResult, TransactionStateError, conflict_error
+from ordo.schemas import CommitDecision, CommitIntent, DataFile, Operation
+from ordo.schemas.models import MAX_FILES_PER_INTENT
+from ordo.schemas.operations import ROW_ID_COLUMN
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from producer.data import FileWriter
-    from producer.handle import TableHandle
+    from ordo.producer.data import FileWriter
+    from ordo.producer.handle import TableHandle
 
 log = logging.getLogger("ordo.producer")
 
@@ -127,13 +127,13 @@ class Lifecycle:
 
     def _user_rows(self, df: DataFrame) -> DataFrame:
         """``df`` conformed to the table as users write it, with new row ids for a keyless table."""
-        from producer.data import conform, with_row_ids
+        from ordo.producer.data import conform, with_row_ids
 
         layout = self.table.layout
         return with_row_ids(conform(df, layout.user_schema()), layout, self.row_id_prefix())
 
     def _file_writer(self) -> FileWriter:
-        from producer.data import FileWriter
+        from ordo.producer.data import FileWriter
 
         if self._writer is None:
             self._writer = FileWriter(self.table.spark, self.table.layout, self.txn_id)
@@ -169,7 +169,7 @@ class Lifecycle:
         self.timings[phase] = self.timings.get(phase, 0.0) + seconds
 
     def _validate(self, rows: DataFrame, static: Mapping[str, str] | None = None, *, keys: bool | None = None) -> None:
-        from producer.data import validate_records
+        from ordo.producer.data import validate_records
 
         started = time.perf_counter()
         validate_records(rows, self.table.layout, static, keys=keys)
@@ -178,7 +178,7 @@ class Lifecycle:
         self._time("validate", seconds)
 
     def _static(self, partition: Mapping[str, Any] | None) -> dict[str, str] | None:
-        from producer.data import canonical_partition
+        from ordo.producer.data import canonical_partition
 
         if partition is None:
             return None
@@ -209,7 +209,7 @@ class Lifecycle:
 
     def _read_in(self, partitions: Sequence[Mapping[str, str]] | None) -> DataFrame:
         """The pinned snapshot, only the files of ``partitions`` (canonical) when given."""
-        from consumer.spark import read_snapshot
+        from ordo.consumer.spark import read_snapshot
 
         snapshot = self.pinned_snapshot()
         if partitions is not None:

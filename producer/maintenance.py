@@ -5,14 +5,14 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from producer.data import InvalidOperationError
-from schemas import CommitIntent, DataFile, Operation
-from schemas.models import MAX_FILES_PER_INTENT
+from ordo.producer.data import InvalidOperationError
+from ordo.schemas import CommitIntent, DataFile, Operation
+from ordo.schemas.models import MAX_FILES_PER_INTENT
 
 if TYPE_CHECKING:
-    from producer.handle import TableHandle
-    from producer.results import CommitResult
-    from producer.table import DeltaTable
+    from ordo.producer.handle import TableHandle
+    from ordo.producer.results import CommitResult
+    from ordo.producer.table import DeltaTable
 
 DEFAULT_RETENTION_HOURS = 168.0  # Delta's vacuum default and safety floor
 RETENTION_CHECK_CONF = "spark.databricks.delta.retentionDurationCheck.enabled"

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from kernel.errors import CommitConflictError, OrdoError
-from schemas import CommitDecision, DataFile, Operation, Reason, Rebase
+from ordo.kernel.errors import CommitConflictError, OrdoError
+from ordo.schemas import CommitDecision, DataFile, Operation, Reason, Rebase
 
 CONFLICT_LATER_FAILS = Reason.CONFLICT_LATER_FAILS
 TABLE_EXISTS = Reason.TABLE_EXISTS

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-    from producer.data import Layout
+    from ordo.producer.data import Layout
 
 log = logging.getLogger("ordo.producer")
 
@@ -134,7 +134,7 @@ def condition_scope(
     """
     from pyspark.sql import functions as F
 
-    from producer.data import canonical_values
+    from ordo.producer.data import canonical_values
 
     columns = tuple(layout.partition_columns)
     if condition is None or not columns:

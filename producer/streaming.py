@@ -28,9 +28,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from kernel.errors import CommitConflictError
-from producer.results import BATCH_ALREADY_COMMITTED, CommitResult
-from producer.table import DeltaTable
+from ordo.kernel.errors import CommitConflictError
+from ordo.producer.results import BATCH_ALREADY_COMMITTED, CommitResult
+from ordo.producer.table import DeltaTable
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

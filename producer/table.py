@@ -24,9 +24,9 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from kernel.errors import CommitConflictError
-from producer.connection import close_connections
-from producer.data import (
+from ordo.kernel.errors import CommitConflictError
+from ordo.producer.connection import close_connections
+from ordo.producer.data import (
     InvalidOperationError,
     InvalidTableError,
     PartitionValueError,
@@ -34,17 +34,17 @@ from producer.data import (
     SchemaMismatchError,
     WriteRefusedError,
 )
-from producer.handle import TableHandle, altered_metadata
-from producer.maintenance import DEFAULT_RETENTION_HOURS, restore, vacuum
-from producer.results import (
+from ordo.producer.handle import TableHandle, altered_metadata
+from ordo.producer.maintenance import DEFAULT_RETENTION_HOURS, restore, vacuum
+from ordo.producer.results import (
     CatalogLagError,
     CommitResult,
     TableExistsError,
     TransactionStateError,
     conflict_error,
 )
-from producer.transaction import Transaction
-from schemas import CommitIntent, Operation
+from ordo.producer.transaction import Transaction
+from ordo.schemas import CommitIntent, Operation
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -196,7 +196,7 @@ class DeltaTable(TableHandle):
     ) -> list[dict[str, str]] | None:
         """The partitions of ``txn``'s snapshot ``condition`` can match (``producer.scope``); None when
         ``partition`` is given, or (logged once) for the whole table."""
-        from producer.delta import log_whole_table
+        from ordo.producer.delta import log_whole_table
 
         if partition is not None:
             return None
@@ -218,7 +218,7 @@ class DeltaTable(TableHandle):
         ``.whenNotMatchedBySourceUpdate``, ``.whenNotMatchedBySourceDelete``, then ``.execute()`` (one UPDATE
         transaction; Delta's metrics; see producer/delta.py). Names: ``alias()``'s (else ``target``) and the
         source's own alias (else ``source``)."""
-        from producer.delta import MergeBuilder, alias_of
+        from ordo.producer.delta import MergeBuilder, alias_of
 
         return MergeBuilder(
             self, source, condition, source_alias=alias_of(source) or "source", target_alias=self._alias or "target"
@@ -227,7 +227,7 @@ class DeltaTable(TableHandle):
     def optimize(self) -> Any:
         """Delta's OPTIMIZE builder: ``.where(partition)``, ``.executeCompaction()`` (MAJOR COMPACT) or
         ``.executeZOrderBy(cols)`` (CLUSTER BY)."""
-        from producer.delta import OptimizeBuilder
+        from ordo.producer.delta import OptimizeBuilder
 
         return OptimizeBuilder(self)
 
@@ -282,7 +282,7 @@ class DeltaTable(TableHandle):
     def read(self, version: int | None = None, timestamp: datetime | str | None = None) -> DataFrame:
         """The table as a DataFrame at the head, an ID ``version`` or a ``timestamp`` (time travel): merge-on-read,
         each (partition, bucket) in one task (no shuffle)."""
-        from consumer.spark import read
+        from ordo.consumer.spark import read
 
         return read(self.spark, self.name, version=version, timestamp=timestamp, catalog=self._conn.catalog)
 
@@ -299,7 +299,7 @@ class DeltaTable(TableHandle):
         ``update_preimage``, ``update_postimage``, ``delete`` with full rows (what ``format("ordo")`` gives).
         Both add ``_commit_version`` and ``_commit_timestamp``.
         """
-        from consumer.arrow import DELTA_FORM, check_form
+        from ordo.consumer.arrow import DELTA_FORM, check_form
 
         if check_form(form) == DELTA_FORM:
             from ordo.datasource import settings_options
@@ -317,7 +317,7 @@ class DeltaTable(TableHandle):
             else:
                 raise ValueError(f"by must be 'id' or 'time', not {by!r}")
             return reader.load(self.name)
-        from consumer.spark import changes
+        from ordo.consumer.spark import changes
 
         return changes(self.spark, self.name, start, end, by=by, catalog=self._conn.catalog)
 
@@ -328,7 +328,7 @@ class DeltaTable(TableHandle):
         Only accepted commits unless ``include_rejected`` (their ``version`` is null). ``decisions()`` gives
         the records themselves.
         """
-        from producer.delta import HISTORY_SCHEMA, history_rows
+        from ordo.producer.delta import HISTORY_SCHEMA, history_rows
 
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
             raise InvalidOperationError(f"history(limit): a positive number of commits, not {limit!r}")

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from producer.data import InvalidOperationError, PartitionValueError
-from producer.lifecycle import Lifecycle
-from schemas import Operation
+from ordo.producer.data import InvalidOperationError, PartitionValueError
+from ordo.producer.lifecycle import Lifecycle
+from ordo.schemas import Operation
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -36,7 +36,7 @@ class Transaction(Lifecycle):
 
     def insert_into(self, df: DataFrame) -> Transaction:
         """Stage INSERT INTO: the rows become upsert records. Scope: the partitions written."""
-        from producer.data import upsert_records
+        from ordo.producer.data import upsert_records
 
         with self._stage(Operation.INSERT_INTO):
             rows = self._user_rows(df)
@@ -55,7 +55,7 @@ class Transaction(Lifecycle):
         ``whole_table=True`` replaces every partition of a partitioned table,
         also those ``df`` has no row in (an empty ``df`` empties the table).
         """
-        from producer.data import upsert_records, with_static_partition
+        from ordo.producer.data import upsert_records, with_static_partition
 
         layout = self.table.layout
         if whole_table and partition is not None:
@@ -94,7 +94,7 @@ class Transaction(Lifecycle):
         files are read) when given, else the whole table (the condition read
         every partition).
         """
-        from producer.data import filtered, update_records
+        from ordo.producer.data import filtered, update_records
 
         layout = self.table.layout
         with self._stage(Operation.UPDATE):
@@ -111,7 +111,7 @@ class Transaction(Lifecycle):
         partitions: Sequence[Mapping[str, Any]] | None = None,
     ) -> Transaction:
         """Stage DELETE: delete records for the keys matching ``where`` in the pinned snapshot (scope as UPDATE's)."""
-        from producer.data import delete_records, filtered
+        from ordo.producer.data import delete_records, filtered
 
         layout = self.table.layout
         with self._stage(Operation.DELETE):
@@ -128,7 +128,7 @@ class Transaction(Lifecycle):
         if partitions is None:
             static = self._static(partition)
             return static, None if static is None else [static]
-        from producer.data import canonical_values
+        from ordo.producer.data import canonical_values
 
         layout = self.table.layout
         columns = layout.partition_columns
@@ -158,7 +158,7 @@ class Transaction(Lifecycle):
     ) -> list[dict[str, str]] | None:
         """The partitions of the pinned snapshot (and those it names by equality) whose rows ``condition`` can
         match, canonical, or None for the whole table: from Spark's analysis of it (``producer.scope``)."""
-        from producer.scope import condition_scope
+        from ordo.producer.scope import condition_scope
 
         columns = self.table.layout.partition_columns
         partitions = {tuple(f.partition.get(c, "") for c in columns) for f in self.pinned_snapshot().files}
@@ -224,7 +224,7 @@ class Transaction(Lifecycle):
         bucket: int | None = None,
         files: Sequence[str] | None = None,
     ) -> Transaction:
-        from producer.data import read_files, rewrite_records, target_file_count
+        from ordo.producer.data import read_files, rewrite_records, target_file_count
 
         layout = self.table.layout
         static = self._static(partition)

@@ -3,9 +3,9 @@
 Imports no other package of ours; every other package may import it.
 """
 
-from schemas.codec import Codec, chain_hash, decode, encode
-from schemas.errors import CodecError, InvalidNameError, OrdoError, UnknownSchemaError
-from schemas.models import (
+from ordo.schemas.codec import Codec, chain_hash, decode, encode
+from ordo.schemas.errors import CodecError, InvalidNameError, OrdoError, UnknownSchemaError
+from ordo.schemas.models import (
     CommitDecision,
     CommitIntent,
     DataFile,
@@ -13,8 +13,8 @@ from schemas.models import (
     Rebase,
     TableMetadata,
 )
-from schemas.operations import OP_CLASS, TRAITS, OpClass, Operation, OperationTraits, Reason
-from schemas.topics import (
+from ordo.schemas.operations import OP_CLASS, TRAITS, OpClass, Operation, OperationTraits, Reason
+from ordo.schemas.topics import (
     decisions_pattern,
     decisions_topic,
     intents_pattern,
@@ -51,3 +51,10 @@ __all__ = [
     "parse_topic",
     "validate_table_name",
 ]
+
+if (
+    __name__ == "schemas"
+):  # ordo 0.4's path, from a checkout: bound to ordo.schemas, with a DeprecationWarning (ordo/_legacy.py)
+    from ordo._legacy import alias
+
+    alias(__name__)

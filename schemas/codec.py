@@ -46,8 +46,8 @@ import fastavro
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 from pydantic import BaseModel, ValidationError
 
-from schemas.errors import CodecError, UnknownSchemaError
-from schemas.history import (
+from ordo.schemas.errors import CodecError, UnknownSchemaError
+from ordo.schemas.history import (
     AVRO_DIR,
     current_schema,
     inline_references,
@@ -55,7 +55,7 @@ from schemas.history import (
     schema_fingerprint,
     wire_fingerprint,
 )
-from schemas.models import (
+from ordo.schemas.models import (
     MAX_BUCKET,
     MAX_FILES_PER_INTENT,
     MAX_ID_LENGTH,
@@ -72,7 +72,7 @@ from schemas.models import (
     datetime_to_millis,
     millis_to_datetime,
 )
-from schemas.topics import TABLE_NAME_PATTERN
+from ordo.schemas.topics import TABLE_NAME_PATTERN
 
 MAGIC = b"\xc3\x01"
 HEADER_LEN = 10

@@ -43,10 +43,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from schemas.codec import chain_hash, decode
-from schemas.errors import CodecError, OrdoError
-from schemas.models import CommitDecision, Outcome, TableMetadata, datetime_to_millis
-from schemas.operations import REGISTRY, Check
+from ordo.schemas.codec import chain_hash, decode
+from ordo.schemas.errors import CodecError, OrdoError
+from ordo.schemas.models import CommitDecision, Outcome, TableMetadata, datetime_to_millis
+from ordo.schemas.operations import REGISTRY, Check
 
 GENESIS_HASH = bytes(32)  # the prev_hash of a table's first decision
 

@@ -17,8 +17,8 @@ from typing import Annotated, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from schemas.operations import ROW_ID_COLUMN, TRAITS, Operation, is_keyless
-from schemas.topics import validate_table_name
+from ordo.schemas.operations import ROW_ID_COLUMN, TRAITS, Operation, is_keyless
+from ordo.schemas.topics import validate_table_name
 
 # Limits on what one intent may carry. They bound the arbiter's work per record;
 # larger commits belong in a manifest file (see docs/architecture.md).

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from schemas.history import add_release, released_schemas, wire_fingerprint
+from ordo.schemas.history import add_release, released_schemas, wire_fingerprint
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from schemas.decisionlog import GENESIS_HASH
-from schemas.errors import SigningError
+from ordo.schemas.decisionlog import GENESIS_HASH
+from ordo.schemas.errors import SigningError
 
 SIGNATURE_HEADER = "ordo-sig"
 DOMAIN = b"ordo-decision-v1\0"
@@ -231,8 +231,8 @@ def signature_of(headers: Any) -> bytes | None:
 
 
 def _current_decision_header() -> bytes:
-    from schemas.codec import DEFAULT_CODEC
-    from schemas.models import CommitDecision
+    from ordo.schemas.codec import DEFAULT_CODEC
+    from ordo.schemas.models import CommitDecision
 
     return bytes(DEFAULT_CODEC.header_of(CommitDecision))
 
@@ -253,8 +253,8 @@ def prev_hash_of(record: bytes) -> bytes | None:
         _DECISION_HEADER = _current_decision_header()
     if len(record) > 44 and record[:10] == _DECISION_HEADER and record[-34:-32] == b"\x02\x40":
         return bytes(record[-32:])
-    from schemas.codec import decode
-    from schemas.models import CommitDecision
+    from ordo.schemas.codec import decode
+    from ordo.schemas.models import CommitDecision
 
     try:
         event = decode(record)

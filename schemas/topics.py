@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from schemas.errors import InvalidNameError
+from ordo.schemas.errors import InvalidNameError
 
 TABLE_NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,127}")
 PREFIX_PATTERN = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")

@@ -296,7 +296,7 @@ def arbiter(processes: ProcessGroup, settings: Settings) -> Callable[..., Manage
 @pytest.fixture
 def commit_client(settings: Settings) -> Iterator[Any]:
     """A ``CommitClient`` for this test's settings."""
-    from producer import CommitClient
+    from ordo.producer import CommitClient
 
     client = CommitClient(settings=settings)
     try:

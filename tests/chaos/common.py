@@ -6,10 +6,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from arbiter.replay import DecisionRecord, IntentRecord
+from ordo.arbiter.replay import DecisionRecord, IntentRecord
 from ordo.audit import audit, read_partition
-from ordo.settings import Settings
-from schemas import (
+from ordo.schemas import (
     CommitDecision,
     CommitIntent,
     DataFile,
@@ -20,6 +19,7 @@ from schemas import (
     decode,
     intents_topic,
 )
+from ordo.settings import Settings
 
 
 def create_intent(table: str, location: str | None = None) -> CommitIntent:

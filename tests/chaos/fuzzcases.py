@@ -23,9 +23,9 @@ from typing import Any
 
 import fastavro
 
-from arbiter.core import Reason
-from schemas import CommitDecision, CommitIntent, DataFile, Operation, Outcome, encode
-from schemas.codec import DEFAULT_CODEC
+from ordo.arbiter.core import Reason
+from ordo.schemas import CommitDecision, CommitIntent, DataFile, Operation, Outcome, encode
+from ordo.schemas.codec import DEFAULT_CODEC
 
 ANY = None  # any rejection reason (or, for "mutated", any decision)
 

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from ordo.producer import CommitClient
+from ordo.schemas import CommitDecision, CommitIntent
 from ordo.settings import Settings
 from ordo.stack import ARBITER_READY, ManagedProcess, ProcessError, wait_arbiter_ready
-from producer import CommitClient
-from schemas import CommitDecision, CommitIntent
 from tests.fencing import take_over
 
 from . import figures

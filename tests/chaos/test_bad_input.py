@@ -25,11 +25,11 @@ from pathlib import Path
 
 import pytest
 
-from arbiter.core import Reason
+from ordo.arbiter.core import Reason
+from ordo.producer import CommitClient
+from ordo.schemas import CommitDecision, Outcome, intents_topic
 from ordo.settings import Settings
 from ordo.stack import ManagedProcess
-from producer import CommitClient
-from schemas import CommitDecision, Outcome, intents_topic
 
 from . import figures
 from .common import check_exactly_once, create_intent, first_decisions, insert_intent, read_logs, wait_until

@@ -21,12 +21,12 @@ from typing import Any
 
 import pytest
 
-from consumer import Catalog
+from ordo.consumer import Catalog
 from ordo.errors import BrokerUnavailableError, CommitTimeoutError
+from ordo.producer import CommitClient
+from ordo.schemas import CommitDecision, CommitIntent
 from ordo.settings import Settings
 from ordo.stack import ProcessGroup
-from producer import CommitClient
-from schemas import CommitDecision, CommitIntent
 
 from . import figures
 from .common import check_exactly_once, create_intent, insert_intent, read_logs, wait_until

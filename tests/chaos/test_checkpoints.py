@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from arbiter.checkpoint import checkpoint_path, read_checkpoint, states_equal, write_checkpoint
-from arbiter.core import apply, evaluate_record, new_state, rebuild
-from arbiter.service import ArbiterService
+from ordo.arbiter.checkpoint import checkpoint_path, read_checkpoint, states_equal, write_checkpoint
+from ordo.arbiter.core import apply, evaluate_record, new_state, rebuild
+from ordo.arbiter.service import ArbiterService
+from ordo.producer import CommitClient
+from ordo.schemas import encode
 from ordo.settings import Settings
-from producer import CommitClient
-from schemas import encode
 
 from . import figures
 from .common import check_exactly_once, create_intent, insert_intent, read_logs

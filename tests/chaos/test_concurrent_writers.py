@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
+from ordo.producer import CommitClient
 from ordo.settings import Settings
 from ordo.stack import ProcessGroup
-from producer import CommitClient
 
 from . import figures
 from .common import check_exactly_once, create_intent, insert_intent, read_logs

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from consumer import Catalog, CatalogUnavailableError
+from ordo.consumer import Catalog, CatalogUnavailableError
+from ordo.producer import CommitClient
 from ordo.settings import Settings
-from producer import CommitClient
 
 from ..integration.conftest import ConsumerProcess
 from ..integration.test_consumer import commit_history, dump

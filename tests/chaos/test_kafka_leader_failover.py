@@ -37,13 +37,13 @@ from typing import Any
 
 import pytest
 
-from consumer import Catalog
-from kernel.keys import embedded_keys
+from ordo.consumer import Catalog
 from ordo.kafka import KafkaCluster, active_controller, wait_in_sync
+from ordo.kernel.keys import embedded_keys
+from ordo.producer import CommitClient
+from ordo.schemas import decisions_topic, intents_topic
 from ordo.settings import Settings
 from ordo.stack import ProcessGroup
-from producer import CommitClient
-from schemas import decisions_topic, intents_topic
 
 from ..conftest import selected_brokers
 from ..integration.test_consumer import dump

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from consumer import Catalog
-from consumer.http import create_app
-from consumer.store import CatalogWriter
+from ordo.consumer import Catalog
+from ordo.consumer.http import create_app
+from ordo.consumer.store import CatalogWriter
 from ordo.settings import Settings, load_settings
 from ordo.stack import ProcessGroup, ordo_args
 

@@ -32,12 +32,10 @@ from pathlib import Path
 
 import pytest
 
-from arbiter.core import apply, evaluate_record, new_state
+from ordo.arbiter.core import apply, evaluate_record, new_state
 from ordo.audit import read_partition
-from ordo.settings import Settings
-from ordo.stack import ManagedProcess, ordo_args, settings_env
-from producer import CommitClient
-from schemas import (
+from ordo.producer import CommitClient
+from ordo.schemas import (
     CommitDecision,
     DataFile,
     Operation,
@@ -49,7 +47,9 @@ from schemas import (
     encode,
     intents_topic,
 )
-from schemas.signing import SIGNATURE_HEADER, Signer
+from ordo.schemas.signing import SIGNATURE_HEADER, Signer
+from ordo.settings import Settings
+from ordo.stack import ManagedProcess, ordo_args, settings_env
 
 from ..integration.conftest import ConsumerProcess
 from ..unit.test_catalog_model import IntentSource, LiveModel

@@ -28,7 +28,7 @@ def main(bootstrap: str, topic: str, catalog: str, table: str, out: str) -> None
     from pyspark.sql import functions as F
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-    from consumer.spark import read
+    from ordo.consumer.spark import read
     from ordo.spark import register
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -55,7 +55,7 @@ def start_consumer(group: ProcessGroup, settings: Settings) -> ManagedProcess:
 @pytest.fixture(scope="module")
 def writer_stack(make_settings: Callable[..., Settings], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """An arbiter and a consumer on a fresh prefix for this module; stopped (and their clients closed) at the end."""
-    from producer.table import close_connections
+    from ordo.producer.table import close_connections
 
     settings = make_settings()
     group = ProcessGroup(log_dir=tmp_path_factory.mktemp("writer-logs"))

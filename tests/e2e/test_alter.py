@@ -10,7 +10,7 @@ import pytest
 from ordo.datasource import settings_options
 from ordo.errors import CommitConflictError
 from ordo.files import change_rows
-from producer.table import DeltaTable
+from ordo.producer.table import DeltaTable
 from tests.e2e.stack import writer_stack  # noqa: F401
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]

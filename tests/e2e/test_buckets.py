@@ -13,8 +13,8 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from producer.buckets import bucket_array, bucket_column
-from producer.table import DeltaTable, InvalidOperationError
+from ordo.producer.buckets import bucket_array, bucket_column
+from ordo.producer.table import DeltaTable, InvalidOperationError
 from tests.e2e.stack import writer_stack  # noqa: F401
 
 from ..unit.test_buckets import VECTORS

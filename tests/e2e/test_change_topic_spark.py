@@ -27,11 +27,11 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from consumer import Catalog
-from consumer.changetopic import topic_name
+from ordo.consumer import Catalog
+from ordo.consumer.changetopic import topic_name
+from ordo.producer import CommitClient
 from ordo.settings import Settings
 from ordo.stack import ProcessGroup
-from producer import CommitClient
 
 from ..integration.changes_model import TableWriter, read_change_topic
 

@@ -19,8 +19,8 @@ import pytest
 
 from ordo.compactor import MAJOR, MINOR, Compactor, table_layout, writer_rejections_by_service
 from ordo.errors import CommitConflictError
-from producer.streaming import foreach_batch_committer
-from producer.table import DeltaTable
+from ordo.producer.streaming import foreach_batch_committer
+from ordo.producer.table import DeltaTable
 from tests.e2e.stack import writer_stack  # noqa: F401
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]

@@ -12,7 +12,7 @@ import pytest
 
 from ordo.datasource import settings_options
 from ordo.errors import CommitConflictError
-from producer.table import DeltaTable
+from ordo.producer.table import DeltaTable
 from tests.chaos.common import wait_until
 from tests.e2e.stack import writer_stack  # noqa: F401
 

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from ordo.datasource import settings_options
-from producer.table import DeltaTable
+from ordo.producer.table import DeltaTable
 from tests.e2e.stack import parquet_files, writer_stack  # noqa: F401
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from consumer.errors import TableNotFoundError
+from ordo.consumer.errors import TableNotFoundError
+from ordo.producer.table import DeltaTable
+from ordo.schemas.errors import InvalidNameError
 from ordo.vacuum import VacuumError
-from producer.table import DeltaTable
-from schemas.errors import InvalidNameError
 from tests.e2e.stack import writer_stack  # noqa: F401
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
@@ -194,8 +194,8 @@ def test_scope_from_conditions_update_everything_exists_and_vacuum_override(
     source; ``vacuum`` below the floor runs when Delta's check is off. Each against a model."""
     import os
 
+    from ordo.producer.maintenance import RETENTION_CHECK_CONF
     from ordo.spark import registered_settings
-    from producer.maintenance import RETENTION_CHECK_CONF
 
     settings = writer_stack.settings
     # exists() registers format("ordo") with its settings, as every DeltaTable call does
@@ -358,7 +358,7 @@ def test_the_table_builder(spark: Any, writer_stack: Any) -> None:  # noqa: F811
     definition reaches the catalog as given; what ordo cannot do yet is refused with the reason."""
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-    from producer.data import InvalidOperationError, InvalidTableError
+    from ordo.producer.data import InvalidOperationError, InvalidTableError
 
     settings = writer_stack.settings
     table = (

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from ordo.datasource import settings_options
-from producer.table import DeltaTable, InvalidOperationError, SchemaMismatchError
-from schemas.operations import ROW_ID_COLUMN
+from ordo.producer.table import DeltaTable, InvalidOperationError, SchemaMismatchError
+from ordo.schemas.operations import ROW_ID_COLUMN
 from tests.e2e.stack import writer_stack  # noqa: F401
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
@@ -40,7 +40,7 @@ def feed(table: DeltaTable, start: int, end: int | None = None) -> list[Row]:
 
 def arrow_rows(table: DeltaTable) -> list[Row]:
     """The head read with pyarrow only (``consumer.arrow``, what the data source's tasks run), row id dropped."""
-    from consumer.arrow import FileRef, TableShape, live_rows, merge_groups
+    from ordo.consumer.arrow import FileRef, TableShape, live_rows, merge_groups
 
     snapshot = table.snapshot()
     shape = TableShape.of(snapshot.metadata)

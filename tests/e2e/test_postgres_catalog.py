@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from consumer import Catalog
+from ordo.consumer import Catalog
 from ordo.datasource import settings_options
+from ordo.producer.table import DeltaTable
 from ordo.settings import Settings
 from ordo.stack import ProcessGroup
-from producer.table import DeltaTable
 from tests.e2e.stack import CONSUMER_READY, START_TIMEOUT
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
@@ -31,7 +31,7 @@ def pg_stack(
     make_settings: Callable[..., Settings], postgres_server: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Settings]:
     """An arbiter and two consumers of one consumer group on a fresh PostgreSQL database; yields the settings."""
-    from producer.table import close_connections
+    from ordo.producer.table import close_connections
     from tests.conftest import create_database
 
     settings = make_settings().with_overrides(catalog=create_database(postgres_server))

@@ -44,9 +44,9 @@ import yaml
 
 from ordo.datasource import settings_options
 from ordo.kafka import KafkaCluster
+from ordo.schemas import intents_topic
 from ordo.settings import Settings, load_settings
 from ordo.stack import ManagedProcess, ProcessGroup, start_process, wait_arbiter_ready
-from schemas import intents_topic
 from tests.conftest import create_database
 from tests.e2e.test_stream_kill import ROWS_PER_BATCH, SCHEMA, kill, settle, start
 
@@ -175,7 +175,7 @@ class Topology:
 def topology(
     postgres_server: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Topology, KafkaCluster, Settings]]:
-    from producer.table import close_connections
+    from ordo.producer.table import close_connections
 
     services = compose()["services"]
     root = tmp_path_factory.mktemp("compose")
@@ -228,8 +228,8 @@ def test_compose_settings_reach_the_processes(tmp_path: Path) -> None:
 def test_the_compose_stack_survives_a_kill_9_of_each_part_and_equals_the_model(
     spark: Any, topology: tuple[Topology, KafkaCluster, Settings], tmp_path: Path
 ) -> None:
-    from consumer import Catalog
-    from producer.table import DeltaTable
+    from ordo.consumer import Catalog
+    from ordo.producer.table import DeltaTable
 
     stack, cluster, settings = topology
     table = DeltaTable.create(

@@ -24,12 +24,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from consumer import Catalog, TableNotFoundError, VersionNotFoundError
-from consumer.spark import changes, read
+from ordo.consumer import Catalog, TableNotFoundError, VersionNotFoundError
+from ordo.consumer.spark import changes, read
+from ordo.producer import CommitClient
+from ordo.schemas import CommitDecision, CommitIntent, DataFile, Operation
 from ordo.settings import Settings
 from ordo.stack import ProcessGroup
-from producer import CommitClient
-from schemas import CommitDecision, CommitIntent, DataFile, Operation
 
 from ..unit.test_catalog import at
 from ..unit.test_catalog_model import IntentSource, LiveModel

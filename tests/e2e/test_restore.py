@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from ordo.errors import CommitConflictError
-from producer.table import DeltaTable
-from schemas import CommitIntent, DataFile, Operation, Reason
+from ordo.producer.table import DeltaTable
+from ordo.schemas import CommitIntent, DataFile, Operation, Reason
 from tests.e2e.stack import parquet_files, writer_stack  # noqa: F401
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]

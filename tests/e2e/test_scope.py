@@ -20,9 +20,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from producer.data import Layout
-from producer.scope import condition_scope
-from producer.table import DeltaTable
+from ordo.producer.data import Layout
+from ordo.producer.scope import condition_scope
+from ordo.producer.table import DeltaTable
 from tests.e2e.stack import writer_stack  # noqa: F401
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]

@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from ordo.datasource import settings_options
-from producer.table import DeltaTable
+from ordo.producer.table import DeltaTable
 from tests.chaos.common import first_decisions, read_logs
 from tests.e2e.stack import parquet_files, writer_stack  # noqa: F401
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from producer.streaming import foreach_batch_committer
-from producer.table import DeltaTable
+from ordo.producer.streaming import foreach_batch_committer
+from ordo.producer.table import DeltaTable
 from tests.e2e.stack import parquet_files, writer_stack  # noqa: F401
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]

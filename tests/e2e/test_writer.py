@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from ordo.errors import CommitConflictError, TableNotFoundError
-from producer.table import (
+from ordo.producer.table import (
     CommitResult,
     DeltaTable,
     InvalidOperationError,
@@ -25,7 +25,7 @@ from producer.table import (
     TableExistsError,
     TransactionStateError,
 )
-from schemas import Operation
+from ordo.schemas import Operation
 from tests.e2e.stack import files_of_txn, parquet_files, writer_stack  # noqa: F401
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]

@@ -150,7 +150,7 @@ def make_step(spark: Any, cls: str, role: str, part: str, pinned: Rows) -> Step:
 @pytest.fixture(scope="module", params=KINDS)
 def matrix_table(request: pytest.FixtureRequest, spark: Any, writer_stack: Any) -> tuple[Any, Model, int]:  # noqa: F811
     """The shared table after setup: two overlapping inserts and a delete in every cell's partition."""
-    from producer import table as api
+    from ordo.producer import table as api
 
     keyed = request.param == "key"
     table = api.DeltaTable.create(
@@ -180,7 +180,7 @@ def table_rows(table: Any, part: str | None = None, version: int | None = None) 
     """The table's rows by partition, at ``version`` (default head), of one partition's files only when ``part``."""
     import dataclasses
 
-    from consumer.spark import read_snapshot
+    from ordo.consumer.spark import read_snapshot
 
     if part is None:
         df = table.read(version=version)

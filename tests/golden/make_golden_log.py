@@ -28,9 +28,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from ordo.schemas import CommitDecision, CommitIntent, DataFile, Operation, Outcome, Rebase, TableMetadata
 from ordo.settings import Settings
 from ordo.up import EmbeddedStack
-from schemas import CommitDecision, CommitIntent, DataFile, Operation, Outcome, Rebase, TableMetadata
 from tests.unit.golden_log import LoggedRecord, dump_catalog, log_dir, record_to_json
 
 PREFIX = "golden"
@@ -386,8 +386,8 @@ def main() -> None:
     out = log_dir(args.release)
     if out.exists() and not args.force:
         raise SystemExit(f"{out} exists: a released golden log is never rewritten")
-    from producer import CommitClient
-    from schemas import decisions_topic, intents_topic
+    from ordo.producer import CommitClient
+    from ordo.schemas import decisions_topic, intents_topic
 
     work = Path(tempfile.mkdtemp(prefix="ordo-golden-"))
     try:
@@ -433,7 +433,7 @@ def main() -> None:
 
 
 def _wait_for_catalog(path: Path, decisions: dict[str, int], timeout: float = 60.0) -> None:
-    from consumer import Catalog
+    from ordo.consumer import Catalog
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -20,12 +20,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from producer import CommitClient
-from producer.arrow import write_rows
-from producer.buckets import bucket_array
-from producer.data import Layout
-from schemas import CommitIntent, DataFile, Operation, TableMetadata
-from schemas.paths import data_file_path
+from ordo.producer import CommitClient
+from ordo.producer.arrow import write_rows
+from ordo.producer.buckets import bucket_array
+from ordo.producer.data import Layout
+from ordo.schemas import CommitIntent, DataFile, Operation, TableMetadata
+from ordo.schemas.paths import data_file_path
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string()), ("n", pa.float64()), ("dt", pa.string())])
 DDL = "id BIGINT, v STRING, n DOUBLE, dt STRING"
@@ -199,7 +199,7 @@ class TableWriter:
 
 def read_change_topic(bootstrap_config: Mapping[str, Any], topic: str) -> list[tuple[bytes | None, dict[str, Any]]]:
     """Every record of ``topic`` a read_committed reader sees, in offset order: ``(key, value as JSON)``."""
-    from kernel.logread import read_to_end
+    from ordo.kernel.logread import read_to_end
 
     config = {**bootstrap_config, "group.id": "test.changes", "isolation.level": "read_committed"}
     return [(m.key(), json.loads(m.value())) for m in read_to_end(config, topic, transactional=True, timeout=30)]

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from consumer import Catalog
-from consumer.materializer import READY_MESSAGE
-from consumer.stores import is_postgres
+from ordo.consumer import Catalog
+from ordo.consumer.materializer import READY_MESSAGE
+from ordo.consumer.stores import is_postgres
 from ordo.settings import Settings
 from ordo.stack import ManagedProcess, ProcessGroup
 

@@ -14,10 +14,10 @@ from collections.abc import Callable
 import pytest
 
 from ordo.audit import EXIT_OK, run_replay
+from ordo.producer import CommitClient
+from ordo.schemas import CommitDecision, CommitIntent, DataFile, Operation, Outcome, Reason, TableMetadata, encode
 from ordo.settings import Settings
 from ordo.stack import ManagedProcess
-from producer import CommitClient
-from schemas import CommitDecision, CommitIntent, DataFile, Operation, Outcome, Reason, TableMetadata, encode
 
 from .conftest import ConsumerProcess
 from .test_arbiter_service import check_log, create_intent, wait_until

@@ -10,13 +10,13 @@ from dataclasses import replace
 
 import pytest
 
-from arbiter.service import ArbiterService
+from ordo.arbiter.service import ArbiterService
 from ordo.broker import free_port
+from ordo.producer import CommitClient
+from ordo.producer.client import PAUSE_AFTER
+from ordo.schemas import Outcome
 from ordo.settings import Settings, load_settings
 from ordo.stack import ManagedProcess
-from producer import CommitClient
-from producer.client import PAUSE_AFTER
-from schemas import Outcome
 from tests.integration.test_arbiter_service import create_intent, insert_intent
 
 pytestmark = pytest.mark.timeout(120)
@@ -99,8 +99,8 @@ def test_an_idle_commit_client_pauses_its_reader_and_resumes_on_the_next_commit(
 
 
 def test_every_kafka_client_names_its_role(settings: Settings, broker_kind: str) -> None:
-    from kernel.admin import broker_kind as detected_kind
-    from kernel.settings import BROKER_FETCH_WAITS
+    from ordo.kernel.admin import broker_kind as detected_kind
+    from ordo.kernel.settings import BROKER_FETCH_WAITS
 
     assert detected_kind(settings) == broker_kind  # the fetch waits default per broker: which one this is
     waits = BROKER_FETCH_WAITS[broker_kind]
@@ -119,7 +119,7 @@ def test_every_kafka_client_names_its_role(settings: Settings, broker_kind: str)
     assert producer["client.id"] == "p.arbiter.table.t.producer"
     client = CommitClient(settings=settings)
     try:
-        from producer.client import _DecisionReader
+        from ordo.producer.client import _DecisionReader
 
         config = _DecisionReader(client, "t", 0).config()
         assert config["client.id"] == f"{settings.topic_prefix}.commit-client.decisions"
@@ -128,7 +128,7 @@ def test_every_kafka_client_names_its_role(settings: Settings, broker_kind: str)
         client.close()
     named = CommitClient(settings=replace(settings, client_id="nightly-etl"))  # a Spark job names its clients
     try:
-        from producer.client import _DecisionReader
+        from ordo.producer.client import _DecisionReader
 
         assert _DecisionReader(named, "t", 0).config()["client.id"] == "nightly-etl.decisions"
         assert named.settings.client_name("producer") == "nightly-etl.producer"
@@ -148,7 +148,7 @@ def test_fetch_wait_settings_are_validated() -> None:
     with pytest.raises(ValueError, match="ORDO_CLIENT_FETCH_WAIT_MS='0'"):
         load_settings({"ORDO_CLIENT_FETCH_WAIT_MS": "0"})
     # Unset waits take the broker's default; a set one wins on either broker; idle never below busy.
-    from kernel.settings import BROKER_FETCH_WAITS, resolve_waits
+    from ordo.kernel.settings import BROKER_FETCH_WAITS, resolve_waits
 
     assert load_settings({}).fetch_wait_busy_ms is None
     assert resolve_waits(load_settings({}), "tansu") == BROKER_FETCH_WAITS["tansu"]

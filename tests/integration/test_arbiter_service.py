@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from arbiter.service import shard_of
+from ordo.arbiter.service import shard_of
+from ordo.producer import ClientClosedError, CommitClient
+from ordo.schemas import CommitDecision, CommitIntent, DataFile, Operation, Outcome, Rebase, TableMetadata, encode
 from ordo.settings import Settings
 from ordo.stack import ManagedProcess, ProcessGroup
-from producer import ClientClosedError, CommitClient
-from schemas import CommitDecision, CommitIntent, DataFile, Operation, Outcome, Rebase, TableMetadata, encode
 from tests.fencing import take_over
 from tests.unit.test_matrix import reference_rows
 
@@ -493,7 +493,7 @@ class InProcessArbiter:
     """An ``ArbiterService`` on a thread of the test process (for fault injection by monkeypatch)."""
 
     def __init__(self, settings: Settings) -> None:
-        from arbiter.service import ArbiterService
+        from ordo.arbiter.service import ArbiterService
 
         self.service = ArbiterService(settings, discovery_interval=0.2)
         self.error: BaseException | None = None
@@ -529,7 +529,7 @@ def test_the_rebuilt_state_is_frozen_out_of_full_collections(settings: Settings,
 def test_core_raising_on_evaluate_becomes_a_malformed_rejection(
     settings: Settings, commit_client: CommitClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import arbiter.decider as decider_module
+    import ordo.arbiter.decider as decider_module
 
     real = decider_module.evaluate_record
 
@@ -554,7 +554,7 @@ def test_core_raising_on_evaluate_becomes_a_malformed_rejection(
 def test_core_raising_on_apply_aborts_rebuilds_and_rejects_that_record(
     settings: Settings, commit_client: CommitClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import arbiter.decider as decider_module
+    import ordo.arbiter.decider as decider_module
 
     real = decider_module.apply
 

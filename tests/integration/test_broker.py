@@ -23,9 +23,9 @@ from ordo.broker import (
     existing_topics,
     metadata_ready,
 )
+from ordo.schemas import decisions_topic, intents_topic
 from ordo.settings import Settings
 from ordo.stack import ProcessGroup, ordo_args
-from schemas import decisions_topic, intents_topic
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -293,8 +293,8 @@ def test_fetch_race_live_reader_with_gap_rule_sees_every_stored_record(
 
     from confluent_kafka import Consumer, Producer, TopicPartition
 
-    from kernel.logread import GapChecker
     from ordo.broker import create_topics
+    from ordo.kernel.logread import GapChecker
 
     writers, records = 8, 500
     source, copy = f"{settings.topic_prefix}.race-in", f"{settings.topic_prefix}.race-out"

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from consumer.changetopic import ChangePublisher, TablePublisher, topic_name
-from kernel.observe import ordo_version
+from ordo.consumer.changetopic import ChangePublisher, TablePublisher, topic_name
+from ordo.kernel.observe import ordo_version
+from ordo.producer import CommitClient
 from ordo.settings import Settings
 from ordo.stack import ManagedProcess, ProcessGroup
-from producer import CommitClient
 
 from ..fencing import take_over
 from .changes_model import TableWriter, check_topic, fold, read_change_topic

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
+from ordo.schemas import CommitIntent, Operation, TableMetadata
 from ordo.settings import load_settings
-from schemas import CommitIntent, Operation, TableMetadata
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -143,8 +143,8 @@ def test_up_serves_a_client_and_stops_on_ctrl_c(up: Any, tmp_path: Path, broker_
         assert b"ordo_compactor_commits" in response.read()
 
     # a client with exactly the printed settings commits, and the catalog shows it
-    from consumer import Catalog
-    from producer import CommitClient
+    from ordo.consumer import Catalog
+    from ordo.producer import CommitClient
 
     metadata = TableMetadata(
         location=str(Path(exports["ORDO_WAREHOUSE"]) / "t"), schema="id BIGINT", primary_key=("id",)
@@ -196,7 +196,7 @@ def test_up_serves_a_client_and_stops_on_ctrl_c(up: Any, tmp_path: Path, broker_
 
 
 def _commit_create(exports: dict[str, str], table: str) -> None:
-    from producer import CommitClient
+    from ordo.producer import CommitClient
 
     metadata = TableMetadata(
         location=str(Path(exports["ORDO_WAREHOUSE"]) / table), schema="id BIGINT", primary_key=("id",)
@@ -210,7 +210,7 @@ def _commit_create(exports: dict[str, str], table: str) -> None:
 
 def test_up_on_kafka_keeps_tables_across_a_restart(up: Any, tmp_path: Path) -> None:
     """``ordo up --broker kafka --data DIR`` twice: the second stack has the first one's tables."""
-    from consumer import Catalog
+    from ordo.consumer import Catalog
 
     data = tmp_path / "stack"
     first = up("--broker", "kafka", "--data", str(data), "--http-port", "0", "--no-compactor")

@@ -11,10 +11,10 @@ import pytest
 
 from ordo.broker import existing_topics, free_port
 from ordo.errors import BrokerUnavailableError, CommitTimeoutError, TableNotFoundError
+from ordo.producer import ClientClosedError, CommitClient
+from ordo.schemas import CommitIntent, DataFile, Operation, Outcome, TableMetadata, decisions_topic, intents_topic
 from ordo.settings import Settings
 from ordo.stack import ManagedProcess
-from producer import ClientClosedError, CommitClient
-from schemas import CommitIntent, DataFile, Operation, Outcome, TableMetadata, decisions_topic, intents_topic
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -22,13 +22,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from arbiter.core import datetime_to_millis
-from consumer import Catalog, TableNotFoundError, VersionNotFoundError
-from consumer.store import connect
+from ordo.arbiter.core import datetime_to_millis
+from ordo.consumer import Catalog, TableNotFoundError, VersionNotFoundError
+from ordo.consumer.store import connect
+from ordo.producer import CommitClient
+from ordo.schemas import CommitDecision, encode
 from ordo.settings import Settings
 from ordo.stack import ProcessGroup
-from producer import CommitClient
-from schemas import CommitDecision, encode
 
 from ..unit.test_catalog import at
 from ..unit.test_catalog_model import IntentSource, LiveModel, Script

@@ -15,11 +15,18 @@ from typing import Any
 
 import pytest
 
-from kernel.admin import DURABLE_CONFIG, TopicPolicy, create_table_topics, create_topics, lossy_findings, topic_policy
+from ordo.kernel.admin import (
+    DURABLE_CONFIG,
+    TopicPolicy,
+    create_table_topics,
+    create_topics,
+    lossy_findings,
+    topic_policy,
+)
+from ordo.producer import CommitClient
+from ordo.schemas import CommitIntent, Operation, Outcome, TableMetadata, decisions_topic, intents_topic
 from ordo.settings import Settings
 from ordo.stack import ManagedProcess, settings_env
-from producer import CommitClient
-from schemas import CommitIntent, Operation, Outcome, TableMetadata, decisions_topic, intents_topic
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -16,8 +16,8 @@ import pytest
 
 from ordo.audit import EXIT_OK, run_replay
 from ordo.broker import DECISIONS_CONFIG, create_topics
+from ordo.schemas import CommitDecision, decisions_topic, intents_topic
 from ordo.settings import Settings
-from schemas import CommitDecision, decisions_topic, intents_topic
 from tests.unit.golden_log import RELEASES, dump_catalog, expected_catalog, read_topic, tables, trusted_key
 
 
@@ -89,7 +89,7 @@ def test_this_arbiter_continues_a_0_1_log_and_the_whole_log_verifies(
     The 0.1 log is unsigned: the upgraded arbiter runs once with signatures not required (and its key),
     and its first signed decision vouches for the whole 0.1 history for every reader that requires them.
     """
-    from schemas import CommitIntent, DataFile, Operation, Outcome
+    from ordo.schemas import CommitIntent, DataFile, Operation, Outcome
 
     _load(settings, "0.1")
     arbiter(settings=settings.with_overrides(require_signatures=False))

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from kernel.admin import TopicPolicy, lossy_findings, topic_policy
 from ordo.broker import create_topics, metadata_ready
 from ordo.errors import BrokerUnavailableError
 from ordo.kafka import KafkaCluster, KafkaSetupError
+from ordo.kernel.admin import TopicPolicy, lossy_findings, topic_policy
 from ordo.settings import Settings
 
 pytestmark = pytest.mark.timeout(240)

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from kernel.logread import GapChecker, read_to_end
 from ordo.broker import DECISIONS_CONFIG, INTENTS_CONFIG, create_topics
+from ordo.kernel.logread import GapChecker, read_to_end
 from tests.lossy import LossyConsumer, drop_offsets_once
 
 pytestmark = pytest.mark.timeout(120)
@@ -154,7 +154,7 @@ def test_transaction_markers_and_aborted_records_are_proven_gaps_not_re_deliveri
 
 
 def test_read_to_end_reads_a_transactional_log_without_re_reads(bootstrap_servers: str) -> None:
-    from kernel.logread import GapStats
+    from ordo.kernel.logread import GapStats
 
     topic = _topic(bootstrap_servers, DECISIONS_CONFIG)
     _produce_transactions(bootstrap_servers, topic, [(2, True), (3, True), (1, True)])

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
+from ordo.producer import CommitClient
+from ordo.schemas import CommitDecision, Outcome, decode, intents_topic
 from ordo.settings import Settings
 from ordo.stack import ManagedProcess
-from producer import CommitClient
-from schemas import CommitDecision, Outcome, decode, intents_topic
 from tests.integration.test_arbiter_service import InProcessArbiter, check_log, create_intent, insert_intent
 from tests.lossy import LossyConsumer, drop_offsets_once
 
@@ -179,10 +179,10 @@ def test_consumer_materializes_decisions_its_live_fetch_skipped(
 ) -> None:
     import threading
 
-    from consumer import Catalog
-    from consumer.materializer import Materializer
     from ordo.audit import read_partition
-    from schemas import decisions_topic
+    from ordo.consumer import Catalog
+    from ordo.consumer.materializer import Materializer
+    from ordo.schemas import decisions_topic
 
     arbiter()
     table = "materialized"

@@ -19,12 +19,12 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from consumer import Catalog
 from ordo.cli import main
+from ordo.consumer import Catalog
+from ordo.producer import CommitClient
+from ordo.schemas import decisions_topic
 from ordo.settings import Settings
 from ordo.stack import ManagedProcess
-from producer import CommitClient
-from schemas import decisions_topic
 
 from .conftest import ConsumerProcess
 from .test_arbiter_service import create_intent, insert_intent
@@ -192,7 +192,7 @@ def test_a_bad_record_still_in_the_log_stops_the_table_again_and_the_message_nam
 
 def test_repair_of_a_table_without_a_log_is_a_clear_error(settings: Settings, tmp_path: Any) -> None:
     path = tmp_path / "catalog.db"
-    from consumer.store import CatalogWriter
+    from ordo.consumer.store import CatalogWriter
 
     CatalogWriter(path, settings.topic_prefix).close()
     result = cli(settings, str(path), "repair", "nothing")
@@ -208,7 +208,7 @@ def test_repair_of_a_postgresql_catalog_runs_where_it_is_called_and_the_consumer
     commit_client: CommitClient,
 ) -> None:
     """No lock file and no request file on a shared catalog: the caller swaps the rows, the consumer takes them."""
-    from consumer.store import connect
+    from ordo.consumer.store import connect
     from tests.conftest import create_database
 
     url = create_database(postgres_server)

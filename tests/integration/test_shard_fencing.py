@@ -12,10 +12,10 @@ from collections.abc import Callable
 
 import pytest
 
-from arbiter.service import shard_of
+from ordo.arbiter.service import shard_of
+from ordo.producer import CommitClient
 from ordo.settings import Settings
 from ordo.stack import ManagedProcess
-from producer import CommitClient
 from tests.fencing import take_over
 
 from .test_arbiter_service import Writers, check_futures, check_log, create_intent, wait_until

@@ -20,9 +20,9 @@ import pytest
 from click.testing import CliRunner
 
 from ordo.cli import main
+from ordo.producer import CommitClient
+from ordo.schemas import CommitIntent, DataFile, Operation, Outcome
 from ordo.settings import Settings
-from producer import CommitClient
-from schemas import CommitIntent, DataFile, Operation, Outcome
 
 from ..unit.test_catalog_model import metadata
 from .conftest import ConsumerProcess

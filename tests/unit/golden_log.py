@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from arbiter.replay import DecisionRecord, IntentRecord
+from ordo.arbiter.replay import DecisionRecord, IntentRecord
 from ordo.audit import AuditResult, audit
-from schemas.signing import Trust, signature_of
+from ordo.schemas.signing import Trust, signature_of
 
 GOLDEN_DIR = Path(__file__).resolve().parents[1] / "golden"
 RELEASES = ("0.1", "0.2", "0.3", "0.4")  # every release that committed a golden log
@@ -190,7 +190,7 @@ def _plain(value: Any) -> Any:
 
 def dump_catalog(path: str | Path, names: list[str]) -> dict[str, Any]:
     """What a catalog holds for ``names``: table info, every version's snapshot, the history. JSON-ready."""
-    from consumer import Catalog
+    from ordo.consumer import Catalog
 
     result: dict[str, Any] = {}
     with Catalog(path) as catalog:
@@ -224,7 +224,7 @@ def dump_catalog(path: str | Path, names: list[str]) -> dict[str, Any]:
 
 def rebuild_catalog(release: str, path: str | Path) -> dict[str, Any]:
     """Fold ``release``'s decisions logs into a new catalog at ``path`` with today's consumer store; dump it."""
-    from consumer.store import CatalogWriter, LogRecord
+    from ordo.consumer.store import CatalogWriter, LogRecord
 
     prefix = manifest(release)["topic_prefix"]
     writer = CatalogWriter(path, prefix)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from arbiter.core import TableState, decide, new_state
-from arbiter.policy import OpClass
-from schemas import CommitDecision, CommitIntent, DataFile, Operation, TableMetadata
+from ordo.arbiter.core import TableState, decide, new_state
+from ordo.arbiter.policy import OpClass
+from ordo.schemas import CommitDecision, CommitIntent, DataFile, Operation, TableMetadata
 
 # One representative operation per matrix class.
 CLASS_OPERATION = {

@@ -16,9 +16,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from arbiter.replay import DecisionRecord, IntentRecord, authenticate
-from schemas.decisionlog import LogHead, fold
-from schemas.signing import Trust, signature_of
+from ordo.arbiter.replay import DecisionRecord, IntentRecord, authenticate
+from ordo.schemas.decisionlog import LogHead, fold
+from ordo.schemas.signing import Trust, signature_of
 
 from .golden_log import log_dir, trusted_key
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from arbiter.checkpoint import dump_state, load_state, states_equal
-from arbiter.core import Reason, rebuild
-from arbiter.policy import OpClass, Policy, PolicyError, Resolution, available_policies, load_policy
-from schemas import CommitDecision, CommitIntent, Operation, TableMetadata, decode, encode
+from ordo.arbiter.checkpoint import dump_state, load_state, states_equal
+from ordo.arbiter.core import Reason, rebuild
+from ordo.arbiter.policy import OpClass, Policy, PolicyError, Resolution, available_policies, load_policy
+from ordo.schemas import CommitDecision, CommitIntent, Operation, TableMetadata, decode, encode
 
 from .helpers import CLASS_OPERATION, Table, metadata
 

@@ -21,9 +21,9 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-from consumer import Catalog
-from consumer.http import HttpServer, create_app
-from consumer.materializer import ConsumerStatus
+from ordo.consumer import Catalog
+from ordo.consumer.http import HttpServer, create_app
+from ordo.consumer.materializer import ConsumerStatus
 
 from .test_catalog import build
 from .test_catalog_model import Script

@@ -16,9 +16,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from consumer.arrow import CommitChanges, FileRef, TableShape, change_rows, live_rows, plan_commit, snapshot_rows
-from consumer.models import Commit, FileEntry
-from schemas import Operation, Rebase
+from ordo.consumer.arrow import CommitChanges, FileRef, TableShape, change_rows, live_rows, plan_commit, snapshot_rows
+from ordo.consumer.models import Commit, FileEntry
+from ordo.schemas import Operation, Rebase
 
 SHAPE = TableShape(pa.schema([("id", pa.int64()), ("v", pa.string()), ("dt", pa.string())]), ("id",), ("dt",))
 STAMP = datetime(2024, 5, 1, tzinfo=UTC)
@@ -207,9 +207,9 @@ def test_partition_filters_prune_files_and_stay_applied_by_spark() -> None:
 
 
 def test_task_writes_refuse_bad_rows_before_writing_and_write_the_contract(tmp_path: Path) -> None:
-    from producer.arrow import check_unique, conform_batch, write_rows
-    from producer.data import Layout, PartitionValueError, PrimaryKeyError, SchemaMismatchError
-    from schemas import TableMetadata
+    from ordo.producer.arrow import check_unique, conform_batch, write_rows
+    from ordo.producer.data import Layout, PartitionValueError, PrimaryKeyError, SchemaMismatchError
+    from ordo.schemas import TableMetadata
 
     layout = Layout.of(
         "t",
@@ -247,7 +247,7 @@ def test_task_writes_refuse_bad_rows_before_writing_and_write_the_contract(tmp_p
 
 
 def test_a_whole_table_scope_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
-    from producer.delta import log_whole_table
+    from ordo.producer.delta import log_whole_table
 
     with caplog.at_level("INFO", logger="ordo.producer"):
         for _ in range(3):
@@ -278,14 +278,14 @@ def test_arrow_type_is_sparks_mapping_without_spark() -> None:
     types Spark's own mapping gives, for every type a column can have."""
     from pyspark.sql.pandas.types import to_arrow_type
 
-    from consumer.arrow import arrow_type
+    from ordo.consumer.arrow import arrow_type
 
     for data_type in _spark_types():
         assert arrow_type(data_type.simpleString()) == to_arrow_type(data_type, timezone="UTC"), data_type
 
 
 def test_arrow_type_refuses_a_type_it_does_not_know() -> None:
-    from consumer.arrow import arrow_type
+    from ordo.consumer.arrow import arrow_type
 
     with pytest.raises(ValueError, match="no Arrow type for the Spark type 'interval day'"):
         arrow_type("interval day")

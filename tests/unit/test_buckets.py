@@ -19,8 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from consumer.arrow import FileRef, TableShape, live_rows, merge_groups
-from producer.buckets import (
+from ordo.consumer.arrow import FileRef, TableShape, live_rows, merge_groups
+from ordo.producer.buckets import (
     DEFAULT_BUCKETS,
     BucketError,
     bucket_array,
@@ -218,7 +218,7 @@ def test_latest_records_keeps_per_key_the_highest_sequence_upsert_first(
     """Against a plain-Python model: nulls are one key, NaN is one key, an upsert wins a tie of sequences."""
     import math
 
-    from consumer.arrow import _SEQ, OP_COLUMN, latest_records
+    from ordo.consumer.arrow import _SEQ, OP_COLUMN, latest_records
 
     shape = TableShape(pa.schema([("a", pa.int64()), ("b", pa.float64()), ("n", pa.int64())]), ("a", "b"), ())
     table = pa.table(

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from consumer import Catalog, CatalogTimeoutError, TableBrokenError, TableNotFoundError, VersionNotFoundError
-from consumer.store import CatalogWriter, LogRecord, connect
-from schemas import CommitDecision, CommitIntent, DataFile, Operation, encode
-from schemas.decisionlog import LogProblem
+from ordo.consumer import Catalog, CatalogTimeoutError, TableBrokenError, TableNotFoundError, VersionNotFoundError
+from ordo.consumer.store import CatalogWriter, LogRecord, connect
+from ordo.schemas import CommitDecision, CommitIntent, DataFile, Operation, encode
+from ordo.schemas.decisionlog import LogProblem
 
 from .test_catalog_model import Script
 
@@ -241,7 +241,7 @@ def test_history_has_every_decision_newest_first(catalog_at: Callable[[str], str
 
 def test_history_of_n_reads_n_rows_by_the_primary_key(tmp_path: Path) -> None:
     """``history(n)`` walks the (table_id, log_offset) key backwards and stops: no scan, no sort of the log."""
-    from consumer.store import DECISION_COLUMNS
+    from ordo.consumer.store import DECISION_COLUMNS
 
     build(str(tmp_path / "c.db"), Script(seed=5).run(40))
     conn = sqlite3.connect(tmp_path / "c.db")
@@ -280,7 +280,7 @@ def test_unknown_table_and_version_errors_name_the_table_and_range(catalog_at: C
 
 
 def test_missing_catalog_file_is_a_clear_error(tmp_path: Path) -> None:
-    from consumer import CatalogUnavailableError
+    from ordo.consumer import CatalogUnavailableError
 
     with pytest.raises(CatalogUnavailableError, match="does not exist"):
         Catalog(tmp_path / "missing.db").tables()
@@ -641,7 +641,7 @@ def test_wait_for_version_and_subscribe_while_the_writer_applies(catalog_at: Cal
 
 def _searches(tmp_path: Path, where_live: str, where_removed: str, params: tuple[object, ...]) -> list[str]:
     """The SEARCH/SCAN lines of the plan of a snapshot-shaped query (live files UNION ALL files removed later)."""
-    from consumer.store import FILE_COLUMNS
+    from ordo.consumer.store import FILE_COLUMNS
 
     build(str(tmp_path / "c.db"), Script(seed=17).run(20))
     conn = connect(tmp_path / "c.db", readonly=True)
@@ -699,7 +699,7 @@ def test_unpartitioned_files_reject_partition_values(catalog_at: Callable[[str],
 
 
 def test_an_empty_catalog_file_is_unavailable_not_a_crash(catalog_at: Callable[[str], str]) -> None:
-    from consumer import CatalogUnavailableError
+    from ordo.consumer import CatalogUnavailableError
 
     if catalog_at("c.db").endswith(".db"):
         sqlite3.connect(catalog_at("c.db")).close()  # created, schema not yet written (a new database is empty)
@@ -728,7 +728,7 @@ def test_an_alter_changes_the_metadata_from_its_version_on_and_shows_in_history_
     catalog_at: Callable[[str], str], tmp_path: Path
 ) -> None:
     """Snapshots before the ALTER keep the older schema; the history and the commit list show it."""
-    from arbiter.core import Reason
+    from ordo.arbiter.core import Reason
 
     script = Script(seed=5).run(10)
     before = script.state.metadata

@@ -11,11 +11,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from consumer import Catalog, TableNotFoundError, VersionNotFoundError
-from consumer.errors import CatalogError, CatalogTimeoutError, CatalogUnavailableError, TableBrokenError
-from consumer.http import HttpServer, create_app
-from consumer.materializer import ConsumerStatus
-from consumer.store import CatalogWriter
+from ordo.consumer import Catalog, TableNotFoundError, VersionNotFoundError
+from ordo.consumer.errors import CatalogError, CatalogTimeoutError, CatalogUnavailableError, TableBrokenError
+from ordo.consumer.http import HttpServer, create_app
+from ordo.consumer.materializer import ConsumerStatus
+from ordo.consumer.store import CatalogWriter
 
 from .test_catalog import at, build
 from .test_catalog_model import Script

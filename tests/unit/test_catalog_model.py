@@ -14,9 +14,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from arbiter.core import Reason, TableState, apply, datetime_to_millis, evaluate, new_state
-from consumer.store import LogRecord
-from schemas import CommitDecision, CommitIntent, DataFile, Operation, TableMetadata, encode
+from ordo.arbiter.core import Reason, TableState, apply, datetime_to_millis, evaluate, new_state
+from ordo.consumer.store import LogRecord
+from ordo.schemas import CommitDecision, CommitIntent, DataFile, Operation, TableMetadata, encode
 
 PARTITIONS = ("a", "b", "c")
 

@@ -18,13 +18,13 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from arbiter.core import apply, evaluate, new_state
-from consumer import Catalog
-from consumer.arrow import READ_STATS, TableShape, change_rows, plan_commits, touched_groups
-from consumer.store import CatalogWriter, LogRecord
-from producer.arrow import write_rows
-from producer.data import Layout
-from schemas import CommitIntent, DataFile, Operation, TableMetadata, encode
+from ordo.arbiter.core import apply, evaluate, new_state
+from ordo.consumer import Catalog
+from ordo.consumer.arrow import READ_STATS, TableShape, change_rows, plan_commits, touched_groups
+from ordo.consumer.store import CatalogWriter, LogRecord
+from ordo.producer.arrow import write_rows
+from ordo.producer.data import Layout
+from ordo.schemas import CommitIntent, DataFile, Operation, TableMetadata, encode
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string()), ("dt", pa.string())])
 SHAPE = TableShape(SCHEMA, ("id",), ("dt",))
@@ -87,8 +87,8 @@ class Builder:
         """Delete records (the writer's format: key, partition, ``_ordo_op = delete``) in their buckets' files."""
         import pyarrow.parquet as pq
 
-        from producer.buckets import bucket_array
-        from schemas.paths import data_file_path
+        from ordo.producer.buckets import bucket_array
+        from ordo.schemas.paths import data_file_path
 
         txn = f"d{self.offset}"
         table = pa.table({"id": pa.array(keys, pa.int64())})

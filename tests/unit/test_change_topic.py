@@ -15,8 +15,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from consumer.arrow import change_schema
-from consumer.changetopic import (
+from ordo.consumer.arrow import change_schema
+from ordo.consumer.changetopic import (
     ChangeTopicError,
     Position,
     commit_changes,
@@ -27,8 +27,8 @@ from consumer.changetopic import (
     table_shape,
     topic_name,
 )
-from consumer.models import Commit
-from schemas import Operation, TableMetadata
+from ordo.consumer.models import Commit
+from ordo.schemas import Operation, TableMetadata
 
 META = TableMetadata(
     location="/w/t", schema="id BIGINT, v STRING, dt STRING", primary_key=("id",), partition_columns=("dt",)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-import arbiter.core as core
-from arbiter.checkpoint import (
+import ordo.arbiter.core as core
+from ordo.arbiter.checkpoint import (
     CheckpointError,
     CheckpointTxns,
     checkpoint_path,
@@ -27,8 +27,8 @@ from arbiter.checkpoint import (
     supported,
     write_checkpoint,
 )
-from arbiter.core import TableState, TxnRecord, apply, evaluate, new_state
-from schemas import CommitIntent, encode
+from ordo.arbiter.core import TableState, TxnRecord, apply, evaluate, new_state
+from ordo.schemas import CommitIntent, encode
 
 from .test_catalog_model import Script
 
@@ -132,7 +132,7 @@ def test_a_checkpoint_of_another_table_or_another_core_is_refused(
     data, _ = _bytes(tmp_path)
     with pytest.raises(CheckpointError, match="belongs to table 't'"):
         decode_checkpoint(data, "other")
-    import arbiter.checkpoint as checkpoint_module
+    import ordo.arbiter.checkpoint as checkpoint_module
 
     monkeypatch.setattr(checkpoint_module, "fingerprint", lambda: "0" * 32)
     with pytest.raises(CheckpointError, match="different version of the arbiter core"):
@@ -157,8 +157,8 @@ def test_written_atomically_privately_and_read_back(tmp_path: Path) -> None:
 
 def test_data_versions_and_write_ids_survive_a_checkpoint() -> None:
     """What the hostile-writer rules need (write ids spent, data versions of live files) is restored, not rebuilt."""
-    from arbiter.core import Reason
-    from schemas import DataFile, Operation
+    from ordo.arbiter.core import Reason
+    from ordo.schemas import DataFile, Operation
 
     state = new_state("t")
     fold(state, history(5, 150), 0)
@@ -184,7 +184,7 @@ def test_data_versions_and_write_ids_survive_a_checkpoint() -> None:
 
 def test_a_checkpoint_of_the_previous_format_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Format 2 (before RESTORE's stays of removed files) cannot seed this core: the arbiter replays in full instead."""
-    import arbiter.checkpoint as checkpoint_module
+    import ordo.arbiter.checkpoint as checkpoint_module
 
     assert checkpoint_module.FORMAT_VERSION == 3
     monkeypatch.setattr(checkpoint_module, "FORMAT_VERSION", 2)
@@ -195,7 +195,7 @@ def test_a_checkpoint_of_the_previous_format_is_refused(tmp_path: Path, monkeypa
 
 
 def test_freeze_state_collects_cyclic_garbage_first_then_freezes_what_lives() -> None:
-    from arbiter.checkpointer import freeze_state
+    from ordo.arbiter.checkpointer import freeze_state
 
     class Node:
         ref: object = None

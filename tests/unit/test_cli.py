@@ -21,10 +21,10 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from arbiter.core import apply, evaluate, new_state
-from consumer.store import CatalogWriter, LogRecord
+from ordo.arbiter.core import apply, evaluate, new_state
 from ordo.cli import main
-from schemas import CommitDecision, CommitIntent, DataFile, Operation, TableMetadata, encode
+from ordo.consumer.store import CatalogWriter, LogRecord
+from ordo.schemas import CommitDecision, CommitIntent, DataFile, Operation, TableMetadata, encode
 
 SCHEMA = "id BIGINT, v STRING, dt STRING"
 HOUR_MS = 3_600_000
@@ -220,7 +220,7 @@ def test_tables_lists_the_table_with_its_head(built: Builder) -> None:
 
 
 def test_tables_shows_files_per_partition_last_compaction_and_pending_work(built: Builder) -> None:
-    from consumer import Catalog
+    from ordo.consumer import Catalog
 
     with Catalog(built.catalog_path) as catalog:
         snapshot = catalog.snapshot("events")
@@ -389,7 +389,7 @@ def test_no_broker_reachable(tmp_path: Path) -> None:
 
 
 def test_debug_shows_the_traceback(built: Builder, tmp_path: Path) -> None:
-    from consumer.errors import CatalogUnavailableError
+    from ordo.consumer.errors import CatalogUnavailableError
 
     with pytest.raises(CatalogUnavailableError):
         CliRunner().invoke(

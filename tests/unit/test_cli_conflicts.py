@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from arbiter.policy import OpClass
+from ordo.arbiter.policy import OpClass
 from ordo.conflict_report import AGREE, DISAGREE, MASKED, Txn, check_history
-from schemas import CommitDecision, Operation, Outcome, Rebase
+from ordo.schemas import CommitDecision, Operation, Outcome, Rebase
 
 from .helpers import EVERY_CLASS_OPERATION as CLASS_OPERATION
 from .helpers import Table

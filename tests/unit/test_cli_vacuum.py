@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from consumer import Catalog
+from ordo.consumer import Catalog
 from ordo.vacuum import VacuumFile, apply_vacuum, plan_vacuum
 
 from ..conftest import new_prefix

@@ -11,9 +11,9 @@ import fastavro
 import pytest
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-from schemas import CodecError, CommitDecision, CommitIntent, UnknownSchemaError, decode, encode
-from schemas.codec import AVRO_DIR, Codec
-from schemas.history import HISTORY_DIR, wire_fingerprint
+from ordo.schemas import CodecError, CommitDecision, CommitIntent, UnknownSchemaError, decode, encode
+from ordo.schemas.codec import AVRO_DIR, Codec
+from ordo.schemas.history import HISTORY_DIR, wire_fingerprint
 
 from .golden import BINS, CURRENT, EVENTS, GOLDEN, GOLDEN_BINS
 

@@ -31,7 +31,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from arbiter.core import (
+from ordo.arbiter.core import (
     _plainly_valid_path,
     evaluate,
     evaluate_record,
@@ -39,10 +39,10 @@ from arbiter.core import (
     new_state,
     reject_malformed,
 )
-from schemas import CodecError, CommitDecision, CommitIntent, DataFile, Operation, Outcome, Rebase, TableMetadata
-from schemas.codec import DEFAULT_CODEC, HEADER_LEN, WireTuple, _summarize, _to_record
-from schemas.errors import UnknownSchemaError
-from schemas.models import MAX_BUCKET, MAX_ID_LENGTH, MAX_PATH_LENGTH, MAX_VERSION
+from ordo.schemas import CodecError, CommitDecision, CommitIntent, DataFile, Operation, Outcome, Rebase, TableMetadata
+from ordo.schemas.codec import DEFAULT_CODEC, HEADER_LEN, WireTuple, _summarize, _to_record
+from ordo.schemas.errors import UnknownSchemaError
+from ordo.schemas.models import MAX_BUCKET, MAX_ID_LENGTH, MAX_PATH_LENGTH, MAX_VERSION
 
 from .helpers import Table
 
@@ -97,7 +97,7 @@ def ref_encode(event: Any) -> bytes:
 
 def ref_evaluate_record(state: Any, value: bytes | None, ts: int, offset: int) -> CommitDecision:
     """``arbiter.core.evaluate_record`` as it was: reference decode and ``model_validate``."""
-    from arbiter.core import _first_error
+    from ordo.arbiter.core import _first_error
 
     if value is None:
         return reject_malformed(state, offset, "empty record (no value)")
@@ -302,7 +302,7 @@ def _state_for(record: dict[str, Any]) -> Any:
             location="/w", schema="id BIGINT, dt STRING", primary_key=("id",), partition_columns=("dt",)
         ),
     )
-    from arbiter.core import apply
+    from ordo.arbiter.core import apply
 
     decision = evaluate(state, create, 1000, 0)
     apply(state, decision)
@@ -565,7 +565,7 @@ def test_a_decision_built_by_the_arbiter_encodes_as_fastavro_would() -> None:
         decision = evaluate_record(table.state, data, 10_000 + i, 100 + i)
         assert decision.accepted and decision.added_files
         assert DEFAULT_CODEC.encode(decision) == ref_encode(decision)
-        from arbiter.core import apply
+        from ordo.arbiter.core import apply
 
         apply(table.state, decision)
 
@@ -604,7 +604,7 @@ def test_path_check_examples() -> None:
 
 def test_each_field_table_is_its_avro_schemas_fields_in_order() -> None:
     """The generated reader and writer read and write every field of the current ``.avsc``, in order (a new field cannot be skipped)."""
-    from schemas.codec import RECORD_FIELDS
+    from ordo.schemas.codec import RECORD_FIELDS
 
     assert set(RECORD_FIELDS) == {CommitIntent, CommitDecision, DataFile, TableMetadata}
     for model, fields in RECORD_FIELDS.items():
@@ -616,7 +616,7 @@ def test_each_field_table_is_its_avro_schemas_fields_in_order() -> None:
 @given(intent_records())
 def test_the_unrolled_data_file_reader_reads_what_the_field_table_reads(record: dict[str, Any]) -> None:
     """``_data_files`` unrolls the DataFile reader by hand (the hottest loop): it agrees with the one its field table generates."""
-    from schemas.codec import RECORD_FIELDS, Kind, _read_count, _read_end, _record_reader
+    from ordo.schemas.codec import RECORD_FIELDS, Kind, _read_count, _read_end, _record_reader
 
     read_file = _record_reader(DataFile, RECORD_FIELDS[DataFile])
 
@@ -644,7 +644,7 @@ def test_the_unrolled_data_file_reader_reads_what_the_field_table_reads(record: 
 
 
 def test_trusted_builds_what_model_construct_builds() -> None:
-    from schemas.codec import trusted
+    from ordo.schemas.codec import trusted
 
     values = {
         "path": "p=1/f.parquet",
@@ -664,7 +664,7 @@ def test_trusted_builds_what_model_construct_builds() -> None:
 
 def test_an_intents_files_and_partitions_carry_their_own_bytes() -> None:
     """The ``WireTuple`` an intent is read into holds exactly the bytes its items encode to."""
-    from schemas.codec import RECORD_FIELDS
+    from ordo.schemas.codec import RECORD_FIELDS
 
     kinds = {row[0]: row[1] for row in RECORD_FIELDS[CommitIntent]}
 

@@ -122,8 +122,8 @@ def test_healthchecks(compose: dict[str, Any]) -> None:
 
 
 def test_consumer_serves_readyz() -> None:
-    from consumer import Catalog
-    from consumer.http import create_app
+    from ordo.consumer import Catalog
+    from ordo.consumer.http import create_app
 
     paths = {route.path for route in create_app(Catalog("unused.db")).routes}
     assert {"/readyz", "/healthz", "/metrics"} <= paths
@@ -190,12 +190,17 @@ def test_dockerfile(dockerfile: str) -> None:
     assert base is not None and base.group(1).startswith("python:3.11-slim")
     assert "openjdk-17-jre-headless" in dockerfile
     assert re.search(r"^USER\s+(?!root)\S+", dockerfile, re.M), "run as a non-root user"
-    copied = set(re.findall(r"^COPY\s+(\S+)", dockerfile, re.M))
+    copied = {source for line in re.findall(r"^COPY\s+(.+)$", dockerfile, re.M) for source in line.split()[:-1]}
     assert "pyproject.toml" in copied
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
-    packages = {pattern.rstrip("*").rstrip(".") for pattern in declared["include"]}
-    assert packages and all((ROOT / p / "__init__.py").exists() for p in packages)
-    missing = sorted(packages - copied)
+    packages = {pattern.split(".")[0].rstrip("*") for pattern in declared["include"]}
+    assert packages == {"ordo"}, "ordo installs one package"
+    # ordo/<name> -> ../<name>: the folders the symlinks point at are copied too, with setup.py (ordo-legacy.pth)
+    linked = {path.readlink().name for path in (ROOT / "ordo").iterdir() if path.is_symlink()}
+    assert linked == {"producer", "arbiter", "consumer", "schemas"}
+    needed = packages | linked | {"setup.py"}
+    assert all((ROOT / p / "__init__.py").exists() for p in packages | linked)
+    missing = sorted(needed - copied)
     assert not missing, f"the image installs pyproject's packages: COPY {missing}"
     # the directories the image's volumes are mounted at are its user's (a new named volume copies that)
     made = re.search(r"mkdir -p ([^&\\]+)", dockerfile)

@@ -29,8 +29,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from arbiter.core import Reason, TableState, apply, evaluate, new_state, rebuild
-from schemas import CommitIntent, DataFile, Operation, encode
+from ordo.arbiter.core import Reason, TableState, apply, evaluate, new_state, rebuild
+from ordo.schemas import CommitIntent, DataFile, Operation, encode
 
 from .helpers import metadata
 
@@ -243,7 +243,7 @@ class ConcurrentTransactions(RuleBasedStateMachine):
     @rule(index=st.integers(0, 50))
     def resubmit_a_decided_txn(self, index: int) -> None:
         """A writer retrying a publish: the same txn id must get the same answer and change nothing."""
-        from schemas import decode
+        from ordo.schemas import decode
 
         original = decode(self.log[index % len(self.log)])
         if not original.txn_id or original.operation in (None, Operation.CREATE_TABLE):
@@ -265,7 +265,7 @@ class ConcurrentTransactions(RuleBasedStateMachine):
 
     @invariant()
     def versions_are_contiguous(self) -> None:
-        from schemas import decode
+        from ordo.schemas import decode
 
         decisions = [decode(d) for d in self.log]
         firsts = [d for d in decisions if d.accepted and d.duplicate_of is None]

@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from arbiter.core import Reason, evaluate_record, new_state
-from schemas import CommitIntent, DataFile, Operation, Outcome, encode
+from ordo.arbiter.core import Reason, evaluate_record, new_state
+from ordo.schemas import CommitIntent, DataFile, Operation, Outcome, encode
 
 from .helpers import Table, metadata
 
@@ -214,7 +214,7 @@ def test_a_decision_is_never_an_exception_for_absurd_values() -> None:
 
     import fastavro
 
-    from schemas.codec import DEFAULT_CODEC
+    from ordo.schemas.codec import DEFAULT_CODEC
 
     schema = DEFAULT_CODEC.schema_of(CommitIntent)
     header = encode(Table().intent(Operation.INSERT_INTO, 0))[:10]

@@ -7,9 +7,9 @@ from datetime import timedelta
 
 import pytest
 
-from arbiter.core import datetime_to_millis, log_head
-from schemas import CommitDecision, CommitIntent, DataFile, Operation, chain_hash, decode, encode
-from schemas.decisionlog import (
+from ordo.arbiter.core import datetime_to_millis, log_head
+from ordo.schemas import CommitDecision, CommitIntent, DataFile, Operation, chain_hash, decode, encode
+from ordo.schemas.decisionlog import (
     GENESIS_HASH,
     BrokenLogError,
     LogHead,
@@ -200,8 +200,8 @@ def test_the_liveness_errors_of_a_reader_share_the_kinds() -> None:
 
 def test_the_arbiters_rebuild_folds_with_the_same_checks() -> None:
     """``arbiter.core.rebuild``: the live state again; a repeat skipped; a broken log raises by kind, never KeyError."""
-    from arbiter.checkpoint import states_equal
-    from arbiter.core import rebuild
+    from ordo.arbiter.checkpoint import states_equal
+    from ordo.arbiter.core import rebuild
 
     table, values = genuine()
     assert states_equal(rebuild("t", values), table.state)

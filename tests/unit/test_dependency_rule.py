@@ -17,11 +17,11 @@ def test_core_and_schemas_import_without_kafka_or_spark() -> None:
                     raise ImportError(f"blocked: {name}")
                 return None
         sys.meta_path.insert(0, Blocker())
-        import schemas, arbiter, arbiter.core, arbiter.policy
-        from arbiter.core import decide, evaluate_record, apply
+        import ordo.schemas, ordo.arbiter, ordo.arbiter.core, ordo.arbiter.policy
+        from ordo.arbiter.core import decide, evaluate_record, apply
         assert not any(m.split(".")[0] in ("confluent_kafka", "pyspark") for m in sys.modules)
-        own = {m.split(".")[0] for m in sys.modules} & {"producer", "consumer", "ordo"}
-        assert not own, own
+        own = {m for m in sys.modules if m.startswith("ordo.")} - {"ordo._legacy"}
+        assert all(m.split(".")[1] in ("schemas", "kernel", "arbiter") for m in own), own
         print("ok")
         """
     )
@@ -31,7 +31,7 @@ def test_core_and_schemas_import_without_kafka_or_spark() -> None:
 
 
 def test_schemas_import_nothing_else_of_ours() -> None:
-    probe = "import sys, schemas; print(sorted({m.split('.')[0] for m in sys.modules} & {'arbiter','producer','consumer','ordo'}))"
+    probe = "import sys, ordo.schemas; print(sorted({m for m in sys.modules if m.startswith('ordo.') and not m.startswith('ordo.schemas')}))"
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
@@ -39,8 +39,8 @@ def test_schemas_import_nothing_else_of_ours() -> None:
 
 def test_kernel_imports_nothing_of_ours_but_schemas() -> None:
     probe = (
-        "import sys, kernel, kernel.logread; "
-        "print(sorted({m.split('.')[0] for m in sys.modules} & {'arbiter','producer','consumer','ordo'}))"
+        "import sys, ordo.kernel, ordo.kernel.logread; "
+        "print(sorted({m.split('.')[1] for m in sys.modules if m.startswith('ordo.')} - {'kernel', 'schemas'}))"
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr

@@ -6,7 +6,7 @@ import re
 from dataclasses import MISSING, fields
 from pathlib import Path
 
-from kernel.settings import BROKER_FETCH_WAITS, ENV_VARS, Settings
+from ordo.kernel.settings import BROKER_FETCH_WAITS, ENV_VARS, Settings
 
 API = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 NO_DEFAULT_CELL = {"state_dir", "arbiter_group", "log_level", "client_id"}  # computed defaults, described in words

@@ -27,9 +27,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from arbiter.core import Reason, TableState, apply, evaluate_record, invalid_path_reason, new_state
-from schemas import CodecError, CommitDecision, CommitIntent, DataFile, Operation, Outcome, decode, encode
-from schemas.codec import DEFAULT_CODEC
+from ordo.arbiter.core import Reason, TableState, apply, evaluate_record, invalid_path_reason, new_state
+from ordo.schemas import CodecError, CommitDecision, CommitIntent, DataFile, Operation, Outcome, decode, encode
+from ordo.schemas.codec import DEFAULT_CODEC
 
 from .helpers import Table
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from schemas import CodecError, CommitDecision, CommitIntent, Operation, Outcome, Rebase, decode
+from ordo.schemas import CodecError, CommitDecision, CommitIntent, Operation, Outcome, Rebase, decode
 
 from .golden_log import (
     RELEASES,
@@ -48,7 +48,7 @@ def test_the_catalog_rebuilt_from_the_golden_log_equals_the_one_that_release_bui
         assert rebuilt[table]["versions"] == expected[table]["versions"], table
         assert rebuilt[table]["history"] == expected[table]["history"], table
     assert rebuilt == expected
-    from consumer import Catalog
+    from ordo.consumer import Catalog
 
     with Catalog(tmp_path / "catalog.db") as catalog:  # 0.1 had no buckets: every file reads as bucket 0
         assert all(f.bucket == 0 for t in expected for f in catalog.snapshot(t).files)
@@ -77,7 +77,7 @@ def test_every_current_schema_golden_record_encodes_back_to_its_very_bytes() -> 
 
     import fastavro
 
-    from schemas.codec import DEFAULT_CODEC, _to_record
+    from ordo.schemas.codec import DEFAULT_CODEC, _to_record
 
     release = RELEASES[-1]
     checked = 0
@@ -102,7 +102,7 @@ def _operations_of(release: str) -> set[str]:
     """The Operation symbols of ``release``'s decision schema (ALTER_TABLE came in 0.3)."""
     import json
 
-    from schemas.history import HISTORY_DIR
+    from ordo.schemas.history import HISTORY_DIR
 
     schema = json.loads((HISTORY_DIR / f"CommitDecision.{release}.avsc").read_text())
     found: set[str] = set()
@@ -155,8 +155,8 @@ def test_a_catalog_written_before_the_bucket_column_is_read_and_then_migrated(tm
     """A version-1 catalog (no ``files.bucket``): readers see bucket 0; the upgraded consumer migrates it in place."""
     import sqlite3
 
-    from consumer import Catalog
-    from consumer.store import SCHEMA_VERSION, CatalogWriter
+    from ordo.consumer import Catalog
+    from ordo.consumer.store import SCHEMA_VERSION, CatalogWriter
 
     path = tmp_path / "catalog.db"
     expected = rebuild_catalog("0.1", path)
@@ -197,8 +197,8 @@ def test_a_catalog_written_before_restore_is_read_and_then_migrated(tmp_path: Pa
     the upgraded consumer adds the column in place and goes on with a 0.4 log."""
     import sqlite3
 
-    from consumer import Catalog
-    from consumer.store import SCHEMA_VERSION, CatalogWriter
+    from ordo.consumer import Catalog
+    from ordo.consumer.store import SCHEMA_VERSION, CatalogWriter
 
     path = tmp_path / "catalog.db"
     expected = rebuild_catalog("0.3", path)
@@ -222,7 +222,7 @@ def test_a_catalog_written_before_restore_is_read_and_then_migrated(tmp_path: Pa
 def test_a_restored_file_keeps_its_first_sequence_in_the_0_4_catalog(tmp_path: Path) -> None:
     """The 0.4 log restores events to version 2 and then to 7: each re-added file reads with the sequence of
     the commit that first wrote it, and its operation."""
-    from consumer import Catalog
+    from ordo.consumer import Catalog
 
     path = tmp_path / "catalog.db"
     rebuild_catalog("0.4", path)
@@ -249,9 +249,9 @@ def test_a_restored_file_keeps_its_first_sequence_in_the_0_4_catalog(tmp_path: P
 
 def _continued_by_this_release() -> tuple[list, list]:  # type: ignore[type-arg]
     """The 0.1 ``orders`` log continued by this release's arbiter: what a rolling upgrade leaves in the topics."""
-    from arbiter.core import apply, evaluate_record, rebuild
-    from arbiter.replay import DecisionRecord, IntentRecord
-    from schemas import DataFile, encode
+    from ordo.arbiter.core import apply, evaluate_record, rebuild
+    from ordo.arbiter.replay import DecisionRecord, IntentRecord
+    from ordo.schemas import DataFile, encode
 
     from .golden_log import decision_records, intent_records
 
@@ -289,9 +289,9 @@ def _continued_by_this_release() -> tuple[list, list]:  # type: ignore[type-arg]
 
 def test_a_0_1_log_continued_by_this_release_verifies_and_materializes(tmp_path: Path) -> None:
     """Rolling upgrade: the new arbiter appends to an old log; replay and the consumer take both schemas in one log."""
-    from consumer import Catalog
-    from consumer.store import CatalogWriter, LogRecord
     from ordo.audit import audit
+    from ordo.consumer import Catalog
+    from ordo.consumer.store import CatalogWriter, LogRecord
 
     intents, decisions = _continued_by_this_release()
     result = audit("orders", intents, decisions, verify=True)
@@ -313,10 +313,10 @@ def test_an_edited_0_1_decision_is_still_caught(tmp_path: Path) -> None:
 
     import fastavro
 
-    from arbiter.replay import DecisionRecord
+    from ordo.arbiter.replay import DecisionRecord
     from ordo.audit import audit
-    from schemas import encode
-    from schemas.history import HISTORY_DIR
+    from ordo.schemas import encode
+    from ordo.schemas.history import HISTORY_DIR
 
     intents, decisions = _continued_by_this_release()
     target = 4  # a 0.1 decision in the middle of the log
@@ -358,9 +358,9 @@ def test_an_older_schema_decision_is_compared_on_the_fields_it_has() -> None:
 
     import fastavro
 
-    from arbiter.replay import _same_in_older_schema
-    from schemas.codec import DEFAULT_CODEC, MAGIC
-    from schemas.history import HISTORY_DIR
+    from ordo.arbiter.replay import _same_in_older_schema
+    from ordo.schemas.codec import DEFAULT_CODEC, MAGIC
+    from ordo.schemas.history import HISTORY_DIR
 
     from .golden_log import decision_records
 
@@ -391,6 +391,6 @@ def test_an_older_schema_decision_is_compared_on_the_fields_it_has() -> None:
 
 def encode_current(decision: CommitDecision) -> bytes:
     """``decision`` in the current schema (only identical bytes match there)."""
-    from schemas import encode
+    from ordo.schemas import encode
 
     return encode(decision)

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from arbiter.checkpoint import dump_state, load_state, supported
-from arbiter.core import Reason, decide, new_state
-from schemas import CommitIntent, Operation, Outcome, TableMetadata, decode, encode
-from schemas.operations import ROW_ID_COLUMN
+from ordo.arbiter.checkpoint import dump_state, load_state, supported
+from ordo.arbiter.core import Reason, decide, new_state
+from ordo.schemas import CommitIntent, Operation, Outcome, TableMetadata, decode, encode
+from ordo.schemas.operations import ROW_ID_COLUMN
 
 from .helpers import Table
 
@@ -126,8 +126,8 @@ def test_readers_refuse_a_keyless_tables_file_without_row_ids(tmp_path: Path) ->
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from consumer.arrow import FileRef, TableShape, live_rows
-    from consumer.errors import DataFileError
+    from ordo.consumer.arrow import FileRef, TableShape, live_rows
+    from ordo.consumer.errors import DataFileError
 
     shape = TableShape.of(KEYLESS)
     good = {
@@ -154,8 +154,8 @@ def test_the_pyarrow_writer_gives_every_row_a_new_row_id(tmp_path: Path) -> None
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from producer.arrow import check_unique, write_rows
-    from producer.data import Layout
+    from ordo.producer.arrow import check_unique, write_rows
+    from ordo.producer.data import Layout
 
     layout = Layout.of("t", KEYLESS.model_copy(update={"location": str(tmp_path)}))
     rows = pa.table({"id": [1, 1, 2], "v": ["a", "a", "b"], "dt": ["d", "d", "e"]})
@@ -176,7 +176,7 @@ def test_change_topic_records_of_duplicate_rows_are_told_apart_by_row_id() -> No
 
     import pyarrow as pa
 
-    from consumer.changetopic import commit_changes
+    from ordo.consumer.changetopic import commit_changes
 
     rows = pa.table(
         {

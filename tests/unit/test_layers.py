@@ -24,6 +24,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+# Each layer's folder: all install under ``ordo`` (``ordo.producer`` is the repository's producer/, ordo/producer
+# being a symlink to it), kernel lives in ordo/kernel.
+FOLDERS = {
+    "schemas": "schemas",
+    "kernel": "ordo/kernel",
+    "arbiter": "arbiter",
+    "consumer": "consumer",
+    "producer": "producer",
+    "ordo": "ordo",
+}
+OLD_PATHS = {"schemas", "kernel", "arbiter", "consumer", "producer"}  # ordo 0.4's, kept for users only
 ALLOWED = {
     "schemas": set(),
     "kernel": {"schemas"},
@@ -40,7 +51,14 @@ LAZY_UPWARD = {
     ("producer/table.py", "ordo.datasource"),
     # The HTTP API's layout view shows what the table service would do next (its planner).
     ("consumer/http.py", "ordo.compactor"),
+    # A repository folder imported by its 0.4 name (a checkout) binds that name to its ordo.* module.
+    ("producer/__init__.py", "ordo._legacy"),
+    ("arbiter/__init__.py", "ordo._legacy"),
+    ("consumer/__init__.py", "ordo._legacy"),
+    ("schemas/__init__.py", "ordo._legacy"),
 }
+# The one module that names the old paths on purpose.
+LEGACY_SHIMS = {"ordo/_legacy.py"}
 
 
 CLASS_LINES = 320
@@ -64,14 +82,32 @@ def imports(path: Path) -> list[tuple[str, bool]]:
     return found
 
 
+def files(package: str) -> list[Path]:
+    """The modules of one layer (``ordo``'s without the layers installed under it)."""
+    folder = ROOT / FOLDERS[package]
+    inner = {folder / FOLDERS[name].removeprefix("ordo/") for name in FOLDERS if name != "ordo"}
+    return sorted(p for p in folder.rglob("*.py") if package != "ordo" or not any(p.is_relative_to(i) for i in inner))
+
+
+def layer(module: str) -> str | None:
+    """The layer an imported module belongs to (``ordo.producer.table`` -> producer), None for a third party's."""
+    parts = module.split(".")
+    if parts[0] != "ordo":
+        return None
+    return parts[1] if len(parts) > 1 and parts[1] in OLD_PATHS else "ordo"
+
+
 def violations() -> list[str]:
     problems = []
     for package, allowed in ALLOWED.items():
-        for path in sorted((ROOT / package).rglob("*.py")):
+        for path in files(package):
             relative = path.relative_to(ROOT).as_posix()
             for module, module_level in imports(path):
-                target = module.split(".")[0]
-                if target not in ALLOWED or target == package or target in allowed:
+                if module.split(".")[0] in OLD_PATHS and relative not in LEGACY_SHIMS:
+                    problems.append(f"{relative} imports {module}: ordo 0.4's path; import ordo.{module}")
+                    continue
+                target = layer(module)
+                if target is None or target == package or target in allowed:
                     continue
                 if not module_level and (relative, module) in LAZY_UPWARD:
                     continue
@@ -89,7 +125,7 @@ def test_the_lazy_upward_imports_listed_still_exist() -> None:
     present = {
         (path.relative_to(ROOT).as_posix(), module)
         for package in ALLOWED
-        for path in (ROOT / package).rglob("*.py")
+        for path in files(package)
         for module, _ in imports(path)
     }
     assert LAZY_UPWARD <= present, LAZY_UPWARD - present
@@ -99,13 +135,14 @@ def test_the_lazy_upward_imports_listed_still_exist() -> None:
     ("source", "expected"),
     [
         ("from ordo.settings import Settings\n", "imports ordo.settings at module level"),
-        ("def f():\n    import consumer.catalog\n", "imports consumer.catalog inside a function"),
+        ("def f():\n    import ordo.consumer.catalog\n", "imports ordo.consumer.catalog inside a function"),
+        ("from consumer.catalog import Catalog\n", "ordo 0.4's path; import ordo.consumer.catalog"),
     ],
 )
 def test_the_check_can_fail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str, expected: str) -> None:
     """A layer violation planted in a copy of the tree is reported."""
     for package in ALLOWED:
-        (tmp_path / package).mkdir()
+        (tmp_path / FOLDERS[package]).mkdir(parents=True, exist_ok=True)
     (tmp_path / "arbiter" / "planted.py").write_text(source)
     monkeypatch.setattr(__import__(__name__, fromlist=["ROOT"]), "ROOT", tmp_path)
     assert any(expected in problem for problem in violations()), violations()
@@ -115,7 +152,7 @@ def oversized() -> list[str]:
     """Every class above ``CLASS_LINES`` lines that ``OVERSIZED`` does not list, with its size."""
     found = []
     for package in ALLOWED:
-        for path in sorted((ROOT / package).rglob("*.py")):
+        for path in files(package):
             for node in ast.walk(ast.parse(path.read_text(), str(path))):
                 if isinstance(node, ast.ClassDef) and node.end_lineno is not None:
                     name = f"{path.relative_to(ROOT).as_posix()}::{node.name}"
@@ -131,7 +168,7 @@ def test_no_class_grows_beyond_the_size_of_one_named_part() -> None:
 
 def test_the_size_check_can_fail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for package in ALLOWED:
-        (tmp_path / package).mkdir()
+        (tmp_path / FOLDERS[package]).mkdir(parents=True, exist_ok=True)
     body = "".join(f"    def m{i}(self) -> None:\n        pass\n" for i in range(CLASS_LINES))
     (tmp_path / "arbiter" / "big.py").write_text(f"class Big:\n{body}")
     monkeypatch.setattr(__import__(__name__, fromlist=["ROOT"]), "ROOT", tmp_path)

@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from arbiter.replay import DIVERGENCE_OF
+from ordo.arbiter.replay import DIVERGENCE_OF
 from ordo.audit import audit
-from schemas.codec import DEFAULT_CODEC
-from schemas.decisionlog import LogProblem
-from schemas.operations import TRAITS
+from ordo.schemas.codec import DEFAULT_CODEC
+from ordo.schemas.decisionlog import LogProblem
+from ordo.schemas.operations import TRAITS
 
 from .golden_log import RELEASES, tables
 from .log_vectors import (
@@ -199,7 +199,7 @@ def test_the_spec_lists_every_released_fingerprint_and_computes_them() -> None:
     import fastavro
     from fastavro.schema import to_parsing_canonical_form
 
-    from schemas.history import HISTORY_DIR
+    from ordo.schemas.history import HISTORY_DIR
 
     spec = (ROOT / "docs" / "log-format.md").read_text()
     rows = re.findall(r"^\| (\d+\.\d+) \| v\d+ \| (\w+) \| `([0-9a-f]{16})` \|", spec, re.M)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from arbiter.core import Reason
-from arbiter.policy import OpClass, Resolution, available_policies, load_policy
-from schemas import Outcome, Rebase
+from ordo.arbiter.core import Reason
+from ordo.arbiter.policy import OpClass, Resolution, available_policies, load_policy
+from ordo.schemas import Outcome, Rebase
 
 from .helpers import CLASS_OPERATION, Table
 

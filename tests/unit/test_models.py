@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from consumer.models import Commit, DecisionRecord, FileEntry, Snapshot, TableInfo, metadata_to_dict
-from schemas import Operation, Outcome, Rebase, TableMetadata
+from ordo.consumer.models import Commit, DecisionRecord, FileEntry, Snapshot, TableInfo, metadata_to_dict
+from ordo.schemas import Operation, Outcome, Rebase, TableMetadata
 
 META = TableMetadata(
     location="s3://b/t",

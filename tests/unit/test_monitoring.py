@@ -19,13 +19,13 @@ import yaml
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from arbiter.metrics import ArbiterMetrics
-from arbiter.prom import ArbiterPrometheus
-from consumer.catalog import Catalog
-from consumer.http import render_metrics
-from consumer.materializer import ConsumerStatus
-from consumer.store import CatalogWriter
+from ordo.arbiter.metrics import ArbiterMetrics
+from ordo.arbiter.prom import ArbiterPrometheus
 from ordo.compactor import Metrics as CompactorMetrics
+from ordo.consumer.catalog import Catalog
+from ordo.consumer.http import render_metrics
+from ordo.consumer.materializer import ConsumerStatus
+from ordo.consumer.store import CatalogWriter
 
 ROOT = Path(__file__).resolve().parents[2]
 ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yml"
@@ -165,8 +165,8 @@ def test_each_process_exports_build_info_and_counters_are_counters(tmp_path: Pat
 def test_compose_checks_and_scrapes_every_long_running_process() -> None:
     """Each arbiter, consumer and compactor of docker-compose.yml: healthcheck on /healthz and /readyz of the port it
     serves (the default port of its kind unless its command names one), and a target of the example scrape config."""
-    from kernel.settings import DEFAULT_ARBITER_METRICS_PORT, DEFAULT_COMPACTOR_METRICS_PORT, DEFAULT_HTTP_PORT
     from ordo.cli import main
+    from ordo.kernel.settings import DEFAULT_ARBITER_METRICS_PORT, DEFAULT_COMPACTOR_METRICS_PORT, DEFAULT_HTTP_PORT
 
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     scrape = yaml.safe_load(SCRAPE_CONFIG.read_text())

@@ -9,7 +9,7 @@ import urllib.request
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from kernel.observe import Health, ObservabilityServer, register_build_info
+from ordo.kernel.observe import Health, ObservabilityServer, register_build_info
 
 
 def get(url: str) -> tuple[int, str, str]:

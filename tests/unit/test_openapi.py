@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from consumer import Catalog
-from consumer.http import HttpServer, create_app, openapi_document
+from ordo.consumer import Catalog
+from ordo.consumer.http import HttpServer, create_app, openapi_document
 
 DOCUMENT = Path(__file__).resolve().parents[2] / "docs" / "openapi.json"
 

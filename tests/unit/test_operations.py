@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from schemas import OP_CLASS, TRAITS, OpClass, Operation, Reason, decode, encode
-from schemas.history import AVRO_DIR
-from schemas.models import CommitDecision, Outcome
-from schemas.operations import REWRITING_OPERATIONS, TRUNCATING_OPERATIONS
+from ordo.schemas import OP_CLASS, TRAITS, OpClass, Operation, Reason, decode, encode
+from ordo.schemas.history import AVRO_DIR
+from ordo.schemas.models import CommitDecision, Outcome
+from ordo.schemas.operations import REWRITING_OPERATIONS, TRUNCATING_OPERATIONS
 
 
 def test_every_operation_has_one_row_of_traits_in_avro_order() -> None:

@@ -8,8 +8,8 @@ from typing import Any
 import httpx
 import pytest
 
-from consumer import Catalog
-from consumer.http import HttpServer, create_app
+from ordo.consumer import Catalog
+from ordo.consumer.http import HttpServer, create_app
 
 from .test_catalog import build
 from .test_catalog_model import Script

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from schemas.paths import (
+from ordo.schemas.paths import (
     data_file_path,
     escape_partition_value,
     partition_path,

@@ -49,7 +49,7 @@ def test_every_block_is_a_kind_some_test_runs() -> None:
 
 
 def test_the_diagram_names_the_real_topics() -> None:
-    from schemas import decisions_topic, intents_topic
+    from ordo.schemas import decisions_topic, intents_topic
 
     figures = [code for lang, code in readme_blocks() if lang == ""]
     assert len(figures) == 1

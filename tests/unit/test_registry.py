@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from arbiter import core
-from arbiter.policy import FIXED_CELLS, PolicyError, Resolution, available_policies, load_policy, matrix_markdown
-from schemas.operations import (
+from ordo.arbiter import core
+from ordo.arbiter.policy import FIXED_CELLS, PolicyError, Resolution, available_policies, load_policy, matrix_markdown
+from ordo.schemas.operations import (
     CLASSES,
     COMMON_REASONS,
     LINEAGE_REASONS,

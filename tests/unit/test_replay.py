@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from arbiter.core import apply, evaluate_record, new_state
-from arbiter.replay import DecisionRecord, IntentRecord, replay, verify_chain
-from schemas import CommitIntent, Operation, encode
+from ordo.arbiter.core import apply, evaluate_record, new_state
+from ordo.arbiter.replay import DecisionRecord, IntentRecord, replay, verify_chain
+from ordo.schemas import CommitIntent, Operation, encode
 
 from .helpers import Table, metadata
 
@@ -45,7 +45,7 @@ def test_a_lagging_arbiter_is_pending_not_divergent() -> None:
 
 
 def _edited(log: list[DecisionRecord], index: int) -> list[DecisionRecord]:
-    from schemas import decode
+    from ordo.schemas import decode
 
     decision = decode(log[index].value)
     forged = decision.model_copy(update={"message": "forged", "writer": "mallory"})
@@ -80,8 +80,8 @@ def test_chain_of_a_faithful_log_is_intact() -> None:
 
 def test_verify_log_checks_every_invariant_of_the_one_fold() -> None:
     """``--verify`` reads the log with the readers' invariants: CREATE first, a time version iff data changes."""
-    from arbiter.replay import verify_log
-    from schemas import decode
+    from ordo.arbiter.replay import verify_log
+    from ordo.schemas import decode
 
     _, log = history()
     assert verify_log("t", log) == []

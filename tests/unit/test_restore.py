@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from arbiter.checkpoint import decode_checkpoint, encode_checkpoint, states_equal
-from arbiter.core import rebuild
-from schemas import CommitDecision, CommitIntent, DataFile, Operation, Reason, Rebase, encode
+from ordo.arbiter.checkpoint import decode_checkpoint, encode_checkpoint, states_equal
+from ordo.arbiter.core import rebuild
+from ordo.schemas import CommitDecision, CommitIntent, DataFile, Operation, Reason, Rebase, encode
 
 from .helpers import Table
 

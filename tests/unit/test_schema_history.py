@@ -8,9 +8,9 @@ import json
 import fastavro
 import pytest
 
-from schemas import CommitDecision, CommitIntent, DataFile, Operation, Outcome, Rebase, decode
-from schemas.codec import DEFAULT_CODEC, MAGIC, Codec
-from schemas.history import (
+from ordo.schemas import CommitDecision, CommitIntent, DataFile, Operation, Outcome, Rebase, decode
+from ordo.schemas.codec import DEFAULT_CODEC, MAGIC, Codec
+from ordo.schemas.history import (
     AVRO_DIR,
     EVENTS,
     HISTORY_DIR,
@@ -108,7 +108,7 @@ def test_every_record_of_a_golden_log_carries_its_release_fingerprint_and_decode
 
 def test_a_codec_without_the_history_cannot_read_a_0_1_record() -> None:
     """The history is what makes old logs readable (the test above can fail)."""
-    from schemas import UnknownSchemaError
+    from ordo.schemas import UnknownSchemaError
 
     _, _, record = next(iter(all_records("0.1")))
     assert record.value is not None
@@ -186,8 +186,8 @@ def test_the_release_command_copies_exactly_the_changed_schemas(tmp_path, monkey
     """``python -m schemas.release add``: writes what changed since the last release, nothing twice, never overwrites."""
     import shutil
 
-    from schemas import history
-    from schemas.release import main
+    from ordo.schemas import history
+    from ordo.schemas.release import main
 
     releases = sorted({r for _, r, _ in HISTORY}, key=lambda r: tuple(map(int, r.split("."))))
     latest = releases[-1]

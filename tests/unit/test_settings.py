@@ -13,8 +13,8 @@ from dataclasses import fields
 import pytest
 from click.testing import CliRunner
 
-from kernel.settings import ENV_VARS, Settings, SettingsError, effective_settings, hide_url_password, load_settings
 from ordo.cli import main
+from ordo.kernel.settings import ENV_VARS, Settings, SettingsError, effective_settings, hide_url_password, load_settings
 from ordo.logs import configure_logging
 
 # A value each typed variable cannot take, and the words the error must carry besides the variable and value.

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from arbiter.replay import DecisionRecord, authenticate
+from ordo.arbiter.replay import DecisionRecord, authenticate
 from ordo.audit import audit
-from schemas import decode, encode
-from schemas.signing import (
+from ordo.schemas import decode, encode
+from ordo.schemas.signing import (
     SIGNATURE_HEADER,
     ChainVerifier,
     Signer,
@@ -53,7 +53,7 @@ def run(verifier: ChainVerifier[DecisionRecord], log: list[DecisionRecord]) -> t
 
 def forge_after(log: list[DecisionRecord], index: int, signature: bytes | None = None) -> list[DecisionRecord]:
     """A forged decision with a correct ``prev_hash`` (it chains to record ``index``), inserted right after it."""
-    from schemas import chain_hash
+    from ordo.schemas import chain_hash
 
     template = decode(log[index + 1].value)
     forged = template.model_copy(

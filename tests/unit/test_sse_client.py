@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from consumer.httpclient import MAX_RETRY_SECONDS, HttpBackend, reconnect_delay
+from ordo.consumer.httpclient import MAX_RETRY_SECONDS, HttpBackend, reconnect_delay
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from consumer.stores import PostgresStore, SqliteStore, is_postgres, open_store
+from ordo.consumer.stores import PostgresStore, SqliteStore, is_postgres, open_store
 
 
 def test_a_location_names_its_store() -> None:
@@ -24,7 +24,7 @@ def test_messages_never_show_the_password() -> None:
 
 
 def test_the_postgresql_schema_widens_integers_and_blobs() -> None:
-    from consumer.store import SCHEMA
+    from ordo.consumer.store import SCHEMA
 
     statements = open_store("postgresql://u@db/ordo").schema_statements(SCHEMA)
     text = ";".join(statements)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from schemas.errors import InvalidNameError
-from schemas.topics import IDENTIFIER_RULE, table_identifier, validate_table_name
+from ordo.schemas.errors import InvalidNameError
+from ordo.schemas.topics import IDENTIFIER_RULE, table_identifier, validate_table_name
 
 
 @pytest.mark.parametrize(

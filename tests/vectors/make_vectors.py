@@ -31,11 +31,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import fastavro
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from arbiter.core import apply, evaluate_record, new_state
-from schemas import CommitDecision, CommitIntent, DataFile, Operation, TableMetadata, encode
-from schemas.codec import MAGIC, _to_record, chain_hash, decode
-from schemas.history import HISTORY_DIR, wire_fingerprint
-from schemas.signing import SIGNATURE_HEADER, Signer
+from ordo.arbiter.core import apply, evaluate_record, new_state
+from ordo.schemas import CommitDecision, CommitIntent, DataFile, Operation, TableMetadata, encode
+from ordo.schemas.codec import MAGIC, _to_record, chain_hash, decode
+from ordo.schemas.history import HISTORY_DIR, wire_fingerprint
+from ordo.schemas.signing import SIGNATURE_HEADER, Signer
 from tests.unit.log_vectors import VECTORS_DIR, ordo_verdicts
 
 # TEST-ONLY signing keys: their seeds are public, right here. Never trust them outside these vectors.

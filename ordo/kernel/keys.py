@@ -13,8 +13,8 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from kernel.settings import Settings
-from schemas.signing import Signer, SigningError, Trust, write_keypair
+from ordo.kernel.settings import Settings
+from ordo.schemas.signing import Signer, SigningError, Trust, write_keypair
 
 EMBEDDED_KEY_NAME = "arbiter.key"
 

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from schemas.errors import OrdoError
+from ordo.schemas.errors import OrdoError
 
 log = logging.getLogger("ordo.membership")
 

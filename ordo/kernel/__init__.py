@@ -4,6 +4,6 @@ A leaf package: it imports ``schemas``, the standard library and
 ``confluent_kafka`` (lazily), nothing else of ours.
 """
 
-from kernel.logread import GapChecker, GapStats, LogReadError, read_to_end
+from ordo.kernel.logread import GapChecker, GapStats, LogReadError, read_to_end
 
 __all__ = ["GapChecker", "GapStats", "LogReadError", "read_to_end"]

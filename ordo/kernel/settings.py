@@ -24,8 +24,8 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import Field, ValidationError
 from pydantic.dataclasses import dataclass
 
-from schemas.errors import OrdoError
-from schemas.topics import validate_prefix
+from ordo.schemas.errors import OrdoError
+from ordo.schemas.topics import validate_prefix
 
 DEFAULT_PREFIX = "ordo"
 DEFAULT_CATALOG = "ordo-catalog.db"

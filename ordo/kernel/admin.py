@@ -10,8 +10,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernel.errors import BrokerUnavailableError
-from kernel.settings import FetchWaits, Settings, resolve_waits
+from ordo.kernel.errors import BrokerUnavailableError
+from ordo.kernel.settings import FetchWaits, Settings, resolve_waits
 
 log = logging.getLogger("ordo.broker")
 
@@ -127,7 +127,7 @@ def create_table_topics(
     admin: Any, prefix: str, table: str, timeout: float = 30.0, policy: TopicPolicy | None = None
 ) -> list[str]:
     """Create ``<prefix>.<table>.intents`` and ``.decisions`` (1 partition, kept forever) if missing."""
-    from schemas import decisions_topic, intents_topic
+    from ordo.schemas import decisions_topic, intents_topic
 
     return create_topics(
         admin,

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from schemas.errors import OrdoError
+from ordo.schemas.errors import OrdoError
 
 log = logging.getLogger("ordo.logread")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from schemas.errors import CodecError, InvalidNameError, OrdoError, SigningError, UnknownSchemaError
+from ordo.schemas.errors import CodecError, InvalidNameError, OrdoError, SigningError, UnknownSchemaError
 
 
 class CommitTimeoutError(OrdoError, TimeoutError):
