@@ -483,5 +483,5 @@ __all__ = [
 ]
 
 
-if __name__ == "__main__":  # python -m consumer.http > docs/openapi.json
+if __name__ == "__main__":  # python -m ordo.consumer.http > docs/openapi.json
     print(json.dumps(openapi_document(), indent=2, sort_keys=True))

@@ -9,7 +9,7 @@ the writer lacked taking the reader's defaults. See docs/upgrading.md.
 
 Release procedure (when a schema changed since the last release)::
 
-    python -m schemas.release add 0.2     # copies the current schemas into history/
+    python -m ordo.schemas.release add 0.2     # copies the current schemas into history/
 
 ``tests/unit/test_schema_history.py`` fails while the current writer schema is
 not in the history.

@@ -1,7 +1,7 @@
-"""``python -m schemas.release``: add the current writer schemas to the released history, or list it.
+"""``python -m ordo.schemas.release``: add the current writer schemas to the released history, or list it.
 
-    python -m schemas.release add 0.2    # copy the current CommitIntent/CommitDecision into schemas/avro/history
-    python -m schemas.release list       # every released schema and the fingerprint its records carry
+    python -m ordo.schemas.release add 0.2    # copy the current CommitIntent/CommitDecision into schemas/avro/history
+    python -m ordo.schemas.release list       # every released schema and the fingerprint its records carry
 
 See docs/upgrading.md for the release procedure.
 """
@@ -15,7 +15,7 @@ from ordo.schemas.history import add_release, released_schemas, wire_fingerprint
 
 def main(argv: list[str] | None = None) -> None:
     """Run the command."""
-    parser = argparse.ArgumentParser(prog="python -m schemas.release", description="the released schema history")
+    parser = argparse.ArgumentParser(prog="python -m ordo.schemas.release", description="the released schema history")
     sub = parser.add_subparsers(dest="command", required=True)
     add = sub.add_parser("add", help="copy the current writer schemas into schemas/avro/history as RELEASE")
     add.add_argument("release")

@@ -13,7 +13,7 @@ DOCUMENT = Path(__file__).resolve().parents[2] / "docs" / "openapi.json"
 
 def test_the_document_in_the_repository_is_current() -> None:
     kept = json.loads(DOCUMENT.read_text())
-    assert kept == openapi_document(), "the API changed: run `python -m consumer.http > docs/openapi.json`"
+    assert kept == openapi_document(), "the API changed: run `python -m ordo.consumer.http > docs/openapi.json`"
 
 
 def test_the_served_document_is_the_kept_one_and_names_its_errors(tmp_path: Path) -> None:

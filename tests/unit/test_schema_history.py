@@ -34,7 +34,7 @@ def test_the_current_writer_schema_is_in_the_history(event: str) -> None:
     assert header[2:] in released, (
         f"the current {event} schema (fingerprint {header[2:].hex()}) is not in {HISTORY_DIR}: a schema change "
         f"must be released before anything writes it. Follow docs/upgrading.md (add fields only with defaults, "
-        f"append enum symbols, never reorder, rename or remove), then run `python -m schemas.release add RELEASE`."
+        f"append enum symbols, never reorder, rename or remove), then run `python -m ordo.schemas.release add RELEASE`."
     )
     release, schema = released[header[2:]]
     assert schema_fingerprint(schema) == schema_fingerprint(current_schema(event)), release
@@ -183,7 +183,7 @@ def test_fields_are_only_ever_appended(event: str, release: str) -> None:
 
 
 def test_the_release_command_copies_exactly_the_changed_schemas(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """``python -m schemas.release add``: writes what changed since the last release, nothing twice, never overwrites."""
+    """``python -m ordo.schemas.release add``: writes what changed since the last release, nothing twice, never overwrites."""
     import shutil
 
     from ordo.schemas import history
