@@ -46,6 +46,7 @@ from pathlib import Path
 from types import TracebackType
 
 from ordo.kernel.errors import BrokerUnavailableError, OrdoError
+from ordo.netns import NodeNetwork
 
 log = logging.getLogger(__name__)
 
@@ -214,6 +215,8 @@ def _kill_left_over() -> None:
         for node in cluster.nodes:
             if node.process is not None and node.process.poll() is None:
                 node.process.kill()
+        if cluster.network is not None:
+            cluster.network.destroy()
 
 
 def _free_port(host: str) -> int:
@@ -237,6 +240,7 @@ class KafkaNode:
     broker_port: int
     controller_port: int
     directory: Path
+    host: str = "127.0.0.1"  # where it listens: loopback, or its own namespace's address (isolated clusters)
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -297,7 +301,7 @@ def plan_nodes(data_dir: Path, size: int, host: str) -> tuple[str, list[KafkaNod
                     port = _free_port(host)
             taken.add(port)
             pair.append(port)
-        nodes.append(KafkaNode(index, index + 1, pair[0], pair[1], data_dir / f"node-{index + 1}"))
+        nodes.append(KafkaNode(index, index + 1, pair[0], pair[1], data_dir / f"node-{index + 1}", host))
     record = {
         "cluster_id": cluster_id,
         "nodes": size,
@@ -308,17 +312,17 @@ def plan_nodes(data_dir: Path, size: int, host: str) -> tuple[str, list[KafkaNod
     return cluster_id, nodes
 
 
-def server_properties(node: KafkaNode, nodes: Sequence[KafkaNode], host: str, overrides: Mapping[str, str]) -> str:
+def server_properties(node: KafkaNode, nodes: Sequence[KafkaNode], overrides: Mapping[str, str]) -> str:
     """The ``server.properties`` of one combined node: durable replication defaults, tuned for a fast start."""
     replicas = min(3, len(nodes))
     min_isr = max(1, replicas - 1)
-    voters = ",".join(f"{n.node_id}@{host}:{n.controller_port}" for n in nodes)
+    voters = ",".join(f"{n.node_id}@{n.host}:{n.controller_port}" for n in nodes)
     config = {
         "process.roles": "broker,controller",
         "node.id": str(node.node_id),
         "controller.quorum.voters": voters,
-        "listeners": f"PLAINTEXT://{host}:{node.broker_port},CONTROLLER://{host}:{node.controller_port}",
-        "advertised.listeners": f"PLAINTEXT://{host}:{node.broker_port}",
+        "listeners": f"PLAINTEXT://{node.host}:{node.broker_port},CONTROLLER://{node.host}:{node.controller_port}",
+        "advertised.listeners": f"PLAINTEXT://{node.host}:{node.broker_port}",
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
@@ -357,7 +361,9 @@ class KafkaCluster:
     ``data_dir`` keeps each node's configuration, log and data
     (``node-<i>/``) plus ``cluster.json`` (cluster id, ports); default: a
     temporary directory removed at ``stop()``. ``broker_config`` overrides or
-    adds ``server.properties`` entries on every node.
+    adds ``server.properties`` entries on every node. ``isolated=True`` (chaos
+    tests; Linux, root) runs each node in a network namespace of its own on a
+    bridge (``ordo.netns``), so that ``cut_node`` can partition one off.
     """
 
     def __init__(
@@ -370,6 +376,7 @@ class KafkaCluster:
         jvm_options: Sequence[str] = DEFAULT_JVM_OPTIONS,
         broker_config: Mapping[str, str] | None = None,
         echo: Callable[[str], None] | None = None,
+        isolated: bool = False,
     ) -> None:
         if nodes not in (1, 3):
             raise KafkaSetupError(f"a KafkaCluster has 1 or 3 nodes, not {nodes!r}")
@@ -384,6 +391,7 @@ class KafkaCluster:
         self.nodes: list[KafkaNode] = []
         self.cluster_id: str | None = None
         self._libs: Path | None = None
+        self.network: NodeNetwork | None = NodeNetwork(nodes) if isolated else None
 
     # ------------------------------------------------------------------ surface shared with EmbeddedBroker
 
@@ -394,7 +402,7 @@ class KafkaCluster:
         """Every node's ``host:port``, comma-separated (``bootstrap.servers``)."""
         if not self.nodes:
             raise RuntimeError("cluster not started")
-        return ",".join(f"{self.host}:{node.broker_port}" for node in self.nodes)
+        return ",".join(f"{node.host}:{node.broker_port}" for node in self.nodes)
 
     @property
     def pid(self) -> int | None:
@@ -423,9 +431,13 @@ class KafkaCluster:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         try:
             self.cluster_id, self.nodes = plan_nodes(self.data_dir, self.size, self.host)
+            if self.network is not None:
+                self.network.create()
+                for node in self.nodes:
+                    node.host = self.network.address(node.node_id)
             for node in self.nodes:
                 node.directory.mkdir(parents=True, exist_ok=True)
-                node.config_path.write_text(server_properties(node, self.nodes, self.host, self.broker_config))
+                node.config_path.write_text(server_properties(node, self.nodes, self.broker_config))
                 (node.directory / "log4j2.properties").write_text(LOG4J2_CONFIG)
             unformatted = [n for n in self.nodes if not (n.data_dir / "meta.properties").is_file()]
             if unformatted:
@@ -471,8 +483,9 @@ class KafkaCluster:
         with open(node.log_path, "ab") as out:
             out.write(f"\n---- ordo.kafka: starting node {node.node_id} at {time.ctime()}\n".encode())
             out.flush()
+            inside = self.network.exec_prefix(node.node_id) if self.network is not None else []
             node.process = subprocess.Popen(
-                self._java(node, "kafka.Kafka", str(node.config_path)),
+                [*inside, *self._java(node, "kafka.Kafka", str(node.config_path))],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -507,7 +520,7 @@ class KafkaCluster:
         for node in wanted:
             admin = AdminClient(
                 {
-                    "bootstrap.servers": f"{self.host}:{node.broker_port}",
+                    "bootstrap.servers": f"{node.host}:{node.broker_port}",
                     "socket.connection.setup.timeout.ms": 1000,
                     "client.id": "ordo.kafka-probe",
                     "log_level": 0,
@@ -541,6 +554,8 @@ class KafkaCluster:
                 node.process.kill()
                 node.process.wait(timeout=10)
             node.process = None
+        if self.network is not None:
+            self.network.destroy()
         if self._temporary and self.data_dir is not None:
             shutil.rmtree(self.data_dir, ignore_errors=True)
             self.data_dir = None
@@ -600,6 +615,20 @@ class KafkaCluster:
     def resume_node(self, node_id: int) -> None:
         """Thaw a paused node (SIGCONT)."""
         self._signal(self.node(node_id), signal.SIGCONT)
+
+    def cut_node(self, node_id: int) -> None:
+        """Partition one node off the network (an ``isolated`` cluster's): it runs on, alone."""
+        if self.network is None:
+            raise KafkaSetupError("cut_node needs KafkaCluster(..., isolated=True): a namespace per node")
+        self.node(node_id)
+        self.network.cut(node_id)
+
+    def heal_node(self, node_id: int) -> None:
+        """Join a cut-off node to the network again."""
+        if self.network is None:
+            raise KafkaSetupError("heal_node needs KafkaCluster(..., isolated=True)")
+        self.node(node_id)
+        self.network.heal(node_id)
 
     def pause(self) -> None:
         """Freeze every node."""

@@ -77,7 +77,7 @@ def test_node_layout_is_kept_and_a_node_count_change_refused(tmp_path: Path) -> 
 @pytest.mark.parametrize(("size", "replicas", "min_isr"), [(1, "1", "1"), (3, "3", "2")])
 def test_server_properties_are_durable_for_the_cluster_size(size: int, replicas: str, min_isr: str) -> None:
     nodes = [KafkaNode(i, i + 1, 9000 + i, 9100 + i, Path(f"/d/node-{i + 1}")) for i in range(size)]
-    text = server_properties(nodes[0], nodes, "127.0.0.1", {"log.retention.hours": "1"})
+    text = server_properties(nodes[0], nodes, {"log.retention.hours": "1"})
     config = dict(line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#"))
     assert config["default.replication.factor"] == replicas
     assert config["min.insync.replicas"] == min_isr
