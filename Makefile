@@ -58,17 +58,18 @@ spark-kafka: setup ## Fetch Spark's Kafka connector (spark-sql-kafka-0-10) from 
 	$(BIN)/python tools/spark_kafka.py
 
 # The oldest PySpark ordo supports, read from pyproject.toml's requirement: CI runs the Spark end-to-end tests of
-# the data source and the Delta API on it too (the main .venv has the newest release).
+# the data source and the Delta API on it too (the main .venv has the newest release). delta-spark (bench-spark)
+# supports PySpark up to this minimum, so this venv also runs Delta and ordo in one session (test_delta_side_by_side).
 SPARK_MIN := $(shell sed -n 's/.*"pyspark>=\([0-9.]*\)".*/\1/p' pyproject.toml)
 VENV_MIN := .venv-spark-min
 
 test-spark-min: check-java ## The Spark end-to-end tests on the oldest supported PySpark (pyproject's minimum)
 	@test -x $(VENV_MIN)/bin/python || $(PYTHON) -m venv $(VENV_MIN)
 	$(VENV_MIN)/bin/pip install -q --upgrade pip
-	$(VENV_MIN)/bin/pip install -q "pyspark==$(SPARK_MIN)" -e '.[dev]'
+	$(VENV_MIN)/bin/pip install -q "pyspark==$(SPARK_MIN)" -e '.[dev,bench-spark]'
 	$(VENV_MIN)/bin/python -c 'import pyspark, sys; sys.exit(pyspark.__version__ != "$(SPARK_MIN)")'
 	$(VENV_MIN)/bin/pytest -q -p no:cacheprovider tests/e2e/test_datasource.py tests/e2e/test_datasource_streaming.py \
-	  tests/e2e/test_scope.py tests/e2e/test_delta_api.py
+	  tests/e2e/test_scope.py tests/e2e/test_delta_api.py tests/e2e/test_delta_side_by_side.py
 
 chaos: setup kafka ## Fault-injection suite, full run (a quick version runs inside make test)
 	CHAOS_PROFILE=full $(BIN)/pytest -q -s tests/chaos

@@ -10,13 +10,21 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from pyspark.sql import SparkSession
 
     from ordo.settings import Settings
 
 
-def local_spark_session(app_name: str = "ordo", cores: int = 2, warehouse: str | None = None) -> SparkSession:
-    """Get or create a small local-mode SparkSession (UI off, few shuffle partitions, quiet logs)."""
+def local_spark_session(
+    app_name: str = "ordo", cores: int = 2, warehouse: str | None = None, config: Mapping[str, str] | None = None
+) -> SparkSession:
+    """Get or create a small local-mode SparkSession (UI off, few shuffle partitions, quiet logs).
+
+    ``config``: more Spark settings, applied last (e.g. delta-spark's packages and extensions, to run
+    ``format("delta")`` and ``format("ordo")`` in one session).
+    """
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -38,6 +46,8 @@ def local_spark_session(app_name: str = "ordo", cores: int = 2, warehouse: str |
     )
     if warehouse:
         builder = builder.config("spark.sql.warehouse.dir", warehouse)
+    for key, value in (config or {}).items():
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     if id(spark) not in _REGISTERED:  # keep the settings a DeltaTable registered with an existing session
