@@ -59,6 +59,7 @@ from ordo.schemas.models import (
     MAX_BUCKET,
     MAX_FILES_PER_INTENT,
     MAX_ID_LENGTH,
+    MAX_METRICS,
     MAX_PARTITIONS_PER_INTENT,
     MAX_PATH_LENGTH,
     MAX_VERSION,
@@ -424,6 +425,20 @@ def _checked_map(data: bytes, pos: int) -> tuple[dict[str, str], int]:
     return result, pos
 
 
+def _checked_long_map(data: bytes, pos: int, least: int, most: int, count_most: int) -> tuple[dict[str, int], int]:
+    """A map of long (operation metrics): keys ``least``..``most`` characters, at most ``count_most`` entries."""
+    result: dict[str, int] = {}
+    count, pos = _read_count(data, pos)
+    if count:
+        if count > count_most:
+            raise _Bail("too many entries")
+        for _ in range(count):
+            key, pos = _checked_str(data, pos, least, most)
+            result[key], pos = _read_long(data, pos)
+        pos = _read_end(data, pos)
+    return result, pos
+
+
 def _checked_version(data: bytes, pos: int) -> tuple[int, int]:
     """A long in 0..MAX_VERSION; one- to three-byte varints (up to 2**20) inline."""
     b = data[pos]
@@ -713,6 +728,17 @@ def _write_str_map(out: list[bytes], mapping: Any) -> None:
     out.append(_NULL)
 
 
+def _write_long_map(out: list[bytes], mapping: Any) -> None:
+    if type(mapping) is not dict:
+        raise _Bail("not a dict")
+    if mapping:
+        out.append(_long_bytes(len(mapping)))
+        for key, value in mapping.items():
+            _write_str(out, key)
+            out.append(_long_bytes(value))
+    out.append(_NULL)
+
+
 # --------------------------------------------------------------------------- field tables
 #
 # A field table lists every field of a record type, in schema order, each with
@@ -949,6 +975,7 @@ _TABLE_NAME = Kind(_table_name, _write_str)
 _BYTES = Kind(_read_bytes, _write_bytes)
 _STR_MAP = Kind(_read_str_map, _write_str_map)
 _CHECKED_MAP = Kind(_checked_map, _write_str_map)  # a partition spec or properties map
+_LONG_MAP = Kind(_checked_long_map, _write_long_map)  # (least, most) characters a key, at most count_most entries
 _STR_TUPLE = _array(_STR, _checked_str_tuple)  # (least, most) characters, at most count_most items
 _KEY_TUPLE = _array(_STR, _key_tuple)  # as _STR_TUPLE, at least one item
 _OPERATION = _enum(tuple(Operation))
@@ -989,6 +1016,7 @@ _INTENT_FIELDS: tuple[Field, ...] = (
     ("batch_id", _optional(_VERSION)),
     ("writer", _CHECKED_OPT_STR, 0, MAX_ID_LENGTH),
     ("restore_version", _optional(_VERSION)),
+    ("operation_metrics", _LONG_MAP, 1, MAX_ID_LENGTH, MAX_METRICS),
 )
 
 _DECISION_FIELDS: tuple[Field, ...] = (
@@ -1015,6 +1043,7 @@ _DECISION_FIELDS: tuple[Field, ...] = (
     ("duplicate_of", _OPT_LONG),
     ("prev_hash", _optional(_BYTES)),
     ("restore_version", _OPT_LONG),
+    ("operation_metrics", _LONG_MAP, 0, _NO_LIMIT, _NO_LIMIT),
 )
 
 RECORD_FIELDS: dict[type[BaseModel], tuple[Field, ...]] = {

@@ -29,6 +29,8 @@ MAX_PARTITIONS_PER_INTENT = 10_000
 MAX_VERSION = 2**62
 # Highest bucket number of a data file: a bucketed table has at most MAX_BUCKET + 1 buckets.
 MAX_BUCKET = 65_535
+# Most operation metrics one intent may carry (since 0.5; an operation may claim at most 4: schemas.operations).
+MAX_METRICS = 64
 
 # Time versions and Kafka timestamps are UTC milliseconds since the epoch.
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -195,6 +197,9 @@ class CommitIntent(_Frozen):
     batch_id: Version | None = None
     writer: Annotated[str, Field(max_length=MAX_ID_LENGTH)] | None = None
     restore_version: Version | None = None  # RESTORE (since 0.4): the version whose live files it re-adds
+    # (since 0.5) Delta's operationMetrics the writer counted (MERGE's, UPDATE's, DELETE's rows): a claim the
+    # arbiter checks (INVALID_METRICS: arbiter.core._check_metrics), not a model limit beyond names and count
+    operation_metrics: Annotated[Mapping[Id, int], Field(max_length=MAX_METRICS)] = Field(default_factory=dict)
 
     @field_validator("table")
     @classmethod
@@ -228,6 +233,7 @@ class CommitDecision(_Frozen):
     duplicate_of: int | None = None
     prev_hash: bytes | None = None
     restore_version: int | None = None  # RESTORE (since 0.4): the version the table was restored to
+    operation_metrics: Mapping[str, int] = Field(default_factory=dict)  # (since 0.5) an accepted commit's, checked
 
     @property
     def accepted(self) -> bool:

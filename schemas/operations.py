@@ -98,6 +98,8 @@ class Reason(enum.StrEnum):
     NOT_LIVE_AT_VERSION = "NOT_LIVE_AT_VERSION"
     # RESTORE: a file it needs was removed longer ago than the table's ordo.retention_hours: vacuum may have deleted it
     FILE_VACUUMED = "FILE_VACUUMED"
+    # (since 0.5) an operation metric the operation cannot claim, a negative count, or rows beyond what it wrote
+    INVALID_METRICS = "INVALID_METRICS"
 
 
 Reason.ALL = tuple(Reason)
@@ -112,6 +114,7 @@ COMMON_REASONS = (
     Reason.UNKNOWN_TABLE,
     Reason.READ_VERSION_AHEAD,
     Reason.SCHEMA_CHANGED,
+    Reason.INVALID_METRICS,
 )
 
 
@@ -185,6 +188,8 @@ class OperationSpec:
     change_rows: ChangeRows  # its change-feed rows
     since: str = "0.1"  # the release whose wire schema first carries it
     delta_name: str = ""  # what Delta Lake's DESCRIBE HISTORY calls such a commit (``DeltaTable.history``)
+    # the Delta operationMetrics a writer may claim (since 0.5): row counts no reader can derive from the files
+    metrics: tuple[str, ...] = ()
 
     @property
     def removes_files(self) -> bool:
@@ -235,11 +240,25 @@ _REWRITE_REASONS = (
 )
 
 
-def _write(operation: Operation, op_class: OpClass, removes: Removes, rows: ChangeRows, delta: str) -> OperationSpec:
+def _write(
+    operation: Operation,
+    op_class: OpClass,
+    removes: Removes,
+    rows: ChangeRows,
+    delta: str,
+    metrics: tuple[str, ...] = (),
+) -> OperationSpec:
     return OperationSpec(
         operation, op_class, operation is not Operation.TRUNCATE, removes, True, False, _WRITE, _WRITE_REASONS,
-        CatalogEffect.FILES, rows, delta_name=delta,
+        CatalogEffect.FILES, rows, delta_name=delta, metrics=metrics,
     )  # fmt: skip
+
+
+# Delta's MERGE metrics a writer claims (DeltaTable.merge(...).execute()'s num_inserted/updated/deleted_rows): an
+# UPDATE commit that claims them is a MERGE (history shows ``MERGE``); each row counted is one record it wrote.
+MERGE_METRICS = ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted")
+UPDATE_METRICS = ("numUpdatedRows",)  # Delta's UPDATE
+DELETE_METRICS = ("numDeletedRows",)  # Delta's DELETE
 
 
 def _rewrite(operation: Operation, op_class: OpClass, reasons: tuple[Reason, ...] = _REWRITE_REASONS) -> OperationSpec:
@@ -274,8 +293,11 @@ REGISTRY: Mapping[Operation, OperationSpec] = MappingProxyType(
             _write(Operation.INSERT_INTO, OpClass.INSERT, Removes.NOTHING, ChangeRows.KEYED, "WRITE"),
             _write(Operation.INSERT_OVERWRITE, OpClass.OVERWRITE, Removes.SCOPE, ChangeRows.SCOPE, "WRITE"),
             _write(Operation.TRUNCATE, OpClass.OVERWRITE, Removes.SCOPE, ChangeRows.SCOPE, "TRUNCATE"),
-            _write(Operation.UPDATE, OpClass.UPDATE, Removes.NOTHING, ChangeRows.KEYED, "UPDATE"),  # MERGE too
-            _write(Operation.DELETE, OpClass.UPDATE, Removes.NOTHING, ChangeRows.KEYED, "DELETE"),
+            _write(
+                Operation.UPDATE, OpClass.UPDATE, Removes.NOTHING, ChangeRows.KEYED, "UPDATE",
+                (*UPDATE_METRICS, *MERGE_METRICS),
+            ),  # MERGE too
+            _write(Operation.DELETE, OpClass.UPDATE, Removes.NOTHING, ChangeRows.KEYED, "DELETE", DELETE_METRICS),
             _rewrite(Operation.MINOR_COMPACT, OpClass.MINOR_COMPACT, _REWRITE_REASONS[:-1]),
             _rewrite(Operation.MAJOR_COMPACT, OpClass.MAJOR_COMPACT),
             _rewrite(Operation.CLUSTER, OpClass.CLUSTER),
@@ -336,8 +358,10 @@ def is_keyless(primary_key: tuple[str, ...] | list[str]) -> bool:
 __all__ = [
     "CLASSES",
     "COMMON_REASONS",
+    "DELETE_METRICS",
     "LINEAGE_REASONS",
     "MATRIX_FAIL_REASONS",
+    "MERGE_METRICS",
     "OP_CLASS",
     "OP_COLUMN",
     "OP_DELETE",
@@ -352,6 +376,7 @@ __all__ = [
     "SEQ_COLUMN",
     "TRAITS",
     "TRUNCATING_OPERATIONS",
+    "UPDATE_METRICS",
     "CatalogEffect",
     "ChangeRows",
     "Check",
