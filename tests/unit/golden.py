@@ -142,12 +142,42 @@ EVENTS: dict[str, CommitIntent | CommitDecision] = {
         prev_hash=bytes(range(64, 96)),
         restore_version=1,
     ),
+    "intent_merge": CommitIntent(
+        txn_id="merge-sales",
+        table="sales",
+        operation=Operation.UPDATE,
+        read_version=4,
+        added_files=FILES,
+        writer="spark-app-1",
+        operation_metrics={"numTargetRowsInserted": 1, "numTargetRowsUpdated": 2, "numTargetRowsDeleted": 0},
+    ),
+    "decision_merge": CommitDecision(
+        txn_id="merge-sales",
+        table="sales",
+        intent_offset=6,
+        outcome=Outcome.ACCEPTED,
+        id_version=5,
+        time_version=datetime(2024, 1, 1, 12, 10, 0, tzinfo=UTC),
+        operation=Operation.UPDATE,
+        read_version=4,
+        added_files=FILES,
+        writer="spark-app-1",
+        prev_hash=bytes(range(96, 128)),
+        operation_metrics={"numTargetRowsInserted": 1, "numTargetRowsUpdated": 2, "numTargetRowsDeleted": 0},
+    ),
 }
 
-BINS = {"v1": "0.1", "v2": "0.2", "v3": "0.3", "v4": "0.4"}  # file suffix -> the release whose codec wrote it
-CURRENT = "v4"
-# Events a release could not write before (ALTER_TABLE: 0.3, RESTORE: 0.4).
-SINCE = {"intent_alter": "v3", "decision_alter": "v3", "intent_restore": "v4", "decision_restore": "v4"}
+BINS = {"v1": "0.1", "v2": "0.2", "v3": "0.3", "v4": "0.4", "v5": "0.5"}  # file suffix -> the release that wrote it
+CURRENT = "v5"
+# Events a release could not write before (ALTER_TABLE: 0.3, RESTORE: 0.4, operation metrics: 0.5).
+SINCE = {
+    "intent_alter": "v3",
+    "decision_alter": "v3",
+    "intent_restore": "v4",
+    "decision_restore": "v4",
+    "intent_merge": "v5",
+    "decision_merge": "v5",
+}
 GOLDEN_BINS = [(name, suffix) for name in sorted(EVENTS) for suffix in sorted(BINS) if suffix >= SINCE.get(name, "v1")]
 
 if __name__ == "__main__":

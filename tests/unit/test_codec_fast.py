@@ -42,7 +42,7 @@ from ordo.arbiter.core import (
 from ordo.schemas import CodecError, CommitDecision, CommitIntent, DataFile, Operation, Outcome, Rebase, TableMetadata
 from ordo.schemas.codec import DEFAULT_CODEC, HEADER_LEN, WireTuple, _summarize, _to_record
 from ordo.schemas.errors import UnknownSchemaError
-from ordo.schemas.models import MAX_BUCKET, MAX_ID_LENGTH, MAX_PATH_LENGTH, MAX_VERSION
+from ordo.schemas.models import MAX_BUCKET, MAX_ID_LENGTH, MAX_METRICS, MAX_PATH_LENGTH, MAX_VERSION
 
 from .helpers import Table
 
@@ -210,6 +210,11 @@ class Drawer:
         n = self.draw(st.integers(0, 3))
         return {self.text(1, MAX_ID_LENGTH): self.text(0, MAX_PATH_LENGTH) for _ in range(n)}
 
+    def metrics(self) -> dict[str, int]:
+        """Operation metrics: up to MAX_METRICS names of 1..256 characters, any longs (one more: refused)."""
+        names = self.items(0, MAX_METRICS, lambda: self.text(1, MAX_ID_LENGTH))
+        return {name: self.draw(LONGS) for name in names}
+
     def spec(self) -> dict[str, str]:
         return {"dt": "2024-01-01"} if self.draw(st.booleans()) else self.str_map()
 
@@ -259,6 +264,7 @@ def intent_records(draw: Any) -> dict[str, Any]:
         "batch_id": None if draw(st.booleans()) else d.version(),
         "writer": d.opt_text(0, MAX_ID_LENGTH),
         "restore_version": None if draw(st.booleans()) else d.version(),
+        "operation_metrics": d.metrics(),
     }
 
 
@@ -341,6 +347,7 @@ def test_count_limits_take_the_same_path(over: bool) -> None:
         "batch_id": None,
         "writer": None,
         "restore_version": None,
+        "operation_metrics": {},
     }
     for field, value in (
         ("added_files", [{**file, "path": f"f{i}"} for i in range(n)]),
@@ -434,12 +441,13 @@ def test_non_canonical_encodings_are_read_by_the_reference_path() -> None:
             "batch_id": None,
             "writer": None,
             "restore_version": None,
+            "operation_metrics": {},
         }
     )
     head = INTENT.header + _string("t1") + _string("t") + _zigzag(1)
-    blocked = head + _zigzag(3) + b"\x00" + b"\x00" + _blocked([_string(x) for x in "abc"], 2) + b"\x00\x00\x00\x00\x00"
+    blocked = head + _zigzag(3) + b"\x00" + b"\x00" + _blocked([_string(x) for x in "abc"], 2) + b"\x00" * 6
     overlong = head + b"\x86\x80\x00" + b"\x00" + b"\x00" + _zigzag(3) + b"".join(_string(x) for x in "abc") + b"\x00"
-    overlong += b"\x00\x00\x00\x00\x00"
+    overlong += b"\x00" * 6  # metadata, app_id, batch_id, writer, restore_version null; operation_metrics empty
     expected = ref_decode(canonical)
     for data in (blocked, overlong):
         assert DEFAULT_CODEC.read_intent(data) is None  # not the fast path ...
@@ -497,6 +505,7 @@ def decisions(draw: Any) -> CommitDecision:
         "duplicate_of": draw(opt_long),
         "prev_hash": draw(st.none() | st.binary(max_size=40)),
         "restore_version": draw(opt_long),
+        "operation_metrics": d.metrics(),
     }
     try:
         return CommitDecision.model_validate(record)
