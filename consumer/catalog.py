@@ -609,6 +609,7 @@ def _decision(name: str, r: store.DecisionRow) -> DecisionRecord:
         prev_hash=None if r.prev_hash is None else bytes(r.prev_hash).hex(),
         hash=bytes(r.hash).hex(),
         restore_version=r.restore_version,
+        operation_metrics={} if r.operation_metrics is None else json.loads(r.operation_metrics),
     )
 
 

@@ -20,7 +20,7 @@ the JSON of every model.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -261,6 +261,9 @@ class DecisionRecord:
     prev_hash: Annotated[str | None, _default(None)]
     hash: str
     restore_version: Annotated[int | None, _default(None)] = None  # RESTORE (since 0.4): the version restored to
+    # (since 0.5) the operation metrics an accepted commit's writer counted and the arbiter checked (MERGE's,
+    # UPDATE's, DELETE's rows, by Delta's names); empty before 0.5 and for every other commit
+    operation_metrics: Annotated[Mapping[str, int], Field(default_factory=dict)] = field(default_factory=dict)
 
     @property
     def accepted(self) -> bool:

@@ -56,7 +56,7 @@ from ordo.schemas.operations import REGISTRY, CatalogEffect, ChangeRows
 log = logging.getLogger("ordo.consumer.store")
 
 # 2: files.bucket (a version-1 catalog is migrated when a writer opens it); 3: table_metadata; 4: files.seq_version
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS catalog_info (
@@ -107,6 +107,7 @@ CREATE TABLE IF NOT EXISTS decisions (
     prev_hash           BLOB,
     hash                BLOB NOT NULL,
     restore_version     INTEGER,                  -- RESTORE: the version restored to (catalog schema 4)
+    operation_metrics   TEXT,                     -- JSON object of the writer's metrics, NULL for none (schema 5)
     PRIMARY KEY (table_id, log_offset)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS commits (
@@ -359,7 +360,7 @@ class CatalogWriter:
         try:
             store.lock_schema(conn)
             version = store.schema_version(conn)
-            if version not in (0, 1, 2, 3, SCHEMA_VERSION):
+            if version not in (0, 1, 2, 3, 4, SCHEMA_VERSION):
                 raise RuntimeError(
                     f"catalog {store.describe()} has schema version {version}; this build reads {SCHEMA_VERSION}"
                 )
@@ -371,6 +372,8 @@ class CatalogWriter:
                 conn.execute("ALTER TABLE files ADD COLUMN seq_version INTEGER")  # before RESTORE (0.4): none re-added
             if version in (1, 2, 3) and not _has_column(conn, "decisions", "restore_version"):
                 conn.execute("ALTER TABLE decisions ADD COLUMN restore_version INTEGER")
+            if version in (1, 2, 3, 4) and not _has_column(conn, "decisions", "operation_metrics"):
+                conn.execute("ALTER TABLE decisions ADD COLUMN operation_metrics TEXT")  # before 0.5: none
             for statement in store.schema_statements(GROUP_INDEX):  # after the bucket column exists
                 conn.execute(statement)
             store.set_schema_version(conn, SCHEMA_VERSION)
@@ -685,7 +688,7 @@ class CatalogWriter:
     ) -> None:
         partitions = decision.partitions
         self._conn.execute(
-            "INSERT INTO decisions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "INSERT INTO decisions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 state.table_id,
                 record.offset,
@@ -715,6 +718,7 @@ class CatalogWriter:
                 decision.prev_hash,
                 record_hash,
                 decision.restore_version,
+                _metrics_json(decision.operation_metrics),
             ),
         )
 
@@ -935,6 +939,7 @@ class DecisionRow(NamedTuple):
     prev_hash: bytes | None
     hash: bytes
     restore_version: int | None
+    operation_metrics: str | None  # JSON object (catalog schema 5)
 
 
 TABLE_COLUMNS = select_list(TableRow, metadata_json="metadata")
@@ -944,7 +949,13 @@ _FILE_COLUMNS_V3 = select_list(FileRow, seq_version="NULL")  # before RESTORE (0
 _DECISION_SIDE = {"txn_id", "read_version", "rebase", "partitions", "writer", "app_id", "batch_id", "intent_offset"}
 COMMIT_COLUMNS = ", ".join(f"d.{f}" if f in _DECISION_SIDE else f"c.{f}" for f in CommitRow._fields)
 DECISION_COLUMNS = select_list(DecisionRow)
-_DECISION_COLUMNS_V3 = select_list(DecisionRow, restore_version="NULL")  # before RESTORE (0.4), not migrated yet
+_DECISION_COLUMNS_V3 = select_list(DecisionRow, restore_version="NULL", operation_metrics="NULL")  # before 0.4
+_DECISION_COLUMNS_V4 = select_list(DecisionRow, operation_metrics="NULL")  # before operation metrics (0.5)
+
+
+def _metrics_json(metrics: Mapping[str, int]) -> str | None:
+    """A decision's operation metrics as the catalog stores them: a JSON object in name order, NULL for none."""
+    return json.dumps(dict(sorted(metrics.items())), ensure_ascii=False) if metrics else None
 
 
 def _user_version(conn: Connection) -> int:
@@ -1095,7 +1106,10 @@ def query_decisions(
     """Decision rows of a table, newest first (the ``limit`` newest below log offset ``before``: only those read)."""
     accepted = f" AND outcome = '{Outcome.ACCEPTED.value}'" if accepted_only else ""
     older = "" if before is None else " AND log_offset < ?"
-    columns = DECISION_COLUMNS if _has_column(conn, "decisions", "restore_version") else _DECISION_COLUMNS_V3
+    if _has_column(conn, "decisions", "operation_metrics"):
+        columns = DECISION_COLUMNS
+    else:
+        columns = _DECISION_COLUMNS_V4 if _has_column(conn, "decisions", "restore_version") else _DECISION_COLUMNS_V3
     sql = f"SELECT {columns} FROM decisions WHERE table_id = ?{accepted}{older} ORDER BY log_offset DESC"
     params: tuple[int, ...] = (table_id,) if before is None else (table_id, before)
     if limit is not None:

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ordo.errors import OrdoError
+from ordo.schemas.operations import delta_operation
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -143,6 +144,8 @@ def history_table(decisions: Sequence[DecisionRecord], title: str | None = None,
         operation = d.operation.value if d.operation else "?"
         if d.restore_version is not None:
             operation += f" TO v{d.restore_version}"
+        if d.operation is not None and delta_operation(d.operation, d.operation_metrics) == "MERGE":
+            operation += " (MERGE)"
         row = [
             "" if d.id_version is None or d.duplicate_of is not None else str(d.id_version),
             time_version,

@@ -352,13 +352,16 @@ HISTORY_SCHEMA = (
 def history_rows(records: Sequence[Any]) -> list[tuple[Any, ...]]:
     """One row per decision record, in ``HISTORY_COLUMNS`` order (newest first as given).
 
-    ``operation`` is Delta's name for the commit (the registry's ``delta_name``: ``WRITE``, ``UPDATE``,
-    ``OPTIMIZE``, ...; a MERGE commits as ``UPDATE``), ``ordoOperation`` ordo's own; ``operationMetrics`` has
-    Delta's keys for what ordo records (files, rows and bytes added, files removed).
+    ``operation`` is Delta's name for the commit (``schemas.operations.delta_operation``: the registry's
+    ``delta_name``, ``WRITE``, ``UPDATE``, ``OPTIMIZE``, ...; ``MERGE`` for an UPDATE whose writer counted a
+    MERGE's rows), ``ordoOperation`` ordo's own. ``operationMetrics`` has Delta's keys: what the commit's files
+    give (files, rows and bytes added, files removed: derived, never the writer's word) and, since 0.5, the rows
+    the writer counted and the arbiter checked (``numUpdatedRows``, ``numDeletedRows``, a MERGE's
+    ``numTargetRowsInserted``/``Updated``/``Deleted``, with ``numTargetFilesAdded``/``Removed``).
     """
     import json
 
-    from ordo.schemas.operations import REGISTRY, Operation
+    from ordo.schemas.operations import Operation, delta_operation
 
     rows = []
     for d in records:
@@ -373,6 +376,7 @@ def history_rows(records: Sequence[Any]) -> list[tuple[Any, ...]]:
             params["message"] = d.message
         if d.conflicting_version is not None:
             params["conflictingVersion"] = str(d.conflicting_version)
+        name = delta_operation(d.operation, d.operation_metrics) if d.operation is not None else None
         metrics: dict[str, str] = {}
         if d.accepted and d.duplicate_of is None:
             metrics = {
@@ -382,12 +386,15 @@ def history_rows(records: Sequence[Any]) -> list[tuple[Any, ...]]:
                 "numOutputRows": str(d.records_added),
                 "numOutputBytes": str(d.bytes_added),
             }
-        spec = REGISTRY.get(d.operation) if d.operation is not None else None
+            if name == "MERGE":
+                metrics["numTargetFilesAdded"] = str(d.files_added)
+                metrics["numTargetFilesRemoved"] = str(d.files_removed)
+            metrics.update((key, str(value)) for key, value in sorted(d.operation_metrics.items()))
         rows.append(
             (
                 d.id_version,
                 d.timestamp or d.log_timestamp,
-                (spec.delta_name or d.operation.value) if spec is not None else None,
+                name,
                 params,
                 metrics,
                 d.operation.value if d.operation is not None else None,

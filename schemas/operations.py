@@ -350,6 +350,14 @@ ROW_ID_KEY = (ROW_ID_COLUMN,)
 ROW_ID_DDL = f"`{ROW_ID_COLUMN}` string NOT NULL"
 
 
+def delta_operation(operation: Operation, metrics: Mapping[str, int]) -> str:
+    """What Delta's DESCRIBE HISTORY calls a commit of ``operation`` with these operation metrics: ``MERGE`` for an
+    UPDATE that claims MERGE's metrics (``MERGE_METRICS``), else the registry's ``delta_name``."""
+    if operation is Operation.UPDATE and MERGE_METRICS[0] in metrics:
+        return "MERGE"
+    return REGISTRY[operation].delta_name or operation.value
+
+
 def is_keyless(primary_key: tuple[str, ...] | list[str]) -> bool:
     """True for a keyless table's primary key (the hidden row id column alone)."""
     return tuple(primary_key) == ROW_ID_KEY
@@ -387,5 +395,6 @@ __all__ = [
     "OperationTraits",
     "Reason",
     "Removes",
+    "delta_operation",
     "is_keyless",
 ]

@@ -74,6 +74,7 @@ class Story:
         app_id: str | None = None,
         batch_id: int | None = None,
         restore_version: int | None = None,
+        metrics: dict[str, int] | None = None,
         expect: Outcome = Outcome.ACCEPTED,
         rebase: Rebase = Rebase.NONE,
         reason: str | None = None,
@@ -92,6 +93,7 @@ class Story:
             batch_id=batch_id,
             writer=WRITER,
             **({} if restore_version is None else {"restore_version": restore_version}),
+            **({} if metrics is None else {"operation_metrics": metrics}),
         )
         decision = self.client.commit(intent, timeout=60.0)
         got = (decision.outcome, decision.rebase, decision.reason, decision.duplicate_of is not None)
@@ -329,6 +331,24 @@ def run_story(client: Any) -> None:
     )  # fmt: skip
     at_v7 = files("e-ovw-all2", d2) + files("e-ins3", d1) + files("e-ins4", d2)
     s.commit("events", "e-restore7", Operation.RESTORE, 8, added=at_v7, restore_version=7)  # v9: back again
+    if "operation_metrics" not in CommitIntent.model_fields:
+        return  # releases before 0.5
+    # customers: a MERGE, an UPDATE and a DELETE with the rows their writers counted (files of 10 and 11 records)
+    merged = {"numTargetRowsInserted": 3, "numTargetRowsUpdated": 2, "numTargetRowsDeleted": 1}
+    s.commit("customers", "c-merge", Operation.UPDATE, 7, added=files("c-merge", {}, 2), metrics=merged)  # v8
+    s.commit("customers", "c-upd2", Operation.UPDATE, 8, added=files("c-upd2", {}), metrics={"numUpdatedRows": 4})  # v9
+    s.commit(
+        "customers", "c-del2", Operation.DELETE, 9, added=files("c-del2", {}), metrics={"numDeletedRows": 2}
+    )  # v10
+    lies = {"numTargetRowsInserted": 100, "numTargetRowsUpdated": 0, "numTargetRowsDeleted": 0}  # 100 rows, 10 records
+    s.commit(
+        "customers", "c-merge-lies", Operation.UPDATE, 10, added=files("c-merge-lies", {}), metrics=lies,
+        expect=R, reason="INVALID_METRICS",
+    )  # fmt: skip
+    s.commit(
+        "customers", "c-ins-claims", Operation.INSERT_INTO, 10, added=files("c-ins-claims", {}),
+        metrics={"numUpdatedRows": 1}, expect=R, reason="INVALID_METRICS",
+    )  # fmt: skip
 
 
 def dump_topic(settings: Settings, topic: str, timeout: float = 60.0) -> list[LoggedRecord]:

@@ -28,7 +28,7 @@ from ordo.audit import AuditResult, audit
 from ordo.schemas.signing import Trust, signature_of
 
 GOLDEN_DIR = Path(__file__).resolve().parents[1] / "golden"
-RELEASES = ("0.1", "0.2", "0.3", "0.4")  # every release that committed a golden log
+RELEASES = ("0.1", "0.2", "0.3", "0.4", "0.5")  # every release that committed a golden log
 
 
 @dataclass(frozen=True)
@@ -188,6 +188,13 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _history_entry(decision: Any) -> dict[str, Any]:
+    entry = {field: _plain(getattr(decision, field)) for field in HISTORY_FIELDS}
+    if decision.operation_metrics:  # since 0.5 (earlier logs have none, and their catalog.json no such key)
+        entry["operation_metrics"] = dict(sorted(decision.operation_metrics.items()))
+    return entry
+
+
 def dump_catalog(path: str | Path, names: list[str]) -> dict[str, Any]:
     """What a catalog holds for ``names``: table info, every version's snapshot, the history. JSON-ready."""
     from ordo.consumer import Catalog
@@ -207,7 +214,7 @@ def dump_catalog(path: str | Path, names: list[str]) -> dict[str, Any]:
                 if snapshot.metadata != info.metadata:  # before an ALTER TABLE (0.3): that version's own metadata
                     entry["metadata"] = snapshot.metadata.model_dump(mode="json")
                 versions.append(entry)
-            history = [{field: _plain(getattr(d, field)) for field in HISTORY_FIELDS} for d in catalog.history(name)]
+            history = [_history_entry(d) for d in catalog.history(name)]
             result[name] = {
                 "metadata": info.metadata.model_dump(mode="json"),
                 "head_version": info.head_version,
