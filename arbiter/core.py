@@ -52,7 +52,7 @@ from ordo.schemas.buckets import table_buckets
 from ordo.schemas.codec import DEFAULT_CODEC, trusted
 from ordo.schemas.decisionlog import GENESIS_HASH, BrokenLogError, LogHead, already_live, check, not_live
 from ordo.schemas.models import MAX_ID_LENGTH, MAX_VERSION, datetime_to_millis, millis_to_datetime, parse_ddl
-from ordo.schemas.operations import MERGE_METRICS, REGISTRY, RESERVED_COLUMNS, RESERVED_PREFIX, ROW_ID_COLUMN, Check, Removes
+from ordo.schemas.operations import REGISTRY, RESERVED_COLUMNS, RESERVED_PREFIX, ROW_ID_COLUMN, Check, Removes
 from ordo.schemas.paths import FILE_NAME_PATTERN, partition_path, split_data_file_path, write_id_of
 
 MAX_TIMESTAMP_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last instant a datetime holds
@@ -417,13 +417,10 @@ def _accept(state: TableState, intent: CommitIntent, record_timestamp: int, offs
     )
 
 
-_MERGE_METRICS = frozenset(MERGE_METRICS)
-
-
 def _check_metrics(intent: CommitIntent) -> None:
     """A writer's operation metrics are a claim (since 0.5): ``INVALID_METRICS`` unless each is a name the
-    operation may claim (``OperationSpec.metrics``), a count in 0..2**62, a MERGE's all three or none and no
-    other, and the rows counted are at most the records of the files it adds (each changed row is one record)."""
+    operation may claim (``OperationSpec.metrics``: a MERGE's, on an UPDATE), all of them, each a count in
+    0..2**62, and the rows counted are at most the records of the files it adds (each changed row is one record)."""
     operation = intent.operation
     metrics = intent.operation_metrics
     allowed = REGISTRY[operation].metrics
@@ -431,22 +428,19 @@ def _check_metrics(intent: CommitIntent) -> None:
     if unknown:
         may = f"may claim only {list(allowed)}" if allowed else "claims no metric"
         raise _Reject(Reason.INVALID_METRICS, f"{operation.value} {may}, not {[n[:64] for n in unknown[:4]]}")
-    for name in sorted(metrics):
+    if len(metrics) != len(allowed):
+        missing = [name for name in allowed if name not in metrics]
+        raise _Reject(Reason.INVALID_METRICS, f"{operation.value} claims {list(allowed)} together: {missing} missing")
+    for name in allowed:
         if not 0 <= metrics[name] <= MAX_VERSION:
             raise _Reject(Reason.INVALID_METRICS, f"metric {name} is {metrics[name]}: a count is in 0..2**62")
-    merge = _MERGE_METRICS.intersection(metrics)
-    if merge and len(metrics) != len(MERGE_METRICS):
-        raise _Reject(
-            Reason.INVALID_METRICS,
-            f"a MERGE claims exactly {list(MERGE_METRICS)}, not {sorted(metrics)}",
-        )
     rows = sum(metrics.values())
     records = sum(f.record_count for f in intent.added_files)
     if rows > records:
+        claimed = ", ".join(f"{name}={metrics[name]}" for name in allowed)
         raise _Reject(
             Reason.INVALID_METRICS,
-            f"the metrics count {rows} changed rows ({', '.join(f'{n}={metrics[n]}' for n in sorted(metrics))}) "
-            f"but the commit's files hold {records} records",
+            f"the metrics count {rows} changed rows ({claimed}) but the commit's files hold {records} records",
         )
 
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from ordo.producer.data import InvalidOperationError
 from ordo.schemas import Operation
+from ordo.schemas.operations import MERGE_METRICS as MERGE_HISTORY_METRICS
 from ordo.schemas.operations import ROW_ID_COLUMN
 
 if TYPE_CHECKING:
@@ -140,6 +141,12 @@ class MergeBuilder:
 
 
 MERGE_METRICS = ("num_affected_rows", "num_updated_rows", "num_deleted_rows", "num_inserted_rows")
+# execute()'s metric of each MERGE metric the intent carries (Delta's history names, schemas.operations)
+_EXECUTE_NAME = {
+    "numTargetRowsInserted": "num_inserted_rows",
+    "numTargetRowsUpdated": "num_updated_rows",
+    "numTargetRowsDeleted": "num_deleted_rows",
+}
 _MATCHED = frozenset({"update", "update_all", "delete"})
 _BY_SOURCE = frozenset({"source_update", "source_delete"})
 _METRIC_OF = {
@@ -275,6 +282,8 @@ def _stage_merge(txn: Any, merge: MergeBuilder) -> dict[str, int]:
             both = {tuple(p[c] for c in cols): p for p in [*(pinned or ()), *(txn._partitions_of(files) or ())]}
             scope = [both[k] for k in sorted(both)]
         txn._staged(files, scope, noop=not files)
+        # the rows a MERGE changed, by Delta's history names: its claim, checked by the arbiter (at most the records)
+        txn.operation_metrics = {name: metrics[_EXECUTE_NAME[name]] for name in MERGE_HISTORY_METRICS}
         return metrics
 
 
@@ -349,15 +358,19 @@ HISTORY_SCHEMA = (
 )
 
 
+_ROWS_METRIC = {"UPDATE": "numUpdatedRows", "DELETE": "numDeletedRows"}  # Delta's names, derived from the records
+
+
 def history_rows(records: Sequence[Any]) -> list[tuple[Any, ...]]:
     """One row per decision record, in ``HISTORY_COLUMNS`` order (newest first as given).
 
     ``operation`` is Delta's name for the commit (``schemas.operations.delta_operation``: the registry's
     ``delta_name``, ``WRITE``, ``UPDATE``, ``OPTIMIZE``, ...; ``MERGE`` for an UPDATE whose writer counted a
     MERGE's rows), ``ordoOperation`` ordo's own. ``operationMetrics`` has Delta's keys: what the commit's files
-    give (files, rows and bytes added, files removed: derived, never the writer's word) and, since 0.5, the rows
-    the writer counted and the arbiter checked (``numUpdatedRows``, ``numDeletedRows``, a MERGE's
-    ``numTargetRowsInserted``/``Updated``/``Deleted``, with ``numTargetFilesAdded``/``Removed``).
+    give (files, rows and bytes added, files removed; an UPDATE's ``numUpdatedRows`` and a DELETE's
+    ``numDeletedRows``, the records it wrote: derived, never the writer's word) and, since 0.5, a MERGE's rows as
+    its writer counted them and the arbiter checked them (``numTargetRowsInserted``/``Updated``/``Deleted``, the
+    decision's ``operation_metrics``), with ``numTargetFilesAdded``/``Removed``.
     """
     import json
 
@@ -389,6 +402,8 @@ def history_rows(records: Sequence[Any]) -> list[tuple[Any, ...]]:
             if name == "MERGE":
                 metrics["numTargetFilesAdded"] = str(d.files_added)
                 metrics["numTargetFilesRemoved"] = str(d.files_removed)
+            elif name in _ROWS_METRIC:  # each record an UPDATE or DELETE writes is one row it changed
+                metrics[_ROWS_METRIC[name]] = str(d.records_added)
             metrics.update((key, str(value)) for key, value in sorted(d.operation_metrics.items()))
         rows.append(
             (

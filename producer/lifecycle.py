@@ -68,6 +68,7 @@ class Lifecycle:
         self.partitions: tuple[dict[str, str], ...] | None = None
         self.added_files: tuple[DataFile, ...] = ()
         self.removed_files: tuple[str, ...] = ()
+        self.operation_metrics: dict[str, int] = {}  # a MERGE's rows as it counted them (since 0.5)
         self.write_seconds = 0.0
         self.timings: dict[str, float] = {}
         self.result: CommitResult | None = None
@@ -235,6 +236,7 @@ class Lifecycle:
             app_id=self.app_id,
             batch_id=self.batch_id,
             writer=self.table._writer,
+            operation_metrics=self.operation_metrics,
         )
 
     def commit(self, timeout: float | None = None, *, retries: int = 0) -> CommitResult | None:

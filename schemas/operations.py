@@ -256,9 +256,9 @@ def _write(
 
 # Delta's MERGE metrics a writer claims (DeltaTable.merge(...).execute()'s num_inserted/updated/deleted_rows): an
 # UPDATE commit that claims them is a MERGE (history shows ``MERGE``); each row counted is one record it wrote.
+# The only claims: every other metric history shows is derived from the commit's files (an UPDATE's or DELETE's
+# rows are the records it wrote, one per row), never taken from the writer.
 MERGE_METRICS = ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted")
-UPDATE_METRICS = ("numUpdatedRows",)  # Delta's UPDATE
-DELETE_METRICS = ("numDeletedRows",)  # Delta's DELETE
 
 
 def _rewrite(operation: Operation, op_class: OpClass, reasons: tuple[Reason, ...] = _REWRITE_REASONS) -> OperationSpec:
@@ -294,10 +294,9 @@ REGISTRY: Mapping[Operation, OperationSpec] = MappingProxyType(
             _write(Operation.INSERT_OVERWRITE, OpClass.OVERWRITE, Removes.SCOPE, ChangeRows.SCOPE, "WRITE"),
             _write(Operation.TRUNCATE, OpClass.OVERWRITE, Removes.SCOPE, ChangeRows.SCOPE, "TRUNCATE"),
             _write(
-                Operation.UPDATE, OpClass.UPDATE, Removes.NOTHING, ChangeRows.KEYED, "UPDATE",
-                (*UPDATE_METRICS, *MERGE_METRICS),
+                Operation.UPDATE, OpClass.UPDATE, Removes.NOTHING, ChangeRows.KEYED, "UPDATE", MERGE_METRICS
             ),  # MERGE too
-            _write(Operation.DELETE, OpClass.UPDATE, Removes.NOTHING, ChangeRows.KEYED, "DELETE", DELETE_METRICS),
+            _write(Operation.DELETE, OpClass.UPDATE, Removes.NOTHING, ChangeRows.KEYED, "DELETE"),
             _rewrite(Operation.MINOR_COMPACT, OpClass.MINOR_COMPACT, _REWRITE_REASONS[:-1]),
             _rewrite(Operation.MAJOR_COMPACT, OpClass.MAJOR_COMPACT),
             _rewrite(Operation.CLUSTER, OpClass.CLUSTER),
@@ -366,7 +365,6 @@ def is_keyless(primary_key: tuple[str, ...] | list[str]) -> bool:
 __all__ = [
     "CLASSES",
     "COMMON_REASONS",
-    "DELETE_METRICS",
     "LINEAGE_REASONS",
     "MATRIX_FAIL_REASONS",
     "MERGE_METRICS",
@@ -384,7 +382,6 @@ __all__ = [
     "SEQ_COLUMN",
     "TRAITS",
     "TRUNCATING_OPERATIONS",
-    "UPDATE_METRICS",
     "CatalogEffect",
     "ChangeRows",
     "Check",
