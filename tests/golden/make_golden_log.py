@@ -333,22 +333,23 @@ def run_story(client: Any) -> None:
     s.commit("events", "e-restore7", Operation.RESTORE, 8, added=at_v7, restore_version=7)  # v9: back again
     if "operation_metrics" not in CommitIntent.model_fields:
         return  # releases before 0.5
-    # customers: a MERGE, an UPDATE and a DELETE with the rows their writers counted (files of 10 and 11 records)
+    # customers: a MERGE with the rows its writer counted (files of 10 and 11 records), then hostile claims
     merged = {"numTargetRowsInserted": 3, "numTargetRowsUpdated": 2, "numTargetRowsDeleted": 1}
     s.commit("customers", "c-merge", Operation.UPDATE, 7, added=files("c-merge", {}, 2), metrics=merged)  # v8
-    s.commit("customers", "c-upd2", Operation.UPDATE, 8, added=files("c-upd2", {}), metrics={"numUpdatedRows": 4})  # v9
-    s.commit(
-        "customers", "c-del2", Operation.DELETE, 9, added=files("c-del2", {}), metrics={"numDeletedRows": 2}
-    )  # v10
     lies = {"numTargetRowsInserted": 100, "numTargetRowsUpdated": 0, "numTargetRowsDeleted": 0}  # 100 rows, 10 records
     s.commit(
-        "customers", "c-merge-lies", Operation.UPDATE, 10, added=files("c-merge-lies", {}), metrics=lies,
+        "customers", "c-merge-lies", Operation.UPDATE, 8, added=files("c-merge-lies", {}), metrics=lies,
         expect=R, reason="INVALID_METRICS",
     )  # fmt: skip
     s.commit(
-        "customers", "c-ins-claims", Operation.INSERT_INTO, 10, added=files("c-ins-claims", {}),
+        "customers", "c-upd-claims", Operation.UPDATE, 8, added=files("c-upd-claims", {}),
         metrics={"numUpdatedRows": 1}, expect=R, reason="INVALID_METRICS",
     )  # fmt: skip
+    s.commit(
+        "customers", "c-del-negative", Operation.DELETE, 8, added=files("c-del-negative", {}),
+        metrics={"numDeletedRows": -1}, expect=R, reason="INVALID_METRICS",
+    )  # fmt: skip
+    s.commit("customers", "c-del2", Operation.DELETE, 8, added=files("c-del2", {}))  # v9: derived metrics only
 
 
 def dump_topic(settings: Settings, topic: str, timeout: float = 60.0) -> list[LoggedRecord]:
