@@ -322,6 +322,8 @@ REGISTRY: Mapping[Operation, OperationSpec] = MappingProxyType(
         )
     }
 )  # fmt: skip
+# schemas.signing.prev_hash_of reads a decision's link from its tail: a metrics map must not end like one
+assert all(len(name.encode()) != 32 for spec in REGISTRY.values() for name in spec.metrics), "a 32-byte metric name"
 TRAITS = REGISTRY  # the name before the registry: every "is this operation ..." question is asked here
 
 # Operation -> matrix class, for every operation that has one.

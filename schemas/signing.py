@@ -243,16 +243,23 @@ _DECISION_HEADER: bytes | None = None
 def prev_hash_of(record: bytes) -> bytes | None:
     """The ``prev_hash`` of a decision record, or None (not a decision, or no link).
 
-    For the current schema ``prev_hash`` is the last field (union branch 1,
-    length 32), so it is the record's last 32 bytes; other schema versions are
-    decoded. Only records reached through a hash are ever walked, so a forged
-    record that merely looks like this cannot misdirect a walk.
+    A current-schema decision ends with ``prev_hash``, ``restore_version`` and
+    ``operation_metrics`` (0.5); when the last two are null and empty (every
+    decision but a RESTORE's or a MERGE's) its last 36 bytes are ``02 40``, the
+    32 bytes of the link, ``00 00``, and the link is read from them. Any other
+    tail ends otherwise: a non-zero ``restore_version`` does not end in ``00``,
+    zero puts ``40`` where ``02`` is looked for, and a metrics map could only
+    end so with a last name of 32 bytes, which no metric an arbiter accepts has
+    (``schemas.operations``). Everything else is decoded. Only records reached
+    through a hash are ever walked, so a forged record that merely looks like
+    this cannot misdirect a walk.
     """
     global _DECISION_HEADER
     if _DECISION_HEADER is None:
         _DECISION_HEADER = _current_decision_header()
-    if len(record) > 44 and record[:10] == _DECISION_HEADER and record[-34:-32] == b"\x02\x40":
-        return bytes(record[-32:])
+    if len(record) > 46 and record[:10] == _DECISION_HEADER and record[-2:] == b"\x00\x00":
+        if record[-36:-34] == b"\x02\x40":
+            return bytes(record[-34:-2])
     from ordo.schemas.codec import decode
     from ordo.schemas.models import CommitDecision
 

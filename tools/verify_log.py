@@ -18,6 +18,7 @@ FINGERPRINTS = {  # single-object fingerprint (hex, as on the wire) -> writer sc
     "1f8dbb77ab8eeaee": "CommitIntent.0.2.avsc", "1bc2be2642fa44b9": "CommitDecision.0.2.avsc",
     "8235c4f8ca62743d": "CommitIntent.0.3.avsc", "2813117929b86fb5": "CommitDecision.0.3.avsc",
     "ce1394934ddb6200": "CommitIntent.0.4.avsc", "890f1bacfd0b8293": "CommitDecision.0.4.avsc",
+    "2efbb1b4137256c1": "CommitIntent.0.5.avsc", "51b1ba13e983e364": "CommitDecision.0.5.avsc",
 }  # fmt: skip
 SCHEMAS = {fp: fastavro.parse_schema(json.loads((HISTORY / f).read_text())) for fp, f in FINGERPRINTS.items()}
 DATA_CHANGES = {"CREATE_TABLE", "INSERT_INTO", "INSERT_OVERWRITE", "TRUNCATE", "UPDATE", "DELETE", "ALTER_TABLE"}

@@ -213,10 +213,54 @@ def test_a_catalog_written_before_restore_is_read_and_then_migrated(tmp_path: Pa
     assert dump_catalog(path, tables("0.3")) == expected
     CatalogWriter(path, manifest("0.3")["topic_prefix"]).close()
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
     assert "seq_version" in {row[1] for row in conn.execute("PRAGMA table_info(files)")}
     conn.close()
     assert dump_catalog(path, tables("0.3")) == expected
+
+
+def test_a_catalog_written_before_operation_metrics_is_read_and_then_migrated(tmp_path: Path) -> None:
+    """A version-4 catalog (0.4: no ``decisions.operation_metrics``): readers see no metrics; the upgraded
+    consumer adds the column in place, and a 0.5 decision's metrics are then kept."""
+    import sqlite3
+
+    from ordo.consumer import Catalog
+    from ordo.consumer.store import SCHEMA_VERSION, CatalogWriter
+
+    path = tmp_path / "catalog.db"
+    expected = rebuild_catalog("0.4", path)
+    conn = sqlite3.connect(path)
+    conn.execute("ALTER TABLE decisions DROP COLUMN operation_metrics")
+    conn.execute("PRAGMA user_version = 4")
+    conn.commit()
+    conn.close()
+    with Catalog(path) as catalog:
+        history = catalog.history("customers")
+        assert history and all(d.operation_metrics == {} for d in history)
+    assert dump_catalog(path, tables("0.4")) == expected
+    CatalogWriter(path, manifest("0.4")["topic_prefix"]).close()
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+    assert "operation_metrics" in {row[1] for row in conn.execute("PRAGMA table_info(decisions)")}
+    conn.close()
+    assert dump_catalog(path, tables("0.4")) == expected
+
+
+def test_a_merges_metrics_are_in_the_0_5_catalog_and_hostile_claims_are_rejected(tmp_path: Path) -> None:
+    """The 0.5 log: the MERGE's metrics reach the catalog as its writer counted them; claims the arbiter
+    refused (more rows than records, a metric an UPDATE or DELETE may not claim) are INVALID_METRICS."""
+    from ordo.consumer import Catalog
+
+    rebuild_catalog("0.5", tmp_path / "catalog.db")
+    with Catalog(tmp_path / "catalog.db") as catalog:
+        by_txn = {d.txn_id: d for d in catalog.history("customers")}
+    merge = by_txn["c-merge"]
+    assert (merge.id_version, merge.records_added) == (8, 21)
+    assert merge.operation_metrics == {"numTargetRowsInserted": 3, "numTargetRowsUpdated": 2, "numTargetRowsDeleted": 1}
+    for txn in ("c-merge-lies", "c-upd-claims", "c-del-negative"):
+        assert (by_txn[txn].reason, by_txn[txn].operation_metrics) == ("INVALID_METRICS", {}), txn
+    assert "100 changed rows" in (by_txn["c-merge-lies"].message or "")
+    assert by_txn["c-del2"].accepted and by_txn["c-del2"].operation_metrics == {}
 
 
 def test_a_restored_file_keeps_its_first_sequence_in_the_0_4_catalog(tmp_path: Path) -> None:
@@ -381,6 +425,7 @@ def test_an_older_schema_decision_is_compared_on_the_fields_it_has() -> None:
         assert DEFAULT_CODEC.writer_fields(data) == frozenset(CommitDecision.model_fields) - {
             "prev_hash",
             "restore_version",
+            "operation_metrics",
         }
         assert _same_in_older_schema(data, logged)
         assert not _same_in_older_schema(data, logged.model_copy(update={"message": "other"}))

@@ -144,6 +144,7 @@ ACCEPTED_JSON = {
     "prev_hash": "abababababababababababababababababababababababababababababababab",
     "hash": "cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd",
     "restore_version": None,
+    "operation_metrics": {},
 }
 
 REJECTED_JSON = {
@@ -175,6 +176,7 @@ REJECTED_JSON = {
     "prev_hash": None,
     "hash": "efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef",
     "restore_version": None,
+    "operation_metrics": {},
 }
 
 SNAP_JSON = {
@@ -283,7 +285,7 @@ def test_optional_keys_may_be_missing_from_older_payloads() -> None:
     required = ("table", "log_offset", "txn_id", "outcome", "intent_offset", "hash")
     decision = {k: v for k, v in ACCEPTED_JSON.items() if k in required}
     defaults: dict[str, Any] = {k: None for k in ACCEPTED_JSON if k not in required}
-    counts = {"files_added": 0, "files_removed": 0, "records_added": 0, "bytes_added": 0}
+    counts = {"files_added": 0, "files_removed": 0, "records_added": 0, "bytes_added": 0, "operation_metrics": {}}
     assert DecisionRecord.from_dict(decision) == replace(ACCEPTED, **{**defaults, "rebase": Rebase.NONE, **counts})
     table = {k: v for k, v in BROKEN_JSON.items() if k not in ("error", "error_offset")}
     assert TableInfo.from_dict(table) == INFO

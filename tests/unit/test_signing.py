@@ -212,6 +212,41 @@ def test_signature_header_and_prev_hash_extraction() -> None:
         assert prev_hash_of(record.value) == decode(record.value).prev_hash
 
 
+@pytest.mark.parametrize("restore_version", [None, 0, 1, 63, 64, 2**40])
+@pytest.mark.parametrize(
+    "metrics",
+    [
+        {},
+        {"numTargetRowsInserted": 0, "numTargetRowsUpdated": 2, "numTargetRowsDeleted": 0},
+        {"x" * 31: 0},
+        {"x" * 33: 0},
+    ],
+)
+def test_the_link_read_from_a_decisions_tail_is_its_prev_hash(
+    restore_version: int | None, metrics: dict[str, int]
+) -> None:
+    """0.5 decisions end with restore_version and operation_metrics: the tail shortcut takes exactly the link
+    when both are null and empty and decodes otherwise, even for a prev_hash whose bytes look like a tail."""
+    _, log = history()
+    decision = decode(log[-1].value)
+    for prev_hash in (bytes(32), b"\x02\x40" + bytes(30), b"\x02\x40" * 16, bytes(range(32))):
+        forged = decision.model_copy(
+            update={"prev_hash": prev_hash, "restore_version": restore_version, "operation_metrics": metrics}
+        )
+        assert prev_hash_of(encode(forged)) == prev_hash
+
+
+def test_a_metric_name_of_32_bytes_would_fool_the_tail_and_no_operation_may_claim_one() -> None:
+    """The one tail the shortcut cannot tell from a link: a metrics map whose last entry is a 32-byte name with
+    the value 0. The arbiter accepts only the registry's names, none of 32 bytes."""
+    from ordo.schemas.operations import REGISTRY
+
+    _, log = history()
+    decision = decode(log[-1].value).model_copy(update={"operation_metrics": {"y" * 32: 0}})
+    assert prev_hash_of(encode(decision)) == b"y" * 32 != decision.prev_hash
+    assert all(len(name.encode()) != 32 for spec in REGISTRY.values() for name in spec.metrics)
+
+
 def test_audit_reports_forged_and_unsigned_records_with_their_offsets() -> None:
     signer = Signer.generate()
     intents, _ = history()

@@ -98,7 +98,14 @@ INTENTS: list[bytes | None] = [
         removed_files=(f"dt={DAY2}/ins2-0.parquet",),
     ),  # v4
     intent("alter1", Operation.ALTER_TABLE, 4, metadata=metadata("id BIGINT, amount DOUBLE, dt STRING, note STRING")),
-    intent("ins3", Operation.INSERT_INTO, 5, partitions=({"dt": DAY3},), added_files=(data_file("ins3", DAY3),)),
+    intent(
+        "merge1",
+        Operation.UPDATE,
+        5,
+        partitions=({"dt": DAY3},),
+        added_files=(data_file("merge1", DAY3),),
+        operation_metrics={"numTargetRowsInserted": 6, "numTargetRowsUpdated": 3, "numTargetRowsDeleted": 1},
+    ),  # v6: a MERGE with its metrics (since 0.5)
 ]
 
 
@@ -161,7 +168,7 @@ def decide(transactions: list[tuple[str, list[int]]]) -> tuple[list[Record], lis
     return records, decisions
 
 
-BATCHES = [("0.3", [0]), ("0.3", [1, 2, 3]), ("0.3", [4, 5]), ("0.3", [6, 7])]  # decisions at 0 | 2 3 4 | 6 7 | 9 10
+BATCHES = [("0.5", [0]), ("0.5", [1, 2, 3]), ("0.5", [4, 5]), ("0.5", [6, 7])]  # decisions at 0 | 2 3 4 | 6 7 | 9 10
 SIGNED, DECIDED = decide(BATCHES)
 LAST = SIGNED[-1].offset  # 10
 
@@ -194,7 +201,7 @@ def signed_invalid() -> list[Record]:
 
     A signature vouches for authorship, not correctness: each is released, and the fold names its problem.
     """
-    last = DECIDED[-1]  # ins3: intent 7, version 6
+    last = DECIDED[-1]  # merge1: intent 7, version 6
     at_ms = lambda i: datetime.fromtimestamp((T0 + 1000 * i) / 1000, tz=UTC)  # noqa: E731
     insert = last.model_copy(update={"txn_id": "forged", "message": "signed by the key holder"})
     variants: list[tuple[str, dict[str, Any]]] = [
@@ -234,7 +241,7 @@ def signed_invalid() -> list[Record]:
                 "time_version": None,
                 "operation": Operation.MINOR_COMPACT,
                 "added_files": (),
-                "removed_files": (f"dt={DAY3}/ins3-0.parquet",) * 2,
+                "removed_files": (f"dt={DAY3}/merge1-0.parquet",) * 2,
             },
         ),
         (
@@ -294,7 +301,9 @@ def chain_of(offsets: list[int], verdict: str) -> dict[int, str]:
 def vectors() -> list[Vector]:
     """Every vector: the faithful logs, then one forgery of each kind the verifier tells apart."""
     NS, NC = "unsigned:no_signature", "unsigned:not_chained"
-    upgrade, _ = decide([("0.1", [0]), ("0.1", [1]), ("0.1", [2]), ("0.2", [3]), ("0.2", [4]), ("0.3", [5, 6, 7])])
+    upgrade, _ = decide(
+        [("0.1", [0]), ("0.1", [1]), ("0.1", [2]), ("0.2", [3]), ("0.2", [4]), ("0.3", [5]), ("0.4", [6]), ("0.5", [7])]
+    )
     v1_log, v1_decisions = decide([("0.1", [i]) for i in range(6)])  # decisions at 0 2 4 6 8 10
     bad = {**chain_of([2, 3, 4, 6, 9], NS), **chain_of([7, 10], NC)}  # a bad claim on 4 stops every later walk
     rec4 = at(SIGNED, 4)
@@ -313,8 +322,9 @@ def vectors() -> list[Vector]:
         ),
         Vector(
             "upgrade",
-            "One table's log across releases: 0.1 decisions (v1 schema, unsigned), 0.2 (v2, signed), 0.3 (v3). The "
-            "first signed record vouches for the unsigned history behind it.",
+            "One table's log across releases: 0.1 decisions (v1 schema, unsigned), 0.2 (v2, signed), 0.3 (v3), 0.4 "
+            "(v4), 0.5 (v5: a MERGE with its operation metrics). The first signed record vouches for the unsigned "
+            "history behind it.",
             upgrade,
         ),
         Vector(
