@@ -13,6 +13,8 @@ from ordo.schemas.errors import InvalidNameError
 from ordo.vacuum import VacuumError
 from tests.e2e.stack import writer_stack  # noqa: F401
 
+MERGE_HISTORY = ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted")
+
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
 SCHEMA = "id BIGINT, amount BIGINT, dt STRING"
@@ -51,15 +53,23 @@ def test_delta_spark_calls_against_a_model(spark: Any, writer_stack: Any) -> Non
     # Delta's argument order: update(condition, set); the condition pins one partition -> scoped to it
     result = table.update("dt = '2024-05-01' AND amount < 0", {"amount": "0"})  # v2
     assert result is not None
+    updated = 0
     for k, r in list(model.items()):
         if r[2] == "2024-05-01" and r[1] < 0:
             model[k] = (k, 0, r[2])
+            updated += 1
     assert rows_of(table.toDF()) == sorted(model.values())
     assert table.decisions(1)[0].partitions == ({"dt": "2024-05-01"},)
 
     result = table.delete("dt = '2024-05-02' AND amount < 0")  # v3
     assert result is not None
+    deleted = sum(1 for r in model.values() if r[2] == "2024-05-02" and r[1] < 0)
     model = {k: r for k, r in model.items() if not (r[2] == "2024-05-02" and r[1] < 0)}
+    # Delta's UPDATE and DELETE metrics, derived from the records each wrote (one per row changed)
+    (upd,) = table.history().where("version = 2").collect()
+    (dele,) = table.history().where("version = 3").collect()
+    assert (upd["operation"], int(upd["operationMetrics"]["numUpdatedRows"])) == ("UPDATE", updated) != ("UPDATE", 0)
+    assert (dele["operation"], int(dele["operationMetrics"]["numDeletedRows"])) == ("DELETE", deleted) != ("DELETE", 0)
     assert rows_of(table.toDF()) == sorted(model.values())
     assert table.decisions(1)[0].partitions == ({"dt": "2024-05-02"},)
     table.delete(condition="amount > 1000 OR id = 7")  # v4: an OR pins nothing -> whole-table scope
@@ -92,10 +102,15 @@ def test_delta_spark_calls_against_a_model(spark: Any, writer_stack: Any) -> Non
     # history as a DataFrame with Delta's columns, newest first, limit honoured
     history = table.history(3).collect()
     assert [h["version"] for h in history] == [7, 6, 5]
-    assert [h["operation"] for h in history] == ["OPTIMIZE", "OPTIMIZE", "UPDATE"]  # Delta's names
+    assert [h["operation"] for h in history] == ["OPTIMIZE", "OPTIMIZE", "MERGE"]  # Delta's names
     assert [h["ordoOperation"] for h in history] == ["CLUSTER", "MAJOR_COMPACT", "UPDATE"]
     merge_metrics = history[2]["operationMetrics"]
-    assert int(merge_metrics["numOutputRows"]) == history[2]["numOutputRows"] > 0
+    assert int(merge_metrics["numOutputRows"]) == history[2]["numOutputRows"] == 3  # one record per row changed
+    assert {k: int(merge_metrics[k]) for k in MERGE_HISTORY} == {
+        "numTargetRowsInserted": 1,  # 40
+        "numTargetRowsUpdated": 1,  # 1
+        "numTargetRowsDeleted": 1,  # 3
+    }
     assert history[1]["operationMetrics"]["numRemovedFiles"] != "0"  # the compaction removed what it rewrote
     assert all(h["outcome"] == "ACCEPTED" for h in history)
     assert table.history().count() == table.version + 1
@@ -338,6 +353,48 @@ def test_the_canonical_merge_with_aliases_every_clause_kind_and_metrics(
         (1 + 2 + 1 + updated_by_source + deleted_by_source, 2 + updated_by_source, 1 + deleted_by_source, 1)
     ]
     assert builder.result is not None and builder.result.id_version == table.version
+    # history shows the MERGE with the metrics execute() returned, as the decisions log carries them
+    (row,) = table.history(1).collect()
+    (affected, num_updated, num_deleted, num_inserted) = tuple(metrics[0])
+    shown = {k: int(v) for k, v in row["operationMetrics"].items()}
+    assert (row["operation"], row["ordoOperation"], row["version"]) == ("MERGE", "UPDATE", table.version)
+    assert (shown["numTargetRowsInserted"], shown["numTargetRowsUpdated"], shown["numTargetRowsDeleted"]) == (
+        num_inserted,
+        num_updated,
+        num_deleted,
+    )
+    assert shown["numOutputRows"] == affected == row["numOutputRows"]  # each affected row is one record written
+    assert shown["numTargetFilesAdded"] == shown["numAddedFiles"] == row["numFiles"] > 0
+    (decision,) = table.decisions(1)
+    assert decision.operation_metrics == {
+        "numTargetRowsInserted": num_inserted,
+        "numTargetRowsUpdated": num_updated,
+        "numTargetRowsDeleted": num_deleted,
+    }
+
+    # a hostile writer's claims are refused by the real arbiter, the reason naming what is wrong
+    from ordo.producer import CommitClient
+    from ordo.schemas import CommitIntent, Operation
+
+    lies = {"numTargetRowsInserted": 5, "numTargetRowsUpdated": 0, "numTargetRowsDeleted": 0}
+    hostile = [
+        (lies, "the metrics count 5 changed rows"),  # no file: no row can have changed
+        ({"numSourceRows": 3}, "UPDATE may claim only"),
+        ({**lies, "numTargetRowsInserted": -5}, "metric numTargetRowsInserted is -5"),
+    ]
+    head = table.version
+    with CommitClient(settings=settings) as client:
+        for n, (claimed, says) in enumerate(hostile):
+            intent = CommitIntent(
+                txn_id=f"hostile-{n}", table="canon", operation=Operation.UPDATE, read_version=head,
+                operation_metrics=claimed,
+            )  # fmt: skip
+            refused = client.commit(intent, timeout=60.0)
+            assert (refused.accepted, refused.reason) == (False, "INVALID_METRICS")
+            assert says in (refused.message or ""), refused.message
+    assert table.version == head
+    shown_refused = table.history(include_rejected=True).where("txnId LIKE 'hostile-%'").collect()
+    assert [(r["reason"], r["operationMetrics"]) for r in shown_refused] == [("INVALID_METRICS", {})] * 3
     assert table.decisions(1)[0].partitions is None  # rows no source row matches: the whole table was read
 
     # without an alias the names are target and source, as before; a merge that applies to nothing commits nothing
