@@ -423,3 +423,17 @@ def test_module_entry_point_runs(tmp_path: Path) -> None:
 def test_demo_without_java_says_what_to_install() -> None:
     result = CliRunner().invoke(main, ["demo"], env={"PATH": "/nonexistent", "JAVA_HOME": ""}, catch_exceptions=False)
     assert "Spark needs Java 17 or newer" in error_of(result) and "openjdk-17" in error_of(result)
+
+
+def test_history_names_a_merge(built: Builder) -> None:
+    """An UPDATE whose writer counted a MERGE's rows (0.5) shows as UPDATE (MERGE); a plain one does not."""
+    txn = uuid.uuid4().hex[:12]
+    data = built.write(txn, "2024-05-01", [{"id": 1, "v": "m"}, {"id": 70, "v": "n"}, {"id": 2, "op": "delete"}])
+    counts = {"numTargetRowsInserted": 1, "numTargetRowsUpdated": 1, "numTargetRowsDeleted": 1}
+    model = {key: v for key, v in built.model.items() if key != ("2024-05-01", 2)}
+    model.update({("2024-05-01", 1): "m", ("2024-05-01", 70): "n"})
+    intent = built._intent(Operation.UPDATE, "2024-05-01", (data,), txn=txn, operation_metrics=counts)
+    decision = built._commit(intent, model)
+    assert decision.accepted and decision.operation_metrics == counts, decision.message
+    lines = [line for line in run(built, "history", "events").output.splitlines() if "UPDATE" in line]
+    assert len(lines) == 1 and "UPDATE (MERGE)" in lines[0]
