@@ -395,6 +395,21 @@ def test_the_canonical_merge_with_aliases_every_clause_kind_and_metrics(
     assert table.version == head
     shown_refused = table.history(include_rejected=True).where("txnId LIKE 'hostile-%'").collect()
     assert [(r["reason"], r["operationMetrics"]) for r in shown_refused] == [("INVALID_METRICS", {})] * 3
+    # the log re-derives: `ordo replay --verify` decides every intent again, the MERGE's metrics byte for byte
+    import json
+    import os
+    import subprocess
+
+    from ordo.stack import ordo_args, settings_env
+
+    env = {**os.environ, **settings_env(settings)}
+    done = subprocess.run(
+        ordo_args("replay", "canon", "--verify", "--json"), env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["ok"] and report["matched"] == report["decisions"] > 0, report
+    assert report["rejected"].get("INVALID_METRICS") == 3, report
     assert table.decisions(1)[0].partitions is None  # rows no source row matches: the whole table was read
 
     # without an alias the names are target and source, as before; a merge that applies to nothing commits nothing
