@@ -6,6 +6,7 @@ release's own stack (``tests/golden/make_golden_log.py``); see docs/upgrading.md
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -219,31 +220,42 @@ def test_a_catalog_written_before_restore_is_read_and_then_migrated(tmp_path: Pa
     assert dump_catalog(path, tables("0.3")) == expected
 
 
-def test_a_catalog_written_before_operation_metrics_is_read_and_then_migrated(tmp_path: Path) -> None:
-    """A version-4 catalog (0.4: no ``decisions.operation_metrics``): readers see no metrics; the upgraded
-    consumer adds the column in place, and a 0.5 decision's metrics are then kept."""
-    import sqlite3
-
+def test_a_catalog_written_before_operation_metrics_is_read_and_then_migrated(
+    catalog_at: Callable[[str], str],
+) -> None:
+    """A version-4 catalog (0.4: no ``decisions.operation_metrics``), SQLite or PostgreSQL: readers see no
+    metrics; the upgraded consumer adds the column in place, and a 0.5 decision's metrics are then kept."""
     from ordo.consumer import Catalog
-    from ordo.consumer.store import SCHEMA_VERSION, CatalogWriter
+    from ordo.consumer.store import SCHEMA_VERSION, CatalogWriter, _has_column
+    from ordo.consumer.stores import open_store
 
-    path = tmp_path / "catalog.db"
-    expected = rebuild_catalog("0.4", path)
-    conn = sqlite3.connect(path)
-    conn.execute("ALTER TABLE decisions DROP COLUMN operation_metrics")
-    conn.execute("PRAGMA user_version = 4")
-    conn.commit()
-    conn.close()
-    with Catalog(path) as catalog:
+    location = catalog_at("catalog.db")
+    expected = rebuild_catalog("0.4", location)
+    store = open_store(location)
+
+    def columns_and_version() -> tuple[bool, int]:
+        conn = store.connect()
+        try:
+            return _has_column(conn, "decisions", "operation_metrics"), store.schema_version(conn)
+        finally:
+            conn.close()
+
+    conn = store.connect()
+    try:
+        store.begin_write(conn)
+        conn.execute("ALTER TABLE decisions DROP COLUMN operation_metrics")
+        store.set_schema_version(conn, 4)
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+    assert columns_and_version() == (False, 4)
+    with Catalog(location) as catalog:
         history = catalog.history("customers")
         assert history and all(d.operation_metrics == {} for d in history)
-    assert dump_catalog(path, tables("0.4")) == expected
-    CatalogWriter(path, manifest("0.4")["topic_prefix"]).close()
-    conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
-    assert "operation_metrics" in {row[1] for row in conn.execute("PRAGMA table_info(decisions)")}
-    conn.close()
-    assert dump_catalog(path, tables("0.4")) == expected
+    assert dump_catalog(location, tables("0.4")) == expected
+    CatalogWriter(location, manifest("0.4")["topic_prefix"]).close()  # what a 0.5 consumer does at start
+    assert columns_and_version() == (True, SCHEMA_VERSION) == (True, 5)
+    assert dump_catalog(location, tables("0.4")) == expected
 
 
 def test_a_merges_metrics_are_in_the_0_5_catalog_and_hostile_claims_are_rejected(tmp_path: Path) -> None:
