@@ -180,6 +180,17 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("appId", frozenset({STREAM_WRITE}), "the sink's exactly-once identity, instead of the checkpoint's"),
     Option("ordo.commitTimeout", _WRITES, "seconds to wait for the decision and for the catalog (default 60)"),
+    Option(
+        "ordo.primaryKey",
+        _WRITES,
+        "a write that creates the table (it did not exist): its primary key, comma-separated (default: keyless)",
+    ),
+    Option(
+        "ordo.partitionBy",
+        _WRITES,
+        "a write that creates the table: its partition columns, comma-separated (Spark's `partitionBy` cannot "
+        "reach a Python data source)",
+    ),
     Option("ordo.bootstrapServers", _ALL, "settings, over the registered defaults and `ORDO_*`"),
     Option("ordo.topicPrefix", _ALL, "settings, over the registered defaults and `ORDO_*`"),
     Option("ordo.catalog", _ALL, "settings, over the registered defaults and `ORDO_*`"),
@@ -354,13 +365,25 @@ class OrdoDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> OrdoWriter:
         check_options(self._options(), WRITE)
-        return OrdoWriter(self._table(), schema, self._options(), overwrite)
+        return OrdoWriter(self._table_to_write(schema), schema, self._options(), overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> OrdoStreamWriter:
         check_options(self._options(), STREAM_WRITE)
         if overwrite:
             raise DataSourceOptionError("the ordo sink appends (outputMode 'append'); complete mode is not supported")
-        return OrdoStreamWriter(self._table(), schema, self._options())
+        return OrdoStreamWriter(self._table_to_write(schema), schema, self._options())
+
+    def _table_to_write(self, schema: StructType) -> _Table:
+        """The table a write goes to; one that does not exist is created from the rows' schema (Delta's rule)."""
+        from ordo.consumer import TableNotFoundError
+
+        try:
+            return self._table()
+        except TableNotFoundError:
+            opts = self._options()
+            name = table_identifier(opts.get("path") or opts.get("table") or "")
+            create_for_write(name, schema, opts, self._settings())
+            return self._table()
 
 
 # --------------------------------------------------------------------------- shapes
@@ -1017,3 +1040,47 @@ __all__ = [
     "sink_app_id",
     "source_class",
 ]
+
+
+# --------------------------------------------------------------------------- a write creates its table
+
+
+def _column_list(text: str | None, option: str) -> list[str]:
+    names = [part.strip().strip("`") for part in (text or "").split(",")]
+    if text is not None and not all(names):
+        raise DataSourceOptionError(f"{option}={text!r}: comma-separated column names, none empty")
+    return [n for n in names if n]
+
+
+def create_for_write(name: str, schema: StructType, options: Mapping[str, str], settings: Settings) -> None:
+    """Create table ``name`` for a write to it that found none, as Delta does on ``append`` and ``overwrite``.
+
+    The table takes the rows' columns, keyless unless ``ordo.primaryKey`` names a key, partitioned by
+    ``ordo.partitionBy``, at ``<warehouse>/<name>``; the write that follows is its first commit after the
+    CREATE (two commits where Delta makes one: a write that fails afterwards leaves the empty table). A
+    concurrent creator winning the race is fine: the write goes to its table (and fails on its schema if it
+    differs).
+    """
+    from ordo.consumer import Catalog
+    from ordo.producer.connection import shared_connection
+    from ordo.producer.handle import table_metadata
+    from ordo.producer.results import conflict_error
+    from ordo.schemas import CommitIntent, Operation, Reason
+
+    key = _column_list(options.get("ordo.primarykey"), "ordo.primaryKey")
+    parts = _column_list(options.get("ordo.partitionby"), "ordo.partitionBy")
+    metadata = table_metadata(name, schema, key or None, parts, None, None, None, settings.warehouse)
+    wait = float(options.get("ordo.committimeout", DEFAULT_WAIT))
+    intent = CommitIntent(
+        txn_id=uuid.uuid4().hex,
+        table=name,
+        operation=Operation.CREATE_TABLE,
+        read_version=0,
+        metadata=metadata,
+        writer=f"ordo-datasource/{name}",
+    )
+    decision = shared_connection(settings).client.commit(intent, timeout=wait)
+    if not decision.accepted and decision.reason != Reason.TABLE_EXISTS:
+        raise conflict_error(decision, f"CREATE TABLE {name} (for a write to a table that did not exist)")
+    with Catalog(settings.catalog) as catalog:
+        catalog.wait_for_version(name, 0, timeout=wait)

@@ -358,6 +358,43 @@ HISTORY_SCHEMA = (
 )
 
 
+# DESCRIBE DETAIL's columns that mean something for an ordo table, then ordo's own (docs/api.md, "detail()").
+DETAIL_SCHEMA = (
+    "format STRING, id STRING, name STRING, description STRING, location STRING, createdAt TIMESTAMP, "
+    "lastModified TIMESTAMP, partitionColumns ARRAY<STRING>, clusteringColumns ARRAY<STRING>, numFiles BIGINT, "
+    "sizeInBytes BIGINT, properties MAP<STRING, STRING>, primaryKey ARRAY<STRING>, version BIGINT, "
+    "numRecords BIGINT"
+)
+
+
+def detail_row(info: Any, snapshot: Any) -> tuple[Any, ...]:
+    """``DeltaTable.detail()``'s one row from the catalog's ``TableInfo`` and head ``Snapshot``.
+
+    ``numRecords`` counts the records of the live files (upserts and delete records not yet merged away
+    included: it is the merge-on-read's work, not the row count). ``lastModified`` is the head's time version.
+    """
+    metadata = info.metadata
+    properties = {str(k): str(v) for k, v in metadata.properties.items()}
+    clustering = [c.strip() for c in properties.get("ordo.cluster_by", "").split(",") if c.strip()]
+    return (
+        "ordo",
+        info.name,
+        info.name,
+        properties.get("comment"),
+        metadata.location,
+        info.created_time,
+        snapshot.time_version,
+        list(metadata.partition_columns),
+        clustering,
+        len(snapshot.files),
+        sum(f.size_bytes for f in snapshot.files),
+        properties,
+        list(metadata.user_key),
+        snapshot.id_version,
+        snapshot.record_count,
+    )
+
+
 _ROWS_METRIC = {"UPDATE": "numUpdatedRows", "DELETE": "numDeletedRows"}  # Delta's names, derived from the records
 
 

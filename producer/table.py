@@ -335,6 +335,15 @@ class DeltaTable(TableHandle):
         records = self._conn.catalog.history(self.name, limit, accepted_only=not include_rejected)
         return self.spark.createDataFrame(history_rows(records), HISTORY_SCHEMA)
 
+    def detail(self) -> DataFrame:
+        """Delta's DESCRIBE DETAIL as a one-row DataFrame (``format`` is ``ordo``; ``producer.delta.detail_row``)."""
+        from ordo.producer.delta import DETAIL_SCHEMA, detail_row
+
+        catalog = self._conn.catalog
+        return self.spark.createDataFrame(
+            [detail_row(catalog.table(self.name), catalog.snapshot(self.name))], DETAIL_SCHEMA
+        )
+
     def decisions(self, limit: int | None = None) -> list[Any]:
         """The table's decision records (accepted and rejected), newest first, from the catalog."""
         return list(self._conn.catalog.history(self.name, limit))
