@@ -30,8 +30,13 @@ one decision, ID versions are contiguous, the decisions log re-derives exactly
 from the intents log, and the consumer's catalog equals, row for row, one a
 fresh consumer rebuilt from the log. Quick profile: 1 round; full: 10.
 
-Not here: the compactor (Spark). These writers commit metadata-only intents
-(files that do not exist), which a compactor cannot rewrite.
+The table service runs throughout (``ordo compactor``, Spark): the writers
+write each row as a real Parquet file in the table's layout (the data source
+tasks' ``write_rows``), so the always-hot partitions pile up small files and
+the service MINOR-compacts them beside the writers' INSERTs. After each round
+the table's rows, merge-on-read from the head snapshot's files, are exactly the
+rows of the acknowledged commits, and the figure counts the compactions
+committed.
 """
 
 from __future__ import annotations
@@ -50,14 +55,14 @@ from ordo.kafka import KafkaCluster, active_controller, wait_in_sync
 from ordo.kernel.keys import embedded_keys
 from ordo.netns import unavailable as netns_unavailable
 from ordo.producer import CommitClient
-from ordo.schemas import decisions_topic, intents_topic
+from ordo.schemas import CommitIntent, Operation, TableMetadata, decisions_topic, intents_topic
 from ordo.settings import Settings
 from ordo.stack import ProcessGroup
 
 from ..conftest import selected_brokers
 from ..integration.test_consumer import dump
 from . import figures
-from .common import check_exactly_once, create_intent, insert_intent, read_logs, wait_until
+from .common import check_exactly_once, read_logs, wait_until
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(figures.pick(420, 2400))]
 
@@ -71,12 +76,49 @@ COMMIT_TIMEOUT = 120.0
 TABLE = "failover"
 
 
+def _metadata(settings: Settings) -> TableMetadata:
+    """The table: keyed by ``id``, one partition per writer, small files compacted from 4 on."""
+    return TableMetadata(
+        location=str(Path(settings.warehouse).absolute() / TABLE),
+        schema="id BIGINT, v STRING, p STRING",
+        primary_key=("id",),
+        partition_columns=("p",),
+        properties={"ordo.buckets": "1", "ordo.compaction.min_files": "4"},
+    )
+
+
+def _key(index: int, n: int) -> int:
+    return index * 1_000_000_000 + n
+
+
+def _insert(layout: Any, txn: str, index: int, n: int, read_version: int) -> CommitIntent:
+    """An INSERT INTO of one row, written as a real Parquet file into the writer's partition."""
+    import pyarrow as pa
+
+    from ordo.producer.arrow import write_rows
+
+    rows = pa.table({"id": pa.array([_key(index, n)], pa.int64()), "v": [txn], "p": [f"w{index}"]})
+    files = write_rows(rows, layout, txn, n * 10)
+    return CommitIntent(
+        txn_id=txn,
+        table=TABLE,
+        operation=Operation.INSERT_INTO,
+        read_version=read_version,
+        partitions=({"p": f"w{index}"},),
+        added_files=tuple(files),
+        writer="chaos",
+    )
+
+
 def _writer(settings: Settings, index: int, acks: str, stop: Any, hold: Any, idle: Any, count: Any) -> None:
     """One writer process: closed-loop inserts into its own partition; every answer appended to ``acks``.
 
     While ``hold`` is set it finishes its commit in flight and sets ``idle``; any error ends it (and is
     written to ``acks``).
     """
+    from ordo.producer.data import Layout
+
+    layout = Layout.of(TABLE, _metadata(settings))
     n = 0
     seen = 0
     with CommitClient(settings=settings) as client, open(acks, "a", encoding="utf-8") as out:
@@ -89,9 +131,7 @@ def _writer(settings: Settings, index: int, acks: str, stop: Any, hold: Any, idl
             idle.clear()
             txn = f"w{index}-{n}"
             try:
-                decision = client.commit(
-                    insert_intent(TABLE, txn, f"w{index}", read_version=seen), timeout=COMMIT_TIMEOUT
-                )
+                decision = client.commit(_insert(layout, txn, index, n, seen), timeout=COMMIT_TIMEOUT)
             except Exception as exc:  # every error is a failure here
                 out.write(json.dumps({"error": f"{type(exc).__name__}: {exc}", "txn": txn}) + "\n")
                 out.flush()
@@ -103,6 +143,7 @@ def _writer(settings: Settings, index: int, acks: str, stop: Any, hold: Any, idl
                 json.dumps(
                     {
                         "txn": txn,
+                        "key": _key(index, n - 1),
                         "intent_offset": decision.intent_offset,
                         "outcome": decision.outcome.value,
                         "id_version": decision.id_version,
@@ -238,6 +279,24 @@ def _partition_round(cluster: KafkaCluster, topics: list[str], fleet: Fleet) -> 
 FAULTS = {"crash": _crash_round, "partition": _partition_round}
 
 
+def _table_keys(catalog: Path) -> list[int]:
+    """The keys of the table's live rows: merge-on-read of the head snapshot's files (``consumer.arrow``)."""
+    from ordo.consumer.arrow import FileRef, TableShape, live_rows, merge_groups
+
+    snapshot = Catalog(str(catalog)).snapshot(TABLE)
+    shape = TableShape.of(snapshot.metadata)
+    keys: list[int] = []
+    for group, merge in merge_groups([FileRef.of(f) for f in snapshot.files], shape.partition_columns):
+        keys += live_rows(group, shape, merge=merge).column("id").to_pylist()
+    return sorted(keys)
+
+
+def _compactions(settings: Settings) -> int:
+    """Compactions the log holds accepted."""
+    logs = read_logs(settings, TABLE)
+    return sum(1 for d in logs.models if d.accepted and d.operation.value.endswith("COMPACT"))
+
+
 def _check_round(settings: Settings, fleet: Fleet, catalog: Path, group: ProcessGroup, round_: int) -> int:
     """The per-round invariants (writers held); returns the head version."""
     acks = fleet.acks()
@@ -255,6 +314,7 @@ def _check_round(settings: Settings, fleet: Fleet, catalog: Path, group: Process
         assert logged.accepted, ack  # own partition, read at its own last version: nothing conflicts
     head = checked.accepted - 1
     Catalog(str(catalog)).wait_for_version(TABLE, head, timeout=60)
+    assert _table_keys(catalog) == sorted({a["key"] for a in acks}), "the table's rows are not the acknowledged ones"
     rebuilt_path = catalog.parent / f"rebuilt-{round_}.db"
     rebuilt = group.start_ordo(replace(settings, catalog=str(rebuilt_path)), "consumer", "--no-http", name="rebuilt")
     rebuilt.wait_for_line("consumer ready", timeout=120)
@@ -296,9 +356,18 @@ def test_commits_survive_broker_faults(request: Any, tmp_path: Path, faults: str
         )
         arbiter = group.start_arbiter(settings, args=["--state-dir", settings.state_dir], timeout=120)
         with CommitClient(settings=settings) as client:
-            assert client.commit(create_intent(TABLE), timeout=COMMIT_TIMEOUT).id_version == 0
+            create = CommitIntent(
+                txn_id=f"create-{TABLE}",
+                table=TABLE,
+                operation=Operation.CREATE_TABLE,
+                read_version=0,
+                metadata=_metadata(settings),
+            )
+            assert client.commit(create, timeout=COMMIT_TIMEOUT).id_version == 0
         consumer = group.start_ordo(settings, "consumer", "--no-http", name="consumer")
         consumer.wait_for_line("consumer ready", timeout=120)
+        compactor = group.start_ordo(settings, "compactor", "--interval", "2", "--no-metrics", name="compactor")
+        compactor.wait_for_line("compactor ready", timeout=240)
         fleet = Fleet(settings, tmp_path)
         timings: dict[str, list[float]] = {}
         heads = []
@@ -314,19 +383,24 @@ def test_commits_survive_broker_faults(request: Any, tmp_path: Path, faults: str
                 heads.append(_check_round(settings, fleet, catalog, group, round_))
                 assert arbiter.running, f"the arbiter did not survive: {arbiter.tail()}"
                 assert consumer.running, f"the consumer did not survive: {consumer.tail()}"
+                assert compactor.running, f"the compactor did not survive: {compactor.tail()}"
                 fleet.go()
         finally:
             fleet.close()
         answers = len(fleet.acks())
+        compactions = _compactions(settings)
+    assert compactions > 0, "the table service committed no compaction while the writers committed"
     what = {
         "crash": f"leader kill -9, controller kill -9, node SIGSTOP {PAUSE:.0f} s",
         "partition": f"decisions leader, intents leader and controller each cut off {CUT:.0f} s",
     }[faults]
     figures.add(f"kafka faults survived ({faults})", sum(map(len, timings.values())))
+    figures.add(f"compactions committed during kafka faults ({faults})", compactions)
     worst = ", ".join(f"{max(values):.1f} s ({name})" for name, values in timings.items())
     figures.note(
         f"kafka 3-node faults, {faults}: {ROUNDS} round(s) x ({what}), "
-        f"{WRITERS} writer processes, {answers} commits answered, head version {heads[-1]}, 0 lost, 0 errors; "
+        f"{WRITERS} writer processes, {answers} commits answered, {compactions} compactions beside them, "
+        f"head version {heads[-1]}, 0 lost, 0 errors, rows == acknowledged; "
         f"commits resumed ({RESUMED} answers) after at most {worst} (from the fault's start: a freeze's resumption "
         f"includes the freeze; a cut's is the failover, while the node is still cut off, if under {CUT:.0f} s); "
         f"per fault: { {k: [round(x, 1) for x in v] for k, v in timings.items()} }; {time.monotonic() - began:.0f} s"
