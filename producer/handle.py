@@ -177,7 +177,11 @@ class TableHandle:
 
         ``schema`` is a Spark DDL string (``"id BIGINT, v STRING"``) or a
         StructType. ``location`` defaults to ``<warehouse>/<name>`` as an
-        absolute path. ``buckets`` (also the property ``ordo.buckets``) is the
+        absolute path. ``name`` is a Spark identifier, as in ``forName``
+        (``schemas.topics.table_identifier``): ``"Events"`` and ``"`EVENTS`"``
+        create table ``events``; ``db.events`` or a name that is not
+        ``[a-z][a-z0-9_]*`` once lower-cased raises ``InvalidNameError`` naming
+        the rule. ``buckets`` (also the property ``ordo.buckets``) is the
         number of buckets per partition (default 4; 1 when a key type has no
         canonical text, see ``producer.buckets``). Raises ``TableExistsError`` if
         the table exists and ``InvalidTableError`` for a definition that cannot be a table.
@@ -203,6 +207,7 @@ class TableHandle:
                 commit_timeout=commit_timeout,
                 catalog_timeout=catalog_timeout,
             )
+        name = table_identifier(name)  # Spark's rules, as forName: "Events" and `EVENTS` create table events
         if schema is None:
             raise InvalidTableError(f"DeltaTable.create({name!r}, ...) needs schema=")
         resolved = resolve_settings(

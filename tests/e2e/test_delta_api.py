@@ -475,6 +475,26 @@ def test_the_table_builder(spark: Any, writer_stack: Any) -> None:  # noqa: F811
     assert sorted(r.id for r in keyless.toDF().collect()) == [1, 1]
     with pytest.raises(InvalidTableError, match="needs columns"):
         DeltaTable.create(spark, settings=settings).tableName("empty").primaryKey("id").execute()
+
+    # create takes names by Spark's identifier rules, as forName does: mixed case and backticks map to the
+    # lower-case table; a database part or a name that is no identifier is refused with the rule
+    quoted = DeltaTable.create(spark, settings=settings).tableName("`Named_Events`").addColumns("id BIGINT").execute()
+    assert quoted.name == "named_events" and quoted.location.endswith("/named_events")
+    assert DeltaTable.forName(spark, "NAMED_EVENTS", settings=settings).name == "named_events"
+    mixed = DeltaTable.create(spark, "MixedCase", schema="id BIGINT", settings=settings)
+    assert mixed.name == "mixedcase" and DeltaTable.exists(spark, "mixedcase", settings=settings)
+    assert DeltaTable.createIfNotExists(spark, "`MIXEDCASE`", schema="id BIGINT", settings=settings).name == "mixedcase"
+    for bad, rule in (
+        ("sales.orders", r"db\.table is refused.*name the table alone \('orders'\)"),
+        ("`sales.orders`", r"one Spark identifier"),
+        ("has-dash", r"one Spark identifier"),
+        ("9lives", r"\[a-z\]\[a-z0-9_\]\*"),
+    ):
+        with pytest.raises(InvalidNameError, match=rule):
+            DeltaTable.create(spark, bad, schema="id BIGINT", settings=settings)
+        with pytest.raises(InvalidNameError, match=rule):
+            DeltaTable.create(spark, settings=settings).tableName(bad).addColumns("id BIGINT").execute()
+    assert not any(DeltaTable.exists(spark, n, settings=settings) for n in ("orders", "has_dash", "lives"))
     with pytest.raises(InvalidOperationError, match="createOrReplace: replacing a table's definition"):
         DeltaTable.createOrReplace(spark, settings=settings).tableName("built").addColumns("id BIGINT").execute()
     assert not DeltaTable.exists(spark, "empty", settings=settings)
