@@ -158,7 +158,9 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "replaceWhere",
         frozenset({WRITE}),
-        "overwrite: the one partition it replaces, as equality on every partition column joined by AND",
+        "overwrite: a condition on partition columns (comparisons, `IN`, `BETWEEN`, `LIKE`, `IS NULL`, "
+        "`AND`/`OR`/`NOT`, some functions: docs/writer.md); the partitions it selects are replaced and every row "
+        "must satisfy it",
     ),
     Option(
         "partitionOverwriteMode",
@@ -734,53 +736,46 @@ class FilesMessage(WriterCommitMessage):
 
 
 def _static_partition(options: Mapping[str, str], columns: Sequence[str]) -> dict[str, str] | None:
-    """The partition an overwrite replaces: ``partition`` (JSON object or ``k=v/k=v``) or ``replaceWhere``."""
+    """The one partition the ``partition`` option names (a JSON object or ``k=v/k=v``), or None without it."""
     text = options.get("partition")
-    where = options.get("replacewhere")
-    if text is None and where is None:
+    if text is None:
         return None
-    if text is not None and where is not None:
-        raise DataSourceOptionError("give partition or replaceWhere, not both")
     values: dict[str, str] = {}
-    if text is not None:
-        text = text.strip()
-        if text.startswith("{"):
-            values = {str(k): str(v) for k, v in json.loads(text).items()}
-        else:
-            for item in filter(None, text.split("/")):
-                key, sep, value = item.partition("=")
-                if not sep:
-                    raise DataSourceOptionError(f"partition {text!r}: expected k=v/k=v or a JSON object")
-                values[key.strip()] = value.strip()
+    text = text.strip()
+    if text.startswith("{"):
+        values = {str(k): str(v) for k, v in json.loads(text).items()}
     else:
-        assert where is not None
-        found = equality_predicates(where)
-        if found is None:
-            raise DataSourceOptionError(
-                f"replaceWhere {where!r}: only equality on partition columns joined by AND is supported"
-            )
-        values = found
+        for item in filter(None, text.split("/")):
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise DataSourceOptionError(f"partition {text!r}: expected k=v/k=v or a JSON object")
+            values[key.strip()] = value.strip()
     if set(values) != set(columns):
         raise DataSourceOptionError(f"an overwritten partition needs every partition column {list(columns)}: {values}")
     return values
 
 
-_PREDICATE = re.compile(r"""\s*`?([A-Za-z_][A-Za-z0-9_]*)`?\s*=\s*('(?:[^']|'')*'|-?\d+|true|false)\s*""", re.I)
+def replace_where(condition: str, metadata: Any) -> Any:
+    """``replaceWhere``'s condition parsed against the table's partition columns (``producer.predicate``).
 
+    ``DataSourceOptionError`` names what the grammar (docs/writer.md, "replaceWhere") does not take.
+    """
+    from ordo.producer.predicate import PredicateError, parse_predicate
 
-def equality_predicates(condition: str) -> dict[str, str] | None:
-    """``{column: value}`` when ``condition`` is only ``col = literal`` terms joined by AND, else None."""
-    values: dict[str, str] = {}
-    for term in re.split(r"\s+and\s+", condition.strip(), flags=re.I):
-        match = _PREDICATE.fullmatch(term)
-        if match is None:
-            return None
-        literal = match.group(2)
-        value = literal[1:-1].replace("''", "'") if literal.startswith("'") else literal.lower()
-        if values.get(match.group(1), value) != value:
-            return None
-        values[match.group(1)] = value
-    return values
+    columns = ddl_columns(metadata.user_schema)
+    types = dict(columns)
+    partitions = list(metadata.partition_columns)
+    if not partitions:
+        raise DataSourceOptionError(
+            f"replaceWhere {condition!r}: the table has no partition columns; replaceWhere selects partitions "
+            "(overwrite the whole table without it)"
+        )
+    try:
+        return parse_predicate(
+            condition, [(c, types[c]) for c in partitions], [n for n, _ in columns if n not in partitions]
+        )
+    except PredicateError as exc:
+        raise DataSourceOptionError(f"replaceWhere {condition!r}: {exc}") from None
 
 
 def _idempotent_write(options: Mapping[str, str]) -> tuple[str | None, int | None]:
@@ -832,9 +827,19 @@ class _Writing:
         self.arrow_schema = _check_write_schema(table, schema)
         self.layout = table.layout()
         self.overwrite = overwrite
-        self.static = _static_partition(options, self.layout.partition_columns) if overwrite else None
         if not overwrite and ("partition" in options or "replacewhere" in options):
             raise DataSourceOptionError("partition/replaceWhere apply to mode('overwrite') only")
+        if "partition" in options and "replacewhere" in options:
+            raise DataSourceOptionError("give partition or replaceWhere, not both")
+        self.static = _static_partition(options, self.layout.partition_columns) if overwrite else None
+        # replaceWhere: equality on every partition column is that one partition (as `partition`); any other
+        # condition replaces the partitions of the pinned snapshot it selects, and every row must satisfy it
+        self.where: Any = None
+        if overwrite and "replacewhere" in options:
+            self.where = replace_where(options["replacewhere"], table.metadata)
+            self.static = self.where.pinned()
+            if self.static is not None:
+                self.where = None
         mode = options.get("partitionoverwritemode", "static").strip().lower()
         if mode not in ("static", "dynamic"):
             raise DataSourceOptionError(f"partitionOverwriteMode must be static or dynamic, not {mode!r}")
@@ -871,9 +876,48 @@ class _Writing:
             query_id = context.getLocalProperty(QUERY_ID_PROPERTY)
         txn_id = self._txn_for(batch_id)
         # a random block of file numbers per task run: a re-run never writes over a committed file
+        if self.where is not None:
+            self._check_where(rows)
         first = (secrets.randbits(40) * 10_000 + task) * FILES_PER_TASK
         files = write_rows(rows, self.layout, txn_id, first, self.static)
         return FilesMessage(tuple(f.model_dump_json() for f in files), txn_id, query_id or "")
+
+    def _check_where(self, rows: Any) -> None:
+        """Every row satisfies ``replaceWhere`` (Delta refuses the write otherwise); nothing is written if not."""
+        import pyarrow as pa
+
+        from ordo.producer.arrow import partition_text
+        from ordo.producer.data import PartitionValueError
+
+        columns = list(self.layout.partition_columns)
+        if not rows.num_rows:
+            return
+        texts = pa.table({c: partition_text(rows.column(c)) for c in columns})
+        for values in texts.group_by(columns, use_threads=False).aggregate([]).to_pylist():
+            if any(v is None or v == "" for v in values.values()):
+                continue  # refused by write_rows with its own message
+            if not self.where.matches(values):
+                raise PartitionValueError(
+                    f"rows do not match replaceWhere {self.where.text!r}: e.g. the partition {values}; "
+                    "nothing was written"
+                )
+
+    def _where_partitions(self, files: Sequence[Any], catalog: Any) -> list[dict[str, str]]:
+        """The partitions ``replaceWhere`` replaces: those of the pinned snapshot it selects, and those written."""
+        from ordo.schemas.models import MAX_PARTITIONS_PER_INTENT
+
+        snapshot = catalog.snapshot(self.table.name, version=self.table.head)
+        found = {tuple(sorted(f.partition.items())) for f in files}
+        for entry in snapshot.files:
+            key = tuple(sorted(entry.partition.items()))
+            if key not in found and self.where.matches(dict(key)):
+                found.add(key)
+        if len(found) > MAX_PARTITIONS_PER_INTENT:
+            raise DataSourceOptionError(
+                f"replaceWhere {self.where.text!r} selects {len(found)} partitions; one overwrite replaces at most "
+                f"{MAX_PARTITIONS_PER_INTENT}: narrow the condition or overwrite the whole table"
+            )
+        return [dict(p) for p in sorted(found)]
 
     def _files(self, messages: Sequence[Any]) -> list[Any]:
         from ordo.schemas import DataFile
@@ -902,9 +946,21 @@ class _Writing:
         except BaseException:
             delete_files(self.layout, [f.path for f in files])
             raise
+        # one client and catalog per process and settings: a Python worker Spark reuses commits batch after
+        # batch without connecting to Kafka again (they close at the worker's exit)
+        connection = shared_connection(self.table.settings)
+        client, catalog = connection.client, connection.catalog
         partitions: list[dict[str, str]] | None
         if not self.layout.partition_columns:
             partitions = None
+        elif self.where is not None:
+            try:
+                partitions = self._where_partitions(files, catalog)
+            except BaseException:
+                delete_files(self.layout, [f.path for f in files])
+                raise
+            if not partitions:
+                return None  # no partition selected and no row written: nothing to replace
         elif self.static is not None:
             partitions = [self.static]
         elif self.operation is Operation.INSERT_OVERWRITE and not self.dynamic:
@@ -915,10 +971,6 @@ class _Writing:
         ids = {m.txn_id for m in messages if m is not None and m.txn_id}
         txn_id = ids.pop() if len(ids) == 1 else self._txn_for(batch_id)
         retries = STREAM_RETRIES if self.streaming else 0
-        # one client and catalog per process and settings: a Python worker Spark reuses commits batch after
-        # batch without connecting to Kafka again (they close at the worker's exit)
-        connection = shared_connection(self.table.settings)
-        client, catalog = connection.client, connection.catalog
         # a micro-batch reads nothing: it is pinned to the head when it commits, not when the query started
         read_version = catalog.head(self.table.name) if self.streaming else self.table.head
         while True:
@@ -1035,7 +1087,7 @@ def source_class(settings: Settings | None = None) -> type[OrdoDataSource]:
 __all__ = [
     "DataSourceOptionError",
     "OrdoDataSource",
-    "equality_predicates",
+    "replace_where",
     "settings_options",
     "sink_app_id",
     "source_class",

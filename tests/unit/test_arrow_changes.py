@@ -165,11 +165,17 @@ def test_pre_images_are_looked_up_only_where_the_commit_touched(tmp_path: Path) 
 
 def test_data_source_option_parsing_needs_no_spark_session() -> None:
     probe = (
-        "from ordo.datasource import ddl_columns, equality_predicates\n"
+        "import sys\n"
+        "from ordo.datasource import ddl_columns, replace_where\n"
+        "from schemas import TableMetadata\n"
         "assert ddl_columns('`id` bigint NOT NULL, `a,b<` decimal(10,2), `m``x` map<string,int>') == "
         "[('id', 'bigint'), ('a,b<', 'decimal(10,2)'), ('m`x', 'map<string,int>')]\n"
-        "assert equality_predicates(\"dt = '2024-05-01' AND region = 'eu'\") == {'dt': '2024-05-01', 'region': 'eu'}\n"
-        "assert equality_predicates(\"dt >= '2024-05-01'\") is None\n"
+        "meta = TableMetadata(location='/t', schema='id bigint, dt string, region string', primary_key=('id',),"
+        " partition_columns=('dt', 'region'))\n"
+        "where = replace_where(\"dt = '2024-05-01' AND region = 'eu'\", meta)\n"
+        "assert where.pinned() == {'dt': '2024-05-01', 'region': 'eu'}\n"
+        "where = replace_where(\"dt >= '2024-05-01'\", meta)\n"
+        "assert where.pinned() is None and where.matches({'dt': '2024-05-02', 'region': 'x'})\n"
         "print('ok')\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
