@@ -51,7 +51,7 @@ from ordo.schemas import (
 from ordo.schemas.buckets import table_buckets
 from ordo.schemas.codec import DEFAULT_CODEC, trusted
 from ordo.schemas.decisionlog import GENESIS_HASH, BrokenLogError, LogHead, already_live, check, not_live
-from ordo.schemas.models import MAX_ID_LENGTH, MAX_VERSION, datetime_to_millis, millis_to_datetime, parse_ddl
+from ordo.schemas.models import MAX_ID_LENGTH, MAX_VERSION, DdlColumn, datetime_to_millis, millis_to_datetime, parse_ddl
 from ordo.schemas.operations import REGISTRY, RESERVED_COLUMNS, RESERVED_PREFIX, ROW_ID_COLUMN, Check, Removes
 from ordo.schemas.paths import FILE_NAME_PATTERN, partition_path, split_data_file_path, write_id_of
 
@@ -83,6 +83,7 @@ _DATA_CHANGES = frozenset(op for op, t in REGISTRY.items() if t.data_change)
 _CREATES = frozenset(op for op, t in REGISTRY.items() if Check.CREATE in t.checks)
 _ALTERS = frozenset(op for op, t in REGISTRY.items() if Check.ALTER in t.checks)  # metadata after the change
 _CARRIES_METADATA = frozenset(op for op, t in REGISTRY.items() if t.metadata)
+_EVOLVES = frozenset(op for op, t in REGISTRY.items() if t.evolves_schema)  # writes that may carry new metadata
 _RESTORES = frozenset(op for op, t in REGISTRY.items() if t.removes is Removes.RESTORE)
 _WHOLE_PARTITIONS = frozenset(  # rewrites that must rewrite every file of a partition they touch
     op for op, t in REGISTRY.items() if Reason.INCOMPLETE_REWRITE in t.reasons
@@ -354,7 +355,7 @@ def _accept(state: TableState, intent: CommitIntent, record_timestamp: int, offs
         return _create(state, intent, record_timestamp, offset)
     if state.metadata is None or state.policy is None:
         raise _Reject(Reason.UNKNOWN_TABLE, f"table {state.table!r} does not exist (no CREATE_TABLE accepted)")
-    if intent.metadata is not None and operation not in _ALTERS:
+    if intent.metadata is not None and operation not in _ALTERS and operation not in _EVOLVES:
         # The message predates ALTER_TABLE; it stays as logged so that replays of older logs match.
         raise _Reject(Reason.INVALID_OPERATION, "metadata may only be given with CREATE_TABLE")
     if intent.read_version > state.head_version:
@@ -372,6 +373,8 @@ def _accept(state: TableState, intent: CommitIntent, record_timestamp: int, offs
         )
     metadata = _check_alter(state, intent) if operation in _ALTERS else None
     scope = _scope(state, intent)
+    if metadata is None and intent.metadata is not None:  # a write that changes the schema with its data
+        metadata = _check_schema_change(state, intent, scope)
     if operation in _RESTORES:
         restored = _check_restore(state, intent, record_timestamp)
     else:
@@ -536,6 +539,34 @@ def _addable_type(type_text: str) -> bool:
     return not digits or (1 <= digits[0] <= 38 and 0 <= digits[1] <= digits[0])
 
 
+def _check_added_columns(old_columns: tuple[DdlColumn, ...], new_columns: tuple[DdlColumn, ...]) -> None:
+    """The columns after ``old_columns``: new names, not reserved, nullable, of an atomic type."""
+    names = {c.name.lower() for c in old_columns}
+    for column in new_columns[len(old_columns) :]:
+        name = column.name
+        if not name or len(name) > MAX_ID_LENGTH or not name.isprintable():
+            raise _Reject(
+                Reason.INVALID_METADATA, f"added column name {name[:200]!r} is empty, too long or unprintable"
+            )
+        lowered = name.lower()
+        if lowered in names:
+            raise _Reject(Reason.INVALID_METADATA, f"added column {name[:200]!r} repeats a column name")
+        if lowered.startswith(RESERVED_PREFIX) or lowered in RESERVED_COLUMNS:
+            raise _Reject(Reason.INVALID_METADATA, f"added column {name[:200]!r} uses a name reserved by ordo")
+        if not _addable_type(column.type):
+            raise _Reject(
+                Reason.INVALID_METADATA,
+                f"added column {name[:200]!r} has type {column.type[:200]!r}; an added column has an atomic type "
+                "(boolean, tinyint, smallint, int, bigint, float, double, decimal(p,s), string, binary, date, timestamp)",
+            )
+        if not column.nullable:
+            raise _Reject(
+                Reason.INVALID_METADATA,
+                f"added column {name[:200]!r} is NOT NULL; an added column must be nullable (older files hold no value)",
+            )
+        names.add(lowered)
+
+
 def _check_alter(state: TableState, intent: CommitIntent) -> TableMetadata:
     """Validate an ALTER_TABLE: its metadata is the table's after the change; only additions are supported.
 
@@ -575,30 +606,7 @@ def _check_alter(state: TableState, intent: CommitIntent) -> TableMetadata:
                 f"column {i + 1} is {column.name[:200]!r} {column.type[:200]} but the new schema has {found[:400]}: "
                 "dropping, renaming, reordering or retyping columns is not supported (ALTER_TABLE only adds columns)",
             )
-    names = {c.name.lower() for c in old_columns}
-    for column in new_columns[len(old_columns) :]:
-        name = column.name
-        if not name or len(name) > MAX_ID_LENGTH or not name.isprintable():
-            raise _Reject(
-                Reason.INVALID_METADATA, f"added column name {name[:200]!r} is empty, too long or unprintable"
-            )
-        lowered = name.lower()
-        if lowered in names:
-            raise _Reject(Reason.INVALID_METADATA, f"added column {name[:200]!r} repeats a column name")
-        if lowered.startswith(RESERVED_PREFIX) or lowered in RESERVED_COLUMNS:
-            raise _Reject(Reason.INVALID_METADATA, f"added column {name[:200]!r} uses a name reserved by ordo")
-        if not _addable_type(column.type):
-            raise _Reject(
-                Reason.INVALID_METADATA,
-                f"added column {name[:200]!r} has type {column.type[:200]!r}; an added column has an atomic type "
-                "(boolean, tinyint, smallint, int, bigint, float, double, decimal(p,s), string, binary, date, timestamp)",
-            )
-        if not column.nullable:
-            raise _Reject(
-                Reason.INVALID_METADATA,
-                f"added column {name[:200]!r} is NOT NULL; an added column must be nullable (older files hold no value)",
-            )
-        names.add(lowered)
+    _check_added_columns(old_columns, new_columns)
     for key in old.properties:
         if key not in new.properties:
             raise _Reject(Reason.UNSUPPORTED_ALTER, f"unsetting property {key[:200]!r} is not supported")
@@ -610,6 +618,95 @@ def _check_alter(state: TableState, intent: CommitIntent) -> TableMetadata:
     if len(new_columns) == len(old_columns) and dict(new.properties) == dict(old.properties):
         raise _Reject(Reason.INVALID_OPERATION, "ALTER_TABLE changes nothing (no column added, no property set)")
     return new
+
+
+def _check_schema_change(
+    state: TableState, intent: CommitIntent, scope: tuple[PartitionKey, ...] | None
+) -> TableMetadata:
+    """Validate the metadata a write carries (since 0.5): the table's after the write, applied with its files.
+
+    INSERT INTO, or an INSERT OVERWRITE of some partitions (``mergeSchema``):
+    the schema keeps every column as it is, in order, and appends nullable
+    columns of an atomic type with new names (files written before hold no
+    value for them: they read as NULL). An INSERT OVERWRITE of the whole table
+    (``overwriteSchema``) removes every live file, so its schema may drop,
+    reorder and retype columns, but the primary key and partition columns keep
+    their names, types and nullability (the files' layout: buckets and
+    partition paths). Location, primary key, partition columns and properties
+    do not change with a write (ALTER_TABLE sets properties). The metadata must
+    change the schema.
+    """
+    old = state.metadata
+    new = intent.metadata
+    assert old is not None and new is not None
+    for what, before, after in (
+        ("location", old.location, new.location),
+        ("primary key", old.primary_key, new.primary_key),
+        ("partition columns", old.partition_columns, new.partition_columns),
+    ):
+        if before != after:
+            raise _Reject(
+                Reason.UNSUPPORTED_ALTER,
+                f"a write's metadata cannot change the {what} ({str(before)[:200]!r} -> {str(after)[:200]!r})",
+            )
+    if dict(new.properties) != dict(old.properties):
+        raise _Reject(Reason.UNSUPPORTED_ALTER, "a write's metadata cannot change properties (ALTER_TABLE sets them)")
+    try:
+        old_columns = parse_ddl(old.schema)
+    except ValueError as exc:
+        raise _Reject(Reason.UNSUPPORTED_ALTER, f"the table's schema cannot be changed: {exc}") from None
+    try:
+        new_columns = parse_ddl(new.schema)
+    except ValueError as exc:
+        raise _Reject(Reason.INVALID_METADATA, f"the write's schema: {exc}") from None
+    if new_columns == old_columns:
+        raise _Reject(Reason.INVALID_OPERATION, "the write carries metadata that does not change the schema")
+    if scope is None and intent.operation in _TRUNCATES:  # overwriteSchema: every live file is removed
+        _check_replaced_schema(old, new, old_columns, new_columns)
+    else:
+        for i, column in enumerate(old_columns):
+            if i >= len(new_columns) or new_columns[i] != column:
+                found = f"{new_columns[i].name} {new_columns[i].type}" if i < len(new_columns) else "nothing"
+                raise _Reject(
+                    Reason.UNSUPPORTED_ALTER,
+                    f"column {i + 1} is {column.name[:200]!r} {column.type[:200]} but the write's schema has "
+                    f"{found[:400]}: a write that keeps files (INSERT INTO, a partial INSERT OVERWRITE) only adds "
+                    "columns; a new schema needs an INSERT OVERWRITE of the whole table",
+                )
+        _check_added_columns(old_columns, new_columns)
+    return new
+
+
+def _check_replaced_schema(
+    old: TableMetadata, new: TableMetadata, old_columns: tuple[DdlColumn, ...], new_columns: tuple[DdlColumn, ...]
+) -> None:
+    """A whole-table overwrite's new schema: names unique, printable, not reserved; key and partition columns kept."""
+    seen: set[str] = set()
+    for column in new_columns:
+        name = column.name
+        lowered = name.lower()
+        if not name or len(name) > MAX_ID_LENGTH or not name.isprintable():
+            raise _Reject(Reason.INVALID_METADATA, f"column name {name[:200]!r} is empty, too long or unprintable")
+        if lowered in seen:
+            raise _Reject(Reason.INVALID_METADATA, f"column {name[:200]!r} repeats a column name")
+        if name != ROW_ID_COLUMN and (lowered.startswith(RESERVED_PREFIX) or lowered in RESERVED_COLUMNS):
+            raise _Reject(Reason.INVALID_METADATA, f"column {name[:200]!r} uses a name reserved by ordo")
+        seen.add(lowered)
+    before = {c.name: c for c in old_columns}
+    after = {c.name: c for c in new_columns}
+    for name in dict.fromkeys((*old.primary_key, *old.partition_columns)):
+        if after.get(name) != before.get(name):
+            raise _Reject(
+                Reason.UNSUPPORTED_ALTER,
+                f"key or partition column {name[:200]!r} must keep its name, type and nullability "
+                "(files are bucketed and placed by them): create a new table to change them",
+            )
+    if old.keyless:
+        _check_keyless(new)
+    if len(new_columns) <= len(old.primary_key) + len(old.partition_columns) - len(
+        set(old.primary_key) & set(old.partition_columns)
+    ):
+        raise _Reject(Reason.INVALID_METADATA, "the new schema has no data column besides the key and partitions")
 
 
 def partition_key(columns: tuple[str, ...], spec: Mapping[str, str]) -> PartitionKey:
@@ -1047,9 +1144,13 @@ def apply(
         state.policy = table_policy(decision.metadata)  # keyless: concurrent appends never conflict
         state.retention_ms = restore_retention_ms(decision.metadata)
         return state
+    schema_changed = False
     if operation in _CARRIES_METADATA:  # ALTER_TABLE: the new metadata (no files); its class is recorded below
         assert decision.metadata is not None
         state.metadata = decision.metadata
+    elif decision.metadata is not None:  # a write that changed the schema with its data (since 0.5)
+        state.metadata = decision.metadata
+        schema_changed = True
     assert state.metadata is not None
     columns = state.metadata.partition_columns
     files = state.files
@@ -1096,6 +1197,8 @@ def apply(
     last: Last = (version, decision.txn_id)
     cls = OP_CLASS[operation]
     state.any_scope[cls] = last
+    if schema_changed:  # older snapshots are stale as after an ALTER_TABLE: their intents get SCHEMA_CHANGED
+        state.any_scope[_ALTER] = last
     if decision.partitions is None or not columns:
         state.whole[cls] = last
     else:

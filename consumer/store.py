@@ -757,9 +757,9 @@ class CatalogWriter:
             own_ms = None
             effective_ms = state.head_time_ms
         updates: dict[str, Any] = {}
-        if (
-            spec.catalog is CatalogEffect.METADATA
-        ):  # ALTER_TABLE: the metadata from this version on (older stays readable)
+        # ALTER_TABLE, or a write that changed the schema with its data (since 0.5: mergeSchema, overwriteSchema):
+        # the metadata from this version on (older stays readable)
+        if spec.catalog is CatalogEffect.METADATA or decision.metadata is not None:
             assert decision.metadata is not None  # decisionlog.check: NO_METADATA
             new_json = _metadata_json(decision.metadata)
             conn.execute(

@@ -294,6 +294,8 @@ def _inspect(
                     )
                 else:
                     metadata = decision.metadata
+            elif decision.metadata is not None:  # a write that changed the schema with its data (since 0.5)
+                metadata = decision.metadata
             if decision.added_files or decision.removed_files:
                 _check_files(problems, decision, head.metadata)
             version = id_version

@@ -138,6 +138,9 @@ class Check(enum.Enum):
     LINEAGE = "lineage"  # a rewrite's inputs rebased through lineage (arbiter.core._resolve_inputs)
     REWRITE = "rewrite"  # a rewrite stays in its scope and rewrites whole partitions (arbiter.core._check_rewrite)
     RESTORE = "restore"  # re-added files were live at the restore version and are not vacuumed (arbiter.core._restore)
+    # since 0.5: a write's new metadata, when it carries one: added nullable columns (mergeSchema), or a new schema
+    # with a whole-table overwrite (overwriteSchema) (arbiter.core._check_schema_change)
+    SCHEMA = "schema"
 
 
 class CatalogEffect(enum.Enum):
@@ -192,6 +195,12 @@ class OperationSpec:
     metrics: tuple[str, ...] = ()
 
     @property
+    def evolves_schema(self) -> bool:
+        """A write whose intent may carry the table's metadata after a schema change, with its files (since 0.5:
+        ``mergeSchema``, ``overwriteSchema``); the decision carries it and it holds from that version on."""
+        return Check.SCHEMA in self.checks
+
+    @property
     def removes_files(self) -> bool:
         """The commit may remove files (named by the intent, or computed by the arbiter)."""
         return self.removes is not Removes.NOTHING
@@ -240,6 +249,11 @@ _REWRITE_REASONS = (
 )
 
 
+# A write that may change the schema with its data (mergeSchema, overwriteSchema; since 0.5): its metadata first.
+_EVOLVING_WRITE = (Check.SCHEMA, *_WRITE)
+_EVOLVING_REASONS = (Reason.INVALID_METADATA, Reason.UNSUPPORTED_ALTER, *_WRITE_REASONS)
+
+
 def _write(
     operation: Operation,
     op_class: OpClass,
@@ -247,9 +261,11 @@ def _write(
     rows: ChangeRows,
     delta: str,
     metrics: tuple[str, ...] = (),
+    evolves: bool = False,
 ) -> OperationSpec:
     return OperationSpec(
-        operation, op_class, operation is not Operation.TRUNCATE, removes, True, False, _WRITE, _WRITE_REASONS,
+        operation, op_class, operation is not Operation.TRUNCATE, removes, True, False,
+        _EVOLVING_WRITE if evolves else _WRITE, _EVOLVING_REASONS if evolves else _WRITE_REASONS,
         CatalogEffect.FILES, rows, delta_name=delta, metrics=metrics,
     )  # fmt: skip
 
@@ -290,8 +306,10 @@ REGISTRY: Mapping[Operation, OperationSpec] = MappingProxyType(
                 (Reason.TABLE_EXISTS, Reason.INVALID_METADATA, Reason.INVALID_OPERATION), CatalogEffect.CREATE,
                 ChangeRows.NONE, delta_name="CREATE TABLE",
             ),
-            _write(Operation.INSERT_INTO, OpClass.INSERT, Removes.NOTHING, ChangeRows.KEYED, "WRITE"),
-            _write(Operation.INSERT_OVERWRITE, OpClass.OVERWRITE, Removes.SCOPE, ChangeRows.SCOPE, "WRITE"),
+            _write(Operation.INSERT_INTO, OpClass.INSERT, Removes.NOTHING, ChangeRows.KEYED, "WRITE", evolves=True),
+            _write(
+                Operation.INSERT_OVERWRITE, OpClass.OVERWRITE, Removes.SCOPE, ChangeRows.SCOPE, "WRITE", evolves=True
+            ),
             _write(Operation.TRUNCATE, OpClass.OVERWRITE, Removes.SCOPE, ChangeRows.SCOPE, "TRUNCATE"),
             _write(
                 Operation.UPDATE, OpClass.UPDATE, Removes.NOTHING, ChangeRows.KEYED, "UPDATE", MERGE_METRICS

@@ -188,10 +188,15 @@ def test_an_alter_that_adds_files_is_rejected() -> None:
     assert decision.reason == Reason.INVALID_OPERATION and "cannot add files" in (decision.message or "")
 
 
-def test_metadata_on_a_data_operation_is_still_refused() -> None:
+@pytest.mark.parametrize("operation", [Operation.UPDATE, Operation.DELETE, Operation.TRUNCATE, Operation.MAJOR_COMPACT])
+def test_metadata_on_a_data_operation_is_still_refused(operation: Operation) -> None:
+    """Only INSERT INTO and INSERT OVERWRITE may change the schema with their data (since 0.5; their checks are in
+    tests/unit/test_write_schema_change.py)."""
     table = Table()
-    decision = table.submit(table.intent(Operation.INSERT_INTO, 0, "a", metadata=altered()))
+    table.commit(Operation.INSERT_INTO, "a")
+    decision = table.submit(table.intent(operation, 1, "a", metadata=altered()))
     assert decision.reason == Reason.INVALID_OPERATION
+    assert decision.message == "metadata may only be given with CREATE_TABLE"
 
 
 def test_the_decisions_rebuild_and_checkpoint_the_altered_state() -> None:
