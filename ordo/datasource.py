@@ -163,6 +163,12 @@ OPTIONS: tuple[Option, ...] = (
         "must satisfy it",
     ),
     Option(
+        "mergeSchema",
+        frozenset({WRITE}),
+        "`true`: columns of the rows the table lacks are added (nullable) in the same commit as the rows; rows "
+        "written before read them as null",
+    ),
+    Option(
         "partitionOverwriteMode",
         frozenset({WRITE}),
         "overwrite: `static` (default: the whole table, or `partition`/`replaceWhere`'s) or `dynamic` (only the "
@@ -203,8 +209,6 @@ OPTIONS: tuple[Option, ...] = (
 _BY_KEY = {o.name.lower(): o for o in OPTIONS}
 # Delta options ordo does not honour yet: refused with the reason instead of ignored
 NOT_YET = {
-    "mergeschema": "mergeSchema: schema evolution within a write is not supported yet; add the columns with "
-    "DeltaTable.alter(add_columns=...) first",
     "overwriteschema": "overwriteSchema: replacing the schema with an overwrite is not supported yet; change it "
     "with DeltaTable.alter first",
     "ignorechanges": "ignoreChanges: not supported (deprecated in Delta); use skipChangeCommits, or the change feed "
@@ -253,6 +257,17 @@ def settings_options(settings: Settings) -> dict[str, str]:
 
 def _truthy(value: str | None) -> bool:
     return str(value or "").strip().lower() in ("true", "1", "yes")
+
+
+def _flag(options: Mapping[str, str], key: str) -> bool:
+    """A boolean option (``true``/``false``, any case; absent: false); ``DataSourceOptionError`` otherwise."""
+    value = options.get(key)
+    if value is None:
+        return False
+    text = str(value).strip().lower()
+    if text not in ("true", "false"):
+        raise DataSourceOptionError(f"{_BY_KEY[key].name} must be true or false, not {value!r}")
+    return text == "true"
 
 
 # --------------------------------------------------------------------------- schema text
@@ -821,8 +836,16 @@ class _Writing:
     """The part batch and streaming writers share: task writes and the one intent per write."""
 
     def _setup(self, table: _Table, schema: StructType, options: Mapping[str, str], overwrite: bool) -> None:
+        import dataclasses
+
+        from ordo.producer.data import evolved_metadata
         from ordo.schemas import Operation
 
+        # mergeSchema: the columns the table lacks are added in the same commit as the rows (the intent carries
+        # the table's metadata after the write; a rejected write changes nothing)
+        self.new_metadata = evolved_metadata(table.metadata, schema.fields, merge=_flag(options, "mergeschema"))
+        if self.new_metadata is not None:
+            table = dataclasses.replace(table, metadata=self.new_metadata)
         self.table = table
         self.arrow_schema = _check_write_schema(table, schema)
         self.layout = table.layout()
@@ -981,6 +1004,7 @@ class _Writing:
                 read_version=read_version,
                 partitions=None if partitions is None else tuple(partitions),
                 added_files=tuple(files),
+                metadata=self.new_metadata,
                 app_id=app_id,
                 batch_id=batch_id,
                 writer=f"ordo-datasource/{self.table.name}",

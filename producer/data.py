@@ -177,6 +177,66 @@ def schema_to_ddl(schema: StructType) -> str:
     return ", ".join(parts)
 
 
+def evolved_metadata(
+    current: TableMetadata, fields: Sequence[Any], *, merge: bool = False, replace: bool = False
+) -> TableMetadata | None:
+    """The metadata a write publishes with its files when it changes the schema, or None when it does not.
+
+    ``fields`` are the DataFrame's ``StructField``s (no SparkSession needed).
+    ``merge`` (Delta's ``mergeSchema``): columns the table lacks are appended,
+    nullable, in the DataFrame's order. ``replace`` (``overwriteSchema``, a
+    whole-table overwrite only): the schema becomes the DataFrame's, in its
+    order; key and partition columns keep their table definition and must be
+    in the DataFrame with the table's type (the arbiter refuses changing them).
+    ``SchemaMismatchError`` names what cannot be.
+    """
+    from ordo.schemas.models import parse_ddl, split_top_level
+
+    parts = [p.strip() for p in split_top_level(current.schema)]
+    columns = parse_ddl(current.schema)
+    by_name = {c.name: (c, text) for c, text in zip(columns, parts, strict=True)}
+    lowered = {c.name.lower(): c.name for c in columns if c.name != ROW_ID_COLUMN}
+    for f in fields:
+        other = lowered.get(f.name.lower())
+        if other is not None and other != f.name:
+            raise SchemaMismatchError(
+                f"column {f.name!r} differs from the table's {other!r} only in case; rename it in the DataFrame"
+            )
+    if replace:
+        names = [f.name for f in fields]
+        fixed = dict.fromkeys(c for c in (*current.primary_key, *current.partition_columns) if c != ROW_ID_COLUMN)
+        missing = [c for c in fixed if c not in names]
+        wrong = [
+            f"{f.name}: {f.dataType.simpleString()} (table: {by_name[f.name][0].type})"
+            for f in fields
+            if f.name in fixed and f.dataType.simpleString().lower() != by_name[f.name][0].type
+        ]
+        if missing or wrong:
+            raise SchemaMismatchError(
+                f"overwriteSchema keeps the key and partition columns {list(fixed)} as they are (files are bucketed "
+                f"and placed by them): missing {missing}, other types {wrong}; create a new table to change them"
+            )
+        texts = [by_name[f.name][1] if f.name in fixed else _column_ddl(f.name, f.dataType) for f in fields]
+        if current.keyless:
+            texts.append(by_name[ROW_ID_COLUMN][1])
+        schema = ", ".join(texts)
+        if parse_ddl(schema) == columns:
+            return None
+    elif merge:
+        added = [f for f in fields if f.name.lower() not in lowered]
+        if not added:
+            return None
+        schema = ", ".join([*parts, *(_column_ddl(f.name, f.dataType) for f in added)])
+    else:
+        return None
+    return current.model_copy(update={"schema": schema})
+
+
+def _column_ddl(name: str, data_type: Any) -> str:
+    """One nullable column's DDL: a column a write adds or replaces is nullable (older files hold no value)."""
+    return "`" + name.replace("`", "``") + "` " + data_type.simpleString()
+
+
 def _is_atomic(data_type: DataType) -> bool:
     from pyspark.sql.types import ArrayType, MapType, StructType
 

@@ -29,14 +29,14 @@ from typing import TYPE_CHECKING, Any, Self
 from ordo.kernel.errors import CommitTimeoutError
 from ordo.producer.data import InvalidOperationError
 from ordo.producer.results import CONFLICT_LATER_FAILS, CommitResult, TransactionStateError, conflict_error
-from ordo.schemas import CommitDecision, CommitIntent, DataFile, Operation
+from ordo.schemas import CommitDecision, CommitIntent, DataFile, Operation, TableMetadata
 from ordo.schemas.models import MAX_FILES_PER_INTENT
 from ordo.schemas.operations import ROW_ID_COLUMN
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from ordo.producer.data import FileWriter
+    from ordo.producer.data import FileWriter, Layout
     from ordo.producer.handle import TableHandle
 
 log = logging.getLogger("ordo.producer")
@@ -69,6 +69,10 @@ class Lifecycle:
         self.added_files: tuple[DataFile, ...] = ()
         self.removed_files: tuple[str, ...] = ()
         self.operation_metrics: dict[str, int] = {}  # a MERGE's rows as it counted them (since 0.5)
+        # a write that changes the schema with its data (mergeSchema/overwriteSchema): the table's metadata after
+        # it, and the layout its files are written with; None: the table's own
+        self.metadata: TableMetadata | None = None
+        self._layout: Layout | None = None
         self.write_seconds = 0.0
         self.timings: dict[str, float] = {}
         self.result: CommitResult | None = None
@@ -82,6 +86,19 @@ class Lifecycle:
     def __repr__(self) -> str:
         op = self.operation.value if self.operation else None
         return f"Transaction({self.table.name!r}, txn_id={self.txn_id!r}, read_version={self.read_version}, {op}, {self._state})"
+
+    @property
+    def layout(self) -> Layout:
+        """The layout this transaction writes with: the table's, or after its schema change."""
+        return self._layout if self._layout is not None else self.table.layout
+
+    def _evolve(self, df: DataFrame, *, merge: bool = False, replace: bool = False) -> None:
+        """Adopt the schema ``df`` brings (``producer.data.evolved_metadata``): published with the files."""
+        from ordo.producer.data import Layout, evolved_metadata
+
+        new = evolved_metadata(self.table.metadata, df.schema.fields, merge=merge, replace=replace)
+        if new is not None:
+            self.metadata, self._layout = new, Layout.of(self.table.name, new)
 
     @property
     def state(self) -> str:
@@ -119,6 +136,7 @@ class Lifecycle:
             except BaseException:
                 self._discard()
                 self.operation = None
+                self.metadata = self._layout = None
                 raise
 
     def row_id_prefix(self) -> str:
@@ -130,14 +148,14 @@ class Lifecycle:
         """``df`` conformed to the table as users write it, with new row ids for a keyless table."""
         from ordo.producer.data import conform, with_row_ids
 
-        layout = self.table.layout
+        layout = self.layout
         return with_row_ids(conform(df, layout.user_schema()), layout, self.row_id_prefix())
 
     def _file_writer(self) -> FileWriter:
         from ordo.producer.data import FileWriter
 
         if self._writer is None:
-            self._writer = FileWriter(self.table.spark, self.table.layout, self.txn_id)
+            self._writer = FileWriter(self.table.spark, self.layout, self.txn_id)
         return self._writer
 
     def _staged(
@@ -173,7 +191,7 @@ class Lifecycle:
         from ordo.producer.data import validate_records
 
         started = time.perf_counter()
-        validate_records(rows, self.table.layout, static, keys=keys)
+        validate_records(rows, self.layout, static, keys=keys)
         seconds = time.perf_counter() - started
         self.write_seconds += seconds
         self._time("validate", seconds)
@@ -233,6 +251,7 @@ class Lifecycle:
             partitions=self.partitions,
             added_files=self.added_files,
             removed_files=self.removed_files,
+            metadata=self.metadata,
             app_id=self.app_id,
             batch_id=self.batch_id,
             writer=self.table._writer,
@@ -300,6 +319,8 @@ class Lifecycle:
         )
         self._state = _COMMITTED
         self.result = result
+        if self.metadata is not None:  # the schema this commit changed is the handle's from now on
+            table._set_metadata(self.metadata)
         self._writer = None
         self._time("publish_decision", result.commit_seconds)
         started = time.perf_counter()

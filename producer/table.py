@@ -114,21 +114,31 @@ class DeltaTable(TableHandle):
 
     # ------------------------------------------------------------------ internals
 
-    def insert_into(self, df: DataFrame, *, retries: int = 0) -> CommitResult | None:
+    def insert_into(self, df: DataFrame, *, retries: int = 0, merge_schema: bool = False) -> CommitResult | None:
         """INSERT INTO: add the rows as upserts (a row whose key exists replaces it). None if ``df`` is empty.
 
         ``retries`` > 0 retries a CONFLICT_LATER_FAILS rejection at the
         metadata level: the same files are republished, re-pinned to the new
         head, under a new txn id (INSERT reads nothing, so this is safe).
+        ``merge_schema=True`` (Delta's ``mergeSchema``): columns of ``df`` the
+        table lacks are added, nullable, in the same commit.
         """
-        return self._run(lambda t: t.insert_into(df), retries)
+        return self._run(lambda t: t.insert_into(df, merge_schema=merge_schema), retries)
 
     def insert_overwrite(
-        self, df: DataFrame, partition: Mapping[str, Any] | None = None, *, whole_table: bool = False
+        self,
+        df: DataFrame,
+        partition: Mapping[str, Any] | None = None,
+        *,
+        whole_table: bool = False,
+        merge_schema: bool = False,
     ) -> CommitResult | None:
         """INSERT OVERWRITE: replace the table, the given static ``partition``, or the partitions present in ``df``
-        (``whole_table=True``: every partition, also those ``df`` has no row in)."""
-        return self._run(lambda t: t.insert_overwrite(df, partition, whole_table=whole_table))
+        (``whole_table=True``: every partition, also those ``df`` has no row in). ``merge_schema=True``: columns
+        of ``df`` the table lacks are added in the same commit."""
+        return self._run(
+            lambda t: t.insert_overwrite(df, partition, whole_table=whole_table, merge_schema=merge_schema)
+        )
 
     def truncate(self, partition: Mapping[str, Any] | None = None) -> CommitResult | None:
         """TRUNCATE the table or one partition."""

@@ -34,18 +34,28 @@ class Transaction(Lifecycle):
 
     # ------------------------------------------------------------------ operations (stage only)
 
-    def insert_into(self, df: DataFrame) -> Transaction:
-        """Stage INSERT INTO: the rows become upsert records. Scope: the partitions written."""
+    def insert_into(self, df: DataFrame, *, merge_schema: bool = False) -> Transaction:
+        """Stage INSERT INTO: the rows become upsert records. Scope: the partitions written.
+
+        ``merge_schema=True`` (Delta's ``mergeSchema``): columns of ``df`` the table lacks are added, nullable, in
+        the same commit (rows written before read them as null); a rejected commit changes nothing.
+        """
         from ordo.producer.data import upsert_records
 
         with self._stage(Operation.INSERT_INTO):
+            self._evolve(df, merge=merge_schema)
             rows = self._user_rows(df)
             self._validate(rows)
             files = self._write(upsert_records(rows))
             return self._staged(files, self._partitions_of(files), noop=not files)
 
     def insert_overwrite(
-        self, df: DataFrame, partition: Mapping[str, Any] | None = None, *, whole_table: bool = False
+        self,
+        df: DataFrame,
+        partition: Mapping[str, Any] | None = None,
+        *,
+        whole_table: bool = False,
+        merge_schema: bool = False,
     ) -> Transaction:
         """Stage INSERT OVERWRITE of the table, of static ``partition``, or of the partitions present in ``df``.
 
@@ -54,13 +64,15 @@ class Transaction(Lifecycle):
         Dynamic overwrite with an empty DataFrame overwrites nothing (a no-op).
         ``whole_table=True`` replaces every partition of a partitioned table,
         also those ``df`` has no row in (an empty ``df`` empties the table).
+        ``merge_schema=True``: columns of ``df`` the table lacks are added in the same commit (as ``insert_into``).
         """
         from ordo.producer.data import upsert_records, with_static_partition
 
-        layout = self.table.layout
         if whole_table and partition is not None:
             raise InvalidOperationError("give a partition or whole_table=True, not both")
         with self._stage(Operation.INSERT_OVERWRITE):
+            self._evolve(df, merge=merge_schema)
+            layout = self.layout
             static = self._static(partition)
             if static is not None:
                 df = with_static_partition(df, layout, static)

@@ -298,8 +298,8 @@ def test_options_are_a_contract(spark: Any, writer_stack: Any) -> None:  # noqa:
     write([(1, "a", "d1"), (2, "b", "d2")])  # v1
     with pytest.raises(Exception, match=r"(?i)unknown option 'versionAsOff' \(did you mean versionAsOf\?\)"):
         spark.read.format("ordo").options(**opts).option("versionAsOff", 1).load("ds_strict").collect()
-    with pytest.raises(Exception, match="mergeSchema: schema evolution within a write is not supported yet"):
-        write([(3, "c", "d1")], mergeSchema="true")
+    with pytest.raises(Exception, match=r"ignoreDeletes: not supported \(deprecated in Delta\)"):
+        write([(3, "c", "d1")], ignoreDeletes="true")
     with pytest.raises(Exception, match="versionAsOf applies to batch read, not to a batch write"):
         write([(3, "c", "d1")], versionAsOf="1")
     with pytest.raises(Exception, match="checkpointLocation applies to stream write, not to a batch read"):
