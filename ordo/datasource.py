@@ -169,6 +169,12 @@ OPTIONS: tuple[Option, ...] = (
         "written before read them as null",
     ),
     Option(
+        "overwriteSchema",
+        frozenset({WRITE}),
+        "`true` with `mode(\"overwrite\")` of the whole table: the rows' schema becomes the table's in the same "
+        "commit (key and partition columns kept)",
+    ),
+    Option(
         "partitionOverwriteMode",
         frozenset({WRITE}),
         "overwrite: `static` (default: the whole table, or `partition`/`replaceWhere`'s) or `dynamic` (only the "
@@ -209,8 +215,6 @@ OPTIONS: tuple[Option, ...] = (
 _BY_KEY = {o.name.lower(): o for o in OPTIONS}
 # Delta options ordo does not honour yet: refused with the reason instead of ignored
 NOT_YET = {
-    "overwriteschema": "overwriteSchema: replacing the schema with an overwrite is not supported yet; change it "
-    "with DeltaTable.alter first",
     "ignorechanges": "ignoreChanges: not supported (deprecated in Delta); use skipChangeCommits, or the change feed "
     "(readChangeFeed)",
     "ignoredeletes": "ignoreDeletes: not supported (deprecated in Delta); use skipChangeCommits, or the change feed "
@@ -841,9 +845,23 @@ class _Writing:
         from ordo.producer.data import evolved_metadata
         from ordo.schemas import Operation
 
-        # mergeSchema: the columns the table lacks are added in the same commit as the rows (the intent carries
-        # the table's metadata after the write; a rejected write changes nothing)
-        self.new_metadata = evolved_metadata(table.metadata, schema.fields, merge=_flag(options, "mergeschema"))
+        # mergeSchema: the columns the table lacks are added in the same commit as the rows; overwriteSchema: the
+        # rows' schema replaces the table's with a whole-table overwrite (the intent carries the table's metadata
+        # after the write; a rejected write changes nothing)
+        replace = _flag(options, "overwriteschema")
+        if replace and (
+            not overwrite
+            or "partition" in options
+            or "replacewhere" in options
+            or options.get("partitionoverwritemode", "").strip().lower() == "dynamic"
+        ):
+            raise DataSourceOptionError(
+                "overwriteSchema replaces the table's schema with mode('overwrite') of the whole table: not with "
+                "append, partition, replaceWhere or partitionOverwriteMode=dynamic (use mergeSchema to add columns)"
+            )
+        self.new_metadata = evolved_metadata(
+            table.metadata, schema.fields, merge=_flag(options, "mergeschema"), replace=replace
+        )
         if self.new_metadata is not None:
             table = dataclasses.replace(table, metadata=self.new_metadata)
         self.table = table

@@ -132,12 +132,16 @@ class DeltaTable(TableHandle):
         *,
         whole_table: bool = False,
         merge_schema: bool = False,
+        overwrite_schema: bool = False,
     ) -> CommitResult | None:
         """INSERT OVERWRITE: replace the table, the given static ``partition``, or the partitions present in ``df``
         (``whole_table=True``: every partition, also those ``df`` has no row in). ``merge_schema=True``: columns
-        of ``df`` the table lacks are added in the same commit."""
+        of ``df`` the table lacks are added in the same commit. ``overwrite_schema=True``: ``df``'s schema becomes
+        the table's, with an overwrite of the whole table (``whole_table=True`` when partitioned)."""
         return self._run(
-            lambda t: t.insert_overwrite(df, partition, whole_table=whole_table, merge_schema=merge_schema)
+            lambda t: t.insert_overwrite(
+                df, partition, whole_table=whole_table, merge_schema=merge_schema, overwrite_schema=overwrite_schema
+            )
         )
 
     def truncate(self, partition: Mapping[str, Any] | None = None) -> CommitResult | None:

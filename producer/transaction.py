@@ -56,6 +56,7 @@ class Transaction(Lifecycle):
         *,
         whole_table: bool = False,
         merge_schema: bool = False,
+        overwrite_schema: bool = False,
     ) -> Transaction:
         """Stage INSERT OVERWRITE of the table, of static ``partition``, or of the partitions present in ``df``.
 
@@ -65,13 +66,21 @@ class Transaction(Lifecycle):
         ``whole_table=True`` replaces every partition of a partitioned table,
         also those ``df`` has no row in (an empty ``df`` empties the table).
         ``merge_schema=True``: columns of ``df`` the table lacks are added in the same commit (as ``insert_into``).
+        ``overwrite_schema=True`` (Delta's ``overwriteSchema``): ``df``'s schema becomes the table's in the same
+        commit, which replaces the whole table (``whole_table=True`` on a partitioned table); key and partition
+        columns keep their definition.
         """
         from ordo.producer.data import upsert_records, with_static_partition
 
         if whole_table and partition is not None:
             raise InvalidOperationError("give a partition or whole_table=True, not both")
+        if overwrite_schema and (partition is not None or (self.table.layout.partition_columns and not whole_table)):
+            raise InvalidOperationError(
+                "overwrite_schema replaces the schema with an overwrite of the whole table: pass whole_table=True "
+                "and no partition (merge_schema=True adds columns to a partial overwrite)"
+            )
         with self._stage(Operation.INSERT_OVERWRITE):
-            self._evolve(df, merge=merge_schema)
+            self._evolve(df, merge=merge_schema, replace=overwrite_schema)
             layout = self.layout
             static = self._static(partition)
             if static is not None:

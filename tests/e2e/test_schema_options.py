@@ -144,3 +144,72 @@ def test_merge_schema_on_a_keyless_table(spark: Any, writer_stack: Any) -> None:
     assert rows(read) == [("a", None), ("a", None), ("b", 1)]
     with pytest.raises(Exception, match="mergeSchema must be true or false"):
         frame.write.format("ordo").options(**opts).option("mergeSchema", "yes").mode("append").save("merged_log")
+
+
+def test_overwrite_schema_replaces_the_schema_in_one_commit(spark: Any, writer_stack: Any) -> None:  # noqa: F811
+    """``overwriteSchema=true`` with ``mode("overwrite")``: the rows' schema (columns dropped, retyped, added,
+    reordered) is the table's from that one commit on; older versions keep theirs; key and partition columns
+    cannot change (refused naming them, as are the other modes)."""
+    from ordo.producer.data import InvalidOperationError
+
+    settings = writer_stack.settings
+    opts = settings_options(settings)
+    table = DeltaTable.create(
+        spark, "reshaped", schema="id BIGINT, v STRING, amount INT, dt STRING", primary_key="id",
+        partitioned_by="dt", settings=settings,
+    )  # fmt: skip
+    first = [(i, f"a{i}", i * 10, "d1" if i % 2 else "d2") for i in range(6)]
+    old_ddl = "id BIGINT, v STRING, amount INT, dt STRING"
+
+    def write(data: list[tuple[Any, ...]], ddl: str, mode: str = "overwrite", **options: str) -> None:
+        spark.createDataFrame(data, ddl).write.format("ordo").options(**opts).options(**options).mode(mode).save(
+            "reshaped"
+        )
+
+    write(first, old_ddl, "append")  # v1
+    new_ddl = "id BIGINT, dt STRING, amount DOUBLE, label STRING"
+    second = [(1, "d1", 1.5, "x"), (7, "d3", 7.5, None)]
+    for mode, extra, message in (
+        ("append", {}, "overwriteSchema replaces the table's schema with mode\\('overwrite'\\) of the whole table"),
+        ("overwrite", {"replaceWhere": "dt = 'd1'"}, "not with append, partition, replaceWhere"),
+        ("overwrite", {"partitionOverwriteMode": "dynamic"}, "not with append, partition, replaceWhere"),
+        ("overwrite", {}, None),  # without overwriteSchema: the rows do not match the table
+    ):
+        flags = {"overwriteSchema": "true"} if message is not None else {}
+        with pytest.raises(Exception, match=message or r"the rows do not match table reshaped"):
+            write(second, new_ddl, mode, **flags, **extra)
+    # key and partition columns keep their definition: refused before anything is written
+    with pytest.raises(Exception, match=r"keeps the key and partition columns \['id', 'dt'\].*other types \['id: int"):
+        write([(1, "d1", 1.5)], "id INT, dt STRING, amount DOUBLE", overwriteSchema="true")
+    with pytest.raises(Exception, match=r"keeps the key and partition columns.*missing \['dt'\]"):
+        write([(1, 1.5)], "id BIGINT, amount DOUBLE", overwriteSchema="true")
+    assert table.version == 1
+
+    write(second, new_ddl, overwriteSchema="true")  # v2: one INSERT OVERWRITE of the whole table
+    assert table.version == 2 and table.decisions(1)[0].operation.value == "INSERT_OVERWRITE"
+    read = spark.read.format("ordo").options(**opts).load("reshaped")
+    assert read.columns == ["id", "dt", "amount", "label"]
+    assert rows(read) == sorted(second, key=repr)
+    assert [f.dataType.simpleString() for f in read.schema.fields] == ["bigint", "string", "double", "string"]
+    old = spark.read.format("ordo").options(**opts).option("versionAsOf", 1).load("reshaped")
+    assert old.columns == ["id", "v", "amount", "dt"] and rows(old) == sorted(first, key=repr)
+    feed = spark.read.format("ordo").options(**opts).option("readChangeFeed", "true").option("startingVersion", 2)
+    # the overwrite's change rows: every old row deleted (read under the new schema: a dropped column is gone, a
+    # retyped one cast, a new one null), then its inserts
+    want = [("delete", r[0], r[3], float(r[2]), None) for r in first] + [("insert", *r) for r in second]
+    assert rows(feed.load("reshaped"), "_change_type", "id", "dt", "amount", "label") == sorted(want, key=repr)
+
+    # the DeltaTable path: a whole-table overwrite with overwrite_schema=True; a partial one is refused
+    reshaped = DeltaTable.forName(spark, "reshaped", settings=settings)
+    third = [(3, "d2", 3.0)]
+    with pytest.raises(InvalidOperationError, match="pass whole_table=True"):
+        reshaped.insert_overwrite(
+            spark.createDataFrame(third, "id BIGINT, dt STRING, amount DOUBLE"), overwrite_schema=True
+        )
+    result = reshaped.insert_overwrite(
+        spark.createDataFrame(third, "id BIGINT, dt STRING, amount DOUBLE"), whole_table=True, overwrite_schema=True
+    )
+    assert result is not None and result.id_version == 3
+    assert reshaped.schema.fieldNames() == ["id", "dt", "amount"]
+    assert rows(reshaped.read()) == [(3, "d2", 3.0)]
+    assert table.read(version=2).columns == ["id", "dt", "amount", "label"]
