@@ -13,9 +13,15 @@ The builder collects a definition and ends in ``DeltaTable.create`` (or
     ordo's: the key merge-on-read orders records by (also the property
     ``ordo.primaryKey``). Every ordo table has one today.
 
-``DeltaTable.replace(spark)`` and ``createOrReplace(spark)`` give a builder
-whose ``execute()`` refuses to run: replacing a table's definition and data in
-one commit is not an ordo operation yet.
+``DeltaTable.replace(spark)`` and ``createOrReplace(spark)`` (Delta's
+meaning): the existing table's schema becomes the definition's and its data is
+removed, in one commit that keeps the history (a whole-table INSERT OVERWRITE
+with no rows that carries the new metadata, as ``overwriteSchema``); ``replace``
+of a table that does not exist raises ``TableNotFoundError``, ``createOrReplace``
+creates it. The primary key, partition columns, location and properties cannot
+change that way (files are bucketed and placed by the first two, a write
+carries no property change): a definition that changes them is refused naming
+them, before anything is written.
 """
 
 from __future__ import annotations
@@ -120,11 +126,6 @@ class DeltaTableBuilder:
 
         from ordo.producer.table import DeltaTable
 
-        if self._mode in ("replace", "createOrReplace"):
-            raise InvalidOperationError(
-                f"DeltaTable.{self._mode}: replacing a table's definition and data in one commit is not supported "
-                "yet; use DeltaTable.create for a new table, alter() to add columns, insert_overwrite for the data"
-            )
         if not self._name:
             raise InvalidTableError("name the table: .tableName('events')")
         if not self._fields:
@@ -134,6 +135,16 @@ class DeltaTableBuilder:
         if named and self._key and named != self._key:
             raise InvalidTableError(f"primaryKey {self._key} and property {PRIMARY_KEY_PROPERTY}={named} disagree")
         key = self._key or named or None  # none: a keyless table, Delta's default
+        if self._mode in ("replace", "createOrReplace"):
+            opening = {k: v for k, v in self._connection.items() if not k.endswith("_timeout") and k != "warehouse"}
+            if DeltaTable.exists(self._spark, self._name, **opening):
+                return self._replace(StructType(self._fields), key, properties)
+            if self._mode == "replace":
+                from ordo.consumer.errors import TableNotFoundError
+
+                raise TableNotFoundError(
+                    f"DeltaTable.replace: table {self._name!r} does not exist (createOrReplace creates it)"
+                )
         create = DeltaTable.createIfNotExists if self._mode == "createIfNotExists" else DeltaTable.create
         return create(
             self._spark,
@@ -145,3 +156,46 @@ class DeltaTableBuilder:
             properties=properties or None,
             **self._connection,
         )
+
+    def _replace(self, schema: StructType, key: list[str] | None, properties: dict[str, str]) -> DeltaTable:
+        """Replace the existing table's schema and remove its data in one commit (see the module docstring)."""
+        from ordo.producer.table import DeltaTable
+
+        assert self._name is not None
+        handle_keys = ("settings", "bootstrap_servers", "topic_prefix", "catalog", "commit_timeout", "catalog_timeout")
+        table = DeltaTable.open(
+            self._spark, self._name, **{k: v for k, v in self._connection.items() if k in handle_keys}
+        )
+        current = table.metadata
+        # ordo.* properties the definition leaves out (buckets, policy) are the table's: they were chosen at creation
+        wanted_properties = {k: v for k, v in current.properties.items() if k.startswith("ordo.")}
+        wanted_properties.update(properties)
+        wanted_key = tuple(key) if key else ()
+        changes = [
+            f"{what} {before!r} -> {after!r}"
+            for what, before, after in (
+                ("primary key", table.primary_key, wanted_key),
+                ("partition columns", tuple(current.partition_columns), tuple(self._partitions)),
+                ("location", current.location, self._absolute_location() or current.location),
+                ("properties", dict(current.properties), wanted_properties),
+            )
+            if before != after
+        ]
+        if changes:
+            raise InvalidTableError(
+                f"DeltaTable.{self._mode}({self._name!r}): ordo replaces a table's schema and data, not its "
+                f"{'; '.join(changes)} (files are bucketed and placed by key and partitions; alter() sets "
+                "properties): create a new table for that"
+            )
+        empty = self._spark.createDataFrame([], schema)
+        table.insert_overwrite(empty, whole_table=bool(current.partition_columns), overwrite_schema=True)
+        return table
+
+    def _absolute_location(self) -> str | None:
+        import os
+
+        from ordo.producer.connection import has_scheme
+
+        if self._location is None or has_scheme(self._location):
+            return self._location
+        return os.path.abspath(self._location)

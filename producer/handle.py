@@ -339,12 +339,14 @@ class TableHandle:
 
     @classmethod
     def replace(cls, spark: SparkSession, **connection: Any) -> Any:
-        """Delta's ``replace`` builder (its ``execute()`` refuses: see ``producer.builder``)."""
+        """Delta's ``replace`` builder: ``execute()`` replaces the existing table's schema and removes its data in one
+        commit, history kept (``producer.builder``)."""
         return cls._builder(spark, "replace", None, None, **connection)
 
     @classmethod
     def createOrReplace(cls, spark: SparkSession, **connection: Any) -> Any:
-        """Delta's ``createOrReplace`` builder (its ``execute()`` refuses: see ``producer.builder``)."""
+        """Delta's ``createOrReplace`` builder: ``replace`` when the table exists, else ``create``
+        (``producer.builder``)."""
         return cls._builder(spark, "createOrReplace", None, None, **connection)
 
     @staticmethod
