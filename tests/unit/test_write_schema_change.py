@@ -114,14 +114,14 @@ def test_a_whole_table_overwrite_may_replace_the_schema() -> None:
             meta(BASE.schema + ", x INT", properties={"o": "1"}),
             Reason.UNSUPPORTED_ALTER,
             "properties",
-        ),  # noqa: E501
+        ),
         (
             Operation.INSERT_INTO,
             "a",
             meta(BASE.schema + ", x INT", primary_key=("v",)),
             Reason.UNSUPPORTED_ALTER,
             "primary key",
-        ),  # noqa: E501
+        ),
         (
             Operation.INSERT_OVERWRITE,
             None,
@@ -143,7 +143,7 @@ def test_a_whole_table_overwrite_may_replace_the_schema() -> None:
             meta("id BIGINT, dt STRING, _change_type INT"),
             Reason.INVALID_METADATA,
             "reserved",
-        ),  # noqa: E501
+        ),
         (
             Operation.INSERT_OVERWRITE,
             None,
