@@ -224,11 +224,15 @@ class _Reject(Exception):
         self.conflicting = conflicting
 
 
-def evaluate(state: TableState, intent: CommitIntent, record_timestamp: int, offset: int) -> CommitDecision:
+def evaluate(
+    state: TableState, intent: CommitIntent, record_timestamp: int, offset: int, *, before_0_5: bool = False
+) -> CommitDecision:
     """Decide one intent against ``state`` without changing it.
 
     ``record_timestamp`` is the intent record's Kafka timestamp in milliseconds,
-    ``offset`` its position in the intents log.
+    ``offset`` its position in the intents log. ``before_0_5``: the intent was written with a schema older
+    than release 0.5, so it is decided by the rules of its time: a write carrying metadata is refused as it
+    was then (mergeSchema/overwriteSchema are 0.5's), and replays of older logs re-derive what was logged.
     """
     previous = state.txns.get(intent.txn_id)
     if previous is not None:
@@ -240,7 +244,7 @@ def evaluate(state: TableState, intent: CommitIntent, record_timestamp: int, off
                 Reason.MALFORMED_INTENT,
                 f"record timestamp {record_timestamp} ms is outside 1970-01-01..9999-12-31 (no time version possible)",
             )
-        return _accept(state, intent, record_timestamp, offset)
+        return _accept(state, intent, record_timestamp, offset, before_0_5)
     except _Reject as rejection:
         return _reject(state, intent, offset, rejection)
 
@@ -276,7 +280,7 @@ def _decision(state: TableState, intent: CommitIntent, offset: int, fields: dict
 def evaluate_record(state: TableState, value: bytes | None, record_timestamp: int, offset: int) -> CommitDecision:
     """Decode an intents-log record and decide it; undecodable bytes get MALFORMED_INTENT."""
     intent = _read_intent(value)  # the fast path: a valid intent, or None for the reference path below
-    if intent is not None:
+    if intent is not None:  # the fast path reads the current schema only
         return evaluate(state, intent, record_timestamp, offset)
     if value is None:
         return reject_malformed(state, offset, "empty record (no value)")
@@ -292,10 +296,16 @@ def evaluate_record(state: TableState, value: bytes | None, record_timestamp: in
         txn_id = record.get("txn_id")
         txn = txn_id if isinstance(txn_id, str) and len(txn_id) <= 256 else ""
         return reject_malformed(state, offset, f"invalid CommitIntent: {_first_error(exc)}", txn)
-    return evaluate(state, intent, record_timestamp, offset)
+    return evaluate(state, intent, record_timestamp, offset, before_0_5=_before_0_5(value))
 
 
 _read_intent = DEFAULT_CODEC.read_intent
+# The first field release 0.5 added to CommitIntent: a writer schema without it is older than 0.5's rules.
+_FIELD_OF_0_5 = "operation_metrics"
+
+
+def _before_0_5(value: bytes) -> bool:
+    return _FIELD_OF_0_5 not in DEFAULT_CODEC.writer_fields(value)
 
 
 def _first_error(exc: ValueError) -> str:
@@ -342,7 +352,9 @@ def _reject(state: TableState, intent: CommitIntent, offset: int, rejection: _Re
     )
 
 
-def _accept(state: TableState, intent: CommitIntent, record_timestamp: int, offset: int) -> CommitDecision:
+def _accept(
+    state: TableState, intent: CommitIntent, record_timestamp: int, offset: int, before_0_5: bool = False
+) -> CommitDecision:
     """Run the checks in order; return the accepted decision or raise ``_Reject``."""
     if intent.table != state.table:
         raise _Reject(
@@ -355,7 +367,8 @@ def _accept(state: TableState, intent: CommitIntent, record_timestamp: int, offs
         return _create(state, intent, record_timestamp, offset)
     if state.metadata is None or state.policy is None:
         raise _Reject(Reason.UNKNOWN_TABLE, f"table {state.table!r} does not exist (no CREATE_TABLE accepted)")
-    if intent.metadata is not None and operation not in _ALTERS and operation not in _EVOLVES:
+    evolves = operation in _EVOLVES and not before_0_5
+    if intent.metadata is not None and operation not in _ALTERS and not evolves:
         # The message predates ALTER_TABLE; it stays as logged so that replays of older logs match.
         raise _Reject(Reason.INVALID_OPERATION, "metadata may only be given with CREATE_TABLE")
     if intent.read_version > state.head_version:

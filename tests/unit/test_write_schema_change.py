@@ -178,3 +178,36 @@ def test_a_rebuild_and_a_checkpoint_hold_the_changed_schema_and_its_staleness() 
     assert states_equal(restored, table.state)
     stale = table.intent(Operation.INSERT_INTO, 1, "a")
     assert table.submit(stale).reason == Reason.SCHEMA_CHANGED
+
+
+def _written_with(release: str, intent: CommitIntent) -> bytes:
+    """``intent`` as a writer of ``release`` put it on the wire (that release's schema and fingerprint)."""
+    import io
+
+    import fastavro
+
+    from ordo.schemas.codec import MAGIC, _to_record
+    from ordo.schemas.history import released_schemas, wire_fingerprint
+
+    (schema,) = [s for event, r, s in released_schemas() if event == "CommitIntent" and r == release]
+    parsed = fastavro.parse_schema(schema, named_schemas={})
+    record = {k: v for k, v in _to_record(intent).items() if k in {f["name"] for f in schema["fields"]}}
+    buffer = io.BytesIO()
+    fastavro.schemaless_writer(buffer, parsed, record)
+    return MAGIC + wire_fingerprint(schema, release) + buffer.getvalue()
+
+
+@pytest.mark.parametrize(("release", "accepted"), [("0.4", False), ("0.5", True)])
+def test_a_write_carrying_metadata_is_decided_by_the_rules_of_its_writers_release(release: str, accepted: bool) -> None:
+    """Before 0.5 such a write was refused: an older log's record re-derives the refusal it was logged with."""
+    from ordo.arbiter.core import evaluate_record
+
+    table = Table()
+    table.commit(Operation.INSERT_INTO, "a")
+    decision = evaluate_record(table.state, _written_with(release, write(table, Operation.INSERT_INTO, ADDED)), 5, 9)
+    assert decision.accepted is accepted, decision.message
+    if not accepted:
+        assert (decision.reason, decision.message) == (
+            Reason.INVALID_OPERATION,
+            "metadata may only be given with CREATE_TABLE",
+        )
