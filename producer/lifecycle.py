@@ -69,8 +69,7 @@ class Lifecycle:
         self.added_files: tuple[DataFile, ...] = ()
         self.removed_files: tuple[str, ...] = ()
         self.operation_metrics: dict[str, int] = {}  # a MERGE's rows as it counted them (since 0.5)
-        # a write that changes the schema with its data (mergeSchema/overwriteSchema): the table's metadata after
-        # it, and the layout its files are written with; None: the table's own
+        # mergeSchema/overwriteSchema: the table's metadata after the write, its files' layout (None: the table's)
         self.metadata: TableMetadata | None = None
         self._layout: Layout | None = None
         self.write_seconds = 0.0
