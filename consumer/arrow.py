@@ -132,6 +132,7 @@ class FileRef:
     min_key: str | None = None
     max_key: str | None = None
     bucket: int = 0
+    size_bytes: int = 0  # what packing reads into tasks weighs (0: unknown)
 
     @classmethod
     def of(cls, entry: FileEntry) -> FileRef:
@@ -143,6 +144,7 @@ class FileRef:
             entry.min_key,
             entry.max_key,
             entry.bucket,
+            entry.size_bytes,
         )
 
 
@@ -267,6 +269,15 @@ def _parquet(path: str, columns: Sequence[str], filters: Any = None) -> pa.Table
         return pq.read_table(inner, filesystem=fs, columns=present, filters=filters)
     except OSError as exc:
         raise DataFileError(f"cannot read data file {path}: {exc}") from exc
+
+
+def _text(value: str) -> Any:
+    """``value`` as a typed Arrow string scalar. A bare ``str`` in a compute call makes pyarrow infer its type,
+    which tries (and, without python-dateutil, fails) an import each time: 0.1 ms a call, a tenth of the change
+    feed's work per small commit."""
+    import pyarrow as pa
+
+    return pa.scalar(value, pa.string())
 
 
 def _typed(column: Any, value: str, data_type: Any) -> Any:
@@ -427,7 +438,8 @@ def latest_records(records: pa.Table, shape: TableShape) -> pa.Table:
         if pa.types.is_floating(column.type):
             equal = pc.or_(equal, pc.fill_null(pc.and_(pc.is_nan(ahead), pc.is_nan(behind)), False))
         same = equal if same is None else pc.and_(same, equal)
-    last = pa.concat_arrays([pc.invert(same).combine_chunks(), pa.array([True])])  # the last record: a winner
+    winner = pa.array([True], pa.bool_())  # the last record: a winner
+    last = pa.concat_arrays([pc.invert(same).combine_chunks(), winner])
     return records.take(order.filter(last))
 
 
@@ -444,7 +456,7 @@ def live_rows(refs: Sequence[FileRef], shape: TableShape, keys: Any = None, merg
         records = _concat([read_file(r, shape, keys) for r in refs], shape)
     if merge:
         records = latest_records(records, shape)
-    live = records.filter(pc.equal(records.column(OP_COLUMN), UPSERT))
+    live = records.filter(pc.equal(records.column(OP_COLUMN), _text(UPSERT)))
     return live.select(shape.columns).cast(shape.schema)  # the schema's nullability too (NOT NULL columns)
 
 
@@ -496,7 +508,7 @@ class CommitChanges:
     previous: tuple[FileRef, ...]  # live files before the commit that may hold a touched key
 
 
-def _key_bounds(ref: FileRef, n_keys: int) -> tuple[tuple[Any, ...], tuple[Any, ...]] | None:
+def _key_bounds(ref: FileRef | FileEntry, n_keys: int) -> tuple[tuple[Any, ...], tuple[Any, ...]] | None:
     if ref.min_key is None or ref.max_key is None:
         return None
     if n_keys == 1:
@@ -524,28 +536,57 @@ def _converters(shape: TableShape) -> list[Any] | None:
     return found
 
 
-def _may_overlap(prev: FileRef, added: Sequence[FileRef], converters: list[Any] | None) -> bool:
-    """False only when file stats prove ``prev`` holds no key of any ``added`` file."""
-    if converters is None:
-        return True
-    mine = _key_bounds(prev, len(converters))
-    if mine is None:
-        return True
-    try:
-        low = [c(v) for c, v in zip(converters, mine[0], strict=True)]
-        high = [c(v) for c, v in zip(converters, mine[1], strict=True)]
-        for ref in added:
-            theirs = _key_bounds(ref, len(converters))
+_Bounds = tuple[tuple[Any, ...], tuple[Any, ...]] | None
+
+
+class _KeyRanges:
+    """Each file's key range (its ``min_key``/``max_key`` stats in value order), converted once per file.
+
+    ``plan_commits`` asks for the same earlier files' ranges once per commit that touches their group:
+    converting the stat text on every ask was most of planning a long change feed.
+    """
+
+    def __init__(self, shape: TableShape) -> None:
+        self.converters = _converters(shape)
+        self._cache: dict[tuple[str, str | None, str | None], _Bounds] = {}
+
+    def bounds(self, ref: FileRef | FileEntry) -> _Bounds:
+        """The file's per-column (low, high) key bounds; None when its stats cannot say."""
+        key = (ref.path, ref.min_key, ref.max_key)
+        try:
+            return self._cache[key]
+        except KeyError:
+            pass
+        found: _Bounds = None
+        if self.converters is not None:
+            text = _key_bounds(ref, len(self.converters))
+            if text is not None:
+                try:
+                    low = tuple(c(v) for c, v in zip(self.converters, text[0], strict=True))
+                    high = tuple(c(v) for c, v in zip(self.converters, text[1], strict=True))
+                    found = (low, high)
+                except (TypeError, ValueError):
+                    found = None
+        self._cache[key] = found
+        return found
+
+    def may_overlap(self, prev: FileRef | FileEntry, added: Sequence[_Bounds]) -> bool:
+        """False only when file stats prove ``prev`` holds no key of the files whose ``bounds`` are ``added``."""
+        mine = self.bounds(prev)
+        if mine is None:
+            return True
+        low, high = mine
+        for theirs in added:
             if theirs is None:
                 return True
-            o_low = [c(v) for c, v in zip(converters, theirs[0], strict=True)]
-            o_high = [c(v) for c, v in zip(converters, theirs[1], strict=True)]
-            # per-column bounds: disjoint in any one column means no common key
-            if all(not (h < ol or oh < lo) for lo, h, ol, oh in zip(low, high, o_low, o_high, strict=True)):
+            o_low, o_high = theirs
+            try:
+                # per-column bounds: disjoint in any one column means no common key
+                if all(not (h < ol or oh < lo) for lo, h, ol, oh in zip(low, high, o_low, o_high, strict=True)):
+                    return True
+            except TypeError:
                 return True
-    except (TypeError, ValueError):
-        return True
-    return False
+        return False
 
 
 def touched_groups(commit: Commit, partition_columns: Sequence[str]) -> list[tuple[dict[str, str], int | None]] | None:
@@ -569,11 +610,14 @@ def touched_groups(commit: Commit, partition_columns: Sequence[str]) -> list[tup
     return [seen[k] for k in sorted(seen)]
 
 
-def plan_commit(commit: Commit, previous_files: Sequence[FileEntry], shape: TableShape) -> CommitChanges:
+def plan_commit(
+    commit: Commit, previous_files: Sequence[FileEntry], shape: TableShape, ranges: _KeyRanges | None = None
+) -> CommitChanges:
     """The files one commit's change rows need: its own, and the previous snapshot's in the touched scope.
 
     ``previous_files`` may be the whole previous snapshot or only the touched
-    groups' files (``plan_commits``); the result is the same.
+    groups' files (``plan_commits``); the result is the same. ``ranges``: the
+    key ranges already converted (``plan_commits`` shares one over its commits).
     """
     partition_columns = shape.partition_columns
     op = commit.operation.value
@@ -585,40 +629,178 @@ def plan_commit(commit: Commit, previous_files: Sequence[FileEntry], shape: Tabl
         return CommitChanges(commit.id_version, commit.timestamp, op, None, after, previous)
     added = tuple(FileRef.of(f) for f in commit.added_files if f.data_change)
     scope = None if commit.partitions is None or not partition_columns else tuple(dict(p) for p in commit.partitions)
-    prev = [FileRef.of(f) for f in previous_files]
     if op in TRUNCATING_OPERATIONS:
+        prev = [FileRef.of(f) for f in previous_files]
         if scope is not None:
             wanted = {tuple(p.get(c, "") for c in partition_columns) for p in scope}
             prev = [r for r in prev if tuple(r.partition.get(c, "") for c in partition_columns) in wanted]
     else:
-        converters = _converters(shape)
-        touched = by_bucket(added, partition_columns)
-        chosen: list[FileRef] = []
-        for group, refs in by_bucket(prev, partition_columns).items():
-            if group in touched:
-                chosen.extend(r for r in refs if _may_overlap(r, touched[group], converters))
-        prev = chosen
+        ranges = ranges or _KeyRanges(shape)
+        touched = {g: [ranges.bounds(r) for r in refs] for g, refs in by_bucket(added, partition_columns).items()}
+        prev = []
+        for f in previous_files:
+            group = (tuple(f.partition.get(c, "") for c in partition_columns), f.bucket)
+            if group in touched and ranges.may_overlap(f, touched[group]):
+                prev.append(FileRef.of(f))
     return CommitChanges(commit.id_version, commit.timestamp, op, scope, added, tuple(prev))
+
+
+_GroupKey = tuple[tuple[str, ...], int]
+
+
+class _LiveFiles:
+    """The live files of some (partition, bucket) groups, walked forward one commit at a time.
+
+    ``plan_commits`` asks the catalog once for the groups its commits touch at
+    the version before the first of them, then applies every commit in between
+    (compactions included) instead of asking for a snapshot per commit: a feed
+    of 100 small commits asked 100 times, once per bucket each.
+    """
+
+    def __init__(self, files: Sequence[FileEntry], partition_columns: Sequence[str], groups: set[Any] | None) -> None:
+        self.columns = tuple(partition_columns)
+        self.groups = groups  # the group keys (or partition keys, ``(values, None)``) kept; None: every group
+        self.files: dict[_GroupKey, dict[str, FileEntry]] = {}
+        for f in files:
+            self._add(f)
+
+    def _key(self, f: FileEntry) -> _GroupKey:
+        return (tuple(f.partition.get(c, "") for c in self.columns), f.bucket)
+
+    def _kept(self, key: _GroupKey) -> bool:
+        return self.groups is None or key in self.groups or (key[0], None) in self.groups
+
+    def _add(self, f: FileEntry) -> None:
+        key = self._key(f)
+        if self._kept(key):
+            self.files.setdefault(key, {})[f.path] = f
+
+    def apply(self, commit: Commit) -> None:
+        """The files after ``commit``: its removed files gone, its added files live."""
+        gone = set(commit.removed_files)
+        if gone:
+            for group in self.files.values():
+                for path in gone.intersection(group):
+                    del group[path]
+        for f in commit.added_files:
+            self._add(f)
+
+    def of(self, groups: list[tuple[dict[str, str], int | None]] | None) -> list[FileEntry]:
+        """The live files of ``groups`` (``touched_groups``' form; None: every group kept)."""
+        if groups is None:
+            return [f for key in sorted(self.files) for f in self.files[key].values()]
+        found: list[FileEntry] = []
+        for partition, bucket in groups:
+            values = tuple(partition.get(c, "") for c in self.columns)
+            if bucket is None:
+                for key in sorted(k for k in self.files if k[0] == values):
+                    found.extend(self.files[key].values())
+            else:
+                found.extend(self.files.get((values, bucket), {}).values())
+        return found
+
+
+def _group_keys(groups: list[tuple[dict[str, str], int | None]], columns: Sequence[str]) -> set[Any]:
+    return {(tuple(p.get(c, "") for c in columns), b) for p, b in groups}
 
 
 def plan_commits(
     catalog: Catalog, table: str, commits: Sequence[Commit], shape: TableShape, form: str = DELTA_FORM
 ) -> list[CommitChanges]:
-    """``plan_commit`` of each commit, with only its touched groups' files at the previous version from the catalog.
+    """``plan_commit`` of each commit, with only its touched groups' files at the previous version.
 
-    The compact form needs no previous files, but for a commit whose rows are a difference (a RESTORE).
+    One commit: the catalog's snapshot of its touched groups at the version
+    before it. Several: one snapshot of every group any of them touches, at the
+    version before the first, walked forward through the commits in between
+    (``Catalog.commits`` with the rewrites): the same files as a snapshot per
+    commit, for two catalog queries. The compact form needs no previous files,
+    but for a commit whose rows are a difference (a RESTORE).
     """
     compact = check_form(form) == COMPACT_FORM
-    plans = []
+    columns = shape.partition_columns
+    wanted: dict[int, list[tuple[dict[str, str], int | None]] | None] = {}  # per ID version, the groups it reads
     for commit in commits:
-        groups = touched_groups(commit, shape.partition_columns)
-        previous: Sequence[FileEntry] = ()
         if compact and REGISTRY[commit.operation].change_rows is not ChangeRows.DIFF:
-            groups = []
+            continue
+        groups = touched_groups(commit, columns)
         if commit.id_version > 0 and groups != []:
-            previous = catalog.snapshot(table, version=commit.id_version - 1, groups=groups).files
-        plans.append(plan_commit(commit, previous, shape))
-    return plans
+            wanted[commit.id_version] = groups
+    ranges = _KeyRanges(shape)
+    if len(wanted) <= 1:
+        plans = []
+        for commit in commits:
+            previous: Sequence[FileEntry] = ()
+            if commit.id_version in wanted:
+                groups = wanted[commit.id_version]
+                previous = catalog.snapshot(table, version=commit.id_version - 1, groups=groups).files
+            plans.append(plan_commit(commit, previous, shape, ranges))
+        return plans
+    first, last = min(wanted), max(wanted)
+    every: list[tuple[dict[str, str], int | None]] | None = []
+    for groups in wanted.values():
+        if groups is None or every is None:
+            every = None
+        else:
+            every += groups
+    keys: set[Any] | None = None
+    if every is not None:
+        unique = {json.dumps([sorted(p.items()), b]): (p, b) for p, b in every}
+        every = [unique[k] for k in sorted(unique)]
+        keys = _group_keys(every, columns)
+    live = _LiveFiles(catalog.snapshot(table, version=first - 1, groups=every).files, columns, keys)
+    between = {c.id_version: c for c in catalog.commits(table, first, last - 1, include_rewrites=True)}
+    previous_of: dict[int, list[FileEntry]] = {}
+    for version in range(first, last + 1):
+        if version in wanted:
+            previous_of[version] = live.of(wanted[version])
+        if version < last:
+            step = between.get(version)
+            if step is not None:
+                live.apply(step)
+    return [plan_commit(c, previous_of.get(c.id_version, ()), shape, ranges) for c in commits]
+
+
+TASK_FILES = 128  # a change-feed task reads about this many files at most (a commit with more: a task of its own)
+TASK_BYTES = 128 * 1024 * 1024  # and about this many bytes
+
+
+def plan_files(plan: CommitChanges) -> tuple[int, int]:
+    """``(files, bytes)`` computing ``plan``'s change rows reads (its own files and the previous ones it looks in)."""
+    refs = (*plan.added, *plan.previous)
+    return len(refs), sum(r.size_bytes for r in refs)
+
+
+def pack_commits(plans: Sequence[CommitChanges]) -> list[tuple[CommitChanges, ...]]:
+    """Consecutive planned commits packed into Spark tasks of at most about ``TASK_FILES`` files and ``TASK_BYTES``
+    bytes read (a larger commit is a task of its own), as evenly as that many tasks allow.
+
+    A task per commit cost a Python task per commit (its scheduling, its Arrow
+    stream, its share of the planner's output): the change feed of 100 small
+    commits spent more there than in reading them. Deterministic: the same
+    plans always give the same tasks, in version order.
+    """
+    weights = [plan_files(p) for p in plans]
+    tasks = files = size = 0
+    for n, b in weights:  # how many tasks the limits need, filled greedily
+        if tasks == 0 or files + n > TASK_FILES or size + b > TASK_BYTES:
+            tasks, files, size = tasks + 1, 0, 0
+        files, size = files + n, size + b
+    if tasks <= 1:
+        return [tuple(plans)] if plans else []
+    # that many tasks, cut where the running work (files, bytes as files' worth) crosses each task's even share
+    work = [n + b / (TASK_BYTES / TASK_FILES) for n, b in weights]
+    share = sum(work) / tasks
+    packed: list[tuple[CommitChanges, ...]] = []
+    current: list[CommitChanges] = []
+    done = 0.0
+    for plan, w in zip(plans, work, strict=True):
+        if current and done + w / 2 > share * (len(packed) + 1) and len(packed) < tasks - 1:
+            packed.append(tuple(current))
+            current = []
+        current.append(plan)
+        done += w
+    packed.append(tuple(current))
+    return packed
 
 
 def _with_meta(rows: pa.Table, change: str | Any, version: int, timestamp: datetime) -> pa.Table:
@@ -682,8 +864,8 @@ def change_rows(plan: CommitChanges, shape: TableShape, form: str = DELTA_FORM) 
         records = latest_records(_concat([read_file(r, shape) for r in refs], shape), shape)
         key_table = records.select(keys)
         before = live_rows(old_groups[group], shape, keys=key_table) if group in old_groups else None
-        upserts = records.filter(pc.equal(records.column(OP_COLUMN), UPSERT)).select(columns)
-        deletes = records.filter(pc.equal(records.column(OP_COLUMN), DELETE)).select(keys)
+        upserts = records.filter(pc.equal(records.column(OP_COLUMN), _text(UPSERT))).select(columns)
+        deletes = records.filter(pc.equal(records.column(OP_COLUMN), _text(DELETE))).select(keys)
         if before is None or before.num_rows == 0:
             outputs.append(_with_meta(upserts, INSERT, version, stamp))
             continue
@@ -816,6 +998,7 @@ __all__ = [
     "live_rows",
     "merge_groups",
     "needs_merge",
+    "pack_commits",
     "plan_commit",
     "plan_commits",
     "snapshot_rows",

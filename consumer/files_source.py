@@ -9,7 +9,8 @@ Internal to ``consumer.spark``, which registers it. Two options, one each:
     Exchange: all records of a key are in one group's files.
 ``commits`` (JSON; ``changes``)
     the planned commits (``consumer.arrow.CommitChanges``) and the change feed
-    form; each commit is one input partition whose rows are
+    form; consecutive commits are packed into input partitions
+    (``consumer.arrow.pack_commits``), whose rows are each commit's
     ``consumer.arrow.change_rows``.
 """
 
@@ -88,6 +89,9 @@ class FilesReader(DataSourceReader):
         self.shape = TableShape(arrow_schema(schema), tuple(spec["primary_key"]), tuple(spec["partition_columns"]))
         self.bins = [[tuple(FileRef(**ref) for ref in group) for group in task] for task in spec["bins"]]
 
+    def __getstate__(self) -> dict[str, Any]:
+        return _without(self, "bins")
+
     def partitions(self) -> Sequence[InputPartition]:
         return [InputPartition(task) for task in self.bins] or [InputPartition([])]
 
@@ -99,7 +103,8 @@ class FilesReader(DataSourceReader):
 
 
 class ChangesReader(DataSourceReader):
-    """One input partition per commit: its change rows in the requested form."""
+    """One input partition per task of consecutive commits (``consumer.arrow.pack_commits``): their change rows in
+    the requested form."""
 
     def __init__(self, schema: StructType, spec: dict[str, Any]) -> None:
         from datetime import datetime
@@ -122,15 +127,28 @@ class ChangesReader(DataSourceReader):
             for c in spec["commits"]
         ]
 
+    def __getstate__(self) -> dict[str, Any]:
+        return _without(self, "plans")
+
     def partitions(self) -> Sequence[InputPartition]:
-        return [InputPartition(plan) for plan in self.plans] or [InputPartition(None)]
+        from ordo.consumer.arrow import pack_commits
+
+        return [InputPartition(task) for task in pack_commits(self.plans)] or [InputPartition(None)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         from ordo.consumer.arrow import change_rows
 
-        if partition.value is not None:
-            rows = change_rows(partition.value, self.shape, self.form).cast(self.schema)
+        for plan in partition.value or ():
+            rows = change_rows(plan, self.shape, self.form).cast(self.schema)
             yield from rows.to_batches(max_chunksize=65_536)
+
+
+def _without(reader: DataSourceReader, name: str) -> dict[str, Any]:
+    """``reader``'s state without its ``name`` list: Spark pickles the reader into every task's command (before it
+    asks for the partitions), and each task's own share travels in its input partition."""
+    state = dict(reader.__dict__)
+    state[name] = []
+    return state
 
 
 def register(spark: Any) -> None:

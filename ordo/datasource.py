@@ -466,6 +466,13 @@ class SnapshotReader(DataSourceReader):
                     self.files = [r for r in self.files if r.partition.get(column) in texts]
             yield f
 
+    def __getstate__(self) -> dict[str, Any]:
+        """The reader without its file list: Spark pickles the reader into every task's command (after the filters
+        are pushed, before it asks for the partitions), and each task's files travel in its input partition."""
+        state = dict(self.__dict__)
+        state["files"] = []
+        return state
+
     def partitions(self) -> Sequence[InputPartition]:
         """One input partition per (table partition, bucket): merged alone in one task, no shuffle."""
         from ordo.consumer.arrow import merge_groups
@@ -516,7 +523,16 @@ class _SnapshotPart:
     timestamp: Any
 
 
+def _commit_parts(plans: Sequence[Any]) -> list[InputPartition]:
+    """The planned commits as input partitions: consecutive commits packed into tasks (``pack_commits``)."""
+    from ordo.consumer.arrow import pack_commits
+
+    return [InputPartition(task) for task in pack_commits(plans)]
+
+
 class _ChangeReading:
+    """Reads an input partition: a snapshot's merge group (``_SnapshotPart``) or a task of planned commits."""
+
     shape: Any
     form: str
     output: StructType
@@ -529,7 +545,8 @@ class _ChangeReading:
             rows = snapshot_rows(part.refs, self.shape, part.version, part.timestamp, self.form, merge=part.merge)
             yield from _batches(rows, self.output)
             return
-        yield from _batches(change_rows(part, self.shape, self.form), self.output)
+        for plan in part:
+            yield from _batches(change_rows(plan, self.shape, self.form), self.output)
 
 
 class ChangeFeedReader(_ChangeReading, DataSourceReader):
@@ -559,8 +576,15 @@ class ChangeFeedReader(_ChangeReading, DataSourceReader):
                 )
         self.plans = _plans(table, self.shape, commits)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """The reader without its plans: Spark pickles the reader into every task's command, before it asks for
+        the partitions, and each task's own commits travel in its input partition."""
+        state = dict(self.__dict__)
+        state["plans"] = []
+        return state
+
     def partitions(self) -> Sequence[InputPartition]:
-        return [InputPartition(p) for p in self.plans] or [InputPartition(None)]
+        return _commit_parts(self.plans) or [InputPartition(None)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         if partition.value is not None:
@@ -699,7 +723,7 @@ class ChangeFeedStreamReader(_ChangeReading, DataSourceStreamReader):
         if stop > begin:
             with self._catalog() as catalog:
                 commits = catalog.commits(self.table.name, begin, stop - 1, by="id")
-            parts += [InputPartition(p) for p in _plans(self.table, self.shape, commits)]
+            parts += _commit_parts(_plans(self.table, self.shape, commits))
         return parts
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
@@ -713,19 +737,21 @@ class ChangeFeedStreamReader(_ChangeReading, DataSourceStreamReader):
         part = partition.value
         if isinstance(part, _SnapshotPart):
             rows = snapshot_rows(part.refs, self.shape, part.version, part.timestamp, self.form, merge=part.merge)
-        else:
-            rows = change_rows(part, self.shape, self.form)
+            yield from _batches(rows.select(list(self.shape.columns)), self.output)
+            return
+        for plan in part:
+            rows = change_rows(plan, self.shape, self.form)
             kinds = set(pc.unique(rows.column("_change_type")).to_pylist()) if rows.num_rows else set()
             if kinds - {"insert"}:
                 if self.skip_changes:
-                    return
+                    continue
                 raise StreamChangeCommitError(
-                    f"version {part.id_version} of {self.table.name} ({part.operation}) updates or deletes rows "
+                    f"version {plan.id_version} of {self.table.name} ({plan.operation}) updates or deletes rows "
                     f"({', '.join(sorted(kinds))}): a stream of the table's rows takes appends only. Set "
                     "option('skipChangeCommits', 'true') to skip such commits, or read the change feed "
                     "(option('readChangeFeed', 'true'))"
                 )
-        yield from _batches(rows.select(list(self.shape.columns)), self.output)
+            yield from _batches(rows.select(list(self.shape.columns)), self.output)
 
     def _snapshot_parts(self, version: int) -> list[InputPartition]:
         from ordo.consumer.arrow import FileRef, merge_groups

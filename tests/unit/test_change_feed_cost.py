@@ -152,7 +152,7 @@ def history(builder: Builder, partitions: int, commits: int) -> None:
 
 
 class Recording:
-    """A real catalog that counts the file entries its snapshots return."""
+    """A real catalog that counts the file entries its snapshots and commits return."""
 
     def __init__(self, catalog: Catalog) -> None:
         self.catalog = catalog
@@ -161,6 +161,11 @@ class Recording:
     def snapshot(self, *args: Any, **kwargs: Any) -> Any:
         found = self.catalog.snapshot(*args, **kwargs)
         self.entries += len(found.files)
+        return found
+
+    def commits(self, *args: Any, **kwargs: Any) -> Any:
+        found = self.catalog.commits(*args, **kwargs)
+        self.entries += sum(len(c.added_files) for c in found)
         return found
 
 
@@ -225,3 +230,74 @@ def test_work_per_commit_does_not_grow_with_the_table(tmp_path: Path, growth: st
     entries, _, rows = large_work
     assert entries < large_live / 4, "the catalog returned only the touched groups' files"
     assert rows <= 4 * 10, f"rows read follow the commit's rows (7 keys, their files), not the table: {rows}"
+
+
+def test_a_long_feed_is_planned_like_a_snapshot_per_commit_and_gives_the_model_rows(tmp_path: Path) -> None:
+    """60 commits of upserts of new and old keys, deletes, compactions and a truncate, in two partitions.
+
+    ``plan_commits`` plans the whole range from one snapshot walked forward; each commit's plan must equal the
+    plan from that commit's own full snapshot before it, and the change rows of every commit (Delta's form) must
+    be what a plain-Python model of the table says: insert for a new key, pre- and post-image for a key that was
+    there, delete for a key removed (its row before), nothing for a compaction; the packed tasks hold every
+    commit once, in version order.
+    """
+    import random
+
+    from ordo.consumer.arrow import pack_commits, plan_commit
+
+    rng = random.Random(24)
+    builder = Builder(tmp_path, "long")
+    before: dict[int, dict[int, tuple[Any, ...]]] = {}  # per ID version, the model's rows before it
+    expected: dict[int, list[tuple[Any, ...]]] = {}
+    next_key = 0
+    for step in range(60):
+        rows = dict(builder.rows)
+        dt = rng.choice(["p0", "p1"])
+        mine = [k for k, r in rows.items() if r[2] == dt]
+        if step == 45:
+            removed = tuple(sorted(p for p, key in builder.state.files.items() if key == (dt,)))
+            version = builder.submit(Operation.TRUNCATE, partitions=({"dt": dt},), removed_files=removed).id_version
+            expected[version] = [("delete", *rows[k]) for k in mine]
+            builder.rows = {k: r for k, r in rows.items() if r[2] != dt}
+        elif step % 15 == 14:
+            builder.major_compact(dt)
+            expected[builder.state.head_version] = []
+            continue
+        elif step % 7 == 6 and mine:
+            gone = rng.sample(mine, min(3, len(mine)))
+            files = builder.delete(gone, dt)
+            version = builder.submit(Operation.DELETE, partitions=({"dt": dt},), added_files=tuple(files)).id_version
+            expected[version] = [("delete", *rows[k]) for k in gone]
+            for k in gone:
+                builder.rows.pop(k)
+        else:
+            old = rng.sample(mine, min(len(mine), rng.choice([0, 2, 5])))
+            new = list(range(next_key, next_key + rng.choice([1, 4, 10])))
+            next_key += len(new)
+            written = [(k, f"s{step}", dt) for k in sorted(old + new)]
+            version = builder.write(written).id_version
+            expected[version] = [("insert", *r) for r in written if r[0] not in rows]
+            expected[version] += [("update_preimage", *rows[r[0]]) for r in written if r[0] in rows]
+            expected[version] += [("update_postimage", *r) for r in written if r[0] in rows]
+        before[version] = rows
+    builder.close()
+    with Catalog(builder.catalog_path) as catalog:
+        commits = catalog.commits(builder.name, 1)
+        plans = plan_commits(catalog, builder.name, commits, SHAPE)
+        each = [plan_commit(c, catalog.snapshot(builder.name, version=c.id_version - 1).files, SHAPE) for c in commits]
+
+    def files(plan: Any) -> tuple[Any, ...]:
+        return plan.id_version, sorted(r.path for r in plan.added), sorted(r.path for r in plan.previous)
+
+    assert [files(p) for p in plans] == [files(p) for p in each]
+    got: dict[int, list[tuple[Any, ...]]] = {}
+    for plan in plans:
+        table = change_rows(plan, SHAPE)
+        got[plan.id_version] = sorted((r["_change_type"], r["id"], r["v"], r["dt"]) for r in table.to_pylist())
+    logical = {v: sorted(rows) for v, rows in expected.items() if v in got}
+    assert got == logical
+    assert sum(1 for rows in logical.values() for r in rows if r[0] == "update_preimage") > 10, "the feed updates"
+    assert sum(1 for rows in logical.values() for r in rows if r[0] == "delete") > 10, "the feed deletes"
+    tasks = pack_commits(plans)
+    assert [p.id_version for task in tasks for p in task] == [p.id_version for p in plans]
+    assert tasks == pack_commits(plans) and len(tasks) > 1
