@@ -39,7 +39,7 @@ import json
 import os
 import re
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -347,6 +347,47 @@ def read_file(ref: FileRef, shape: TableShape, keys: Any = None) -> pa.Table:
     return table
 
 
+def _scan(refs: Sequence[FileRef], shape: TableShape) -> tuple[pa.Table, Any] | None:
+    """The records of local files of ONE partition in one multi-threaded dataset scan, and each row's index into
+    ``refs``; None when the scan cannot read them as ``read_file`` would (the caller reads file by file)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    partition = refs[0].partition if refs else {}
+    local = all(not (r.path.startswith("file:") or _SCHEME.match(r.path)) for r in refs)
+    if not refs or not local or any(r.partition != partition for r in refs):
+        return None
+    fields = [*shape.schema, pa.field(OP_COLUMN, pa.string()), pa.field(SEQ_COLUMN, pa.int64())]
+    schema = pa.schema([f.with_nullable(True) for f in fields])
+    try:
+        raw = ds.dataset([r.path for r in refs], format="parquet", schema=schema).to_table(
+            columns=[*schema.names, "__filename"]
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OSError):
+        return None
+    if ROW_ID_COLUMN in shape.primary_key and raw.column(ROW_ID_COLUMN).null_count:
+        return None  # a keyless table's file without row ids: ``read_file`` names it
+    position = {r.path: i for i, r in enumerate(refs)}
+    names = pc.dictionary_encode(raw.column("__filename")).combine_chunks()
+    try:
+        per_name = pa.array([position[name.as_py()] for name in names.dictionary], pa.int64())
+    except KeyError:
+        return None
+    index = per_name.take(names.indices)
+    READ_STATS.add(len(refs), raw.num_rows)
+    versions = pa.array([r.added_version for r in refs], pa.int64())
+    arrays = []
+    for field in shape.schema:
+        column = raw.column(field.name)
+        if field.name in shape.partition_columns and column.null_count and field.name in partition:
+            column = pc.coalesce(column, _typed(column, partition[field.name], field.type))
+        arrays.append(column)
+    op = pc.coalesce(raw.column(OP_COLUMN), _text(UPSERT))
+    seq = pc.coalesce(raw.column(SEQ_COLUMN), versions.take(index))
+    return pa.table([*arrays, op, seq], names=[*shape.columns, OP_COLUMN, _SEQ]), index
+
+
 def read_files(refs: Sequence[FileRef], shape: TableShape) -> pa.Table:
     """The records of many files of ONE partition, as ``read_file`` gives each, in one multi-threaded scan.
 
@@ -357,42 +398,39 @@ def read_files(refs: Sequence[FileRef], shape: TableShape) -> pa.Table:
     cast, a path it reports otherwise, files of several partitions) falls back
     to ``read_file`` per file.
     """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.dataset as ds
-
-    def one_by_one() -> pa.Table:
+    scanned = _scan(refs, shape)
+    if scanned is None:
         return _concat([read_file(r, shape) for r in refs], shape)
+    return scanned[0]
 
-    partition = refs[0].partition if refs else {}
-    local = all(not (r.path.startswith("file:") or _SCHEME.match(r.path)) for r in refs)
-    if not refs or not local or any(r.partition != partition for r in refs):
-        return one_by_one()
-    fields = [*shape.schema, pa.field(OP_COLUMN, pa.string()), pa.field(SEQ_COLUMN, pa.int64())]
-    schema = pa.schema([f.with_nullable(True) for f in fields])
-    try:
-        raw = ds.dataset([r.path for r in refs], format="parquet", schema=schema).to_table(
-            columns=[*schema.names, "__filename"]
-        )
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OSError):
-        return one_by_one()
-    READ_STATS.add(len(refs), raw.num_rows)
-    versions = {r.path: r.added_version for r in refs}
-    names = pc.dictionary_encode(raw.column("__filename")).combine_chunks()
-    try:
-        per_file = pa.array([versions[name.as_py()] for name in names.dictionary], pa.int64())
-    except KeyError:
-        return one_by_one()
-    added = per_file.take(names.indices)
-    arrays = []
-    for field in shape.schema:
-        column = raw.column(field.name)
-        if field.name in shape.partition_columns and column.null_count and field.name in partition:
-            column = pc.coalesce(column, _typed(column, partition[field.name], field.type))
-        arrays.append(column)
-    op = pc.coalesce(raw.column(OP_COLUMN), pa.scalar(UPSERT, pa.string()))
-    seq = pc.coalesce(raw.column(SEQ_COLUMN), added)
-    return pa.table([*arrays, op, seq], names=[*shape.columns, OP_COLUMN, _SEQ])
+
+def read_each(refs: Sequence[FileRef], shape: TableShape) -> dict[str, pa.Table]:
+    """Each file's records by its path, as ``read_file`` gives them, read in one scan per partition.
+
+    What a task of the change feed reads first: its commits' own files,
+    hundreds of small ones after many small commits, where a Python call per
+    file cost twice the scan.
+    """
+    import pyarrow.compute as pc
+
+    found: dict[str, pa.Table] = {}
+    for group in by_partition(refs, shape.partition_columns).values():
+        unique = list({r.path: r for r in group}.values())
+        scanned = _scan(unique, shape) if len(unique) > 1 else None
+        if scanned is None:
+            found.update((r.path, read_file(r, shape)) for r in unique)
+            continue
+        table, index = scanned
+        order = pc.sort_indices(index)  # stable: each file's rows in the order it holds them
+        table, index = table.take(order), index.take(order)
+        counts = dict.fromkeys(range(len(unique)), 0)
+        for item in pc.value_counts(index).to_pylist():
+            counts[item["values"]] = item["counts"]
+        start = 0
+        for i, ref in enumerate(unique):
+            found[ref.path] = table.slice(start, counts[i])
+            start += counts[i]
+    return found
 
 
 def _concat(tables: Sequence[pa.Table], shape: TableShape) -> pa.Table:
@@ -764,6 +802,15 @@ TASK_FILES = 128  # a change-feed task reads about this many files at most (a co
 TASK_BYTES = 128 * 1024 * 1024  # and about this many bytes
 
 
+def task_change_rows(plans: Sequence[CommitChanges], shape: TableShape, form: str = DELTA_FORM) -> Iterator[pa.Table]:
+    """``change_rows`` of each of a task's commits, in order, their own files read first in one scan per partition
+    (``read_each``; a RESTORE's are whole snapshots, read by ``diff_rows``)."""
+    own = [r for p in plans if REGISTRY[Operation(p.operation)].change_rows is not ChangeRows.DIFF for r in p.added]
+    records = read_each(own, shape) if len(own) > 1 else None
+    for plan in plans:
+        yield change_rows(plan, shape, form, records)
+
+
 def plan_files(plan: CommitChanges) -> tuple[int, int]:
     """``(files, bytes)`` computing ``plan``'s change rows reads (its own files and the previous ones it looks in)."""
     refs = (*plan.added, *plan.previous)
@@ -814,11 +861,17 @@ def _with_meta(rows: pa.Table, change: str | Any, version: int, timestamp: datet
     return rows.append_column(COMMIT_TIMESTAMP, stamp)
 
 
-def change_rows(plan: CommitChanges, shape: TableShape, form: str = DELTA_FORM) -> pa.Table:
+def change_rows(
+    plan: CommitChanges, shape: TableShape, form: str = DELTA_FORM, records: Mapping[str, pa.Table] | None = None
+) -> pa.Table:
     """The change rows of one commit (table columns + ``_change_type``, ``_commit_version``, ``_commit_timestamp``;
-    the compact form adds ``_scope``)."""
+    the compact form adds ``_scope``). ``records``: its added files' records already read (``read_each``)."""
     import pyarrow as pa
     import pyarrow.compute as pc
+
+    def own(ref: FileRef) -> pa.Table:
+        found = None if records is None else records.get(ref.path)
+        return read_file(ref, shape) if found is None else found
 
     form = check_form(form)
     version, stamp = plan.id_version, plan.timestamp
@@ -845,8 +898,8 @@ def change_rows(plan: CommitChanges, shape: TableShape, form: str = DELTA_FORM) 
             marker = _with_meta(marker, TRUNCATE, version, stamp)
             outputs.append(marker.append_column(SCOPE, pa.array([scope], pa.string())))
         for ref in plan.added:
-            records = read_file(ref, shape)
-            rows = _with_meta(records.select(columns), records.column(OP_COLUMN), version, stamp)
+            written = own(ref)
+            rows = _with_meta(written.select(columns), written.column(OP_COLUMN), version, stamp)
             outputs.append(rows.append_column(SCOPE, pa.nulls(rows.num_rows, pa.string())))
         return _stack(outputs, shape, form)
     new_groups = by_bucket(plan.added, parts)  # merge-on-read per (partition, bucket): a key's records are there
@@ -861,24 +914,36 @@ def change_rows(plan: CommitChanges, shape: TableShape, form: str = DELTA_FORM) 
         return _stack(outputs, shape, form)
     keys = list(shape.primary_key)
     for group, refs in new_groups.items():
-        records = latest_records(_concat([read_file(r, shape) for r in refs], shape), shape)
-        key_table = records.select(keys)
+        latest = latest_records(_concat([own(r) for r in refs], shape), shape)
+        key_table = latest.select(keys)
         before = live_rows(old_groups[group], shape, keys=key_table) if group in old_groups else None
-        upserts = records.filter(pc.equal(records.column(OP_COLUMN), _text(UPSERT))).select(columns)
-        deletes = records.filter(pc.equal(records.column(OP_COLUMN), _text(DELETE))).select(keys)
+        upserts = latest.filter(pc.equal(latest.column(OP_COLUMN), _text(UPSERT))).select(columns)
+        deletes = latest.filter(pc.equal(latest.column(OP_COLUMN), _text(DELETE))).select(keys)
         if before is None or before.num_rows == 0:
             outputs.append(_with_meta(upserts, INSERT, version, stamp))
             continue
         existed = before.select(keys)
-        inserted = upserts.join(existed, keys, join_type="left anti")
-        updated = upserts.join(existed, keys, join_type="left semi")
-        pre = before.join(updated.select(keys), keys, join_type="left semi")
-        gone = before.join(deletes, keys, join_type="left semi")
+        inserted = _semi(upserts, existed, keys, anti=True)
+        updated = _semi(upserts, existed, keys)
+        pre = _semi(before, updated.select(keys), keys)
+        gone = _semi(before, deletes, keys)
         outputs.append(_with_meta(inserted.select(columns), INSERT, version, stamp))
         outputs.append(_with_meta(pre.select(columns), PREIMAGE, version, stamp))
         outputs.append(_with_meta(updated.select(columns), POSTIMAGE, version, stamp))
         outputs.append(_with_meta(gone.select(columns), DELETE, version, stamp))
     return _stack(outputs, shape, form)
+
+
+def _semi(table: pa.Table, other: pa.Table, keys: list[str], anti: bool = False) -> pa.Table:
+    """``table``'s rows whose key is (``anti``: is not) among ``other``'s: a left semi (anti) join. One key column of
+    one type is a set lookup (a null key matches nothing, as in the join): an Acero join costs ~1 ms to set up,
+    and a small commit's change rows made five per group."""
+    import pyarrow.compute as pc
+
+    if len(keys) != 1 or table.schema.field(keys[0]).type != other.schema.field(keys[0]).type:
+        return table.join(other, keys, join_type="left anti" if anti else "left semi")
+    found = pc.is_in(table.column(keys[0]), value_set=other.column(keys[0]).combine_chunks(), skip_nulls=True)
+    return table.filter(pc.invert(found) if anti else found)
 
 
 def _same_rows(a: pa.Table, b: pa.Table) -> Any:
@@ -1001,6 +1066,8 @@ __all__ = [
     "pack_commits",
     "plan_commit",
     "plan_commits",
+    "read_each",
     "snapshot_rows",
+    "task_change_rows",
     "touched_groups",
 ]

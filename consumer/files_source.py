@@ -136,11 +136,10 @@ class ChangesReader(DataSourceReader):
         return [InputPartition(task) for task in pack_commits(self.plans)] or [InputPartition(None)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        from ordo.consumer.arrow import change_rows
+        from ordo.consumer.arrow import task_change_rows
 
-        for plan in partition.value or ():
-            rows = change_rows(plan, self.shape, self.form).cast(self.schema)
-            yield from rows.to_batches(max_chunksize=65_536)
+        for rows in task_change_rows(partition.value or (), self.shape, self.form):
+            yield from rows.cast(self.schema).to_batches(max_chunksize=65_536)
 
 
 def _without(reader: DataSourceReader, name: str) -> dict[str, Any]:

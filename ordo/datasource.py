@@ -538,15 +538,15 @@ class _ChangeReading:
     output: StructType
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        from ordo.consumer.arrow import change_rows, snapshot_rows
+        from ordo.consumer.arrow import snapshot_rows, task_change_rows
 
         part = partition.value
         if isinstance(part, _SnapshotPart):
             rows = snapshot_rows(part.refs, self.shape, part.version, part.timestamp, self.form, merge=part.merge)
             yield from _batches(rows, self.output)
             return
-        for plan in part:
-            yield from _batches(change_rows(plan, self.shape, self.form), self.output)
+        for rows in task_change_rows(part, self.shape, self.form):
+            yield from _batches(rows, self.output)
 
 
 class ChangeFeedReader(_ChangeReading, DataSourceReader):
@@ -732,15 +732,14 @@ class ChangeFeedStreamReader(_ChangeReading, DataSourceStreamReader):
             return
         import pyarrow.compute as pc
 
-        from ordo.consumer.arrow import change_rows, snapshot_rows
+        from ordo.consumer.arrow import snapshot_rows, task_change_rows
 
         part = partition.value
         if isinstance(part, _SnapshotPart):
             rows = snapshot_rows(part.refs, self.shape, part.version, part.timestamp, self.form, merge=part.merge)
             yield from _batches(rows.select(list(self.shape.columns)), self.output)
             return
-        for plan in part:
-            rows = change_rows(plan, self.shape, self.form)
+        for plan, rows in zip(part, task_change_rows(part, self.shape, self.form), strict=True):
             kinds = set(pc.unique(rows.column("_change_type")).to_pylist()) if rows.num_rows else set()
             if kinds - {"insert"}:
                 if self.skip_changes:

@@ -243,7 +243,7 @@ def test_a_long_feed_is_planned_like_a_snapshot_per_commit_and_gives_the_model_r
     """
     import random
 
-    from ordo.consumer.arrow import pack_commits, plan_commit
+    from ordo.consumer.arrow import pack_commits, plan_commit, task_change_rows
 
     rng = random.Random(24)
     builder = Builder(tmp_path, "long")
@@ -301,3 +301,8 @@ def test_a_long_feed_is_planned_like_a_snapshot_per_commit_and_gives_the_model_r
     tasks = pack_commits(plans)
     assert [p.id_version for task in tasks for p in task] == [p.id_version for p in plans]
     assert tasks == pack_commits(plans) and len(tasks) > 1
+    # a task reads its commits' own files in one scan per partition first: the same rows, compact form too
+    for form in ("delta", "compact"):
+        one_by_one = [change_rows(p, SHAPE, form).to_pylist() for p in plans]
+        by_task = [rows.to_pylist() for task in tasks for rows in task_change_rows(task, SHAPE, form)]
+        assert by_task == one_by_one
