@@ -817,37 +817,51 @@ def plan_files(plan: CommitChanges) -> tuple[int, int]:
     return len(refs), sum(r.size_bytes for r in refs)
 
 
-def pack_commits(plans: Sequence[CommitChanges]) -> list[tuple[CommitChanges, ...]]:
-    """Consecutive planned commits packed into Spark tasks of at most about ``TASK_FILES`` files and ``TASK_BYTES``
-    bytes read (a larger commit is a task of its own), as evenly as that many tasks allow.
-
-    A task per commit cost a Python task per commit (its scheduling, its Arrow
-    stream, its share of the planner's output): the change feed of 100 small
-    commits spent more there than in reading them. Deterministic: the same
-    plans always give the same tasks, in version order.
-    """
-    weights = [plan_files(p) for p in plans]
+def _pack(items: Sequence[Any], weights: Sequence[tuple[int, int]]) -> list[tuple[Any, ...]]:
+    """Consecutive ``items`` packed into tasks of at most ``TASK_FILES`` files and ``TASK_BYTES`` bytes
+    (``weights``: each item's files and bytes; an item larger than that is a task of its own), as evenly as that
+    many tasks allow. Deterministic: the same items always give the same tasks, in their order."""
     tasks = files = size = 0
     for n, b in weights:  # how many tasks the limits need, filled greedily
         if tasks == 0 or files + n > TASK_FILES or size + b > TASK_BYTES:
             tasks, files, size = tasks + 1, 0, 0
         files, size = files + n, size + b
     if tasks <= 1:
-        return [tuple(plans)] if plans else []
+        return [tuple(items)] if items else []
     # that many tasks, cut where the running work (files, bytes as files' worth) crosses each task's even share
     work = [n + b / (TASK_BYTES / TASK_FILES) for n, b in weights]
     share = sum(work) / tasks
-    packed: list[tuple[CommitChanges, ...]] = []
-    current: list[CommitChanges] = []
-    done = 0.0
-    for plan, w in zip(plans, work, strict=True):
-        if current and done + w / 2 > share * (len(packed) + 1) and len(packed) < tasks - 1:
+    packed: list[tuple[Any, ...]] = []
+    current: list[Any] = []
+    done, files, size = 0.0, 0, 0
+    for item, w, (n, b) in zip(items, work, weights, strict=True):
+        even = done + w / 2 > share * (len(packed) + 1) and len(packed) < tasks - 1
+        if current and (even or files + n > TASK_FILES or size + b > TASK_BYTES):
             packed.append(tuple(current))
-            current = []
-        current.append(plan)
-        done += w
+            current, files, size = [], 0, 0
+        current.append(item)
+        done, files, size = done + w, files + n, size + b
     packed.append(tuple(current))
     return packed
+
+
+def pack_commits(plans: Sequence[CommitChanges]) -> list[tuple[CommitChanges, ...]]:
+    """Consecutive planned commits packed into Spark tasks (``_pack``: about ``TASK_FILES`` files or
+    ``TASK_BYTES`` bytes read each).
+
+    A task per commit cost a Python task per commit (its scheduling, its Arrow
+    stream, its share of the planner's output): the change feed of 100 small
+    commits spent more there than in reading them.
+    """
+    return _pack(plans, [plan_files(p) for p in plans])
+
+
+def pack_groups(
+    groups: Sequence[tuple[tuple[FileRef, ...], bool]],
+) -> list[tuple[tuple[tuple[FileRef, ...], bool], ...]]:
+    """``merge_groups``' (partition, bucket) groups packed into Spark tasks like ``pack_commits``' commits: each
+    group is still merged alone, and a table of many small groups is not a Python task per group."""
+    return _pack(groups, [(len(refs), sum(r.size_bytes for r in refs)) for refs, _ in groups])
 
 
 def _with_meta(rows: pa.Table, change: str | Any, version: int, timestamp: datetime) -> pa.Table:
@@ -1064,6 +1078,7 @@ __all__ = [
     "merge_groups",
     "needs_merge",
     "pack_commits",
+    "pack_groups",
     "plan_commit",
     "plan_commits",
     "read_each",

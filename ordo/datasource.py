@@ -474,17 +474,17 @@ class SnapshotReader(DataSourceReader):
         return state
 
     def partitions(self) -> Sequence[InputPartition]:
-        """One input partition per (table partition, bucket): merged alone in one task, no shuffle."""
-        from ordo.consumer.arrow import merge_groups
+        """Input partitions of whole (table partition, bucket) groups, each merged alone (no shuffle), consecutive
+        groups packed into tasks of about ``consumer.arrow.TASK_FILES`` files (``pack_groups``)."""
+        from ordo.consumer.arrow import merge_groups, pack_groups
 
-        parts = [InputPartition(group) for group in merge_groups(self.files, self.shape.partition_columns)]
-        return parts or [InputPartition(((), False))]
+        tasks = pack_groups(merge_groups(self.files, self.shape.partition_columns))
+        return [InputPartition(task) for task in tasks] or [InputPartition(())]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         from ordo.consumer.arrow import live_rows
 
-        refs, merge = partition.value
-        if refs:
+        for refs, merge in partition.value:
             yield from _batches(live_rows(refs, self.shape, merge=merge), self.output)
 
 

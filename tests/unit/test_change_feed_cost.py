@@ -306,3 +306,19 @@ def test_a_long_feed_is_planned_like_a_snapshot_per_commit_and_gives_the_model_r
         one_by_one = [change_rows(p, SHAPE, form).to_pylist() for p in plans]
         by_task = [rows.to_pylist() for task in tasks for rows in task_change_rows(task, SHAPE, form)]
         assert by_task == one_by_one
+
+
+def test_merge_groups_are_packed_in_order_within_the_task_limits() -> None:
+    """``pack_groups``: every group once, in order, whole; tasks of at most ``TASK_FILES`` files unless one group
+    alone is larger; the same groups always give the same tasks."""
+    from ordo.consumer.arrow import TASK_FILES, FileRef, pack_groups
+
+    sizes = [1, 3, 50, 7, TASK_FILES + 5, 2, 2, 90, 1, 40, 40, 40, 1]
+    groups = [
+        (tuple(FileRef(f"g{i}-{j}", 1, {}, size_bytes=1000) for j in range(n)), i % 2 == 0) for i, n in enumerate(sizes)
+    ]
+    tasks = pack_groups(groups)
+    assert [g for task in tasks for g in task] == groups
+    assert all(sum(len(refs) for refs, _ in task) <= TASK_FILES or len(task) == 1 for task in tasks)
+    assert len(tasks) >= -(-sum(sizes) // TASK_FILES) and tasks == pack_groups(groups)
+    assert pack_groups([]) == [] and pack_groups(groups[:2]) == [tuple(groups[:2])]
