@@ -627,6 +627,40 @@ class _KeyRanges:
         return False
 
 
+def key_lookup(shape: TableShape, values: Sequence[Any]) -> Any:
+    """The table of one-column primary-key ``values`` (an equality or IN filter on the key), typed as the key
+    column; None when the key is not one column of an integer or string type, or a value is not of it."""
+    import pyarrow as pa
+
+    ranges = _KeyRanges(shape)
+    if ranges.converters is None or len(shape.primary_key) != 1 or not values:
+        return None
+    key = shape.primary_key[0]
+    kind = shape.schema.field(key).type
+    if not (pa.types.is_integer(kind) or pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        return None
+    wanted = int if pa.types.is_integer(kind) else str
+    if any(type(v) is not wanted for v in values):  # bool is an int subclass: refused too
+        return None
+    try:
+        return pa.table({key: pa.array(sorted(set(values)), kind)})
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        return None
+
+
+def files_with_keys(refs: Sequence[FileRef], shape: TableShape, keys: Any) -> list[FileRef]:
+    """Of ``refs``, the files whose key range (``min_key``/``max_key``) may hold one of ``keys`` (``key_lookup``'s
+    table): every record of a key is in such a file, so merging only those gives the keys' rows."""
+    ranges = _KeyRanges(shape)
+    values = keys.column(0).to_pylist()
+    found = []
+    for ref in refs:
+        bounds = ranges.bounds(ref)
+        if bounds is None or any(bounds[0][0] <= v <= bounds[1][0] for v in values):
+            found.append(ref)
+    return found
+
+
 def touched_groups(commit: Commit, partition_columns: Sequence[str]) -> list[tuple[dict[str, str], int | None]] | None:
     """The (partition, bucket) groups of the snapshot before ``commit`` its change rows read; None: the whole table.
 
@@ -1074,6 +1108,8 @@ __all__ = [
     "change_schema",
     "check_form",
     "diff_rows",
+    "files_with_keys",
+    "key_lookup",
     "live_rows",
     "merge_groups",
     "needs_merge",

@@ -20,7 +20,7 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, EqualTo, Filter, In, InputPartition
 from pyspark.sql.types import StructType
 
 NAME = "ordo_files"
@@ -81,13 +81,32 @@ class FilesDataSource(DataSource):
 
 
 class FilesReader(DataSourceReader):
-    """One input partition per task; each task merges its (partition, bucket) groups one at a time."""
+    """One input partition per task; each task merges its (partition, bucket) groups one at a time.
+
+    A filter ``key = v`` or ``key IN (...)`` on a one-column primary key (``pushFilters``) keeps only the files
+    whose key range may hold those keys and reads only their rows (a point read no longer merges the table);
+    Spark still applies every filter.
+    """
 
     def __init__(self, schema: StructType, spec: dict[str, Any]) -> None:
         from ordo.consumer.arrow import FileRef, TableShape
 
         self.shape = TableShape(arrow_schema(schema), tuple(spec["primary_key"]), tuple(spec["partition_columns"]))
         self.bins = [[tuple(FileRef(**ref) for ref in group) for group in task] for task in spec["bins"]]
+        self.keys: Any = None  # the key values a pushed filter asks for (a pyarrow table), or None: every key
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        from ordo.consumer.arrow import files_with_keys, key_lookup
+
+        for f in filters:
+            attribute = tuple(getattr(f, "attribute", ()))
+            if self.keys is None and attribute == self.shape.primary_key and isinstance(f, EqualTo | In):
+                keys = key_lookup(self.shape, [f.value] if isinstance(f, EqualTo) else list(f.value))
+                if keys is not None:
+                    self.keys = keys
+                    kept = [[tuple(files_with_keys(g, self.shape, keys)) for g in task] for task in self.bins]
+                    self.bins = [[g for g in task if g] for task in kept if any(task)]
+            yield f
 
     def __getstate__(self) -> dict[str, Any]:
         return _without(self, "bins")
@@ -99,7 +118,7 @@ class FilesReader(DataSourceReader):
         from ordo.consumer.arrow import live_rows
 
         for refs in partition.value:
-            yield from live_rows(refs, self.shape, merge=True).to_batches(max_chunksize=65_536)
+            yield from live_rows(refs, self.shape, keys=self.keys, merge=True).to_batches(max_chunksize=65_536)
 
 
 class ChangesReader(DataSourceReader):
@@ -153,6 +172,7 @@ def _without(reader: DataSourceReader, name: str) -> dict[str, Any]:
 def register(spark: Any) -> None:
     """Register ``ordo_files`` with ``spark`` once."""
     if id(spark) not in _REGISTERED:
+        spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")  # FilesReader.pushFilters
         spark.dataSource.register(FilesDataSource)
         _REGISTERED.add(id(spark))
 

@@ -323,6 +323,24 @@ def test_read_at_every_version_equals_the_serial_model(spark: Any, stack: Stack,
     assert rows(read(spark, name, catalog=stack.catalog)) == table.expected(table.model.head)
 
 
+@pytest.mark.parametrize("name", ["events", "plain"])
+def test_a_point_read_by_key_equals_the_model(spark: Any, stack: Stack, name: str) -> None:
+    """``id = k`` and ``id IN (...)`` pushed into the merge (only files whose key range may hold the keys are
+    read) give the model's rows of those keys: live, deleted, never written; at old versions and the head."""
+    from pyspark.sql import functions as F
+
+    table = stack.tables[name]
+    rng = random.Random(11)
+    for version in [*sorted(rng.sample(range(1, table.model.head + 1), 3)), table.model.head]:
+        expected = table.expected(version)
+        keys = sorted({r[0] for r in expected})
+        chosen = [*rng.sample(keys, min(3, len(keys))), max(keys, default=0) + 1000]
+        frame = read(spark, name, version=version, catalog=stack.catalog)
+        for key in chosen:
+            assert rows(frame.where(f"id = {key}")) == {r for r in expected if r[0] == key}, f"{name} v{version}"
+        assert rows(frame.where(F.col("id").isin(chosen))) == {r for r in expected if r[0] in chosen}
+
+
 def test_read_as_of_a_timestamp(spark: Any, stack: Stack) -> None:
     table = stack.tables["events"]
     rng = random.Random(3)

@@ -322,3 +322,48 @@ def test_merge_groups_are_packed_in_order_within_the_task_limits() -> None:
     assert all(sum(len(refs) for refs, _ in task) <= TASK_FILES or len(task) == 1 for task in tasks)
     assert len(tasks) >= -(-sum(sizes) // TASK_FILES) and tasks == pack_groups(groups)
     assert pack_groups([]) == [] and pack_groups(groups[:2]) == [tuple(groups[:2])]
+
+
+def test_a_key_filter_reads_only_the_files_whose_key_range_may_hold_the_key(tmp_path: Path) -> None:
+    """``ordo_files`` (Spark's merge-on-read): ``id = k`` and ``id IN (...)`` pushed down keep only the files whose
+    key range may hold the keys and give exactly the merged rows of those keys (upserted, deleted, untouched);
+    a filter on another column, or a value of another type, prunes nothing."""
+    from pyspark.sql.datasource import EqualTo, GreaterThan, In
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from ordo.consumer.arrow import FileRef, by_bucket
+    from ordo.consumer.files_source import FilesReader, groups_option
+
+    builder = Builder(tmp_path, "points")
+    history(builder, partitions=2, commits=6)
+    builder.write([(1000 + i, "new", "p0") for i in (1, 7)])  # upserts of keys commit 1 wrote
+    files = builder.delete([1003], "p0")
+    builder.submit(Operation.DELETE, partitions=({"dt": "p0"},), added_files=tuple(files))
+    builder.rows.pop(1003)
+    builder.close()
+    with Catalog(builder.catalog_path) as catalog:
+        snapshot = catalog.snapshot(builder.name)
+    groups = list(by_bucket([FileRef.of(f) for f in snapshot.files], ("dt",)).values())
+    option = groups_option([[tuple(g) for g in groups]], ("id",), ("dt",))
+    schema = StructType(
+        [StructField("id", LongType()), StructField("v", StringType()), StructField("dt", StringType())]
+    )
+
+    def read(*filters: Any) -> tuple[list[tuple[Any, ...]], int]:
+        import json
+
+        reader = FilesReader(schema, json.loads(option))
+        assert list(reader.pushFilters(list(filters))) == list(filters)  # Spark still applies every filter
+        kept = sum(len(g) for task in reader.bins for g in task)
+        rows = [r for p in reader.partitions() for b in reader.read(p) for r in b.to_pylist()]
+        return sorted((r["id"], r["v"], r["dt"]) for r in rows), kept
+
+    every, total = read()
+    assert every == sorted(builder.rows.values())
+    for wanted in ([1001], [1003], [1005], [1001, 1003, 2010, 5_000_000]):
+        rows, kept = read(EqualTo(("id",), wanted[0]) if len(wanted) == 1 else In(("id",), tuple(wanted)))
+        assert rows == sorted(builder.rows[k] for k in wanted if k in builder.rows)
+        assert kept < total / 3, f"{kept} of {total} files read for keys {wanted}"
+    assert read(EqualTo(("id",), "1001"))[1] == total  # a string for a BIGINT key: no pruning
+    assert read(GreaterThan(("id",), 1001))[1] == total
+    assert read(EqualTo(("v",), "new"))[1] == total
