@@ -74,15 +74,23 @@ test-spark-min: check-java ## The Spark end-to-end tests on the oldest supported
 chaos: setup kafka ## Fault-injection suite, full run (a quick version runs inside make test)
 	CHAOS_PROFILE=full $(BIN)/pytest -q -s tests/chaos
 
-# ordo, Delta Lake and Iceberg on one Spark (bench/peers_spark.py): delta-spark 4.4 supports PySpark up to 4.2,
-# so this venv pins PySpark to ordo's minimum (4.2.0) and installs the bench-spark extra; the jars come with mvn.
+# ordo, Delta Lake and Iceberg on Spark (bench/peers_spark.py): delta-spark 4.4 supports PySpark up to 4.2, so
+# .venv-bench-spark pins PySpark to ordo's minimum (4.2.0) with the bench-spark extra. No Iceberg runtime runs on
+# Spark 4.2 yet (the newest is built for 4.1), so Iceberg runs in a child process from .venv-bench-iceberg, on the
+# newest PySpark of the line its runtime is built for. The jars come with mvn (tools/spark_lakes.py).
 VENV_BENCH_SPARK := .venv-bench-spark
+VENV_BENCH_ICEBERG := .venv-bench-iceberg
+ICEBERG_PYSPARK := 4.1.4
 
-bench-peers-spark: check-java ## ordo vs Delta Lake vs Iceberg on Spark (own venv, PySpark 4.2.0; jars via mvn) -> bench/results.json
+bench-peers-spark: check-java check-mvn ## ordo vs Delta Lake vs Iceberg on Spark (own venvs: PySpark 4.2.0, Iceberg's 4.1.4; jars via mvn) -> bench/results.json
 	@test -x $(VENV_BENCH_SPARK)/bin/python || $(PYTHON) -m venv $(VENV_BENCH_SPARK)
 	$(VENV_BENCH_SPARK)/bin/pip install -q --upgrade pip
 	$(VENV_BENCH_SPARK)/bin/pip install -q "pyspark==$(SPARK_MIN)" -e '.[dev,bench,bench-spark]'
 	$(VENV_BENCH_SPARK)/bin/python -c 'import pyspark, sys; sys.exit(pyspark.__version__ != "$(SPARK_MIN)")'
+	@test -x $(VENV_BENCH_ICEBERG)/bin/python || $(PYTHON) -m venv $(VENV_BENCH_ICEBERG)
+	$(VENV_BENCH_ICEBERG)/bin/pip install -q --upgrade pip
+	$(VENV_BENCH_ICEBERG)/bin/pip install -q "pyspark==$(ICEBERG_PYSPARK)"
+	$(VENV_BENCH_ICEBERG)/bin/python -c 'import pyspark, sys; sys.exit(pyspark.__version__ != "$(ICEBERG_PYSPARK)")'
 	$(VENV_BENCH_SPARK)/bin/python tools/spark_lakes.py
 	$(VENV_BENCH_SPARK)/bin/python -m bench peers-spark
 

@@ -1,11 +1,18 @@
-"""Side by side on Spark (issue 24): ordo, Delta Lake (delta-spark) and Apache Iceberg, one Spark session.
+"""Side by side on Spark (issue 24): ordo, Delta Lake (delta-spark) and Apache Iceberg.
 
 ``make bench-peers-spark`` builds ``.venv-bench-spark`` (PySpark pinned to ordo's minimum, 4.2.0, the newest
-Spark that delta-spark 4.4 supports, and ``delta-spark`` of the same release as its jar), fetches the jars
-with ``tools/spark_lakes.py`` and runs ``python -m bench peers-spark``.
+Spark that delta-spark 4.4 supports, and ``delta-spark`` of the same release as its jar) and
+``.venv-bench-iceberg`` (PySpark 4.1.4: below), fetches the jars with ``tools/spark_lakes.py`` and runs
+``python -m bench peers-spark``.
 
-One local Spark session (``local[2]``, ordo's ``local_spark_session`` settings) hosts all three systems,
-so they run on the same Spark, JVM, data and machine, interleaved round by round (``bench.common.interleave``):
+One local Spark session (``local[2]``, ordo's ``local_spark_session`` settings) hosts ordo and Delta, so they
+run on the same Spark, JVM, data and machine. No Iceberg runtime runs on Spark 4.2 (the newest, 1.12.0, is
+built for Spark 4.1 and fails on 4.2's ``View``), so Iceberg runs in a child process (``_Child``) with a
+session of the same settings on the newest PySpark 4.1 (``.venv-bench-iceberg``; ``ORDO_ICEBERG_PYTHON``
+overrides), driven operation by operation from this process: same machine, same data generators, the
+systems interleaved round by round (``bench.common.interleave``), but Iceberg on Spark 4.1.4 and in its own
+JVM. When ``ORDO_ICEBERG_RUNTIME`` names a runtime built for this process's Spark, Iceberg joins the one
+session instead. Every operation of every system goes through its host (``_Local`` or ``_Child``: ``OPS``).
 
 * ordo: ``producer.DeltaTable.insert_into(df, retries=...)`` on the embedded stack (Tansu broker,
   ``ordo arbiter``, ``ordo consumer``; ``bench.common.stack``); a CONFLICT_LATER_FAILS rejection on a
@@ -14,13 +21,17 @@ so they run on the same Spark, JVM, data and machine, interleaved round by round
   partitioned by ``p``, default table properties (WriteSerializable; blind appends never conflict, and
   Delta retries a lost race for the next log entry itself); a ``ConcurrentModificationException`` that
   still reaches the writer is retried by writing again and counted.
-* Apache Iceberg: ``df.writeTo("ice.db.t").append()`` on a Hadoop catalog in a local directory
-  (``SparkCatalog``, ``type=hadoop``; its in-JVM lock manager makes the writers' commits safe since they
-  are threads of one JVM), format version 2, ``commit.retry.num-retries=100`` (documented default 4;
-  raised because 8 writers on one table is exactly the case it is for); a ``CommitFailedException`` that
-  still reaches the writer is retried by writing again and counted. The runtime available for Spark 4 is
-  built for Spark 4.1 (``tools/spark_lakes.py``); the session probes it once and, when it cannot run on
-  this Spark, every Iceberg figure is recorded as an error with the JVM's reason.
+* Apache Iceberg: ``df.writeTo("ice.db.t").append()`` on the JDBC catalog (``SparkCatalog``, ``type=jdbc``,
+  a SQLite file through ``org.xerial:sqlite-jdbc``: a commit is an atomic swap of the metadata pointer in the
+  database, safe for concurrent writers, which the Hadoop catalog is not), format version 2,
+  ``commit.retry.num-retries=100`` (documented default 4; raised because 8 writers on one table is exactly
+  the case it is for); a ``CommitFailedException`` that still reaches the writer is retried by writing again
+  and counted. Iceberg's own retries inside a commit are not visible to the benchmark. UPDATE, DELETE and
+  MERGE are merge-on-read (delete files) on workload 3's table, as Iceberg recommends for small frequent
+  changes; copy-on-write (its default) on workloads 1 and 4's, because its changelog scan refuses delete
+  files ("Delete files are currently not supported in changelog scans"). Isolation: the default,
+  serializable. The session probes the runtime once; when it cannot run, every Iceberg figure is recorded as
+  an error with the reason.
 
 The workloads, numbered as in issue 24 (``BENCH_PEERS_SPARK_WORKLOADS=seeds,commits,reads,history`` runs some
 of them; the figures of the others are kept from the previous ``bench/results.json``, with the date they were
@@ -28,12 +39,13 @@ measured):
 
 Workload 1, the seeds' scenario (``seeds``): one keyed table, 4 partitions, loaded with a base; for a fixed
 time (quick 60 s, full 300 s) a micro-batch of upserts every second (ordo: ``producer.streaming.BatchCommitter``,
-the ``foreachBatch`` committer, with its default 5 metadata-level retries; Delta: ``MERGE`` from the batch,
-retried up to 5 times on a ``ConcurrentModificationException``), while the table service compacts (ordo: the
-``ordo compactor`` service's ``Compactor`` in this session, a round every 3 s, the table's documented
-defaults; Delta: ``OPTIMIZE ... WHERE p = k`` of each partition in turn, a round every 3 s) and an UPDATE job
+the ``foreachBatch`` committer, with its default 5 metadata-level retries; Delta and Iceberg: ``MERGE`` from
+the batch, retried up to 5 times on a conflict), while the table service compacts (ordo: the ``ordo compactor``
+service's ``Compactor`` in this session, a round every 3 s, the table's documented defaults; Delta: ``OPTIMIZE
+... WHERE p = k`` of each partition in turn, a round every 3 s; Iceberg: ``rewrite_data_files`` likewise) and
+an UPDATE job
 and a DELETE job each hit a random partition every 2 s, retrying a conflict up to 5 times as their users do.
-Every job is a thread of the one Spark session (2 cores: one driver per job does not fit). The run reports
+Every job is a thread of the system's Spark session (2 cores: one driver per job does not fit). The run reports
 batches committed, retried and failed, table-service commits and failures, batch jobs retried and failed,
 the end-to-end latency of a batch (from its scheduled second to its commit returning), files per partition
 at the end, a full read at the end, and whether the change feed of the run, folded over the table as it was
@@ -41,7 +53,7 @@ at the start, gives the table at the end.
 
 Workload 2, commit cost alone (``commits``): closed-loop single-row appends (``spark.range(1)`` projected to
 one row ``(id, v, p)``: no Python worker, the same plan for every system) by 1 writer, 8 writers each on its
-own partition, and 8 writers on one shared partition. The writers are threads of the one Spark session (not
+own partition, and 8 writers on one shared partition. The writers are threads of the system's session (not
 processes: 8 Spark drivers do not fit in 2 cores and 24 GiB beside the stack, and concurrent jobs of one
 session is how Spark users run concurrent writes from one application). Each writer commits once to warm
 up, then all start together and commit until the deadline; a commit's latency runs from building its
@@ -61,12 +73,17 @@ partitioned by ``p``: the floor). Reads alternate between systems, repeated; the
 Workload 4, time travel and the change feed (``history``): a table of N commits (quick 150, full 1,000) of
 10 new rows each, every 10th commit an UPDATE of an earlier commit's 10 rows instead; then the read of
 version N-50 (``versionAsOf`` on both ``format("ordo")`` and ``format("delta")``) and the change feed of the
-last 100 versions (``readChangeFeed``; Delta with ``delta.enableChangeDataFeed=true``), each into the
+last 100 versions (``readChangeFeed``; Delta with ``delta.enableChangeDataFeed=true``; Iceberg: below), each into the
 ``noop`` sink, alternating, median of the repeats; the rows each returned are checked against the model of
 the commits made.
 
-Workloads 1 and 4 run ordo and Delta only: without an Iceberg runtime for this Spark there is nothing to
-develop Iceberg's side against, and it is recorded as such.
+Iceberg in workloads 1 and 4: time travel is ``VERSION AS OF`` the version's snapshot (snapshot k of the
+current one's ancestry is version k, as Delta numbers commits after the table's creation); the change feed is
+``CALL system.create_changelog_view`` over the versions' snapshots with ``compute_updates`` by ``id``, its
+change types and snapshots put in Delta's terms (``INSERT`` -> ``insert``, ``UPDATE_BEFORE`` ->
+``update_preimage``, ..., ``_commit_version``); the table service is ``rewrite_data_files`` of one partition
+(``where``) at its defaults, a round every 3 s; the conflicts retried are ``CommitFailedException`` and
+``ValidationException``.
 """
 
 from __future__ import annotations
@@ -97,8 +114,8 @@ ORDO_RETRIES = 1000
 PLOT = ROOT / "docs" / "peers_spark.png"
 
 
-def _session(work: Path) -> Any:
-    """One local Spark session with ordo's settings, Delta's and Iceberg's extensions and catalogs."""
+def _session(work: Path, lakes: tuple[str, ...]) -> Any:
+    """One local Spark session with ordo's settings and the extensions and catalogs of ``lakes`` (of SYSTEMS)."""
     from pyspark.sql import SparkSession
 
     sys.path.insert(0, str(ROOT / "tools"))
@@ -120,26 +137,37 @@ def _session(work: Path) -> Any:
         .config("spark.sql.parquet.compression.codec", "zstd")
         .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={work / 'derby'}")
         .config("spark.sql.warehouse.dir", str(work / "spark-warehouse"))
-        .config(
-            "spark.sql.extensions",
-            "io.delta.sql.DeltaSparkSessionExtension,org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
-        )
-        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+    )
+    extensions = []
+    if "delta" in lakes:
+        extensions.append("io.delta.sql.DeltaSparkSessionExtension")
+        builder = builder.config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
         # Delta rebuilds a snapshot's state (every read, every 10th commit's checkpoint) in this many tasks;
         # the default (50) is for clusters: on local[2] it made a checkpointing append take ~18 s and a read
         # of a 15-commit table ~10 s (2 tasks: 1.3 s and 0.8 s, same machine), so it is set to the cores.
-        .config("spark.databricks.delta.snapshotPartitions", "2")
-        .config("spark.sql.catalog.ice", "org.apache.iceberg.spark.SparkCatalog")
-        .config("spark.sql.catalog.ice.type", "hadoop")
-        .config("spark.sql.catalog.ice.warehouse", str(work / "iceberg"))
-    )
-    for key, value in spark_config().items():
+        builder = builder.config("spark.databricks.delta.snapshotPartitions", "2")
+    if "iceberg" in lakes:
+        extensions.append("org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
+        # The JDBC catalog (a SQLite file): its commit is an atomic compare-and-swap of the table's metadata
+        # pointer in the database, safe for concurrent writers (the Hadoop catalog's rename is not).
+        catalog = {
+            "": "org.apache.iceberg.spark.SparkCatalog",
+            ".type": "jdbc",
+            ".uri": f"jdbc:sqlite:{work / 'iceberg-catalog.db'}",
+            ".warehouse": str(work / "iceberg"),
+        }
+        for key, value in catalog.items():
+            builder = builder.config(f"spark.sql.catalog.ice{key}", value)
+    if extensions:
+        builder = builder.config("spark.sql.extensions", ",".join(extensions))
+    for key, value in spark_config(tuple(lake for lake in lakes if lake != "ordo")).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    from ordo.spark import register
+    if "ordo" in lakes:
+        from ordo.spark import register
 
-    register(spark)
+        register(spark)
     return spark
 
 
@@ -239,18 +267,233 @@ def _run_writers(spark: Any, table: _Table, writers: int, shared: bool, duration
     }
 
 
-def _probe_iceberg(spark: Any) -> str | None:
+# --------------------------------------------------------------------------- where each system runs
+
+ICEBERG_PYTHON = ROOT / ".venv-bench-iceberg" / "bin" / "python"  # make bench-peers-spark builds it (PySpark 4.1)
+_REPLY = "@@peers-spark-child "  # marks the child's replies on its stdout (Spark and Ivy print there too)
+
+
+class _Context:
+    """A Spark session and the tables the operations below made in it (by (system, name))."""
+
+    def __init__(self, spark: Any, work: Path, settings: Any) -> None:
+        self.spark, self.work, self.settings = spark, work, settings
+        self.tables: dict[tuple[str, str], _ReadTable] = {}
+        self.counter = iter(range(1_000_000))
+
+
+def _op_hello(ctx: _Context) -> dict[str, str]:
+    import pyspark
+
+    return {"spark": pyspark.__version__, "packages": ctx.spark.conf.get("spark.jars.packages")}
+
+
+def _op_probe(ctx: _Context) -> str | None:
     """None when the Iceberg runtime works on this Spark, else the JVM's reason."""
     try:
-        spark.sql(f"CREATE TABLE ice.db.probe ({SCHEMA}) USING iceberg PARTITIONED BY (p)")
-        _row(spark, 0, "x").writeTo("ice.db.probe").append()
-        spark.sql("DROP TABLE ice.db.probe")
+        ctx.spark.sql(f"CREATE TABLE ice.db.probe ({SCHEMA}) USING iceberg PARTITIONED BY (p)")
+        _row(ctx.spark, 0, "x").writeTo("ice.db.probe").append()
+        ctx.spark.sql("DROP TABLE ice.db.probe")
         return None
     except Exception as exc:
         import pyspark
 
         text = str(exc).strip().splitlines()
         return f"Iceberg runtime cannot run on Spark {pyspark.__version__}: {' '.join(text[:3])[:600]}"
+
+
+def _op_commits(ctx: _Context, system: str, writers: int, shared: bool, duration: float) -> dict[str, Any]:
+    """Workload 2's run on a fresh table."""
+    table = _Table(system, ctx.spark, ctx.work, ctx.settings, next(ctx.counter))
+    try:
+        return _run_writers(ctx.spark, table, writers, shared, duration)
+    except Exception as exc:
+        return {"error": str(exc)[:2000]}
+
+
+def _op_reads_build(ctx: _Context, system: str, rows: int, upserts: int, per_upsert: int) -> dict[str, Any]:
+    """Workload 3's table: ``rows`` in one commit, then ``upserts`` upserts of ``per_upsert`` keys each."""
+    started = time.perf_counter()
+    table = ctx.tables[system, "reads"] = _ReadTable(system, ctx.spark, ctx.work, ctx.settings)
+    table.load(_frame(ctx.spark, 0, rows, "base"))
+    for i in range(upserts):
+        table.upsert(_frame(ctx.spark, (i * per_upsert * 7) % rows, per_upsert, f"u{i}"))
+    return {"build_s": round(time.perf_counter() - started, 1), "count": table.read().count()}
+
+
+def _op_history_build(ctx: _Context, system: str, commits: int) -> dict[str, Any]:
+    """Workload 4's table of ``commits`` commits, and what its head, version N-50 and last 100 versions hold."""
+    started = time.perf_counter()
+    table = ctx.tables[system, "history"] = _ReadTable(system, ctx.spark, ctx.work, ctx.settings, "history", cdf=True)
+    for i in range(commits):
+        if i % 10 == 9:
+            low = (i - 5) * HISTORY_ROWS
+            table.update(f"'u{i}'", f"id >= {low} AND id < {low + HISTORY_ROWS}")
+        else:
+            table.load(_frame(ctx.spark, i * HISTORY_ROWS, HISTORY_ROWS, f"c{i}"))
+    build_s = round(time.perf_counter() - started, 1)
+    head = table.head()
+    feed = table.changes(head - 99, head)
+    return {
+        "build_s": build_s,
+        "head": head,
+        "found": {
+            "head": head,
+            "travel_rows": table.read_at(head - 50).count(),
+            "changes": {r[0]: int(r[1]) for r in feed.groupBy("_change_type").count().collect()},
+            "versions": feed.select("_commit_version").distinct().count(),
+        },
+    }
+
+
+def _op_time(ctx: _Context, system: str, name: str, what: str, *args: Any) -> float:
+    """Seconds of one read of table ``name``: ``full``, ``point`` (key), ``travel`` (version), ``changes`` (range)."""
+    table = ctx.tables[system, name]
+    if what == "full":
+        return _noop(table.read())
+    if what == "point":
+        return _point(table.read(), args[0])
+    if what == "travel":
+        return _noop(table.read_at(args[0]))
+    if what == "changes":
+        return _noop(table.changes(args[0], args[1]))
+    raise ValueError(f"unknown read {what!r}")
+
+
+def _op_compact(ctx: _Context, system: str, name: str) -> float:
+    started = time.perf_counter()
+    ctx.tables[system, name].compact()
+    return round(time.perf_counter() - started, 1)
+
+
+def _op_plain(ctx: _Context, system: str, name: str, path: str) -> None:
+    """Write the rows of table ``name`` as plain Parquet at ``path`` (workload 3's floor)."""
+    ctx.tables[system, name].read().write.partitionBy("p").parquet(path)
+
+
+def _op_seeds(ctx: _Context, system: str, seconds: float) -> dict[str, Any]:
+    return _seeds_run(system, ctx.spark, ctx.work, ctx.settings, seconds)
+
+
+OPS: dict[str, Any] = {
+    "hello": _op_hello,
+    "probe": _op_probe,
+    "commits": _op_commits,
+    "reads_build": _op_reads_build,
+    "history_build": _op_history_build,
+    "time": _op_time,
+    "compact": _op_compact,
+    "plain": _op_plain,
+    "seeds": _op_seeds,
+}
+
+
+class _Local:
+    """Systems that run in this process's Spark session."""
+
+    def __init__(self, ctx: _Context) -> None:
+        self.ctx = ctx
+
+    def call(self, op: str, *args: Any) -> Any:
+        return OPS[op](self.ctx, *args)
+
+    def close(self) -> None:
+        return None
+
+
+class _Child:
+    """Iceberg in a child process on another PySpark (``python -m bench.peers_spark --child WORK``): one
+    operation at a time, a JSON line each way."""
+
+    def __init__(self, python: Path, work: Path) -> None:
+        import subprocess
+
+        env = {k: v for k, v in os.environ.items() if k not in ("SPARK_HOME", "PYSPARK_PYTHON", "PYTHONPATH")}
+        env["PYSPARK_PYTHON"] = str(python)
+        self.process = subprocess.Popen(
+            [str(python), "-m", "bench.peers_spark", "--child", str(work)],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.lock = threading.Lock()
+
+    def call(self, op: str, *args: Any) -> Any:
+        import json
+
+        assert self.process.stdin is not None and self.process.stdout is not None
+        with self.lock:
+            self.process.stdin.write(json.dumps([op, list(args)]) + "\n")
+            self.process.stdin.flush()
+            while True:
+                line = self.process.stdout.readline()
+                if not line:
+                    raise RuntimeError(f"the Iceberg child process exited (code {self.process.poll()})")
+                if line.startswith(_REPLY):
+                    reply = json.loads(line[len(_REPLY) :])
+                    break
+        if "error" in reply:
+            raise RuntimeError(reply["error"])
+        return reply["value"]
+
+    def close(self) -> None:
+        import subprocess
+
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        try:
+            self.process.wait(120)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def _child(work: Path) -> None:
+    """The child's loop: a session with Iceberg only, then one operation per line of stdin."""
+    import json
+
+    ctx = _Context(_session(work, ("iceberg",)), work, None)
+    try:
+        for line in sys.stdin:
+            op, args = json.loads(line)
+            try:
+                reply = {"value": OPS[op](ctx, *args)}
+            except Exception as exc:
+                reply = {"error": f"{type(exc).__name__}: {str(exc)[:2000]}"}
+            sys.stdout.write(_REPLY + json.dumps(reply) + "\n")
+            sys.stdout.flush()
+    finally:
+        ctx.spark.stop()
+
+
+def _iceberg_host(local: _Local, work: Path) -> tuple[Any, str | None, dict[str, str]]:
+    """Where Iceberg runs: this session when its runtime is built for this Spark, else a child process on the
+    PySpark it is built for (``ORDO_ICEBERG_PYTHON``, default .venv-bench-iceberg); the reason when nowhere."""
+    import pyspark
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    from spark_lakes import iceberg_coordinate, iceberg_spark
+
+    runtime, line = iceberg_coordinate(), iceberg_spark()
+    if pyspark.__version__.startswith(line + "."):
+        host: Any = local
+    else:
+        python = Path(os.environ.get("ORDO_ICEBERG_PYTHON") or ICEBERG_PYTHON)
+        if not python.exists():
+            return None, f"{runtime} needs Spark {line}: no {python} (make bench-peers-spark builds it)", {}
+        host = _Child(python, work / "iceberg-child")
+    try:
+        hello = host.call("hello")
+        error = host.call("probe")
+    except Exception as exc:
+        error = f"the Iceberg session did not start: {type(exc).__name__}: {str(exc)[:600]}"
+        hello = {}
+    if error is not None:
+        host.close()
+        return None, error, {}
+    return host, None, {"iceberg-runtime": runtime, "iceberg-spark": hello["spark"]}
 
 
 WORKLOADS = ("seeds", "commits", "reads", "history")  # issue 24's workloads 1-4, in its order
@@ -278,36 +521,33 @@ def run() -> list[Result]:
     outcomes: dict[str, dict[str, list[Any]]] = {}
     measured: dict[str, Any] = {}
     versions: dict[str, str] = {}
-    counter = iter(range(1_000_000))
     with stack("peers-spark", prefix="pspark") as bench_stack:
-        spark = _session(work)
+        sys.path.insert(0, str(ROOT / "tools"))
+        import pyspark
+        from spark_lakes import iceberg_spark
+
+        here = ("ordo", "delta") + (("iceberg",) if pyspark.__version__.startswith(iceberg_spark() + ".") else ())
+        spark = _session(work, here)
+        local = _Local(_Context(spark, work, bench_stack.settings))
+        iceberg = None
         try:
             from importlib import metadata
 
-            import pyspark
-
+            iceberg, iceberg_error, iceberg_versions = _iceberg_host(local, work)
             versions = {
                 "spark": pyspark.__version__,
                 "delta-spark": metadata.version("delta-spark"),
-                "iceberg-runtime": spark.conf.get("spark.jars.packages").split(",")[-1],
+                **iceberg_versions,
             }
-            iceberg_error = _probe_iceberg(spark)
-            systems = SYSTEMS if iceberg_error is None else tuple(s for s in SYSTEMS if s != "iceberg")
+            hosts = {"ordo": local, "delta": local, **({"iceberg": iceberg} if iceberg is not None else {})}
             if "commits" in chosen:
                 for scenario, (writers, shared) in SCENARIOS.items():
 
                     def side(system: str, writers: int = writers, shared: bool = shared) -> Any:
-                        def one(_round: int) -> Any:
-                            table = _Table(system, spark, work, bench_stack.settings, next(counter))
-                            try:
-                                return _run_writers(spark, table, writers, shared, duration)
-                            except Exception as exc:
-                                return {"error": str(exc)[:2000]}
-
-                        return one
+                        return lambda _round: hosts[system].call("commits", system, writers, shared, duration)
 
                     print(f"peers-spark: {scenario}", flush=True)
-                    outcomes[scenario] = interleave({s: side(s) for s in systems}, rounds)
+                    outcomes[scenario] = interleave({s: side(s) for s in hosts}, rounds)
                     if iceberg_error is not None:
                         outcomes[scenario]["iceberg"] = [{"error": iceberg_error}]
             later = {"reads": _reads, "history": _history, "seeds": _seeds}
@@ -315,15 +555,15 @@ def run() -> list[Result]:
                 if name == "commits":
                     continue
                 print(f"peers-spark: {name}", flush=True)
-                kept = systems if name == "reads" else tuple(s for s in systems if s != "iceberg")
                 try:
-                    measured[name] = later[name](spark, work, bench_stack.settings, kept)
+                    measured[name] = later[name](hosts, spark, work)
                 except Exception as exc:
                     measured[name] = {"error": f"{type(exc).__name__}: {str(exc)[:1500]}"}
-                iceberg = iceberg_error or (None if "iceberg" in kept else ICEBERG_NOT_BUILT)
-                if iceberg is not None:
-                    measured[name].setdefault("errors", {})["iceberg"] = iceberg
+                if iceberg_error is not None:
+                    measured[name].setdefault("errors", {})["iceberg"] = iceberg_error
         finally:
+            if iceberg is not None:
+                iceberg.close()
             spark.stop()
             close_connections()
     shutil.rmtree(work, ignore_errors=True)
@@ -337,9 +577,6 @@ def run() -> list[Result]:
             results.extend(RESULTS_OF[name](measured[name], versions))
     _plot(results)
     return results
-
-
-ICEBERG_NOT_BUILT = "not built: no Iceberg runtime runs on this Spark to develop this workload's Iceberg side against"
 
 
 def _workload_of(figure: str) -> str:
@@ -404,7 +641,7 @@ def _versus(
         target=target,
         met=met(quotient) if (met is not None and quotient is not None) else None,
         status="ok" if value is not None else "error",
-        samples=samples or {},
+        samples={**(samples or {}), "values": {"ordo": value, **peers}},
         notes=notes,
         machine=machine(),
     )
@@ -516,7 +753,8 @@ def _plot(results: list[Result]) -> Path | None:
         panels.append((title, groups, "commits/s", "{:.1f}"))
 
     def pair(r: Result) -> dict[str, Any]:
-        return {"ordo": r.value, **({r.peer: r.peer_value} if r.peer else {})}
+        """Every system's value (a figure kept from before per-system values were recorded: ordo's and the peer's)."""
+        return r.samples.get("values") or {"ordo": r.value, **({r.peer: r.peer_value} if r.peer else {})}
 
     timed = [r for r in results if r.unit == "s" and r.status == "ok" and r.value is not None]
     if timed:
@@ -579,11 +817,15 @@ class _ReadTable:
                 f"TBLPROPERTIES ('delta.enableDeletionVectors'='true'{cdf_property})"
             )
         else:
+            # Merge-on-read (delete files) for small upserts, as Iceberg documents; but its changelog scan refuses
+            # delete files, so the tables whose change feed is read (workloads 1, 4) keep copy-on-write, the default.
+            mode = "copy-on-write" if cdf else "merge-on-read"
             self.name = f"ice.db.{name}"
             spark.sql(
                 f"CREATE TABLE {self.name} ({SCHEMA}) USING iceberg PARTITIONED BY (p) TBLPROPERTIES "
-                "('format-version'='2', 'write.merge.mode'='merge-on-read', 'write.update.mode'='merge-on-read', "
-                "'write.delete.mode'='merge-on-read')"
+                f"('format-version'='2', 'commit.retry.num-retries'='{ICEBERG_RETRIES}', "
+                + ", ".join(f"'write.{op}.mode'='{mode}'" for op in ("merge", "update", "delete"))
+                + ")"
             )
 
     def load(self, df: Any) -> None:
@@ -619,9 +861,35 @@ class _ReadTable:
         else:
             self.spark.sql(f"DELETE FROM {self._sql_name()} WHERE {where}")
 
-    def compact_partition(self, partition: str) -> None:
-        """Delta's OPTIMIZE of one partition (ordo's compaction is its service's to plan: ``ordo.compactor``)."""
-        self.spark.sql(f"OPTIMIZE {self._sql_name()} WHERE p = '{partition}'")
+    def compact_partition(self, partition: str) -> bool:
+        """Delta's OPTIMIZE, Iceberg's ``rewrite_data_files`` (its defaults), of one partition (ordo's compaction
+        is its service's to plan: ``ordo.compactor``); False when it found nothing to rewrite (no commit)."""
+        if self.system == "iceberg":
+            where = f'p = "{partition}"'
+            row = self.spark.sql(f"CALL ice.system.rewrite_data_files(table => '{self._ice()}', where => '{where}')")
+            return int(row.collect()[0]["rewritten_data_files_count"]) > 0
+        metrics = self.spark.sql(f"OPTIMIZE {self._sql_name()} WHERE p = '{partition}'").collect()[0]["metrics"]
+        return int(metrics["numFilesRemoved"]) > 0
+
+    def _ice(self) -> str:
+        """The Iceberg table's name in its catalog (``db.name``), as its procedures take it."""
+        return self.name.removeprefix("ice.")
+
+    def _snapshots(self) -> list[int]:
+        """Iceberg: the snapshot ids from the first to the current one (the current one's ancestors in order);
+        snapshot ``k`` is version ``k`` (version 0, the empty table, has none), as Delta numbers its commits."""
+        rows = self.spark.sql(f"SELECT snapshot_id, parent_id FROM {self.name}.snapshots").collect()
+        parent = {int(r[0]): (None if r[1] is None else int(r[1])) for r in rows}
+        children = set(parent.values())
+        heads = [s for s in parent if s not in children]
+        if len(heads) > 1:
+            raise RuntimeError(f"{self.name}: {len(heads)} snapshots have no child (rolled back?)")
+        chain = []
+        snapshot = heads[0] if heads else None
+        while snapshot is not None:
+            chain.append(snapshot)
+            snapshot = parent.get(snapshot)
+        return chain[::-1]
 
     def _sql_name(self) -> str:
         if self.system == "iceberg":
@@ -631,6 +899,8 @@ class _ReadTable:
     def head(self) -> int:
         if self.system == "ordo":
             return int(self.ordo.snapshot().id_version)
+        if self.system == "iceberg":
+            return len(self._snapshots())
         rows = self.spark.sql(f"DESCRIBE HISTORY {self._sql_name()} LIMIT 1").collect()
         return int(rows[0]["version"])
 
@@ -645,11 +915,37 @@ class _ReadTable:
         return self.ordo.name if self.system == "ordo" else self.path
 
     def read_at(self, version: int) -> Any:
-        """Time travel through the system's Spark format (``versionAsOf``)."""
+        """Time travel through the system's Spark format (``versionAsOf``; Iceberg: ``VERSION AS OF`` the
+        version's snapshot)."""
+        if self.system == "iceberg":
+            if version < 1:
+                raise ValueError(f"{self.name}: version {version} has no snapshot (the table was empty)")
+            return self.spark.sql(f"SELECT * FROM {self.name} VERSION AS OF {self._snapshots()[version - 1]}")
         return self._reader().option("versionAsOf", version).load(self._location())
 
     def changes(self, start: int, end: int) -> Any:
-        """The change feed of versions ``start``..``end`` through the system's Spark format (Delta's form)."""
+        """The change feed of versions ``start``..``end`` through the system's Spark format (Delta's form; Iceberg:
+        its changelog view with updates computed by the key, change types and versions put in Delta's terms)."""
+        if self.system == "iceberg":
+            chain = self._snapshots()
+            view = f"peers_spark_changes_{threading.get_ident()}"
+            bounds = f"'end-snapshot-id', '{chain[end - 1]}'"
+            if start > 1:
+                bounds = f"'start-snapshot-id', '{chain[start - 2]}', " + bounds  # exclusive
+            self.spark.sql(
+                f"CALL ice.system.create_changelog_view(table => '{self._ice()}', options => map({bounds}), "
+                f"changelog_view => '{view}', compute_updates => true, identifier_columns => array('id'))"
+            )
+            versions = self.spark.createDataFrame(
+                [(s, v) for v, s in enumerate(chain, start=1) if start <= v <= end],
+                "_commit_snapshot_id BIGINT, _commit_version BIGINT",
+            )
+            kinds = ", ".join(f"'{a}', '{b}'" for a, b in _ICEBERG_CHANGES.items())
+            return (
+                self.spark.table(view)
+                .join(versions, "_commit_snapshot_id")
+                .selectExpr("id", "v", "p", f"map({kinds})[_change_type] AS _change_type", "_commit_version")
+            )
         reader = self._reader().option("readChangeFeed", "true")
         return reader.option("startingVersion", start).option("endingVersion", end).load(self._location())
 
@@ -661,8 +957,11 @@ class _ReadTable:
                 key = str(entry.partition.get("p"))
                 counts[key] = counts.get(key, 0) + 1
             return dict(sorted(counts.items()))
-        # Delta: the files a scan reads (a file whose every row is deleted leaves the snapshot: DELETE removes it).
-        files = self.read().select("p", "_metadata.file_path").distinct().groupBy("p").count()
+        if self.system == "iceberg":
+            files = self.spark.sql(f"SELECT partition.p, count(*) FROM {self.name}.data_files GROUP BY 1")
+        else:
+            # Delta: the files a scan reads (a file whose every row is deleted leaves the snapshot: DELETE removes it).
+            files = self.read().select("p", "_metadata.file_path").distinct().groupBy("p").count()
         for row in files.collect():
             counts[str(row[0])] = int(row[1])
         return dict(sorted(counts.items()))
@@ -673,8 +972,8 @@ class _ReadTable:
         elif self.system == "delta":
             self.spark.sql(f"OPTIMIZE delta.`{self.path}`")
         else:
-            self.spark.sql("CALL ice.system.rewrite_data_files(table => 'db.reads')")
-            self.spark.sql("CALL ice.system.rewrite_position_delete_files(table => 'db.reads')")
+            self.spark.sql(f"CALL ice.system.rewrite_data_files(table => '{self._ice()}')")
+            self.spark.sql(f"CALL ice.system.rewrite_position_delete_files(table => '{self._ice()}')")
 
     def read(self) -> Any:
         if self.system == "ordo":
@@ -690,60 +989,55 @@ def _frame(spark: Any, start: int, count: int, tag: str) -> Any:
     )
 
 
-def _reads(spark: Any, work: Path, settings: Any, systems: tuple[str, ...]) -> dict[str, Any]:
+def _each(hosts: dict[str, Any], op: str, *args: Any) -> tuple[dict[str, Any], dict[str, str]]:
+    """Operation ``op`` for each system on its host, one system after the other: what each returned, and the
+    reason of each that failed."""
+    done: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    for system, host in hosts.items():
+        try:
+            done[system] = host.call(op, system, *args)
+        except Exception as exc:
+            errors[system] = f"{type(exc).__name__}: {str(exc)[:1500]}"
+    return done, errors
+
+
+def _reads(hosts: dict[str, Any], spark: Any, work: Path) -> dict[str, Any]:
     rows = pick(100_000, 1_000_000)
     upserts = 100
     per_upsert = rows // 100
     repeats = pick(3, 5)
-    tables: dict[str, _ReadTable] = {}
-    errors: dict[str, str] = {}
-    build_s: dict[str, float] = {}
-    for system in systems:
-        try:
-            started = time.perf_counter()
-            table = _ReadTable(system, spark, work, settings)
-            table.load(_frame(spark, 0, rows, "base"))
-            for i in range(upserts):
-                table.upsert(_frame(spark, (i * per_upsert * 7) % rows, per_upsert, f"u{i}"))
-            build_s[system] = round(time.perf_counter() - started, 1)
-            tables[system] = table
-        except Exception as exc:
-            errors[system] = f"{type(exc).__name__}: {str(exc)[:1500]}"
-    reference = next(iter(tables.values()), None)
+    built, errors = _each(hosts, "reads_build", rows, upserts, per_upsert)
+    # The floor: plain Parquet of the same final rows, written from a table of this session.
+    reference = next((s for s in built if isinstance(hosts[s], _Local)), None)
     if reference is None:
         return {"errors": errors}
     plain = str(work / "plain")
-    reference.read().write.partitionBy("p").parquet(plain)
-    counts = {s: t.read().count() for s, t in tables.items()}
+    hosts[reference].call("plain", reference, "reads", plain)
     key = rows // 2 + 1
 
-    def sides(stage: str) -> dict[str, Any]:
+    def sides() -> dict[str, Any]:
         out: dict[str, Any] = {
             "plain full": lambda _r: _noop(spark.read.parquet(plain)),
             "plain point": lambda _r: _point(spark.read.parquet(plain), key),
         }
-        for system, table in tables.items():
-            out[f"{system} full"] = lambda _r, t=table: _noop(t.read())
-            out[f"{system} point"] = lambda _r, t=table: _point(t.read(), key)
+        for system in built:
+            host = hosts[system]
+            out[f"{system} full"] = lambda _r, h=host, s=system: h.call("time", s, "reads", "full")
+            out[f"{system} point"] = lambda _r, h=host, s=system: h.call("time", s, "reads", "point", key)
         return out
 
-    timings: dict[str, Any] = {"uncompacted": interleave(sides("uncompacted"), repeats)}
-    compact_s: dict[str, float] = {}
-    for system, table in list(tables.items()):
-        try:
-            started = time.perf_counter()
-            table.compact()
-            compact_s[system] = round(time.perf_counter() - started, 1)
-        except Exception as exc:
-            errors[f"{system} compaction"] = f"{type(exc).__name__}: {str(exc)[:1500]}"
-    timings["compacted"] = interleave(sides("compacted"), repeats)
+    timings: dict[str, Any] = {"uncompacted": interleave(sides(), repeats)}
+    compact_s, failed = _each({s: hosts[s] for s in built}, "compact", "reads")
+    errors.update({f"{s} compaction": why for s, why in failed.items()})
+    timings["compacted"] = interleave(sides(), repeats)
     return {
         "rows": rows,
         "upserts": upserts,
         "rows_per_upsert": per_upsert,
         "repeats": repeats,
-        "counts": counts,
-        "build_s": build_s,
+        "counts": {s: b["count"] for s, b in built.items()},
+        "build_s": {s: b["build_s"] for s, b in built.items()},
         "compact_s": compact_s,
         "errors": errors,
         "seconds": {stage: {k: [round(x, 4) for x in v] for k, v in t.items()} for stage, t in timings.items()},
@@ -793,52 +1087,29 @@ def _history_model(commits: int) -> dict[str, Any]:
     }
 
 
-def _history(spark: Any, work: Path, settings: Any, systems: tuple[str, ...]) -> dict[str, Any]:
+def _history(hosts: dict[str, Any], spark: Any, work: Path) -> dict[str, Any]:
     commits = int(os.environ.get("BENCH_PEERS_SPARK_COMMITS") or pick(150, 1000))
     if commits < 100:
         raise ValueError("workload 4 needs at least 100 commits (the change feed reads the last 100 versions)")
     repeats = pick(3, 5)
     model = _history_model(commits)
-    tables: dict[str, _ReadTable] = {}
-    heads: dict[str, int] = {}
-    errors: dict[str, str] = {}
-    build_s: dict[str, float] = {}
-    found: dict[str, Any] = {}
-    for system in systems:
-        try:
-            started = time.perf_counter()
-            table = _ReadTable(system, spark, work, settings, "history", cdf=True)
-            for i in range(commits):
-                if i % 10 == 9:
-                    low = (i - 5) * HISTORY_ROWS
-                    table.update(f"'u{i}'", f"id >= {low} AND id < {low + HISTORY_ROWS}")
-                else:
-                    table.load(_frame(spark, i * HISTORY_ROWS, HISTORY_ROWS, f"c{i}"))
-            build_s[system] = round(time.perf_counter() - started, 1)
-            head = heads[system] = table.head()
-            feed = table.changes(head - 99, head)
-            found[system] = {
-                "head": head,
-                "travel_rows": table.read_at(head - 50).count(),
-                "changes": {r[0]: int(r[1]) for r in feed.groupBy("_change_type").count().collect()},
-                "versions": feed.select("_commit_version").distinct().count(),
-            }
-            tables[system] = table
-        except Exception as exc:
-            errors[system] = f"{type(exc).__name__}: {str(exc)[:1500]}"
+    built, errors = _each(hosts, "history_build", commits)
     sides: dict[str, Any] = {}
-    for system, table in tables.items():
-        head = heads[system]
-        sides[f"{system} travel"] = lambda _r, t=table, h=head: _noop(t.read_at(h - 50))
-        sides[f"{system} changes"] = lambda _r, t=table, h=head: _noop(t.changes(h - 99, h))
+    for system, b in built.items():
+        host, head = hosts[system], b["head"]
+        sides[f"{system} travel"] = lambda _r, h=host, s=system, v=head: h.call("time", s, "history", "travel", v - 50)
+        sides[f"{system} changes"] = lambda _r, h=host, s=system, v=head: h.call(
+            "time", s, "history", "changes", v - 99, v
+        )
     load_before = [round(x, 2) for x in os.getloadavg()]
     timings = interleave(sides, repeats) if sides else {}
+    found = {s: b["found"] for s, b in built.items()}
     return {
         "load_average_at_reads": [load_before, [round(x, 2) for x in os.getloadavg()]],
         "commits": commits,
         "rows_per_commit": HISTORY_ROWS,
         "repeats": repeats,
-        "build_s": build_s,
+        "build_s": {s: b["build_s"] for s, b in built.items()},
         "model": model,
         "found": found,
         "model_holds": {s: {k: f[k] == model[k] for k in model} for s, f in found.items()},
@@ -883,6 +1154,17 @@ PARTITIONS = ("0", "1", "2", "3")
 _DELTA_CONFLICT = re.compile(
     r"Concurrent\w*Exception|MetadataChangedException|ProtocolChangedException|DELTA_CONCURRENT_\w+"
 )
+# Iceberg: a commit that lost its race past the table's retries, or a validation against a concurrent commit
+# (serializable isolation, the default of its MERGE, UPDATE and DELETE; a rewrite whose files changed).
+# Named with the message's first words (letters only: no file names or ids), which tell its kinds apart.
+_ICEBERG_CONFLICT = re.compile(r"(CommitFailedException|ValidationException):?\s*([A-Za-z ,]{0,48})")
+# Iceberg's changelog types in Delta's change feed's terms.
+_ICEBERG_CHANGES = {
+    "INSERT": "insert",
+    "DELETE": "delete",
+    "UPDATE_BEFORE": "update_preimage",
+    "UPDATE_AFTER": "update_postimage",
+}
 
 
 def _conflict(system: str, exc: BaseException) -> str | None:
@@ -891,6 +1173,9 @@ def _conflict(system: str, exc: BaseException) -> str | None:
         from ordo.kernel.errors import CommitConflictError
 
         return (getattr(exc, "reason", None) or "conflict") if isinstance(exc, CommitConflictError) else None
+    if system == "iceberg":
+        found = _ICEBERG_CONFLICT.search(str(exc))
+        return f"{found[1]}: {found[2].strip()}".rstrip(": ") if found else None
     match = _DELTA_CONFLICT.search(str(exc))
     return match.group(0) if match else None
 
@@ -901,6 +1186,7 @@ class _Job:
 
     def __init__(self) -> None:
         self.done = self.retries = self.failed = self.cut = 0
+        self.idle = 0  # table-service rounds of a partition that found nothing to rewrite (no commit)
         self.until = float("inf")  # the run's deadline (monotonic): no retry starts after it
         self.conflicts: dict[str, int] = {}
         self.errors: list[str] = []
@@ -934,6 +1220,7 @@ class _Job:
             "retried": self.retries,
             "failed": self.failed,
             "cut_by_the_end": self.cut,
+            "nothing_to_do": self.idle,
             "conflicts": self.conflicts,
             "errors": self.errors[:3],
         }
@@ -944,17 +1231,12 @@ class _Job:
         return out
 
 
-def _seeds(spark: Any, work: Path, settings: Any, systems: tuple[str, ...]) -> dict[str, Any]:
+def _seeds(hosts: dict[str, Any], spark: Any, work: Path) -> dict[str, Any]:
     seconds = float(os.environ.get("BENCH_PEERS_SPARK_SEEDS_SECONDS") or pick(60.0, 300.0))
-    runs: dict[str, Any] = {}
-    errors: dict[str, str] = {}
-    for system in systems:
-        try:
-            runs[system] = _seeds_run(system, spark, work, settings, seconds)
-            for step, why in runs[system].get("errors_at_end", {}).items():
-                errors[f"{system}, {step} at the end"] = why
-        except Exception as exc:
-            errors[system] = f"{type(exc).__name__}: {str(exc)[:1500]}"
+    runs, errors = _each(hosts, "seeds", seconds)
+    for system, found in runs.items():
+        for step, why in found.get("errors_at_end", {}).items():
+            errors[f"{system}, {step} at the end"] = why
     return {
         "seconds": seconds,
         "base_rows": SEEDS_BASE,
@@ -1039,8 +1321,10 @@ def _seeds_run(system: str, spark: Any, work: Path, settings: Any, seconds: floa
                     break
                 # OPTIMIZE is not retried: the next round compacts the partition again (counted as failed).
                 try:
-                    table.compact_partition(partition)
-                    job.done += 1
+                    if table.compact_partition(partition):
+                        job.done += 1
+                    else:
+                        job.idle += 1
                 except Exception as exc:
                     name = _conflict(system, exc)
                     if name is None:
@@ -1228,3 +1512,9 @@ def _seeds_results(found: dict[str, Any], versions: dict[str, str]) -> list[Resu
 
 
 RESULTS_OF = {"seeds": _seeds_results, "reads": _read_results, "history": _history_results}
+
+
+if __name__ == "__main__":  # the Iceberg child (_Child): python -m bench.peers_spark --child WORK
+    if len(sys.argv) != 3 or sys.argv[1] != "--child":
+        raise SystemExit("usage: python -m bench.peers_spark --child WORK (run by python -m bench peers-spark)")
+    _child(Path(sys.argv[2]))
