@@ -876,20 +876,9 @@ class _ReadTable:
         return self.name.removeprefix("ice.")
 
     def _snapshots(self) -> list[int]:
-        """Iceberg: the snapshot ids from the first to the current one (the current one's ancestors in order);
-        snapshot ``k`` is version ``k`` (version 0, the empty table, has none), as Delta numbers its commits."""
+        """Iceberg: the snapshot ids from the first to the current one; snapshot ``k`` is version ``k``."""
         rows = self.spark.sql(f"SELECT snapshot_id, parent_id FROM {self.name}.snapshots").collect()
-        parent = {int(r[0]): (None if r[1] is None else int(r[1])) for r in rows}
-        children = set(parent.values())
-        heads = [s for s in parent if s not in children]
-        if len(heads) > 1:
-            raise RuntimeError(f"{self.name}: {len(heads)} snapshots have no child (rolled back?)")
-        chain = []
-        snapshot = heads[0] if heads else None
-        while snapshot is not None:
-            chain.append(snapshot)
-            snapshot = parent.get(snapshot)
-        return chain[::-1]
+        return snapshot_chain([(r[0], r[1]) for r in rows])
 
     def _sql_name(self) -> str:
         if self.system == "iceberg":
@@ -981,6 +970,29 @@ class _ReadTable:
         if self.system == "delta":
             return self.spark.read.format("delta").load(self.path)
         return self.spark.table(self.name)
+
+
+def snapshot_chain(snapshots: list[tuple[int, int | None]]) -> list[int]:
+    """Iceberg's (snapshot id, parent id) pairs as the line from the first snapshot to the current one: snapshot
+    ``k`` of it is version ``k``, as Delta numbers the commits after a table's creation (version 0, the empty
+    table, has no snapshot). The history must be one line (no rollback, nothing expired): else ValueError."""
+    parent = {int(s): (None if p is None else int(p)) for s, p in snapshots}
+    children = set(parent.values())
+    heads = [s for s in parent if s not in children]
+    if len(heads) > 1 or (parent and not heads):
+        raise ValueError(f"the snapshots are not one line ({len(heads)} without a child)")
+    chain: list[int] = []
+    snapshot = heads[0] if heads else None
+    while snapshot is not None:
+        if snapshot not in parent:
+            raise ValueError(f"snapshot {snapshot}, a parent, is gone (expired?)")
+        if len(chain) > len(parent):
+            raise ValueError("the snapshots' parents make a cycle")
+        chain.append(snapshot)
+        snapshot = parent.get(snapshot)
+    if len(chain) != len(parent):
+        raise ValueError(f"{len(parent) - len(chain)} snapshots are not ancestors of the current one")
+    return chain[::-1]
 
 
 def _frame(spark: Any, start: int, count: int, tag: str) -> Any:

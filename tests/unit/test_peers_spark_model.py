@@ -42,3 +42,31 @@ def test_history_model_counts() -> None:
     assert model["travel_rows"] == 90 * 10  # 100 commits up to version N-50, 10 of them updates
     assert model["changes"] == {"insert": 900, "update_preimage": 100, "update_postimage": 100}
     assert model["versions"] == 100
+
+
+def test_iceberg_snapshots_in_version_order() -> None:
+    from bench.peers_spark import snapshot_chain
+
+    assert snapshot_chain([(30, 20), (10, None), (20, 10)]) == [10, 20, 30]
+    assert snapshot_chain([]) == []
+    with pytest.raises(ValueError, match="one line"):
+        snapshot_chain([(10, None), (20, 10), (30, 10)])  # a rollback left a branch
+    with pytest.raises(ValueError):
+        snapshot_chain([(10, 20), (20, 10)])  # a cycle: no head
+    with pytest.raises(ValueError, match="not ancestors"):
+        snapshot_chain([(20, 10), (10, None), (30, 99), (99, 30)])
+    with pytest.raises(ValueError, match="gone"):
+        snapshot_chain([(30, 20), (20, 10)])  # 10 expired
+
+
+def test_iceberg_conflicts_named_without_paths() -> None:
+    from bench.peers_spark import _conflict
+
+    text = "org.apache.iceberg.exceptions.ValidationException: Found conflicting files that can contain records "
+    assert _conflict("iceberg", RuntimeError(text + 'matching ref(name="p"): [/tmp/a.parquet]')) == (
+        "ValidationException: Found conflicting files that can contain records"
+    )
+    assert _conflict("iceberg", RuntimeError("CommitFailedException: Cannot commit ice.db.t")) == (
+        "CommitFailedException: Cannot commit ice"
+    )
+    assert _conflict("iceberg", RuntimeError("AnalysisException: no such table")) is None
