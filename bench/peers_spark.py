@@ -299,7 +299,7 @@ def _op_probe(ctx: _Context) -> str | None:
         import pyspark
 
         text = str(exc).strip().splitlines()
-        return f"Iceberg runtime cannot run on Spark {pyspark.__version__}: {' '.join(text[:3])[:600]}"
+        return f"Iceberg's probe failed on Spark {pyspark.__version__}: {' '.join(text[:3])[:600]}"
 
 
 def _op_commits(ctx: _Context, system: str, writers: int, shared: bool, duration: float) -> dict[str, Any]:
@@ -454,6 +454,7 @@ def _child(work: Path) -> None:
     """The child's loop: a session with Iceberg only, then one operation per line of stdin."""
     import json
 
+    work.mkdir(parents=True, exist_ok=True)  # its catalog's SQLite file goes here
     ctx = _Context(_session(work, ("iceberg",)), work, None)
     try:
         for line in sys.stdin:
@@ -534,6 +535,7 @@ def run() -> list[Result]:
             from importlib import metadata
 
             iceberg, iceberg_error, iceberg_versions = _iceberg_host(local, work)
+            print(f"peers-spark: Iceberg {iceberg_versions or iceberg_error}", flush=True)
             versions = {
                 "spark": pyspark.__version__,
                 "delta-spark": metadata.version("delta-spark"),
