@@ -192,6 +192,8 @@ def evolved_metadata(
     """
     from ordo.schemas.models import parse_ddl, split_top_level
 
+    if not (merge or replace):
+        return None  # a plain write: ``conform`` names every mismatch (a column differing in case included)
     parts = [p.strip() for p in split_top_level(current.schema)]
     columns = parse_ddl(current.schema)
     by_name = {c.name: (c, text) for c, text in zip(columns, parts, strict=True)}
