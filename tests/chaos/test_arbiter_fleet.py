@@ -94,7 +94,10 @@ class Writers:
 def first_decision_after_kill(client: CommitClient, tables: set[str], tag: str, killed_at: float) -> list[float]:
     """Commit one intent to each table at once; the seconds from the kill to each one's decision."""
     decided: dict[str, float] = {}
-    futures = {t: client.submit(insert_intent(t, f"probe-{tag}-{t}", "probe")) for t in sorted(tables)}
+    # The handover's time is a figure (bench/fleet.py measures it; it is reported here too), not this test's
+    # check: on Apache Kafka a handover right after the cluster starts has taken over 30 s (CI, twice), so the
+    # probe waits as long as the writers do, and the test checks what it is for: each intent decided once.
+    futures = {t: client.submit(insert_intent(t, f"probe-{tag}-{t}", "probe"), timeout=110) for t in sorted(tables)}
     for table, future in futures.items():
         future.add_done_callback(lambda _, table=table: decided.setdefault(table, time.monotonic()))
     for future in futures.values():
