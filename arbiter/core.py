@@ -611,15 +611,12 @@ def _check_alter(state: TableState, intent: CommitIntent) -> TableMetadata:
         new_columns = parse_ddl(new.schema)
     except ValueError as exc:
         raise _Reject(Reason.INVALID_METADATA, f"ALTER_TABLE schema: {exc}") from None
-    for i, column in enumerate(old_columns):
-        if i >= len(new_columns) or new_columns[i] != column:
-            found = f"{new_columns[i].name} {new_columns[i].type}" if i < len(new_columns) else "nothing"
-            raise _Reject(
-                Reason.UNSUPPORTED_ALTER,
-                f"column {i + 1} is {column.name[:200]!r} {column.type[:200]} but the new schema has {found[:400]}: "
-                "dropping, renaming, reordering or retyping columns is not supported (ALTER_TABLE only adds columns)",
-            )
-    _check_added_columns(old_columns, new_columns)
+    _check_appended(
+        old_columns,
+        new_columns,
+        "the new schema",
+        "dropping, renaming, reordering or retyping columns is not supported (ALTER_TABLE only adds columns)",
+    )
     for key in old.properties:
         if key not in new.properties:
             raise _Reject(Reason.UNSUPPORTED_ALTER, f"unsetting property {key[:200]!r} is not supported")
@@ -677,17 +674,28 @@ def _check_schema_change(
     if scope is None and intent.operation in _TRUNCATES:  # overwriteSchema: every live file is removed
         _check_replaced_schema(old, new, old_columns, new_columns)
     else:
-        for i, column in enumerate(old_columns):
-            if i >= len(new_columns) or new_columns[i] != column:
-                found = f"{new_columns[i].name} {new_columns[i].type}" if i < len(new_columns) else "nothing"
-                raise _Reject(
-                    Reason.UNSUPPORTED_ALTER,
-                    f"column {i + 1} is {column.name[:200]!r} {column.type[:200]} but the write's schema has "
-                    f"{found[:400]}: a write that keeps files (INSERT INTO, a partial INSERT OVERWRITE) only adds "
-                    "columns; a new schema needs an INSERT OVERWRITE of the whole table",
-                )
-        _check_added_columns(old_columns, new_columns)
+        _check_appended(
+            old_columns,
+            new_columns,
+            "the write's schema",
+            "a write that keeps files (INSERT INTO, a partial INSERT OVERWRITE) only adds columns; a new schema "
+            "needs an INSERT OVERWRITE of the whole table",
+        )
     return new
+
+
+def _check_appended(
+    old_columns: tuple[DdlColumn, ...], new_columns: tuple[DdlColumn, ...], schema: str, rule: str
+) -> None:
+    """The new columns keep every old one as it is, in order, then add valid ones (ALTER_TABLE, mergeSchema)."""
+    for i, column in enumerate(old_columns):
+        if i >= len(new_columns) or new_columns[i] != column:
+            found = f"{new_columns[i].name} {new_columns[i].type}" if i < len(new_columns) else "nothing"
+            raise _Reject(
+                Reason.UNSUPPORTED_ALTER,
+                f"column {i + 1} is {column.name[:200]!r} {column.type[:200]} but {schema} has {found[:400]}: {rule}",
+            )
+    _check_added_columns(old_columns, new_columns)
 
 
 def _check_replaced_schema(
