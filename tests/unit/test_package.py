@@ -161,3 +161,18 @@ def test_a_checkout_binds_the_old_names_to_the_same_modules() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == [True, True, ["import consumer", "import producer"]]
+
+
+def test_the_entry_point_lists_every_public_name_of_the_writer_side_and_the_errors() -> None:
+    """``ordo._EXPORTS`` is written out (so ``import ordo`` imports nothing); it must not drift from the modules."""
+    import importlib
+
+    by_module: dict[str, set[str]] = {}
+    for name, module in ordo._EXPORTS.items():
+        by_module.setdefault(module, set()).add(name)
+    for module, names in by_module.items():
+        public = set(getattr(importlib.import_module(module), "__all__", names))
+        assert names <= public, f"ordo exports {sorted(names - public)} that {module} does not"
+    for module in ("ordo.producer", "ordo.errors"):
+        missing = set(importlib.import_module(module).__all__) - by_module[module]
+        assert not missing, f"{module} has public names ordo does not export: {sorted(missing)}"
