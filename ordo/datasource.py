@@ -1180,7 +1180,6 @@ def create_for_write(name: str, schema: StructType, options: Mapping[str, str], 
     concurrent creator winning the race is fine: the write goes to its table (and fails on its schema if it
     differs).
     """
-    from ordo.consumer import Catalog
     from ordo.producer.connection import shared_connection
     from ordo.producer.handle import table_metadata
     from ordo.producer.results import conflict_error
@@ -1198,8 +1197,8 @@ def create_for_write(name: str, schema: StructType, options: Mapping[str, str], 
         metadata=metadata,
         writer=f"ordo-datasource/{name}",
     )
-    decision = shared_connection(settings).client.commit(intent, timeout=wait)
+    connection = shared_connection(settings)  # the one the write's commit uses next
+    decision = connection.client.commit(intent, timeout=wait)
     if not decision.accepted and decision.reason != Reason.TABLE_EXISTS:
         raise conflict_error(decision, f"CREATE TABLE {name} (for a write to a table that did not exist)")
-    with Catalog(settings.catalog) as catalog:
-        catalog.wait_for_version(name, 0, timeout=wait)
+    connection.catalog.wait_for_version(name, 0, timeout=wait)
