@@ -24,7 +24,7 @@ def main(work: Path) -> None:
     from ordo.spark import local_spark_session
 
     config = {
-        **spark_config(iceberg=False),
+        **spark_config(("delta",)),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.databricks.delta.snapshotPartitions": "2",
