@@ -120,7 +120,7 @@ class Ownership:
     def owns(self, table: str) -> bool:
         """True when this arbiter should decide ``table``."""
         if self.membership is not None:
-            return table in self.membership.owned and table not in self.lost
+            return self.membership.holds(table) and table not in self.lost
         if self.group is not None:
             return False  # a fleet member before it joined
         return shard_of(table, self.shard[1]) == self.shard[0]

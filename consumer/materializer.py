@@ -214,7 +214,7 @@ class Materializer:
     def _owns(self, table: str) -> bool:
         """True when this consumer serves ``table``: its group assigned it, or it is in this consumer's shard."""
         if self._membership is not None:
-            return table in self._membership.owned
+            return self._membership.holds(table)
         return zlib.crc32(table.encode()) % self._shard[1] == self._shard[0]
 
     def _consumer_config(self) -> dict[str, Any]:

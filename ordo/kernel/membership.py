@@ -7,12 +7,21 @@ once. Its assignment is the set of tables the process owns; the process reads
 the topics with its own ``assign()``-based consumers, from the offsets its own
 store keeps. Group offsets are never committed.
 
-``poll()`` serves the group (rebalance callbacks run inside it) and returns
+A thread of the membership's own serves the group: rebalance callbacks run
+there, and a member rejoins a rebalance within a fraction of a second however
+long its caller is busy (a table's load, a transaction). ``poll()`` returns
 what changed since the last call, so the caller acts on it between its own
 batches. A table revoked or lost may be owned by another member before the
 caller has stopped following it: what the two do meanwhile must be safe on
 its own (the consumer's catalog transactions adopt a newer stored offset; the
 arbiter's per-table transactional ids fence).
+
+Why a thread: the classic group protocol's rebalance timeout is the client's
+``max.poll.interval.ms``, and a member killed while a rebalance is under way
+holds the whole group (every table of every member) until it expires. Served
+by a thread, the interval can be short (``DEFAULT_MAX_POLL_INTERVAL_MS``); a
+process whose caller stops calling ``poll()`` for ``stall_limit`` seconds
+(hung, not busy) is no longer served and leaves the group one interval later.
 
 Imports ``confluent_kafka`` (lazily) and nothing of ours but ``schemas.errors``.
 """
@@ -33,8 +42,13 @@ log = logging.getLogger("ordo.membership")
 # A killed member's tables move after this (6 s: Kafka's default group.min.session.timeout.ms).
 DEFAULT_SESSION_TIMEOUT_MS = 6000
 DEFAULT_HEARTBEAT_INTERVAL_MS = 1000
-# The longest a member may go without serving the group (and the rebalance timeout: see the config below).
-DEFAULT_MAX_POLL_INTERVAL_MS = 60_000
+# The classic protocol's rebalance timeout (librdkafka sends max.poll.interval.ms): how long a rebalance waits for a
+# member that stopped answering. The serving thread answers in SERVE_WAIT_S; librdkafka needs it >= the session.
+DEFAULT_MAX_POLL_INTERVAL_MS = 10_000
+# A caller that has not called poll() for this long is taken for hung: its tables go to the others.
+DEFAULT_STALL_LIMIT_S = 300.0
+SERVE_WAIT_S = 0.2
+RESUME_WAIT_S = 5.0  # poll() after a stall waits this long at most for the group to be served once more
 
 
 class MembershipError(OrdoError):
@@ -62,68 +76,128 @@ class GroupMembership:
         group: str,
         pattern: str,
         table_of: Callable[[str], str | None],
+        *,
+        stall_limit: float = DEFAULT_STALL_LIMIT_S,
     ) -> None:
         """``config`` is the librdkafka base (servers, security, ``session.timeout.ms`` to tune the handover)."""
         self.group = group
         self.pattern = pattern
+        self.stall_limit = stall_limit
         self._table_of = table_of
+        session = int(config.get("session.timeout.ms", DEFAULT_SESSION_TIMEOUT_MS))
         self._config = {
             "session.timeout.ms": DEFAULT_SESSION_TIMEOUT_MS,
             "heartbeat.interval.ms": DEFAULT_HEARTBEAT_INTERVAL_MS,
+            # The rebalance timeout (the module's docstring); librdkafka refuses one below the session timeout.
+            "max.poll.interval.ms": max(DEFAULT_MAX_POLL_INTERVAL_MS, session),
             **config,
             "group.id": group,
             "partition.assignment.strategy": "cooperative-sticky",
             "enable.auto.commit": False,  # the caller's store keeps progress, never the group
             "enable.auto.offset.store": False,
-            # Also the classic protocol's rebalance timeout: a member killed while a rebalance is under way is
-            # removed only after it, not after the session timeout, and every table waits meanwhile. At
-            # librdkafka's 300 s a killed arbiter's tables stayed unowned for minutes on Apache Kafka
-            # (tests/chaos/test_arbiter_fleet.py, about 1 run in 3); ordo's members poll far more often.
-            "max.poll.interval.ms": DEFAULT_MAX_POLL_INTERVAL_MS,
             "topic.metadata.refresh.interval.ms": 1000,  # new topics join the pattern within about a second
             "allow.auto.create.topics": False,
         }
         self._consumer: Any = None
         self._lock = threading.Lock()
         self._pending = Changes()
-        self.owned: set[str] = set()
-        self.assigned_once = False
+        self._owned: set[str] = set()
+        self._assigned = threading.Event()
+        self._closing = threading.Event()
+        self._server: threading.Thread | None = None
+        self._stalled = threading.Event()  # the caller stopped calling poll(): the group is not served
+        self._served = threading.Event()  # set after each round of serving
+        self._asked = time.monotonic()  # when the caller last called poll()
         self.rebalances = 0
 
+    @property
+    def owned(self) -> frozenset[str]:
+        """The tables the group assigns this member now."""
+        with self._lock:
+            return frozenset(self._owned)
+
+    def holds(self, table: str) -> bool:
+        """True when the group assigns ``table`` to this member now (cheaper than ``owned`` for one table)."""
+        return table in self._owned
+
+    @property
+    def assigned_once(self) -> bool:
+        """True once the group gave this member its first assignment (maybe empty)."""
+        return self._assigned.is_set()
+
     def join(self, *, wait: bool, timeout: float = 120.0, stop: threading.Event | None = None) -> None:
-        """Subscribe; with ``wait``, serve the group until its first assignment (Tansu: seconds)."""
+        """Subscribe and start serving the group; with ``wait``, return at its first assignment (Tansu: seconds)."""
         from confluent_kafka import Consumer
 
         self._consumer = Consumer(self._config)
         self._consumer.subscribe(
             [self.pattern], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
         )
+        self._asked = time.monotonic()
+        self._server = threading.Thread(target=self._serve, name=f"membership-{self.group}", daemon=True)
+        self._server.start()
         if not wait:
             return
         deadline = time.monotonic() + timeout
-        while not self.assigned_once:
+        while not self._assigned.wait(0.1):
             if stop is not None and stop.is_set():
                 return
             if time.monotonic() > deadline:
+                self.close()
                 raise MembershipError(f"no assignment from consumer group {self.group!r} within {timeout:g} s")
-            self._consumer.poll(0.1)
 
     def poll(self) -> Changes:
-        """Serve the group (heartbeats run in librdkafka's threads; callbacks here) and return what changed."""
-        if self._consumer is not None:
-            self._consumer.poll(0)
+        """What the group changed since the last call (the serving thread applied it to ``owned`` already).
+
+        After a stall (the caller did not call this for ``stall_limit`` seconds) the serving thread first serves
+        the group once more, so what the group did meanwhile (most likely: this member's tables lost) is in the
+        answer, never seen a call late.
+        """
+        self._asked = time.monotonic()
+        if self._stalled.is_set() and self._server is not None:
+            self._served.clear()
+            self._served.wait(RESUME_WAIT_S)
         with self._lock:
             changes, self._pending = self._pending, Changes()
         return changes
 
     def close(self) -> None:
         """Leave the group: the other members take this one's tables at once."""
+        self._closing.set()
+        if self._server is not None:
+            self._server.join()
+            self._server = None
         if self._consumer is not None:
             try:
                 self._consumer.close()
             except Exception:  # leaving is best effort; the session timeout does it otherwise
                 log.debug("closing the membership consumer of %s failed", self.group, exc_info=True)
             self._consumer = None
+
+    def _serve(self) -> None:
+        """The serving thread: answer the group (rebalances, callbacks) while the caller is alive."""
+        while not self._closing.is_set():
+            idle = time.monotonic() - self._asked
+            if idle > self.stall_limit:
+                if not self._stalled.is_set():
+                    log.error(
+                        "group %s: the process has not served its tables for %.0f s; leaving them to the others",
+                        self.group,
+                        idle,
+                    )
+                    self._stalled.set()
+                self._closing.wait(SERVE_WAIT_S)  # librdkafka leaves the group one max.poll.interval.ms later
+                continue
+            try:
+                self._consumer.poll(SERVE_WAIT_S)
+                if self._stalled.is_set():
+                    # Back from a stall: a left group's "lost" waits in the queue; one more poll serves it.
+                    self._consumer.poll(SERVE_WAIT_S)
+            except Exception:  # a callback's or the client's error must not end the serving
+                log.exception("group %s: serving the group failed; retrying", self.group)
+                self._closing.wait(SERVE_WAIT_S)
+            self._stalled.clear()
+            self._served.set()
 
     def _tables(self, partitions: list[Any]) -> set[str]:
         names = set()
@@ -134,23 +208,23 @@ class GroupMembership:
         return names
 
     def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
-        self.assigned_once = True
         if partitions:
             consumer.pause(partitions)  # membership only: never fetch
         names = self._tables(partitions)
         with self._lock:
             self.rebalances += 1
-            self.owned |= names
+            self._owned |= names
             self._pending.assigned |= names
             self._pending.revoked -= names
             self._pending.lost -= names
+        self._assigned.set()
         if names:
             log.info("group %s assigned table(s) %s", self.group, ", ".join(sorted(names)))
 
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
         names = self._tables(partitions)
         with self._lock:
-            self.owned -= names
+            self._owned -= names
             self._pending.revoked |= names
             self._pending.assigned -= names
         if names:
@@ -159,7 +233,7 @@ class GroupMembership:
     def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
         names = self._tables(partitions)
         with self._lock:
-            self.owned -= names
+            self._owned -= names
             self._pending.lost |= names
             self._pending.assigned -= names
         if names:

@@ -1,0 +1,85 @@
+"""``ordo.kernel.membership.GroupMembership`` on a real broker: the group is served while the caller is busy, and
+left when the caller hangs.
+
+The classic protocol's rebalance needs every member's answer (its callbacks
+run inside a poll): a member whose caller is busy for a minute (a table's
+load, a long transaction) used to hold every table of the group for as long.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from ordo.kernel.membership import GroupMembership
+from ordo.kernel.settings import Settings
+
+TABLES = [f"m{i}" for i in range(6)]
+
+
+@pytest.fixture
+def members(settings: Settings) -> Iterator[Callable[..., GroupMembership]]:
+    """Members of one group over six fresh one-partition topics ``<prefix>.m0`` .. ``m5``."""
+    prefix = settings.topic_prefix
+    admin = AdminClient(settings.kafka_config())
+    for future in admin.create_topics([NewTopic(f"{prefix}.{t}", 1, 1) for t in TABLES]).values():
+        future.result(30)
+    made: list[GroupMembership] = []
+
+    def member(**options: float) -> GroupMembership:
+        def table_of(topic: str) -> str | None:
+            return topic.removeprefix(f"{prefix}.") if topic.startswith(f"{prefix}.") else None
+
+        config = settings.kafka_config(**{"client.id": f"{prefix}.membership-test"})
+        joined = GroupMembership(config, f"{prefix}.group", rf"^{prefix}\.m.*", table_of, **options)
+        joined.join(wait=False)
+        made.append(joined)
+        return joined
+
+    yield member
+    for joined in made:
+        joined.close()
+
+
+def wait_until(check: Callable[[], bool], timeout: float, serve: tuple[GroupMembership, ...] = ()) -> float:
+    """Seconds until ``check()`` holds (``serve``'s callers call ``poll()`` meanwhile); fails after ``timeout``."""
+    start = time.monotonic()
+    while not check():
+        assert time.monotonic() - start < timeout, "the group did not settle in time"
+        for member in serve:
+            member.poll()
+        time.sleep(0.1)
+    return time.monotonic() - start
+
+
+def test_a_busy_member_still_answers_a_rebalance(members: Callable[..., GroupMembership]) -> None:
+    """A joins and holds every table; its caller then never calls ``poll()`` while B joins: B still gets its share
+    within one rebalance, not after A's caller comes back."""
+    first = members()
+    wait_until(lambda: first.owned == set(TABLES), 60, serve=(first,))
+    second = members()  # first's caller is "busy" from here on: no poll()
+    took = wait_until(lambda: bool(second.owned) and not first.owned & second.owned, 30, serve=(second,))
+    wait_until(lambda: first.owned | second.owned == set(TABLES), 30, serve=(second,))
+    assert took < 30
+    changes = first.poll()  # what the caller learns when it comes back: what it gave up
+    assert changes.revoked == set(TABLES) - first.owned
+    assert not changes.lost
+
+
+def test_a_hung_member_leaves_its_tables_to_the_others(members: Callable[..., GroupMembership]) -> None:
+    """A's caller stops calling ``poll()`` for longer than its stall limit: A stops serving, the group drops it one
+    rebalance timeout later and B takes every table; when A's caller comes back, A learns it lost its tables and
+    rejoins."""
+    first = members(stall_limit=3.0)
+    second = members()
+    wait_until(lambda: bool(first.owned) and bool(second.owned), 60, serve=(first, second))
+    held = first.owned
+    wait_until(lambda: second.owned == set(TABLES), 60, serve=(second,))  # first's caller hangs
+    changes = first.poll()
+    assert held <= changes.lost | changes.revoked, (held, changes)
+    assert not first.owned
+    wait_until(lambda: bool(first.owned), 60, serve=(first, second))  # served again: back in the group
+    assert not first.owned & second.owned
