@@ -45,6 +45,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ordo.consumer.errors import DataFileError
+from ordo.schemas.buckets import bucket_of_text
 from ordo.schemas.models import parse_ddl, split_top_level
 from ordo.schemas.operations import (
     OP_COLUMN,
@@ -648,13 +649,18 @@ def key_lookup(shape: TableShape, values: Sequence[Any]) -> Any:
         return None
 
 
-def files_with_keys(refs: Sequence[FileRef], shape: TableShape, keys: Any) -> list[FileRef]:
-    """Of ``refs``, the files whose key range (``min_key``/``max_key``) may hold one of ``keys`` (``key_lookup``'s
-    table): every record of a key is in such a file, so merging only those gives the keys' rows."""
+def files_with_keys(refs: Sequence[FileRef], shape: TableShape, keys: Any, buckets: int = 1) -> list[FileRef]:
+    """Of ``refs``, the files that may hold one of ``keys`` (``key_lookup``'s table): in a bucket of theirs (a table
+    of ``buckets`` > 1) and with a key range (``min_key``/``max_key``) that may hold one. Every record of a key is
+    in such a file, so merging only those gives the keys' rows."""
     ranges = _KeyRanges(shape)
     values = keys.column(0).to_pylist()
+    # A one-column integer or string key's canonical text is its decimal or itself (producer.buckets).
+    wanted = {bucket_of_text(str(v), buckets) for v in values} if buckets > 1 else None
     found = []
     for ref in refs:
+        if wanted is not None and ref.bucket not in wanted:
+            continue
         bounds = ranges.bounds(ref)
         if bounds is None or any(bounds[0][0] <= v <= bounds[1][0] for v in values):
             found.append(ref)

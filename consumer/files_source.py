@@ -34,15 +34,16 @@ def arrow_schema(schema: StructType) -> Any:
 
 
 def groups_option(
-    bins: Sequence[Sequence[Sequence[Any]]], primary_key: Sequence[str], partitions: Sequence[str]
+    bins: Sequence[Sequence[Sequence[Any]]], primary_key: Sequence[str], partitions: Sequence[str], buckets: int = 1
 ) -> str:
-    """The ``groups`` option: tasks of groups of ``FileRef`` (as JSON), key and partition columns."""
+    """The ``groups`` option: tasks of groups of ``FileRef`` (as JSON), key and partition columns, bucket count."""
     from dataclasses import asdict
 
     return json.dumps(
         {
             "primary_key": list(primary_key),
             "partition_columns": list(partitions),
+            "buckets": buckets,
             "bins": [[[asdict(ref) for ref in group] for group in task] for task in bins],
         },
         separators=(",", ":"),
@@ -84,7 +85,8 @@ class FilesReader(DataSourceReader):
     """One input partition per task; each task merges its (partition, bucket) groups one at a time.
 
     A filter ``key = v`` or ``key IN (...)`` on a one-column primary key (``pushFilters``) keeps only the files
-    whose key range may hold those keys and reads only their rows (a point read no longer merges the table);
+    of those keys' buckets whose key range may hold them, and reads only their rows (a point read no longer
+    merges the table);
     Spark still applies every filter.
     """
 
@@ -93,6 +95,7 @@ class FilesReader(DataSourceReader):
 
         self.shape = TableShape(arrow_schema(schema), tuple(spec["primary_key"]), tuple(spec["partition_columns"]))
         self.bins = [[tuple(FileRef(**ref) for ref in group) for group in task] for task in spec["bins"]]
+        self.buckets = int(spec.get("buckets", 1))
         self.keys: Any = None  # the key values a pushed filter asks for (a pyarrow table), or None: every key
 
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
@@ -104,7 +107,9 @@ class FilesReader(DataSourceReader):
                 keys = key_lookup(self.shape, [f.value] if isinstance(f, EqualTo) else list(f.value))
                 if keys is not None:
                     self.keys = keys
-                    kept = [[tuple(files_with_keys(g, self.shape, keys)) for g in task] for task in self.bins]
+                    kept = [
+                        [tuple(files_with_keys(g, self.shape, keys, self.buckets)) for g in task] for task in self.bins
+                    ]
                     self.bins = [[g for g in task if g] for task in kept if any(task)]
             yield f
 

@@ -44,6 +44,7 @@ from ordo.consumer.arrow import (  # the record and change-feed columns, declare
 )
 from ordo.consumer.catalog import Catalog, Timestamp
 from ordo.consumer.models import FileEntry, Snapshot
+from ordo.schemas.buckets import table_buckets
 from ordo.schemas.operations import ROW_ID_COLUMN
 
 if TYPE_CHECKING:
@@ -134,7 +135,7 @@ def _merge_by_bucket(spark: SparkSession, groups: list[list[FileEntry]], schema:
     tasks = max(1, min(len(groups), max(2 * parallelism, -(-total // TASK_BYTES))))
     bins = [[tuple(FileRef.of(f) for f in g) for g in b] for b in _bins(groups, tasks)]
     register(spark)
-    option = groups_option(bins, metadata.primary_key, metadata.partition_columns)
+    option = groups_option(bins, metadata.primary_key, metadata.partition_columns, table_buckets(metadata.properties))
     return spark.read.format(NAME).schema(schema).option("groups", option).load()
 
 

@@ -20,12 +20,19 @@ in every process, Python version and Spark version (tests check fixed vectors).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ordo.kernel.errors import OrdoError
-from ordo.schemas.buckets import BUCKETS_PROPERTY, MAX_BUCKETS, UNBUCKETED, table_buckets
+from ordo.schemas.buckets import (
+    BUCKETS_PROPERTY,
+    HEX_DIGITS,
+    MAX_BUCKETS,
+    SEPARATOR,
+    UNBUCKETED,
+    bucket_of_text,
+    table_buckets,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -33,8 +40,6 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 DEFAULT_BUCKETS = 4  # new tables whose key types all have a canonical text
-SEPARATOR = "\u001f"
-HEX_DIGITS = 15  # 60 bits: fits a signed bigint in Spark
 # Spark type names (simpleString) whose canonical text both engines give identically.
 BUCKETABLE_TYPES = frozenset({"tinyint", "smallint", "int", "bigint", "string", "boolean", "date", "timestamp"})
 
@@ -67,12 +72,6 @@ def choose_buckets(requested: Any, key_types: Sequence[str]) -> int:
 
 
 # --------------------------------------------------------------------------- Python / pyarrow
-
-
-def bucket_of_text(text: str, buckets: int) -> int:
-    """The bucket of a key given its canonical text."""
-    digest = hashlib.md5(text.encode("utf-8"), usedforsecurity=False).hexdigest()
-    return int(digest[:HEX_DIGITS], 16) % buckets
 
 
 def _column_text(column: Any) -> Any:

@@ -325,14 +325,16 @@ def test_merge_groups_are_packed_in_order_within_the_task_limits() -> None:
 
 
 def test_a_key_filter_reads_only_the_files_whose_key_range_may_hold_the_key(tmp_path: Path) -> None:
-    """``ordo_files`` (Spark's merge-on-read): ``id = k`` and ``id IN (...)`` pushed down keep only the files whose
-    key range may hold the keys and give exactly the merged rows of those keys (upserted, deleted, untouched);
-    a filter on another column, or a value of another type, prunes nothing."""
+    """``ordo_files`` (Spark's merge-on-read): ``id = k`` and ``id IN (...)`` pushed down keep only the files of the
+    keys' buckets whose key range may hold the keys, and give exactly the merged rows of those keys (upserted,
+    deleted, untouched); a filter on another column, or a value of another type, prunes nothing. Told no bucket
+    count (a plan from before it was passed), the key ranges alone prune, to the same rows."""
     from pyspark.sql.datasource import EqualTo, GreaterThan, In
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     from ordo.consumer.arrow import FileRef, by_bucket
     from ordo.consumer.files_source import FilesReader, groups_option
+    from ordo.schemas.buckets import bucket_of_text
 
     builder = Builder(tmp_path, "points")
     history(builder, partitions=2, commits=6)
@@ -344,26 +346,35 @@ def test_a_key_filter_reads_only_the_files_whose_key_range_may_hold_the_key(tmp_
     with Catalog(builder.catalog_path) as catalog:
         snapshot = catalog.snapshot(builder.name)
     groups = list(by_bucket([FileRef.of(f) for f in snapshot.files], ("dt",)).values())
-    option = groups_option([[tuple(g) for g in groups]], ("id",), ("dt",))
     schema = StructType(
         [StructField("id", LongType()), StructField("v", StringType()), StructField("dt", StringType())]
     )
 
-    def read(*filters: Any) -> tuple[list[tuple[Any, ...]], int]:
+    def read(*filters: Any, buckets: int = BUCKETS) -> tuple[list[tuple[Any, ...]], list[FileRef]]:
         import json
 
+        option = groups_option([[tuple(g) for g in groups]], ("id",), ("dt",), buckets)
         reader = FilesReader(schema, json.loads(option))
         assert list(reader.pushFilters(list(filters))) == list(filters)  # Spark still applies every filter
-        kept = sum(len(g) for task in reader.bins for g in task)
+        kept = [f for task in reader.bins for g in task for f in g]
         rows = [r for p in reader.partitions() for b in reader.read(p) for r in b.to_pylist()]
         return sorted((r["id"], r["v"], r["dt"]) for r in rows), kept
 
-    every, total = read()
+    every, all_files = read()
+    total = len(all_files)
     assert every == sorted(builder.rows.values())
+    assert {f.bucket for f in all_files} == set(range(BUCKETS))
+    pruned_more = False
     for wanted in ([1001], [1003], [1005], [1001, 1003, 2010, 5_000_000]):
-        rows, kept = read(EqualTo(("id",), wanted[0]) if len(wanted) == 1 else In(("id",), tuple(wanted)))
+        pushed = EqualTo(("id",), wanted[0]) if len(wanted) == 1 else In(("id",), tuple(wanted))
+        rows, kept = read(pushed)
         assert rows == sorted(builder.rows[k] for k in wanted if k in builder.rows)
-        assert kept < total / 3, f"{kept} of {total} files read for keys {wanted}"
-    assert read(EqualTo(("id",), "1001"))[1] == total  # a string for a BIGINT key: no pruning
-    assert read(GreaterThan(("id",), 1001))[1] == total
-    assert read(EqualTo(("v",), "new"))[1] == total
+        assert {f.bucket for f in kept} <= {bucket_of_text(str(k), BUCKETS) for k in wanted}
+        by_range_rows, by_range = read(pushed, buckets=1)
+        assert by_range_rows == rows
+        assert {f.path for f in kept} <= {f.path for f in by_range} and len(by_range) < total / 3
+        pruned_more |= len(kept) < len(by_range)
+    assert pruned_more, "the buckets pruned nothing the key ranges kept"
+    assert len(read(EqualTo(("id",), "1001"))[1]) == total  # a string for a BIGINT key: no pruning
+    assert len(read(GreaterThan(("id",), 1001))[1]) == total
+    assert len(read(EqualTo(("v",), "new"))[1]) == total
