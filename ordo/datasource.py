@@ -840,25 +840,35 @@ def _idempotent_write(options: Mapping[str, str]) -> tuple[str | None, int | Non
     return app_id, number
 
 
-def _check_write_schema(table: _Table, schema: StructType) -> Any:
-    """The arrow schema to write (table order); ``SchemaMismatchError`` when the rows' columns differ."""
+def _check_write_schema(table: _Table, schema: StructType) -> tuple[Any, list[str]]:
+    """The arrow schema to write (table order) and the table columns the rows lack that are written as nulls
+    (nullable, neither key nor partition column: Delta's rule); ``SchemaMismatchError`` when the rows' columns
+    differ otherwise."""
+    import pyarrow as pa
+
+    from ordo.consumer.arrow import arrow_type
     from ordo.consumer.files_source import arrow_schema
     from ordo.producer.data import SchemaMismatchError
+    from ordo.schemas.models import parse_ddl
 
-    wanted = ddl_columns(table.metadata.user_schema)  # a keyless table's row ids are the writer's
+    columns = parse_ddl(table.metadata.user_schema)  # a keyless table's row ids are the writer's
+    fixed = {*table.metadata.primary_key, *table.metadata.partition_columns}
     have = {f.name: f for f in schema.fields}
-    missing = [n for n, _ in wanted if n not in have]
-    extra = sorted(set(have) - {n for n, _ in wanted})
+    absent = [c.name for c in columns if c.name not in have and c.nullable and c.name not in fixed]
+    missing = [c.name for c in columns if c.name not in have and c.name not in absent]
+    extra = sorted(set(have) - {c.name for c in columns})
     wrong = [
-        f"{n}: {have[n].dataType.simpleString()} (table: {t})"
-        for n, t in wanted
-        if n in have and have[n].dataType.simpleString().lower() != t
+        f"{c.name}: {have[c.name].dataType.simpleString()} (table: {c.type})"
+        for c in columns
+        if c.name in have and have[c.name].dataType.simpleString().lower() != c.type
     ]
     if missing or extra or wrong:
         raise SchemaMismatchError(
             f"the rows do not match table {table.name}: missing {missing}, unexpected {extra}, wrong types {wrong}"
         )
-    return arrow_schema(StructType([have[n] for n, _ in wanted]))
+    present = arrow_schema(StructType([have[c.name] for c in columns if c.name in have]))
+    fields = [present.field(c.name) if c.name in have else pa.field(c.name, arrow_type(c.type)) for c in columns]
+    return pa.schema(fields), absent
 
 
 class _Writing:
@@ -890,7 +900,7 @@ class _Writing:
         if self.new_metadata is not None:
             table = dataclasses.replace(table, metadata=self.new_metadata)
         self.table = table
-        self.arrow_schema = _check_write_schema(table, schema)
+        self.arrow_schema, self.absent = _check_write_schema(table, schema)
         self.layout = table.layout()
         self.overwrite = overwrite
         if not overwrite and ("partition" in options or "replacewhere" in options):
@@ -930,7 +940,7 @@ class _Writing:
 
         from ordo.producer.arrow import FILES_PER_TASK, conform_batch, write_rows
 
-        batches = [conform_batch(pa.Table.from_batches([b]), self.arrow_schema) for b in iterator]
+        batches = [conform_batch(pa.Table.from_batches([b]), self.arrow_schema, self.absent) for b in iterator]
         rows = pa.concat_tables(batches) if batches else self.arrow_schema.empty_table()
         context = TaskContext.get()
         task = 0 if context is None else context.partitionId() * 100 + min(context.attemptNumber(), 99)

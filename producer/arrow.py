@@ -16,7 +16,7 @@ tasks at commit time. A keyless table's rows get their new row ids here
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ordo.producer.buckets import bucket_array
@@ -44,17 +44,22 @@ FILES_PER_TASK = 100_000  # file numbers reserved per task attempt
 _BUCKET = "__ordo_bucket"
 
 
-def conform_batch(batch: pa.Table, schema: pa.Schema) -> pa.Table:
-    """The batch's columns in table order and types; ``SchemaMismatchError`` when names differ or a cast fails."""
+def conform_batch(batch: pa.Table, schema: pa.Schema, fill: Collection[str] = ()) -> pa.Table:
+    """The batch's columns in table order and types, a column of ``fill`` it lacks as nulls; ``SchemaMismatchError``
+    when names differ otherwise or a cast fails."""
     import pyarrow as pa
 
     have, want = set(batch.column_names), set(schema.names)
-    if have != want:
+    if have | (want & set(fill)) != want:
         raise SchemaMismatchError(
-            f"the rows' columns do not match the table: missing {sorted(want - have)}, unexpected {sorted(have - want)}"
+            f"the rows' columns do not match the table: missing {sorted(want - have - set(fill))}, "
+            f"unexpected {sorted(have - want)}"
         )
     try:
-        return pa.table([batch.column(f.name).cast(f.type) for f in schema], schema=schema)
+        columns = [
+            batch.column(f.name).cast(f.type) if f.name in have else pa.nulls(batch.num_rows, f.type) for f in schema
+        ]
+        return pa.table(columns, schema=schema)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise SchemaMismatchError(f"the rows' types do not match the table ({exc}); nothing was written") from exc
 

@@ -28,7 +28,7 @@ import itertools
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
@@ -362,16 +362,19 @@ def with_row_ids(df: DataFrame, layout: Layout, prefix: str) -> DataFrame:
     return df.select(*columns)
 
 
-def conform(df: DataFrame, schema: StructType) -> DataFrame:
+def conform(df: DataFrame, schema: StructType, *, fill: Collection[str] = ()) -> DataFrame:
     """``df`` with the table's columns in table order; ``SchemaMismatchError`` naming every mismatch.
 
     Columns are matched by exact name; types must be equal (nullability aside).
-    No implicit casts: a silent cast can lose data, so the caller casts.
+    No implicit casts: a silent cast can lose data, so the caller casts. A
+    column of ``fill`` the DataFrame lacks is written as nulls (Delta's rule for
+    a table column missing from an append); any other absent column is named.
     """
     have = {f.name: f.dataType for f in df.schema.fields}
     want = {f.name: f.dataType for f in schema.fields}
     problems = []
-    missing = [c for c in want if c not in have]
+    absent = [c for c in want if c not in have]
+    missing = [c for c in absent if c not in fill]
     extra = [c for c in have if c not in want]
     if missing:
         problems.append(f"missing columns {missing}")
@@ -381,7 +384,7 @@ def conform(df: DataFrame, schema: StructType) -> DataFrame:
     if extra:
         hints = []
         for c in extra:
-            close = [m for m in missing if m.lower() == c.lower()]
+            close = [m for m in absent if m.lower() == c.lower()]
             hints.append(f"{c} (did you mean {close[0]}?)" if close else c)
         problems.append(f"extra columns [{', '.join(hints)}]")
     differ = [
@@ -399,7 +402,14 @@ def conform(df: DataFrame, schema: StructType) -> DataFrame:
         )
     from pyspark.sql import functions as F
 
-    return df.select(*[F.col(f"`{c}`") for c in want])
+    return df.select(*[F.col(f"`{c}`") if c in have else F.lit(None).cast(want[c]).alias(c) for c in want])
+
+
+def fillable(layout: Layout, schema: StructType) -> list[str]:
+    """The columns of ``schema`` a user's write may leave out (written as nulls): nullable, neither key nor
+    partition column (a row needs those), nor a keyless table's row id (ordo writes it)."""
+    fixed = {*layout.primary_key, *layout.partition_columns, ROW_ID_COLUMN}
+    return [f.name for f in schema.fields if f.nullable and f.name not in fixed]
 
 
 def canonical_partition(spark: SparkSession, layout: Layout, partition: Mapping[str, Any]) -> dict[str, str]:

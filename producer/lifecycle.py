@@ -145,10 +145,11 @@ class Lifecycle:
 
     def _user_rows(self, df: DataFrame) -> DataFrame:
         """``df`` conformed to the table as users write it, with new row ids for a keyless table."""
-        from ordo.producer.data import conform, with_row_ids
+        from ordo.producer.data import conform, fillable, with_row_ids
 
         layout = self.layout
-        return with_row_ids(conform(df, layout.user_schema()), layout, self.row_id_prefix())
+        schema = layout.user_schema()
+        return with_row_ids(conform(df, schema, fill=fillable(layout, schema)), layout, self.row_id_prefix())
 
     def _file_writer(self) -> FileWriter:
         from ordo.producer.data import FileWriter

@@ -262,6 +262,45 @@ def test_non_string_partition_values_are_canonical(spark: Any, writer_stack: Any
     assert rows_of(table.read()) == {5: ("c", 3, day), 2: ("b", 4, day)}
 
 
+def test_a_write_without_a_nullable_column_writes_nulls(spark: Any, writer_stack: Any) -> None:  # noqa: F811
+    """Delta's rule: a table column a write leaves out is null in its rows, if it is nullable and neither key nor
+    partition column; through the DeltaTable API and ``format("ordo")``, on a key table and a keyless one."""
+    from ordo.datasource import settings_options
+
+    opts = settings_options(writer_stack.settings)
+    wide = "id BIGINT, v STRING, n INT NOT NULL, note STRING, dt STRING"
+    keyed = DeltaTable.create(
+        spark, "gaps", schema=wide, primary_key="id", partitioned_by="dt", settings=writer_stack.settings
+    )
+    keyed.insert_into(spark.createDataFrame([(1, "a", 10, "x", "d1")], wide))
+    keyed.insert_into(spark.createDataFrame([(2, 20, "d1"), (1, 11, "d2")], "id BIGINT, n INT, dt STRING"))
+    rows = spark.createDataFrame([(3, "c", 30, "d1")], "id BIGINT, v STRING, n INT, dt STRING")
+    rows.write.format("ordo").options(**opts).mode("append").save("gaps")
+    assert sorted((tuple(r) for r in keyed.read().collect()), key=repr) == [
+        (1, "a", 10, "x", "d1"),
+        (1, None, 11, None, "d2"),  # another partition: its own record of key 1
+        (2, None, 20, None, "d1"),
+        (3, "c", 30, None, "d1"),
+    ]
+    version = keyed.version
+    with pytest.raises(SchemaMismatchError, match=r"missing columns \['n'\]"):  # NOT NULL: never filled
+        keyed.insert_into(spark.createDataFrame([(4, "d", "d1")], "id BIGINT, v STRING, dt STRING"))
+    with pytest.raises(Exception, match=r"missing \['n'\]"):
+        spark.createDataFrame([(4, "d", "d1")], "id BIGINT, v STRING, dt STRING").write.format("ordo").options(
+            **opts
+        ).mode("append").save("gaps")
+    assert keyed.version == version
+
+    events = DeltaTable.create(
+        spark, "gaps_log", schema="at BIGINT, kind STRING, detail STRING", settings=writer_stack.settings
+    )
+    events.insert_into(spark.createDataFrame([(1, "open")], "at BIGINT, kind STRING"))
+    spark.createDataFrame([(1, "open")], "at BIGINT, kind STRING").write.format("ordo").options(**opts).mode(
+        "append"
+    ).save("gaps_log")
+    assert [tuple(r) for r in events.read().collect()] == [(1, "open", None), (1, "open", None)]
+
+
 # --------------------------------------------------------------------------- refusals
 
 
@@ -274,8 +313,10 @@ def test_refusals_write_nothing(spark: Any, writer_stack: Any) -> None:  # noqa:
     before_files = parquet_files(table.location)
     version = table.version
 
-    with pytest.raises(SchemaMismatchError, match=r"missing columns \['v'\]"):
-        table.insert_into(good.drop("v"))
+    with pytest.raises(SchemaMismatchError, match=r"missing columns \['id'\]"):
+        table.insert_into(good.drop("id"))  # a key column is never filled with nulls
+    with pytest.raises(SchemaMismatchError, match=r"missing columns \['dt'\]"):
+        table.insert_into(good.drop("dt"))  # nor a partition column
     with pytest.raises(SchemaMismatchError, match=r"extra columns \[x\]"):
         table.insert_into(good.withColumn("x", good.id))
     with pytest.raises(SchemaMismatchError, match="id: table has bigint, DataFrame has int"):
