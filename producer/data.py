@@ -405,11 +405,11 @@ def conform(df: DataFrame, schema: StructType, *, fill: Collection[str] = ()) ->
     return df.select(*[F.col(f"`{c}`") if c in have else F.lit(None).cast(want[c]).alias(c) for c in want])
 
 
-def fillable(layout: Layout, schema: StructType) -> list[str]:
-    """The columns of ``schema`` a user's write may leave out (written as nulls): nullable, neither key nor
-    partition column (a row needs those), nor a keyless table's row id (ordo writes it)."""
+def fillable(layout: Layout) -> list[str]:
+    """The columns a user's write may leave out (written as nulls): nullable, neither key nor partition column
+    (a row needs those), nor a keyless table's row id (ordo writes it)."""
     fixed = {*layout.primary_key, *layout.partition_columns, ROW_ID_COLUMN}
-    return [f.name for f in schema.fields if f.nullable and f.name not in fixed]
+    return [f.name for f in layout.schema().fields if f.nullable and f.name not in fixed]
 
 
 def canonical_partition(spark: SparkSession, layout: Layout, partition: Mapping[str, Any]) -> dict[str, str]:

@@ -148,8 +148,7 @@ class Lifecycle:
         from ordo.producer.data import conform, fillable, with_row_ids
 
         layout = self.layout
-        schema = layout.user_schema()
-        return with_row_ids(conform(df, schema, fill=fillable(layout, schema)), layout, self.row_id_prefix())
+        return with_row_ids(conform(df, layout.user_schema(), fill=fillable(layout)), layout, self.row_id_prefix())
 
     def _file_writer(self) -> FileWriter:
         from ordo.producer.data import FileWriter
