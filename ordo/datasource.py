@@ -164,9 +164,9 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "mergeSchema",
-        frozenset({WRITE}),
-        "`true`: columns of the rows the table lacks are added (nullable) in the same commit as the rows; rows "
-        "written before read them as null",
+        _WRITES,
+        "`true`: columns of the rows the table lacks are added (nullable) in the same commit as the rows (a "
+        "stream's: its first micro-batch's); rows written before read them as null",
     ),
     Option(
         "overwriteSchema",

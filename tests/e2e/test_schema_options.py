@@ -213,3 +213,36 @@ def test_overwrite_schema_replaces_the_schema_in_one_commit(spark: Any, writer_s
     assert reshaped.schema.fieldNames() == ["id", "dt", "amount"]
     assert rows(reshaped.read()) == [(3, "d2", 3.0)]
     assert table.read(version=2).columns == ["id", "dt", "amount", "label"]
+
+
+def test_merge_schema_on_the_streaming_sink(spark: Any, writer_stack: Any, tmp_path: Any) -> None:  # noqa: F811
+    """``writeStream.format("ordo").option("mergeSchema", "true")``: the first micro-batch adds the stream's new
+    column with its rows; the later ones append under the schema it made (as Delta's streaming sink)."""
+    settings = writer_stack.settings
+    table = DeltaTable.create(spark, "streamed", schema="id BIGINT, v STRING", primary_key="id", settings=settings)
+    table.insert_into(spark.createDataFrame([(0, "old")], "id BIGINT, v STRING"))
+    source = tmp_path / "in"
+    source.mkdir()
+    for batch in range(3):  # one file per micro-batch
+        spark.createDataFrame([(10 * batch + i, f"s{batch}", batch) for i in (1, 2)], "id BIGINT, v STRING, n INT")\
+            .coalesce(1).write.parquet(str(source / f"b{batch}"))  # fmt: skip
+    stream = (
+        spark.readStream.schema("id BIGINT, v STRING, n INT")
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(source / "b*"))
+        .writeStream.format("ordo")
+        .options(**settings_options(settings))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .option("mergeSchema", "true")
+        .trigger(availableNow=True)
+        .start("streamed")
+    )
+    stream.awaitTermination(300)
+    assert stream.exception() is None
+    assert table.version == 4  # the INSERT INTO above, then one commit per micro-batch
+    assert [c.name for c in table.toDF().schema.fields] == ["id", "v", "n"]
+    expected = [(0, "old", None)] + [(10 * b + i, f"s{b}", b) for b in range(3) for i in (1, 2)]
+    assert rows(table.toDF(), "id", "v", "n") == sorted(expected, key=repr)
+    assert rows(table.read(version=1), "id", "v") == [(0, "old")]
+    assert table.read(version=1).columns == ["id", "v"]  # before the stream
+    assert table.read(version=2).columns == ["id", "v", "n"]  # its first micro-batch added n with its rows
