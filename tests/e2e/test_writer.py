@@ -383,7 +383,7 @@ def test_transaction_lifecycle(spark: Any, writer_stack: Any) -> None:  # noqa: 
     # a refused staging leaves the transaction open for another try
     txn = table.begin()
     with pytest.raises(SchemaMismatchError):
-        txn.insert_into(df.drop("v"))
+        txn.insert_into(df.withColumn("x", df.id))
     txn.insert_into(df)
     result = txn.commit()
     assert result is not None and result.id_version == 1 and txn.commit() is result
