@@ -842,19 +842,18 @@ def _idempotent_write(options: Mapping[str, str]) -> tuple[str | None, int | Non
 
 def _check_write_schema(table: _Table, schema: StructType) -> tuple[Any, list[str]]:
     """The arrow schema to write (table order) and the table columns the rows lack that are written as nulls
-    (nullable, neither key nor partition column: Delta's rule); ``SchemaMismatchError`` when the rows' columns
-    differ otherwise."""
+    (``producer.data.fillable``); ``SchemaMismatchError`` when the rows' columns differ otherwise."""
     import pyarrow as pa
 
     from ordo.consumer.arrow import arrow_type
     from ordo.consumer.files_source import arrow_schema
-    from ordo.producer.data import SchemaMismatchError
+    from ordo.producer.data import SchemaMismatchError, fillable
     from ordo.schemas.models import parse_ddl
 
     columns = parse_ddl(table.metadata.user_schema)  # a keyless table's row ids are the writer's
-    fixed = {*table.metadata.primary_key, *table.metadata.partition_columns}
+    fill = set(fillable(table.layout()))
     have = {f.name: f for f in schema.fields}
-    absent = [c.name for c in columns if c.name not in have and c.nullable and c.name not in fixed]
+    absent = [c.name for c in columns if c.name not in have and c.name in fill]
     missing = [c.name for c in columns if c.name not in have and c.name not in absent]
     extra = sorted(set(have) - {c.name for c in columns})
     wrong = [

@@ -406,10 +406,12 @@ def conform(df: DataFrame, schema: StructType, *, fill: Collection[str] = ()) ->
 
 
 def fillable(layout: Layout) -> list[str]:
-    """The columns a user's write may leave out (written as nulls): nullable, neither key nor partition column
-    (a row needs those), nor a keyless table's row id (ordo writes it)."""
+    """The columns a user's write may leave out (written as nulls: Delta's rule): nullable, neither key nor
+    partition column (a row needs those), nor a keyless table's row id (ordo writes it). No Spark needed."""
+    from ordo.schemas.models import parse_ddl
+
     fixed = {*layout.primary_key, *layout.partition_columns, ROW_ID_COLUMN}
-    return [f.name for f in layout.schema().fields if f.nullable and f.name not in fixed]
+    return [c.name for c in parse_ddl(layout.schema_ddl) if c.nullable and c.name not in fixed]
 
 
 def canonical_partition(spark: SparkSession, layout: Layout, partition: Mapping[str, Any]) -> dict[str, str]:
