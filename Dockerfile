@@ -12,13 +12,8 @@ ENV PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /app
-COPY pyproject.toml setup.py README.md ./
-# the one package pyproject.toml installs, ordo, and the folders its symlinks ordo/<name> point at
-# (tests/unit/test_compose.py checks the list)
-COPY schemas ./schemas
-COPY arbiter ./arbiter
-COPY producer ./producer
-COPY consumer ./consumer
+COPY pyproject.toml README.md ./
+# the one package pyproject.toml installs (tests/unit/test_compose.py checks the list)
 COPY ordo ./ordo
 # /keys (public keys), /secret (the arbiter's private key), /warehouse (table data), /data (working dir): owned
 # by the image's user, so named volumes mounted there start writable by it

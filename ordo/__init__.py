@@ -6,8 +6,8 @@ The entry point a user imports from::
 
 The parts install under this package: ``ordo.producer`` (the writer side), ``ordo.arbiter``, ``ordo.consumer``,
 ``ordo.schemas`` (the wire contract) and ``ordo.kernel``; ``ordo`` itself is the composition root (settings, CLI,
-embedded stack). The names below are loaded on first use, so ``import ordo`` (which the CLI and
-``ordo-legacy.pth`` do) pulls in neither Spark, Kafka nor pydantic.
+embedded stack). The names below are loaded on first use, so ``import ordo`` (which the CLI
+does) pulls in neither Spark, Kafka nor pydantic.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ Spark session:
    the table ``clicks`` only) compacts while a streaming query writes it;
    files per partition are shown as it goes;
 6. reads: the history, the conflict summary checked against the policy file
-   (``arbiter/policies/maxcompute.csv``), a time-travel read, and the change
+   (``ordo/arbiter/policies/maxcompute.csv``), a time-travel read, and the change
    feed between two time versions.
 
 The exit code is 0 when every concurrent pair agreed with the matrix. Steps
@@ -50,7 +50,7 @@ SCHEMA = "id BIGINT, kind STRING, amount BIGINT, dt STRING"
 D1, D2, D3 = "2024-05-01", "2024-05-02", "2024-05-03"
 KINDS = ("click", "view", "buy")
 STREAM_BASE = 1_000_000
-POLICY_FILE = "arbiter/policies/maxcompute.csv"
+POLICY_FILE = "ordo/arbiter/policies/maxcompute.csv"
 SERVICE_TABLE = "clicks"
 SERVICE_PROPERTIES = {"ordo.compaction.min_files": "4", "ordo.compaction.cold_seconds": "5"}
 SERVICE_STREAM_SECONDS = 20.0

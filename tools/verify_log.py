@@ -12,7 +12,7 @@ from pathlib import Path
 import fastavro
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat, load_pem_public_key
 
-HISTORY = Path(__file__).resolve().parents[1] / "schemas" / "avro" / "history"
+HISTORY = Path(__file__).resolve().parents[1] / "ordo" / "schemas" / "avro" / "history"
 FINGERPRINTS = {  # single-object fingerprint (hex, as on the wire) -> writer schema file, oldest release first
     "e5cf2e10da9e4f84": "CommitIntent.0.1.avsc", "e3593f0e4495ddf4": "CommitDecision.0.1.avsc",
     "1f8dbb77ab8eeaee": "CommitIntent.0.2.avsc", "1bc2be2642fa44b9": "CommitDecision.0.2.avsc",

@@ -2,7 +2,7 @@
 
 It runs in this process through the click CLI (the session's Spark is reused,
 so the test costs no second JVM). The conflict summary is checked twice: the
-demo's own verdict, and here against ``arbiter/policies/maxcompute.csv`` read
+demo's own verdict, and here against ``ordo/arbiter/policies/maxcompute.csv`` read
 with the csv module.
 """
 
@@ -21,7 +21,7 @@ from ordo.cli import main
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
-POLICY = Path(__file__).resolve().parents[2] / "arbiter" / "policies" / "maxcompute.csv"
+POLICY = Path(__file__).resolve().parents[2] / "ordo" / "arbiter" / "policies" / "maxcompute.csv"
 SECTIONS = (
     "1. a partitioned table",
     "5. the table service",

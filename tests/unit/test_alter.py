@@ -113,7 +113,7 @@ def test_every_policy_fails_every_cell_of_the_alter_row_and_column(name: str) ->
 
 
 def test_a_policy_cannot_relax_an_alter_cell(tmp_path: Path) -> None:
-    source = (Path(__file__).resolve().parents[2] / "arbiter" / "policies" / "maxcompute.csv").read_text()
+    source = (Path(__file__).resolve().parents[2] / "ordo" / "arbiter" / "policies" / "maxcompute.csv").read_text()
     path = tmp_path / "lax.csv"
     path.write_text(source.rstrip("\n") + "\nALTER,INSERT,new_data_written\n")
     with pytest.raises(PolicyError, match="must be later_fails"):

@@ -57,7 +57,7 @@ def roundtrip(state: TableState, log_offset: int = 7) -> TableState:
 
 
 def test_the_checkpoint_format_knows_every_field_of_the_core_state() -> None:
-    """Fails when arbiter.core's state changes shape: teach arbiter/checkpoint.py the new fields."""
+    """Fails when arbiter.core's state changes shape: teach ordo/arbiter/checkpoint.py the new fields."""
     assert supported()
 
 

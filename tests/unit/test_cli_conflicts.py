@@ -20,7 +20,7 @@ from ordo.schemas import CommitDecision, Operation, Outcome, Rebase
 from .helpers import EVERY_CLASS_OPERATION as CLASS_OPERATION
 from .helpers import Table
 
-POLICY = Path(__file__).resolve().parents[2] / "arbiter" / "policies" / "maxcompute.csv"
+POLICY = Path(__file__).resolve().parents[2] / "ordo" / "arbiter" / "policies" / "maxcompute.csv"
 
 
 def matrix() -> dict[tuple[str, str], str]:

@@ -20,7 +20,7 @@ def test_core_and_schemas_import_without_kafka_or_spark() -> None:
         import ordo.schemas, ordo.arbiter, ordo.arbiter.core, ordo.arbiter.policy
         from ordo.arbiter.core import decide, evaluate_record, apply
         assert not any(m.split(".")[0] in ("confluent_kafka", "pyspark") for m in sys.modules)
-        own = {m for m in sys.modules if m.startswith("ordo.")} - {"ordo._legacy"}
+        own = {m for m in sys.modules if m.startswith("ordo.")}
         assert all(m.split(".")[1] in ("schemas", "kernel", "arbiter") for m in own), own
         print("ok")
         """

@@ -24,17 +24,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-# Each layer's folder: all install under ``ordo`` (``ordo.producer`` is the repository's producer/, ordo/producer
-# being a symlink to it), kernel lives in ordo/kernel.
+# Each layer's folder: all live under ``ordo`` (``ordo.producer`` is ordo/producer, one name per module).
 FOLDERS = {
-    "schemas": "schemas",
+    "schemas": "ordo/schemas",
     "kernel": "ordo/kernel",
-    "arbiter": "arbiter",
-    "consumer": "consumer",
-    "producer": "producer",
+    "arbiter": "ordo/arbiter",
+    "consumer": "ordo/consumer",
+    "producer": "ordo/producer",
     "ordo": "ordo",
 }
-OLD_PATHS = {"schemas", "kernel", "arbiter", "consumer", "producer"}  # ordo 0.4's, kept for users only
+OLD_PATHS = {"schemas", "kernel", "arbiter", "consumer", "producer"}  # ordo 0.4's, gone since 0.6
 ALLOWED = {
     "schemas": set(),
     "kernel": {"schemas"},
@@ -46,26 +45,19 @@ ALLOWED = {
 LAZY_UPWARD = {
     # DeltaTable is the user's facade: it registers the format("ordo") source, hands VACUUM to the vacuum
     # service and passes its settings to Spark reads, all of which live in the composition root.
-    ("producer/connection.py", "ordo.spark"),
-    ("producer/maintenance.py", "ordo.vacuum"),
-    ("producer/table.py", "ordo.datasource"),
+    ("ordo/producer/connection.py", "ordo.spark"),
+    ("ordo/producer/maintenance.py", "ordo.vacuum"),
+    ("ordo/producer/table.py", "ordo.datasource"),
     # The HTTP API's layout view shows what the table service would do next (its planner).
-    ("consumer/http.py", "ordo.compactor"),
-    # A repository folder imported by its 0.4 name (a checkout) binds that name to its ordo.* module.
-    ("producer/__init__.py", "ordo._legacy"),
-    ("arbiter/__init__.py", "ordo._legacy"),
-    ("consumer/__init__.py", "ordo._legacy"),
-    ("schemas/__init__.py", "ordo._legacy"),
+    ("ordo/consumer/http.py", "ordo.compactor"),
 }
-# The one module that names the old paths on purpose.
-LEGACY_SHIMS = {"ordo/_legacy.py"}
 
 
 CLASS_LINES = 320
 OVERSIZED = {
-    "producer/client.py::CommitClient",
+    "ordo/producer/client.py::CommitClient",
     "ordo/demo.py::Demo",
-    "consumer/store.py::CatalogWriter",
+    "ordo/consumer/store.py::CatalogWriter",
 }
 
 
@@ -103,7 +95,7 @@ def violations() -> list[str]:
         for path in files(package):
             relative = path.relative_to(ROOT).as_posix()
             for module, module_level in imports(path):
-                if module.split(".")[0] in OLD_PATHS and relative not in LEGACY_SHIMS:
+                if module.split(".")[0] in OLD_PATHS:
                     problems.append(f"{relative} imports {module}: ordo 0.4's path; import ordo.{module}")
                     continue
                 target = layer(module)
@@ -143,7 +135,7 @@ def test_the_check_can_fail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sou
     """A layer violation planted in a copy of the tree is reported."""
     for package in ALLOWED:
         (tmp_path / FOLDERS[package]).mkdir(parents=True, exist_ok=True)
-    (tmp_path / "arbiter" / "planted.py").write_text(source)
+    (tmp_path / "ordo" / "arbiter" / "planted.py").write_text(source)
     monkeypatch.setattr(__import__(__name__, fromlist=["ROOT"]), "ROOT", tmp_path)
     assert any(expected in problem for problem in violations()), violations()
 
@@ -170,6 +162,6 @@ def test_the_size_check_can_fail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     for package in ALLOWED:
         (tmp_path / FOLDERS[package]).mkdir(parents=True, exist_ok=True)
     body = "".join(f"    def m{i}(self) -> None:\n        pass\n" for i in range(CLASS_LINES))
-    (tmp_path / "arbiter" / "big.py").write_text(f"class Big:\n{body}")
+    (tmp_path / "ordo" / "arbiter" / "big.py").write_text(f"class Big:\n{body}")
     monkeypatch.setattr(__import__(__name__, fromlist=["ROOT"]), "ROOT", tmp_path)
-    assert [p.split(":")[0] for p in oversized()] == ["arbiter/big.py"]
+    assert [p.split(":")[0] for p in oversized()] == ["ordo/arbiter/big.py"]

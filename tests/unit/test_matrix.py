@@ -2,7 +2,7 @@
 
 The reference vectors are ``tests/unit/conflict_matrix.csv`` (MaxCompute's 25 cells);
 the CLUSTER cells are docs/conflicts.md's rules, checked by name below and as a
-table against ``arbiter/policies/maxcompute.csv``.
+table against ``ordo/arbiter/policies/maxcompute.csv``.
 """
 
 from __future__ import annotations

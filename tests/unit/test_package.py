@@ -27,10 +27,9 @@ OLD = ("producer", "arbiter", "consumer", "schemas", "kernel")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
     source = tmp_path_factory.mktemp("source")  # a copy: no build/ left in the checkout, none reused from it
-    for name in ("pyproject.toml", "setup.py", "README.md"):
+    for name in ("pyproject.toml", "README.md"):
         shutil.copy2(ROOT / name, source / name)
-    for name in ("ordo", *OLD[:-1]):
-        shutil.copytree(ROOT / name, source / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "ordo", source / "ordo", ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(source)],
         check=True,
@@ -60,7 +59,7 @@ def run_installed(site: Path, code: str, *extra_paths: Path) -> dict:
         import json, site, sys, warnings
         for path in {[str(p) for p in extra_paths]!r}:
             sys.path.append(path)
-        site.addsitedir({str(site)!r})  # the installed wheel, its .pth run as at start-up
+        site.addsitedir({str(site)!r})  # the installed wheel
         site.addsitedir({sysconfig.get_paths()["purelib"]!r})  # its dependencies
         warnings.simplefilter("always")
         """
@@ -70,7 +69,7 @@ def run_installed(site: Path, code: str, *extra_paths: Path) -> dict:
         capture_output=True,
         text=True,
         timeout=120,
-        cwd=site.parent,  # not the checkout: its folders would be importable by their old names
+        cwd=site.parent,  # not the checkout
     )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -79,9 +78,10 @@ def run_installed(site: Path, code: str, *extra_paths: Path) -> dict:
 def test_the_wheel_installs_ordo_and_nothing_else(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     top = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
-    assert top == {"ordo", "ordo-legacy.pth"}
-    for part in (*OLD, "_legacy.py"):
-        assert any(name.startswith(f"ordo/{part}") for name in names), part
+    assert top == {"ordo"}
+    for part in OLD:
+        assert any(name.startswith(f"ordo/{part}/") for name in names), part
+    assert not any("legacy" in name for name in names), "0.4's import paths are gone in 0.6"
     # the data the code reads at run time: every released schema (old logs) and the policies
     assert "ordo/schemas/avro/history/CommitIntent.0.1.avsc" in names
     assert "ordo/arbiter/policies/maxcompute.csv" in names
@@ -104,32 +104,63 @@ def test_the_entry_point_gives_every_name_it_lists_and_imports_no_engine_up_fron
     assert found["delta"].startswith("ordo.producer.") and found["client"] == "ordo.producer.client"
 
 
-def test_the_0_4_paths_are_the_same_modules_with_a_warning(site: Path) -> None:
-    found = run_installed(
-        site,
-        """
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            import producer.table, kernel.settings
-            from producer import DeltaTable
-            from schemas import Operation
-        import ordo, ordo.producer.table, ordo.kernel.settings
-        print(json.dumps({
-            "same": [producer.table is ordo.producer.table, kernel.settings is ordo.kernel.settings,
-                     DeltaTable is ordo.DeltaTable, Operation is ordo.Operation],
-            "warned": sorted({str(w.message).split("`")[1] for w in caught if w.category is DeprecationWarning}),
-            "modules": sorted(m for m in sys.modules if m.split(".")[0] in ("producer", "kernel", "schemas")
-                              and sys.modules[m] is not sys.modules.get("ordo." + m)),
-        }))
-        """,
+OWN_MODULES = (
+    "ordo.producer.table",
+    "ordo.arbiter.core",
+    "ordo.consumer.catalog",
+    "ordo.schemas.codec",
+    "ordo.kernel.settings",
+)
+PROBE = f"""
+import importlib, json, sys
+files = {{name: importlib.import_module(name).__file__ for name in {OWN_MODULES!r}}}
+gone = []
+for old in {OLD!r}:
+    try:
+        importlib.import_module(old)
+    except ModuleNotFoundError:
+        gone.append(old)
+print(json.dumps({{"files": files, "gone": gone}}))
+"""
+
+
+def check_one_name_per_module(found: dict, root: Path) -> None:
+    """Every module is found under ``root`` by its ``ordo.`` name, and by that name only."""
+    for name, file in found["files"].items():
+        expected = root.joinpath(*name.split("."))
+        assert Path(file).resolve().parent in (expected.parent, expected), (name, file)
+        assert Path(file).resolve().is_relative_to(root.resolve()), (name, file, root)
+    assert found["gone"] == list(OLD), "ordo 0.4's import paths were dropped in 0.6 (docs/upgrading.md)"
+
+
+def test_the_wheel_gives_one_name_per_module(site: Path) -> None:
+    check_one_name_per_module(run_installed(site, PROBE), site)
+
+
+def test_the_editable_install_gives_the_same_names_from_any_directory(tmp_path: Path) -> None:
+    """The venv running the tests is ``pip install -e .`` of this checkout (make setup): from another directory
+    its modules are the checkout's files under their ``ordo.`` names, and the 0.4 names are gone."""
+    direct = json.loads(
+        next(p for p in Path(sysconfig.get_paths()["purelib"]).glob("ordo-*.dist-info/direct_url.json")).read_text()
     )
-    assert found["same"] == [True, True, True, True]
-    assert found["warned"] == ["import kernel", "import producer", "import schemas"]
-    assert found["modules"] == [], "an old name bound to a second copy of a module"
+    assert direct.get("dir_info", {}).get("editable"), direct
+    done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    check_one_name_per_module(json.loads(done.stdout.strip().splitlines()[-1]), ROOT)
 
 
-def test_another_projects_package_of_an_old_name_wins(site: Path, tmp_path: Path) -> None:
-    """The 0.4 paths never shadow a package of the same name that the user has installed."""
+def test_the_checkout_gives_the_same_names_without_an_install(tmp_path: Path) -> None:
+    """From the repository's root with no install at all (site-packages for the dependencies only, no .pth run)."""
+    code = f"import sys; sys.path[:0] = [{str(ROOT)!r}]; sys.path.append({sysconfig.get_paths()['purelib']!r})\n"
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", code + PROBE], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    check_one_name_per_module(json.loads(done.stdout.strip().splitlines()[-1]), ROOT)
+
+
+def test_another_projects_package_of_an_old_name_is_its_own(site: Path, tmp_path: Path) -> None:
+    """ordo claims no top-level name but ``ordo``: a user's own ``schemas`` package is theirs."""
     (tmp_path / "schemas").mkdir()
     (tmp_path / "schemas" / "__init__.py").write_text("MINE = True\n")
     (tmp_path / "schemas" / "models.py").write_text("THEIRS = True\n")
@@ -143,24 +174,6 @@ def test_another_projects_package_of_an_old_name_wins(site: Path, tmp_path: Path
         tmp_path,
     )
     assert found == [True, True, False]
-
-
-def test_a_checkout_binds_the_old_names_to_the_same_modules() -> None:
-    """From the repository's root the folders are importable by their 0.4 names: one module each, a warning."""
-    code = textwrap.dedent(
-        """
-        import json, warnings
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            import producer.table, consumer.catalog
-        import ordo.producer.table, ordo.consumer.catalog
-        print(json.dumps([producer.table is ordo.producer.table, consumer.catalog is ordo.consumer.catalog,
-                          sorted(str(w.message).split("`")[1] for w in caught if w.category is DeprecationWarning)]))
-        """
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == [True, True, ["import consumer", "import producer"]]
 
 
 def test_the_entry_point_lists_every_public_name_of_the_writer_side_and_the_errors() -> None:

@@ -32,10 +32,3 @@ __all__ = [
     "VersionNotFoundError",
     "to_millis",
 ]
-
-if (
-    __name__ == "consumer"
-):  # ordo 0.4's path, from a checkout: bound to ordo.consumer, with a DeprecationWarning (ordo/_legacy.py)
-    from ordo._legacy import alias
-
-    alias(__name__)

@@ -1,5 +1,5 @@
 """A table handle: which table, its metadata, how it is reached (``TableHandle``), and how to get one: create,
-open, find by name or path, ``createIfNotExists`` and Delta's builders. ``DeltaTable`` (producer/table.py) is this
+open, find by name or path, ``createIfNotExists`` and Delta's builders. ``DeltaTable`` (ordo/producer/table.py) is this
 handle with the operations.
 
 Importing this module imports neither Spark nor Kafka: both are loaded on use.
@@ -122,7 +122,7 @@ def altered_metadata(
 class TableHandle:
     """A handle on one table: its name, metadata and connection, how to get one, and ``begin()``.
 
-    ``DeltaTable`` (producer/table.py) adds the operations; get one with
+    ``DeltaTable`` (ordo/producer/table.py) adds the operations; get one with
     ``DeltaTable.create`` or ``DeltaTable.open``. Settings come from keyword
     arguments, else ``ORDO_*`` environment variables (``load_settings()``);
     handles with equal settings share one Kafka client and one catalog

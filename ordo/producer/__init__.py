@@ -43,10 +43,3 @@ __all__ = [
     "close_connections",
     "foreach_batch_committer",
 ]
-
-if (
-    __name__ == "producer"
-):  # ordo 0.4's path, from a checkout: bound to ordo.producer, with a DeprecationWarning (ordo/_legacy.py)
-    from ordo._legacy import alias
-
-    alias(__name__)

@@ -2,7 +2,7 @@
 
 Spark's Python workers have no SparkSession, so the data source cannot use
 ``FileWriter``; each task writes its rows here instead, under the same
-contract (producer/data.py): ``<partition path>/<txn id>-<n>.parquet`` with
+contract (ordo/producer/data.py): ``<partition path>/<txn id>-<n>.parquet`` with
 every table column plus ``_ordo_op`` = ``upsert`` and a null ``_ordo_seq``.
 ``n`` is unique across the tasks of one write: the caller gives each task run
 its own block of ``FILES_PER_TASK`` numbers (the data source: a random block

@@ -1,6 +1,6 @@
 """``python -m ordo.schemas.release``: add the current writer schemas to the released history, or list it.
 
-    python -m ordo.schemas.release add 0.2    # copy the current CommitIntent/CommitDecision into schemas/avro/history
+    python -m ordo.schemas.release add 0.2    # copy the current CommitIntent/CommitDecision into ordo/schemas/avro/history
     python -m ordo.schemas.release list       # every released schema and the fingerprint its records carry
 
 See docs/upgrading.md for the release procedure.
@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> None:
     """Run the command."""
     parser = argparse.ArgumentParser(prog="python -m ordo.schemas.release", description="the released schema history")
     sub = parser.add_subparsers(dest="command", required=True)
-    add = sub.add_parser("add", help="copy the current writer schemas into schemas/avro/history as RELEASE")
+    add = sub.add_parser("add", help="copy the current writer schemas into ordo/schemas/avro/history as RELEASE")
     add.add_argument("release")
     sub.add_parser("list", help="list the released schemas and their fingerprints")
     args = parser.parse_args(argv)

@@ -108,7 +108,7 @@ class Codec:
     The header fingerprint is that of the self-contained schema (named types
     inlined, as in the Avro parsing canonical form), so a change anywhere in an
     event, ``DataFile`` included, changes it. Every schema in
-    ``schemas/avro/history`` is registered for reading under the fingerprint its
+    ``ordo/schemas/avro/history`` is registered for reading under the fingerprint its
     release wrote (``schemas.history.wire_fingerprint``).
     """
 

@@ -21,10 +21,3 @@ __all__ = [
     "new_state",
     "rebuild",
 ]
-
-if (
-    __name__ == "arbiter"
-):  # ordo 0.4's path, from a checkout: bound to ordo.arbiter, with a DeprecationWarning (ordo/_legacy.py)
-    from ordo._legacy import alias
-
-    alias(__name__)

@@ -51,10 +51,3 @@ __all__ = [
     "parse_topic",
     "validate_table_name",
 ]
-
-if (
-    __name__ == "schemas"
-):  # ordo 0.4's path, from a checkout: bound to ordo.schemas, with a DeprecationWarning (ordo/_legacy.py)
-    from ordo._legacy import alias
-
-    alias(__name__)

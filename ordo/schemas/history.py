@@ -1,6 +1,6 @@
 """Every released writer schema of the events, kept so that every log ever written stays readable.
 
-``schemas/avro/history/<Event>.<release>.avsc`` holds the writer schema of
+``ordo/schemas/avro/history/<Event>.<release>.avsc`` holds the writer schema of
 ``CommitIntent`` and ``CommitDecision`` as released in ``release``,
 self-contained (named types inlined where first used, as in the parsing
 canonical form). The codec registers all of them for reading: a record
@@ -91,7 +91,7 @@ def _release_key(release: str) -> tuple[int, ...]:
 
 
 def current_schema(event: str) -> dict[str, Any]:
-    """The current schema of ``event`` from ``schemas/avro``, self-contained (named types inlined)."""
+    """The current schema of ``event`` from ``ordo/schemas/avro``, self-contained (named types inlined)."""
     return inline_references(json.loads((AVRO_DIR / f"{event}.avsc").read_text()))
 
 

@@ -230,7 +230,7 @@ class DeltaTable(TableHandle):
     def merge(self, source: DataFrame, condition: str | Column) -> Any:
         """Delta's MERGE builder: ``.whenMatchedUpdate(All)``, ``.whenMatchedDelete``, ``.whenNotMatchedInsert(All)``,
         ``.whenNotMatchedBySourceUpdate``, ``.whenNotMatchedBySourceDelete``, then ``.execute()`` (one UPDATE
-        transaction; Delta's metrics; see producer/delta.py). Names: ``alias()``'s (else ``target``) and the
+        transaction; Delta's metrics; see ordo/producer/delta.py). Names: ``alias()``'s (else ``target``) and the
         source's own alias (else ``source``)."""
         from ordo.producer.delta import MergeBuilder, alias_of
 

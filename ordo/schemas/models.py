@@ -1,4 +1,4 @@
-"""Pydantic mirrors of the Avro schemas in ``schemas/avro``.
+"""Pydantic mirrors of the Avro schemas in ``ordo/schemas/avro``.
 
 Models are frozen and collections are tuples, so an event cannot change after
 it is built. Field constraints here are what the arbiter enforces on intents:
