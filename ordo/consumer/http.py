@@ -167,7 +167,7 @@ def create_app(
 
     @app.get("/tables/{table}/layout", summary="Files per partition, last compaction, pending table-service work")
     def layout(table: str) -> JSONResponse:
-        from ordo.compactor import table_layout
+        from ordo.services.compactor import table_layout
 
         return JSONResponse(table_layout(catalog, table))
 
