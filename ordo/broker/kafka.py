@@ -38,13 +38,13 @@ import tempfile
 import threading
 import time
 import uuid
-import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
+from ordo.broker.maven import fetch_runtime, installed, pom_property
 from ordo.broker.netns import NodeNetwork
 from ordo.kernel.errors import BrokerUnavailableError, OrdoError
 
@@ -87,12 +87,10 @@ class KafkaSetupError(OrdoError):
 
 def kafka_version(pom: Path = KAFKA_POM) -> str:
     """The pinned Kafka release (``kafka.version`` in ``ordo/broker/kafka-pom.xml``)."""
-    root = ET.parse(pom).getroot()
-    ns = {"m": "http://maven.apache.org/POM/4.0.0"}
-    element = root.find("m:properties/m:kafka.version", ns)
-    if element is None or not (element.text or "").strip():
+    version = pom_property(pom, "kafka.version")
+    if version is None:
         raise KafkaSetupError(f"{pom} has no <properties><kafka.version>")
-    return (element.text or "").strip()
+    return version
 
 
 def cache_root() -> Path:
@@ -111,9 +109,7 @@ def kafka_home(version: str | None = None) -> Path:
 
 def installed_libs(version: str | None = None) -> Path | None:
     """The ``libs`` directory of a complete fetch of the release, else None."""
-    home = kafka_home(version)
-    libs = home / "libs"
-    return libs if (home / ".complete").is_file() and libs.is_dir() else None
+    return installed(kafka_home(version))
 
 
 def java_command() -> str:
@@ -153,43 +149,9 @@ def fetch(echo: Callable[[str], None] | None = None, pom: Path = KAFKA_POM) -> P
     if libs is not None:
         return libs
     java_command()
-    mvn = maven_command()
-    root = cache_root()
-    root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".kafka-{version}.", dir=root))
-    try:
-        if echo:
-            echo(f"fetching Apache Kafka {version} with Maven into {kafka_home(version)} (once) ...")
-        command = [
-            mvn,
-            "-q",
-            "-B",
-            "-f",
-            str(pom),
-            "dependency:copy-dependencies",
-            "-DincludeScope=runtime",
-            f"-DoutputDirectory={staging / 'libs'}",
-        ]
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
-        jar = staging / "libs" / f"kafka_2.13-{version}.jar"
-        if done.returncode != 0 or not jar.is_file():
-            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-20:])
-            raise KafkaSetupError(
-                f"Maven could not fetch Apache Kafka {version} (exit code {done.returncode}; "
-                f"command: {' '.join(command)}):\n{tail or '(no output)'}"
-            )
-        jars = sorted(p.name for p in (staging / "libs").glob("*.jar"))
-        (staging / ".complete").write_text("\n".join(jars) + "\n")
-        try:
-            staging.rename(kafka_home(version))
-        except OSError:
-            if installed_libs(version) is None:  # not a concurrent fetch that won the race
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    libs = installed_libs(version)
-    assert libs is not None
-    return libs
+    what = f"Apache Kafka {version}"
+    jar = f"kafka_2.13-{version}.jar"
+    return fetch_runtime(maven_command(), pom, kafka_home(version), jar, what, KafkaSetupError, echo)
 
 
 def random_cluster_id() -> str:

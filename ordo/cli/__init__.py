@@ -723,12 +723,18 @@ def keygen(path: str, force: bool, keep: bool, public_copy: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="print JSON instead of VARIABLE=value lines")
 @pass_settings
 def config_command(settings: Settings, as_json: bool) -> None:
-    """Print the effective settings as ORDO_* variables, secrets hidden (Kafka passwords, catalog URL passwords)."""
+    """Print the effective settings as ORDO_* variables, secrets hidden (Kafka passwords, catalog URL passwords),
+    then the object store's (S3_*: endpoint, region, path style, where credentials come from; never a key)."""
     import json
 
+    from ordo.kernel.objectstore import ObjectStoreError, S3Options
     from ordo.kernel.settings import effective_settings
 
     values = effective_settings(settings)
+    try:
+        values.update(S3Options.resolve().describe())
+    except ObjectStoreError as exc:
+        raise click.ClickException(str(exc)) from None
     if as_json:
         click.echo(json.dumps(values, indent=2))
         return

@@ -45,6 +45,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ordo.consumer.errors import DataFileError
+from ordo.kernel.objectstore import filesystem
 from ordo.schemas.buckets import bucket_of_text
 from ordo.schemas.models import parse_ddl, split_top_level
 from ordo.schemas.operations import (
@@ -242,17 +243,6 @@ def arrow_type(text: str) -> Any:
 
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-
-
-def filesystem(path: str) -> tuple[Any, str]:
-    """``(pyarrow FileSystem, path within it)`` for a local path, ``file:`` URI or any URI pyarrow knows."""
-    from pyarrow import fs
-
-    if path.startswith("file:"):
-        return fs.LocalFileSystem(), re.sub(r"^file:(//)?", "", path)
-    if _SCHEME.match(path):
-        return fs.FileSystem.from_uri(path)  # type: ignore[no-any-return]
-    return fs.LocalFileSystem(), path
 
 
 def _parquet(path: str, columns: Sequence[str], filters: Any = None) -> pa.Table:

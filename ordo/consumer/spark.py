@@ -44,6 +44,7 @@ from ordo.consumer.arrow import (  # the record and change-feed columns, declare
 )
 from ordo.consumer.catalog import Catalog, Timestamp
 from ordo.consumer.models import FileEntry, Snapshot
+from ordo.kernel.objectstore import spark_path
 from ordo.schemas.buckets import table_buckets
 from ordo.schemas.operations import ROW_ID_COLUMN
 
@@ -85,6 +86,7 @@ def _file_schema(schema: Any) -> Any:
 
 def qualified_location(spark: SparkSession, location: str) -> str:
     """The table location as Hadoop qualifies it (``file:/...``, ``s3a://...``): the prefix of Spark's file paths."""
+    location = spark_path(location)
     try:
         jvm: Any = spark._jvm  # type: ignore[attr-defined]
         path = jvm.org.apache.hadoop.fs.Path(location)
@@ -98,7 +100,7 @@ def qualified_location(spark: SparkSession, location: str) -> str:
 
 
 def _scan(spark: SparkSession, files: Sequence[FileEntry], schema: Any) -> DataFrame:
-    return spark.read.schema(schema).parquet(*[_glob_escape(f.absolute_path) for f in files])
+    return spark.read.schema(schema).parquet(*[_glob_escape(spark_path(f.absolute_path)) for f in files])
 
 
 def _no_merge_needed(files: Sequence[FileEntry]) -> bool:

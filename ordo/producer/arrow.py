@@ -1,13 +1,23 @@
-"""Spark-free data-file writing with pyarrow, for the ``format("ordo")`` sink's tasks.
+"""Data-file writing with pyarrow inside Spark's tasks: every writer's files are made here, at their final path.
 
-Spark's Python workers have no SparkSession, so the data source cannot use
-``FileWriter``; each task writes its rows here instead, under the same
-contract (ordo/producer/data.py): ``<partition path>/<txn id>-<n>.parquet`` with
-every table column plus ``_ordo_op`` = ``upsert`` and a null ``_ordo_seq``.
-``n`` is unique across the tasks of one write: the caller gives each task run
-its own block of ``FILES_PER_TASK`` numbers (the data source: a random block
-plus the task's partition id and attempt), so a re-run never overwrites a file
-a commit already names. Rows are checked before anything is written: non-null
+Spark's Python workers have no SparkSession; each task writes its rows here,
+under the writer contract (ordo/producer/data.py):
+``<partition path>/<txn id>-<n>.parquet``. Two entries:
+
+* ``write_rows``, for the ``format("ordo")`` sink: a task's user rows become
+  upsert records (``_ordo_op`` = ``upsert``, a null ``_ordo_seq``);
+* ``RecordWrite``, for ``producer.data.FileWriter`` (``DeltaTable``, UPDATE,
+  DELETE, MERGE, compaction; through ``producer.records_source``): a task's
+  records, already in file form and sorted by (partition, bucket), streamed
+  into one file per group.
+
+Files are written once where they stay: there is no staging directory and no
+rename (on an object store a rename is a copy plus a delete). ``n`` is unique
+across the tasks of one write: each task run takes its own random block of
+``FILES_PER_TASK`` numbers (``task_first_number``), so a re-run or a
+speculative copy of a task never overwrites a file a commit names; what a
+failed or abandoned task left is an orphan no commit names (``ordo vacuum
+--orphans``). Rows are checked before anything is written: non-null
 keys, non-empty partition values (inside a static partition when one is
 given) and no duplicate key within the task; ``check_unique`` checks across
 tasks at commit time. A keyless table's rows get their new row ids here
@@ -16,7 +26,10 @@ tasks at commit time. A keyless table's rows get their new row ids here
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+import itertools
+import secrets
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ordo.producer.buckets import bucket_array
@@ -30,18 +43,29 @@ from ordo.producer.data import (
     PrimaryKeyError,
     SchemaMismatchError,
     Storage,
-    data_file_path,
     key_stats,
 )
 from ordo.schemas import DataFile
 from ordo.schemas.models import parse_ddl
 from ordo.schemas.operations import ROW_ID_COLUMN
+from ordo.schemas.paths import data_file_path
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 FILES_PER_TASK = 100_000  # file numbers reserved per task attempt
 _BUCKET = "__ordo_bucket"
+ROW_GROUP_BYTES = 64 * 1024 * 1024  # Arrow bytes buffered per row group (Spark's batches are 10 000 rows)
+COMPRESSION = "zstd"
+
+
+def task_first_number() -> int:
+    """The first file number of this task run: a random block, plus the partition id and attempt when in Spark."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    task = 0 if context is None else context.partitionId() * 100 + min(context.attemptNumber(), 99)
+    return (secrets.randbits(40) * 10_000 + task) * FILES_PER_TASK
 
 
 def conform_batch(batch: pa.Table, schema: pa.Schema, fill: Collection[str] = ()) -> pa.Table:
@@ -137,9 +161,9 @@ def write_rows(
             records = records.append_column(SEQ_COLUMN, pa.nulls(count, pa.int64()))
             relative = data_file_path(columns, partition, txn_id, first_number + n)
             target = storage.path(relative)
-            storage.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+            storage.ensure_parent(relative)
             with storage.fs.open_output_stream(target) as out:
-                pq.write_table(records, out, compression="zstd")
+                pq.write_table(records, out, compression=COMPRESSION)
             written.append(relative)
             footer = storage.footer(relative)
             size = storage.fs.get_file_info(target).size
@@ -159,6 +183,169 @@ def write_rows(
         delete_files(layout, written)
         raise
     return files
+
+
+@dataclass(frozen=True)
+class RecordWrite:
+    """One write's records, streamed by each Spark task into files at their final paths.
+
+    The task's rows come sorted by the ``hidden`` columns (each partition
+    column as text, then the bucket when the table has several), so every
+    (partition, bucket) is one run: one file, split at ``max_records``
+    records. Each file is described by a ``DataFile`` from the footer pyarrow
+    just wrote (no second read). A task that fails deletes what it wrote.
+    ``producer.records_source`` runs it in Spark's tasks.
+    """
+
+    location: str
+    partition_columns: tuple[str, ...]
+    primary_key: tuple[str, ...]
+    write_id: str
+    hidden: tuple[str, ...]
+    bucketed: bool
+    schema: Any  # the files' pyarrow schema: table columns, _ordo_op, _ordo_seq (all nullable)
+    max_records: int
+
+    def write(self, batches: Iterator[pa.RecordBatch]) -> list[DataFile]:
+        """Write the task's records (file columns plus the hidden ones); the files made."""
+        import pyarrow as pa
+
+        files = _GroupFiles(self, task_first_number())
+        try:
+            for batch in batches:
+                for key, run in self._runs(batch):
+                    files.add(key, pa.Table.from_batches([run]).select(self.schema.names).cast(self.schema))
+            files.close()
+        except BaseException:
+            files.discard()
+            raise
+        return files.done
+
+    def _runs(self, batch: pa.RecordBatch) -> Iterator[tuple[tuple[Any, ...], pa.RecordBatch]]:
+        """The batch cut where the hidden columns' values change, each run with its values."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        rows = batch.num_rows
+        if rows == 0:
+            return
+        if not self.hidden:
+            yield (), batch
+            return
+        columns = [batch.column(h) for h in self.hidden]
+        changed = None
+        for column in columns:
+            text = pc.fill_null(column.cast(pa.string()), "\x00")
+            step = pc.not_equal(text.slice(1), text.slice(0, rows - 1))
+            changed = step if changed is None else pc.or_(changed, step)
+        assert changed is not None
+        starts = [0, *(i + 1 for i in pc.indices_nonzero(changed).to_pylist()), rows]
+        for begin, end in itertools.pairwise(starts):
+            yield tuple(c[begin].as_py() for c in columns), batch.slice(begin, end - begin)
+
+    def group(self, key: tuple[Any, ...]) -> tuple[dict[str, str], int]:
+        """The partition and bucket of a run's hidden values."""
+        values = list(key)
+        bucket = int(values.pop()) if self.bucketed else 0
+        return {c: str(v) for c, v in zip(self.partition_columns, values, strict=True)}, bucket
+
+    def data_file(self, key: tuple[Any, ...], relative: str, metadata: Any, size: int) -> DataFile:
+        """The ``DataFile`` of a written file from its (partition, bucket) key and footer."""
+        partition, bucket = self.group(key)
+        low, high = key_stats(metadata, self.primary_key)
+        return DataFile(
+            path=relative,
+            partition=partition,
+            record_count=metadata.num_rows,
+            size_bytes=size,
+            min_key=low,
+            max_key=high,
+            bucket=bucket,
+        )
+
+
+class _GroupFiles:
+    """The files one task of a ``RecordWrite`` writes: the open one, its buffered rows, and those done."""
+
+    def __init__(self, write: RecordWrite, first_number: int) -> None:
+        self.write = write
+        self.storage = Storage(write.location)
+        self.number = first_number
+        self.done: list[DataFile] = []
+        self.written: list[str] = []
+        self.key: tuple[Any, ...] | None = None
+        self.relative = ""
+        self.out: Any = None
+        self.writer: Any = None
+        self.rows = 0  # records in the open file, buffered ones included
+        self.buffer: list[pa.Table] = []
+        self.buffered_bytes = 0
+
+    def add(self, key: tuple[Any, ...], records: pa.Table) -> None:
+        if key != self.key:
+            self.close()
+            self.key = key
+        while records.num_rows:
+            if self.writer is None:
+                self._open()
+            take = min(records.num_rows, self.write.max_records - self.rows)
+            part, records = records.slice(0, take), records.slice(take)
+            self.buffer.append(part)
+            self.buffered_bytes += part.nbytes
+            self.rows += take
+            if self.buffered_bytes >= ROW_GROUP_BYTES:
+                self._flush()
+            if self.rows >= self.write.max_records:
+                self._finish()
+
+    def _open(self) -> None:
+        import pyarrow.parquet as pq
+
+        write = self.write
+        assert self.key is not None
+        partition, _bucket = write.group(self.key)
+        self.relative = data_file_path(write.partition_columns, partition, write.write_id, self.number)
+        self.number += 1
+        self.storage.ensure_parent(self.relative)
+        self.out = self.storage.fs.open_output_stream(self.storage.path(self.relative))
+        self.written.append(self.relative)
+        self.writer = pq.ParquetWriter(self.out, write.schema, compression=COMPRESSION)
+
+    def _flush(self) -> None:
+        import pyarrow as pa
+
+        if self.buffer:
+            self.writer.write_table(pa.concat_tables(self.buffer))
+            self.buffer, self.buffered_bytes = [], 0
+
+    def _finish(self) -> None:
+        """Close the open file (its upload completes here on an object store) and describe it."""
+        if self.writer is None:
+            return
+        self._flush()
+        self.writer.close()
+        size = self.out.tell()
+        self.out.close()
+        assert self.key is not None
+        self.done.append(self.write.data_file(self.key, self.relative, self.writer.writer.metadata, size))
+        self.writer = self.out = None
+        self.rows = 0
+
+    def close(self) -> None:
+        self._finish()
+
+    def discard(self) -> None:
+        """Delete every file this task wrote (best effort: the task is failing anyway)."""
+        try:
+            if self.out is not None:
+                self.out.close()
+        except Exception:
+            pass
+        for relative in self.written:
+            try:
+                self.storage.delete_file(relative)
+            except OSError:
+                pass  # left as an orphan: no commit names it, ``ordo vacuum --orphans`` removes it
 
 
 def with_row_ids(rows: pa.Table, layout: Layout, prefix: str) -> pa.Table:
@@ -203,4 +390,12 @@ def delete_files(layout: Layout, relative_paths: Sequence[str]) -> int:
     return sum(1 for p in relative_paths if storage.delete_file(p))
 
 
-__all__ = ["check_rows", "check_unique", "conform_batch", "delete_files", "write_rows"]
+__all__ = [
+    "RecordWrite",
+    "check_rows",
+    "check_unique",
+    "conform_batch",
+    "delete_files",
+    "task_first_number",
+    "write_rows",
+]

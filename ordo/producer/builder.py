@@ -192,10 +192,6 @@ class DeltaTableBuilder:
         return table
 
     def _absolute_location(self) -> str | None:
-        import os
+        from ordo.producer.connection import absolute_location
 
-        from ordo.producer.connection import has_scheme
-
-        if self._location is None or has_scheme(self._location):
-            return self._location
-        return os.path.abspath(self._location)
+        return None if self._location is None else absolute_location(self._location)

@@ -125,3 +125,13 @@ def register_source(spark: SparkSession, settings: Settings) -> None:
 def has_scheme(location: str) -> bool:
     head = location.split("/", 1)[0]
     return head.endswith(":") and len(head) > 2
+
+
+def absolute_location(location: str) -> str:
+    """A table location as it is stored: a local path made absolute, an S3 one in its one spelling
+    (``s3://bucket/prefix`` for ``s3a://`` and ``s3n://`` too: ``kernel.objectstore``), any other URI as given."""
+    from ordo.kernel.objectstore import canonical_location
+
+    if has_scheme(location):
+        return canonical_location(location)
+    return os.path.abspath(location)

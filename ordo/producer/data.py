@@ -24,15 +24,12 @@ effective sequence number; a winning delete hides the key.
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
-import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote
 
 from ordo.kernel.errors import OrdoError
 from ordo.schemas import DataFile, TableMetadata
@@ -46,7 +43,6 @@ from ordo.schemas.operations import (
     SEQ_COLUMN,
     is_keyless,
 )
-from ordo.schemas.paths import STAGING_DIR, data_file_path
 
 if TYPE_CHECKING:
     from pyarrow.fs import FileSystem
@@ -281,24 +277,30 @@ def join_location(location: str, relative: str) -> str:
 
 
 class Storage:
-    """Moves, deletes and inspects files under a table location (pyarrow.fs: local, S3, GCS, HDFS)."""
+    """Writes, deletes and inspects files under a table location (pyarrow.fs: local, S3, GCS, HDFS).
+
+    Files are written once at their final path and never renamed: on an object
+    store a rename is a copy and a delete, and it is not atomic. An object
+    store has no directories, so none is made (``ensure_parent``).
+    """
 
     def __init__(self, location: str) -> None:
-        from pyarrow.fs import FileSystem
+        from ordo.kernel.objectstore import filesystem, is_object_store
 
         self.location = location
-        fs, base = FileSystem.from_uri(location)
+        fs, base = filesystem(location)
         self.fs: FileSystem = fs
         self.base = base.rstrip("/")
+        self.object_store = is_object_store(fs)
 
     def path(self, relative: str) -> str:
         return f"{self.base}/{relative}"
 
-    def list_files(self, relative_dir: str) -> list[tuple[str, int]]:
-        """Files under ``relative_dir`` (recursive) as (path relative to it, size)."""
+    def list_files(self, relative_dir: str = "") -> list[tuple[str, int]]:
+        """Files under ``relative_dir`` (recursive; the whole location by default) as (path relative to it, size)."""
         from pyarrow.fs import FileSelector, FileType
 
-        root = self.path(relative_dir)
+        root = self.path(relative_dir).rstrip("/")
         infos = self.fs.get_file_info(FileSelector(root, recursive=True, allow_not_found=True))
         found = []
         for info in infos:
@@ -306,11 +308,10 @@ class Storage:
                 found.append((info.path[len(root) + 1 :], int(info.size or 0)))
         return sorted(found)
 
-    def move(self, src_relative: str, dst_relative: str) -> None:
-        dst = self.path(dst_relative)
-        parent = dst.rsplit("/", 1)[0]
-        self.fs.create_dir(parent, recursive=True)
-        self.fs.move(self.path(src_relative), dst)
+    def ensure_parent(self, relative: str) -> None:
+        """Make the directory a new file goes into (nothing to make on an object store)."""
+        if not self.object_store:
+            self.fs.create_dir(self.path(relative).rsplit("/", 1)[0], recursive=True)
 
     def delete_file(self, relative: str) -> bool:
         """Delete one file; False if it was not there."""
@@ -319,13 +320,6 @@ class Storage:
         except FileNotFoundError:
             return False
         return True
-
-    def delete_dir(self, relative: str) -> None:
-        from pyarrow.fs import FileType
-
-        path = self.path(relative)
-        if self.fs.get_file_info(path).type == FileType.Directory:
-            self.fs.delete_dir(path)
 
     def exists(self, relative: str) -> bool:
         from pyarrow.fs import FileType
@@ -686,9 +680,11 @@ def read_files(spark: SparkSession, layout: Layout, files: Iterable[tuple[str, i
     """Records of ``files`` ((absolute path, added ID version) pairs) with their effective sequence number."""
     from pyspark.sql import functions as F
 
+    from ordo.kernel.objectstore import spark_path
+
     by_version: dict[int, list[str]] = {}
     for path, version in files:
-        by_version.setdefault(version, []).append(path)
+        by_version.setdefault(version, []).append(spark_path(path))
     schema = file_schema(layout)
     frames = [
         spark.read.schema(schema)
@@ -742,12 +738,18 @@ class FileWriter:
     The txn id in the names is the write id (``schemas.paths``): it stays the
     same when a metadata-level retry republishes the files under a new txn id.
 
-    1. Spark writes the records into ``_staging/<txn id>-<k>/`` under the table
-       location, partitioned by hidden string copies of the partition columns
-       (so the files keep the real partition columns as ordinary columns).
-    2. Each staged file is moved to its final path, numbered across the
-       transaction, and described by a ``DataFile`` from its Parquet footer.
-    3. The staging directory is removed.
+    1. The records get hidden string copies of the partition columns (and the
+       bucket), are repartitioned by them and sorted within each task, so each
+       (partition, bucket) is one run of rows in one task.
+    2. Each task writes its runs with pyarrow straight to their final paths
+       (``producer.arrow.RecordWrite``, run by the ``ordo_records`` data
+       source: ``producer.records_source``) and reports each file's
+       ``DataFile`` from the footer it wrote. Nothing is staged or renamed: on
+       an object store a rename is a copy and a delete.
+    3. If the job fails, Spark's abort deletes what its finished tasks wrote,
+       and the writer deletes any other file of this write id it finds (one
+       listing of the location); a file a killed executor was still writing
+       is an orphan for ``ordo vacuum --orphans``.
     """
 
     def __init__(self, spark: SparkSession, layout: Layout, txn_id: str) -> None:
@@ -755,8 +757,6 @@ class FileWriter:
         self.layout = layout
         self.txn_id = txn_id
         self.storage = Storage(layout.location)
-        self._numbers = itertools.count()
-        self._writes = itertools.count()
         self.written: list[str] = []  # relative paths at their final place, for cleanup
 
     def write(
@@ -767,8 +767,48 @@ class FileWriter:
         target_files: int | None = None,
     ) -> WriteStats:
         """Write ``records`` (table columns + ``_ordo_op`` + ``_ordo_seq``) and return the files made."""
+        import os
+        import tempfile
         import time
 
+        from ordo.producer import records_source
+
+        df, hidden = self._arranged(records, sort_by, target_files)
+        layout = self.layout
+        spec = records_source.write_options(
+            layout.location,
+            layout.partition_columns,
+            layout.primary_key,
+            self.txn_id,
+            hidden,
+            layout.buckets > 1,
+            layout.int_property(MAX_RECORDS_PER_FILE_PROPERTY, DEFAULT_MAX_RECORDS_PER_FILE),
+        )
+        records_source.register(self.spark)
+        handle, result = tempfile.mkstemp(prefix=f"ordo-write-{self.txn_id}-", suffix=".jsonl")
+        os.close(handle)
+        started = time.perf_counter()
+        try:
+            writer = df.write.format(records_source.NAME).mode("append")
+            writer.option("write", spec).option("result", result).save()
+            spark_seconds = time.perf_counter() - started
+            started = time.perf_counter()
+            with open(result, encoding="utf-8") as lines:
+                files = [DataFile.model_validate_json(line) for line in lines if line.strip()]
+        except BaseException:
+            self._delete_left_by_failed_job()
+            raise
+        finally:
+            os.unlink(result)
+        files = [f for f in files if f.record_count]
+        self.written.extend(f.path for f in files)
+        ordered = sorted(files, key=lambda f: (sorted(f.partition.items()), f.bucket, f.path))
+        return WriteStats(tuple(ordered), spark_seconds, time.perf_counter() - started)
+
+    def _arranged(
+        self, records: DataFrame, sort_by: Sequence[str], target_files: int | None
+    ) -> tuple[DataFrame, list[str]]:
+        """``records`` with the hidden (partition, bucket) columns, laid out in tasks as the files should be."""
         from pyspark.sql import functions as F
 
         layout = self.layout
@@ -782,66 +822,28 @@ class FileWriter:
             df = df.withColumn(BUCKET_COLUMN, bucket_column(layout.schema(), layout.primary_key, layout.buckets))
             hidden = [*hidden, BUCKET_COLUMN]  # one output file per (partition, bucket) at least
         if hidden:
+            # one task per (partition, bucket), its rows contiguous: one file each
             df = df.repartition(*[F.col(h) for h in hidden])
-            if sort_by:
-                df = df.sortWithinPartitions(*[F.col(h) for h in hidden], *[F.col(f"`{c}`") for c in sort_by])
+            df = df.sortWithinPartitions(*[F.col(h) for h in hidden], *[F.col(f"`{c}`") for c in sort_by])
         elif sort_by:
             df = df.orderBy(*[F.col(f"`{c}`") for c in sort_by])
             if target_files:
                 df = df.coalesce(target_files)
         elif target_files:
             df = df.coalesce(target_files)
-        staging = f"{STAGING_DIR}/{self.txn_id}-{next(self._writes)}"
-        max_records = layout.int_property(MAX_RECORDS_PER_FILE_PROPERTY, DEFAULT_MAX_RECORDS_PER_FILE)
-        started = time.perf_counter()
-        writer = df.write.mode("errorifexists").option("maxRecordsPerFile", max_records)
-        if hidden:
-            writer = writer.partitionBy(*hidden)
-        try:
-            writer.parquet(join_location(layout.location, staging))
-        except BaseException:
-            self.storage.delete_dir(staging)
-            raise
-        spark_seconds = time.perf_counter() - started
-        started = time.perf_counter()
-        try:
-            files = self._finish(staging, hidden)
-        finally:
-            self.storage.delete_dir(staging)
-        return WriteStats(tuple(files), spark_seconds, time.perf_counter() - started)
+        return df, hidden
 
-    def _finish(self, staging: str, hidden: Sequence[str]) -> list[DataFile]:
-        layout = self.layout
-        files = []
-        for relative, size in self.storage.list_files(staging):
-            parts = relative.split("/")
-            name = parts[-1]
-            if name.startswith(("_", ".")) or not name.endswith(".parquet"):
-                continue
-            parsed = _parse_partition(parts[:-1], hidden, layout.partition_columns)
-            if parsed is None:
-                continue  # a schema-only file Spark writes for an empty partitioned output
-            partition, bucket = parsed
-            source = f"{staging}/{relative}"
-            footer = self.storage.footer(source)
-            if footer.num_rows == 0:
-                continue
-            target = data_file_path(layout.partition_columns, partition, self.txn_id, next(self._numbers))
-            self.storage.move(source, target)
-            self.written.append(target)
-            min_key, max_key = key_stats(footer, layout.primary_key)
-            files.append(
-                DataFile(
-                    path=target,
-                    partition=partition,
-                    record_count=footer.num_rows,
-                    size_bytes=size,
-                    min_key=min_key,
-                    max_key=max_key,
-                    bucket=bucket,
-                )
-            )
-        return files
+    def _delete_left_by_failed_job(self) -> None:
+        """Delete the files of this write id that are not this writer's (what the failed job's tasks left)."""
+        from ordo.schemas.paths import write_id_of
+
+        kept = set(self.written)
+        try:
+            for relative, _size in self.storage.list_files():
+                if relative not in kept and write_id_of(relative) == self.txn_id:
+                    self.storage.delete_file(relative)
+        except OSError:
+            pass  # orphans then: no commit names them
 
     def cleanup(self) -> int:
         """Delete every file this writer put in place; the number deleted."""
@@ -851,27 +853,6 @@ class FileWriter:
                 deleted += 1
         self.written.clear()
         return deleted
-
-
-_SEGMENT = re.compile(r"(_ordo_p\d+|_ordo_b)=(.*)")
-
-
-def _parse_partition(
-    dirs: Sequence[str], hidden: Sequence[str], columns: Sequence[str]
-) -> tuple[dict[str, str], int] | None:
-    """The partition and bucket of a staged file from its Hive-style directories (None: not a data file)."""
-    if len(dirs) != len(hidden):
-        return None
-    values = {}
-    for segment in dirs:
-        match = _SEGMENT.fullmatch(segment)
-        if match is None:
-            return None
-        values[match.group(1)] = unquote(match.group(2))
-    if set(values) != set(hidden):
-        return None
-    bucket = int(values.pop(BUCKET_COLUMN, "0"))
-    return {c: values[h] for h, c in zip(hidden, columns, strict=False)}, bucket
 
 
 def _stat_text(value: Any) -> str:

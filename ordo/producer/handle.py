@@ -7,14 +7,13 @@ Importing this module imports neither Spark nor Kafka: both are loaded on use.
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Self
 
 from ordo.kernel.settings import Settings
 from ordo.producer.connection import (
-    has_scheme,
+    absolute_location,
     register_source,
     resolve_settings,
     shared_connection,
@@ -78,8 +77,10 @@ def table_metadata(
     props[BUCKETS_PROPERTY] = str(count)
     if location is None:
         location = warehouse.rstrip("/") + "/" + name
-    if not has_scheme(location):
-        location = os.path.abspath(location)
+    try:
+        location = absolute_location(location)
+    except ValueError as exc:  # kernel.objectstore.ObjectStoreError: an S3 location without a bucket
+        raise InvalidTableError(str(exc)) from exc
     return TableMetadata(
         location=location,
         schema=ddl,
@@ -292,9 +293,9 @@ class TableHandle:
             options.pop("settings", None),
             {k: options.pop(k, None) for k in ("bootstrap_servers", "topic_prefix", "catalog")},
         )
-        wanted = location if has_scheme(location) else os.path.abspath(location)
+        wanted = absolute_location(location).rstrip("/")
         for info in shared_connection(resolved).catalog.tables():
-            if info.metadata.location.rstrip("/") == wanted.rstrip("/"):
+            if absolute_location(info.metadata.location).rstrip("/") == wanted:
                 return cls.open(spark, info.name, settings=resolved, **options)
         raise TableNotFoundError(f"no table has its data at {location!r}")
 

@@ -25,8 +25,6 @@ _ESCAPE = frozenset([chr(c) for c in range(0x00, 0x20)] + list("\"#%'*/:=?\\\x7f
 _NEEDS_ESCAPE = re.compile("[" + re.escape("".join(sorted(_ESCAPE))) + "]").search
 _SUFFIX = ".parquet"
 FILE_NAME_PATTERN = "<write id>-<n>.parquet"
-# Where a running write stages its files under the table location before they get their final paths.
-STAGING_DIR = "_staging"
 
 
 def escape_partition_value(value: str) -> str:

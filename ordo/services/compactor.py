@@ -532,19 +532,16 @@ class Compactor:
 
 
 def spark_session(master: str | None) -> SparkSession:
-    """The service's Spark session: local (``local[N]``, the default ``local[2]``) or any master."""
+    """The service's Spark session: local (``local[N]``, the default ``local[2]``) or any master (the driver runs
+    here; the executors' Python and S3A come from Spark's settings: docs/operations.md, "Production")."""
     import re
 
-    from ordo.spark import local_spark_session, register
+    from ordo.spark import cluster_spark_session, local_spark_session
 
     match = re.fullmatch(r"local\[(\d+)\]", master or "local[2]")
     if match:
         return local_spark_session("ordo-compactor", cores=int(match.group(1)))
-    from pyspark.sql import SparkSession
-
-    spark = SparkSession.builder.master(str(master)).appName("ordo-compactor").getOrCreate()
-    register(spark)
-    return spark
+    return cluster_spark_session(str(master), "ordo-compactor")
 
 
 READY_LINE = "compactor ready"

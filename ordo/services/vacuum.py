@@ -16,10 +16,10 @@ version after it, and deletes a file only when both hold:
 Files the catalog lists as live, at the head or at ``B``, are never deleted:
 the plan is checked against both snapshots again right before anything is
 removed. With ``orphans=True`` it also deletes Parquet files under the table
-location that no commit ever added (left by writers that died between staging
-and commit), but never one a transaction may still commit:
+location that no commit ever added (left by writers, or by tasks of writers,
+that died between writing and commit; also what the ``_staging`` area of
+writers before 0.7 kept), but never one a transaction may still commit:
 
-* the ``_staging`` area of running writes is never touched;
 * a file last modified less than ``orphan_age_hours`` ago (default
   ``DEFAULT_ORPHAN_AGE_HOURS``; below ``MIN_ORPHAN_AGE_HOURS`` only with
   ``force``) may belong to a writer that has not published its intent yet;
@@ -51,7 +51,6 @@ from typing import Any
 
 from ordo.arbiter.core import RETENTION_PROPERTY, restore_retention_ms
 from ordo.kernel.errors import OrdoError, VersionNotFoundError
-from ordo.schemas.paths import STAGING_DIR
 from ordo.services.files import filesystem
 
 log = logging.getLogger("ordo.vacuum")
@@ -341,7 +340,7 @@ def _existing(files: list[VacuumFile]) -> list[VacuumFile]:
 
 
 def _orphans(location: str, committed: set[str], live: set[str], older_than: datetime) -> list[VacuumFile]:
-    """Parquet files under ``location`` no commit added, modified before ``older_than`` (staging excluded)."""
+    """Parquet files under ``location`` no commit added, modified before ``older_than``."""
     from pyarrow import fs as pafs
 
     filesys, root = filesystem(location)
@@ -355,7 +354,7 @@ def _orphans(location: str, committed: set[str], live: set[str], older_than: dat
         if info.type != pafs.FileType.File or not info.path.endswith(".parquet"):
             continue
         relative = info.path[len(root) + 1 :]
-        if relative.split("/", 1)[0] == STAGING_DIR or relative in committed or relative in live:
+        if relative in committed or relative in live:
             continue
         mtime = info.mtime
         if mtime is None:

@@ -1,6 +1,18 @@
-"""ordo on Spark: a local session configured for ordo (``session``) and the ``format("ordo")`` data source
+"""ordo on Spark: sessions configured for ordo, local or on a cluster (``session``), and the ``format("ordo")`` data source
 (``datasource``). Importing this package imports no Spark; ``register`` does, on first use."""
 
-from ordo.spark.session import local_spark_session, register, registered_settings
+from ordo.spark.session import (
+    cluster_spark_session,
+    local_spark_session,
+    object_store_settings,
+    register,
+    registered_settings,
+)
 
-__all__ = ["local_spark_session", "register", "registered_settings"]
+__all__ = [
+    "cluster_spark_session",
+    "local_spark_session",
+    "object_store_settings",
+    "register",
+    "registered_settings",
+]

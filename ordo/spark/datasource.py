@@ -43,7 +43,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import secrets
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -937,12 +936,11 @@ class _Writing:
         import pyarrow as pa
         from pyspark import TaskContext
 
-        from ordo.producer.arrow import FILES_PER_TASK, conform_batch, write_rows
+        from ordo.producer.arrow import conform_batch, task_first_number, write_rows
 
         batches = [conform_batch(pa.Table.from_batches([b]), self.arrow_schema, self.absent) for b in iterator]
         rows = pa.concat_tables(batches) if batches else self.arrow_schema.empty_table()
         context = TaskContext.get()
-        task = 0 if context is None else context.partitionId() * 100 + min(context.attemptNumber(), 99)
         batch_id = query_id = None
         if context is not None and self.streaming:
             batch_id = context.getLocalProperty(BATCH_ID_PROPERTY)
@@ -953,8 +951,7 @@ class _Writing:
         # a random block of file numbers per task run: a re-run never writes over a committed file
         if self.where is not None:
             self._check_where(rows)
-        first = (secrets.randbits(40) * 10_000 + task) * FILES_PER_TASK
-        files = write_rows(rows, self.layout, txn_id, first, self.static)
+        files = write_rows(rows, self.layout, txn_id, task_first_number(), self.static)
         return FilesMessage(tuple(f.model_dump_json() for f in files), txn_id, query_id or "")
 
     def _check_where(self, rows: Any) -> None:

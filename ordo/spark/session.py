@@ -1,6 +1,13 @@
-"""A local SparkSession configured for ordo (tests, demo, examples).
+"""SparkSessions configured for ordo: a local one (tests, demo, examples) and one on a cluster's master.
 
-Spark is imported lazily: importing this module costs nothing.
+Both reach tables on S3 through Hadoop's S3A with the settings ordo maps from
+the AWS variables and profile (``kernel.objectstore``: endpoint, region, path
+style, the AWS SDK's credentials chain), unless the session's own
+``spark.hadoop.fs.s3a.*`` say otherwise; ``object_store_settings`` gives them
+for a session built elsewhere. S3A's jars are not Spark's own: put
+``hadoop-aws`` (of PySpark's Hadoop release) and its AWS SDK bundle on the
+classpath (``tools/spark_s3a.py`` fetches them; docs/operations.md,
+"Production"). Spark is imported lazily: importing this module costs nothing.
 """
 
 from __future__ import annotations
@@ -46,13 +53,60 @@ def local_spark_session(
     )
     if warehouse:
         builder = builder.config("spark.sql.warehouse.dir", warehouse)
-    for key, value in (config or {}).items():
+    for key, value in object_store_settings(config).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    use_session_object_store(spark)
     if id(spark) not in _REGISTERED:  # keep the settings a DeltaTable registered with an existing session
         register(spark)
     return spark
+
+
+def cluster_spark_session(master: str, app_name: str = "ordo", config: Mapping[str, str] | None = None) -> SparkSession:
+    """Get or create a SparkSession on ``master`` (``spark://host:port``, ``yarn``, ``k8s://...``) for ordo.
+
+    The driver runs here (client mode). Settings come from ``config``, then
+    Spark's own (``spark-defaults.conf``, ``PYSPARK_PYTHON`` for the
+    executors' Python, which must have ordo installed: docs/operations.md,
+    "Production"); the S3A settings ordo maps fill what neither sets.
+    """
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in object_store_settings(config).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    use_session_object_store(spark)
+    if id(spark) not in _REGISTERED:
+        register(spark)
+    return spark
+
+
+def object_store_settings(config: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``config`` plus the ``spark.hadoop.fs.s3a.*`` settings ordo maps from the AWS variables and profile
+    (``kernel.objectstore``) that ``config`` does not set itself."""
+    from ordo.kernel.objectstore import S3Options
+
+    given = dict(config or {})
+    prefix = "spark.hadoop."
+    hadoop = {k[len(prefix) :]: v for k, v in given.items() if k.startswith(prefix)}
+    mapped = S3Options.resolve(hadoop=hadoop).hadoop_settings(hadoop)
+    return given | {prefix + k: v for k, v in mapped.items()}
+
+
+def use_session_object_store(spark: SparkSession) -> None:
+    """Make this process's pyarrow reach S3 as the session's S3A does (its ``fs.s3a.*`` win over the AWS
+    variables): the driver then reads and deletes the files Spark's executors wrote."""
+    from ordo.kernel.objectstore import S3Options, use_options
+
+    try:
+        conf = spark.sparkContext.getConf().getAll()
+    except Exception:  # Spark Connect: no SparkContext; the AWS variables hold
+        return
+    prefix = "spark.hadoop."
+    hadoop = {k[len(prefix) :]: v for k, v in conf if k.startswith(prefix + "fs.s3a.")}
+    use_options(S3Options.resolve(hadoop=hadoop))
 
 
 def register(spark: SparkSession, settings: Settings | None = None) -> None:

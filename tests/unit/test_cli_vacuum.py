@@ -95,7 +95,8 @@ def test_short_window_keeps_exactly_the_head(built: Builder) -> None:
 
 
 def test_orphans_only_when_asked_and_only_old_ones(built: Builder, bootstrap_servers: str) -> None:
-    """--orphans reads the intents log (a real broker; this prefix has no intents): only old orphans go."""
+    """--orphans reads the intents log (a real broker; this prefix has no intents): only old orphans go, the
+    staging area an older writer left (ordo before 0.7 staged, then moved) included."""
     broker = {"ORDO_BOOTSTRAP_SERVERS": bootstrap_servers, "ORDO_TOPIC_PREFIX": new_prefix()}
     old, recent, staging = "dt=2024-05-01/dead-0.parquet", "dt=2024-05-01/young-0.parquet", "_staging/x/part-0.parquet"
     for path in (old, recent, staging):
@@ -110,9 +111,9 @@ def test_orphans_only_when_asked_and_only_old_ones(built: Builder, bootstrap_ser
 
     assert not {f["path"] for f in vacuum(built, "--retain", "24")["files"]}
     plan = vacuum(built, "--retain", "24", "--orphans", "--apply", env=broker)
-    assert {f["path"] for f in plan["files"] if f["kind"] == "orphan"} == {old, rejected_file}
-    assert set(plan["deleted"]) == {old, rejected_file}
-    assert (built.location / recent).exists() and (built.location / staging).exists()
+    assert {f["path"] for f in plan["files"] if f["kind"] == "orphan"} == {old, rejected_file, staging}
+    assert set(plan["deleted"]) == {old, rejected_file, staging}
+    assert (built.location / recent).exists() and not (built.location / staging).exists()
     assert live(built) <= on_disk(built)
 
 
