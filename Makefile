@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 .DEFAULT_GOAL := help
 
 help: ## List the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
 
 check-java:
 	@command -v java >/dev/null 2>&1 || { echo "Java 17+ is required for Spark: install it (Debian/Ubuntu: apt-get install openjdk-17-jre-headless; macOS: brew install openjdk@17) and put java on PATH."; exit 1; }
@@ -38,7 +38,13 @@ prometheus: ## Install Prometheus and promtool (Debian/Ubuntu package; sudo when
 	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 
-test: setup prometheus kafka ## Run the test suite (unit; integration, Spark end to end and chaos on Tansu and on Apache Kafka)
+# S3 for the cluster tests and the production topology: S3Proxy (ordo/broker/s3proxy-pom.xml) into ~/.cache/ordo,
+# and Spark's S3A jars (hadoop-aws of PySpark's Hadoop, with the AWS SDK bundle, ~700 MB once) into ~/.m2.
+s3: check-java check-mvn $(STAMP) ## Fetch S3Proxy and Spark's S3A jars once (Maven)
+	$(BIN)/python -m ordo.broker.s3proxy fetch
+	$(BIN)/python tools/spark_s3a.py >/dev/null
+
+test: setup prometheus kafka s3 ## Run the test suite (unit; integration, Spark end to end and chaos on Tansu and on Apache Kafka; a Spark cluster with tables on S3)
 	$(BIN)/pytest -q --durations=30
 
 lint: setup ## ruff, mypy and the layers contract
@@ -94,4 +100,4 @@ bench-peers-spark: check-java check-mvn ## ordo vs Delta Lake vs Iceberg on Spar
 	$(VENV_BENCH_SPARK)/bin/python tools/spark_lakes.py
 	$(VENV_BENCH_SPARK)/bin/python -m bench peers-spark
 
-.PHONY: help check-java check-mvn kafka setup prometheus test test-spark-min lint demo bench chaos spark-kafka bench-peers-spark
+.PHONY: help check-java check-mvn kafka s3 setup prometheus test test-spark-min lint demo bench chaos spark-kafka bench-peers-spark

@@ -4,7 +4,8 @@ Prints a Markdown table and writes ``bench/results.json``: one object per
 benchmark with its figures (ours, the peer's, their ratio, the target) and the
 machine they were measured on. Names: core, throughput, latency, pipeline, apply, fleet, readable, peers, scale,
 spark, datasource, service (default: all, in that order; Spark last); peers-spark (ordo, Delta Lake and
-Iceberg on Spark: run it alone, from ``make bench-peers-spark``, which builds its venv). Running some of them replaces
+Iceberg on Spark: run it alone, from ``make bench-peers-spark``, which builds its venv); object-store (appends on
+S3 against local disk: run it alone, ``python -m bench object-store``). Running some of them replaces
 their entries in an existing ``results.json`` and keeps the others (each entry
 says when it was measured and in which profile). A benchmark that fails is
 recorded as an error with its reason, and the others still run.
@@ -35,9 +36,11 @@ BENCHMARKS = {
     "datasource": 'format("ordo") sink and change feed',
     "service": "table service",
     "peers-spark": "peers on Spark",
+    "object-store": "appends on S3 vs local disk",
 }
 RESULTS = ROOT / "bench" / "results.json"
 OWN_VENV = {"peers-spark"}  # not in the default run: it needs the venv make bench-peers-spark builds
+ALONE = OWN_VENV | {"object-store"}  # not in the default run: object-store runs S3Proxy (make s3 fetches it)
 
 
 def module(name: str) -> str:
@@ -46,7 +49,7 @@ def module(name: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    names = argv or [n for n in BENCHMARKS if n not in OWN_VENV]
+    names = argv or [n for n in BENCHMARKS if n not in ALONE]
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
         print(f"unknown benchmark(s) {unknown}; choose from {list(BENCHMARKS)}", file=sys.stderr)

@@ -1,0 +1,276 @@
+"""ordo on a Spark standalone cluster with its tables on S3, each step checked against a plain-Python model.
+
+The topology (tests/cluster/conftest.py): S3Proxy, Kafka, a PostgreSQL
+catalog, arbiter and consumer, a master and two workers whose executors run
+ordo from its wheel in their own Python, and this process as the driver. The
+steps share the module's topology and its tables, in order.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from ordo.producer.table import DeltaTable
+from tests.cluster.conftest import BUCKET, ROOT, Topology
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
+
+SCHEMA = "id BIGINT, name STRING, score INT, dt STRING"
+
+
+def rows_of(df: Any) -> dict[int, tuple[Any, ...]]:
+    """``{id: (name, score, dt)}`` of a DataFrame, refusing a key twice."""
+    found: dict[int, tuple[Any, ...]] = {}
+    for row in df.collect():
+        assert row["id"] not in found, f"key {row['id']} twice"
+        found[row["id"]] = (row["name"], row["score"], row["dt"])
+    return found
+
+
+def objects(topology: Topology, location: str) -> dict[str, int]:
+    """Every object under ``location`` in the bucket (relative key -> size), directory markers included."""
+    from pyarrow.fs import FileSelector, FileType
+
+    from ordo.kernel.objectstore import filesystem
+
+    fs, root = filesystem(location)
+    infos = fs.get_file_info(FileSelector(root, recursive=True, allow_not_found=True))
+    return {i.path[len(root) + 1 :]: int(i.size or 0) for i in infos if i.type == FileType.File}
+
+
+def test_executors_run_ordo_from_its_wheel_in_their_own_python(topology: Topology) -> None:
+    """No executor leans on the driver's files: ordo comes from the executors' environment, not the checkout."""
+
+    def where(_: Any) -> tuple[str, str, str, str, str]:
+        import ordo
+
+        return (
+            ordo.__file__,
+            sys.executable,
+            os.environ.get("PYTHONPATH", ""),
+            os.getcwd(),
+            os.environ.get("ORDO_CATALOG", ""),
+        )
+
+    seen = set(topology.spark.sparkContext.parallelize(range(4), 4).map(where).collect())
+    venv = str(topology.executors_python.parent.parent)
+    for module, python, path, cwd, catalog in seen:
+        assert module.startswith(venv + "/lib/") and "site-packages/ordo/" in module, module
+        assert python == str(topology.executors_python)
+        assert str(ROOT) not in path and not cwd.startswith(str(ROOT)), (path, cwd)
+        assert catalog == "", "an executor has the driver's settings"
+    assert len(topology.cluster.executor_pids()) == 1, "this driver's one executor, a JVM of its own"
+
+
+def test_a_table_at_an_s3a_location_is_written_read_updated_and_deleted(topology: Topology) -> None:
+    """The s3a:// spelling (what Spark users write) is the s3:// table; the first append runs in the executors."""
+    spark, settings = topology.spark, topology.settings
+    given = topology.location("people").replace("s3://", "s3a://")
+    table = DeltaTable.create(
+        spark, "people", schema=SCHEMA, primary_key="id", partitioned_by="dt", location=given, settings=settings
+    )
+    assert table.location == topology.location("people")
+    model = {i: (f"n{i}", i, f"d{i % 2}") for i in range(20)}
+    table.insert_into(spark.createDataFrame([(k, *v) for k, v in model.items()], SCHEMA))
+    assert rows_of(table.read()) == model
+    table.update({"score": "score + 100"}, where="id < 5")
+    model |= {k: (n, s + 100, d) for k, (n, s, d) in model.items() if k < 5}
+    table.delete("id >= 15")
+    model = {k: v for k, v in model.items() if k < 15}
+    assert rows_of(table.read()) == model
+    assert DeltaTable.forPath(spark, given, settings=settings).name == "people"
+    # written once where they stay: only the data files the commits named, no staging area, no marker object
+    named = {f.path for c in table.catalog.commits("people", 0, None, include_rewrites=True) for f in c.added_files}
+    stored = objects(topology, table.location)
+    assert set(stored) == named, sorted(set(stored) ^ named)
+    assert all(size > 0 for size in stored.values())
+
+
+def test_create_with_the_builder_and_by_writing_then_append_and_overwrite(topology: Topology) -> None:
+    from ordo.spark.datasource import settings_options
+
+    spark, settings = topology.spark, topology.settings
+    built = (
+        DeltaTable.create(spark, settings=settings)
+        .tableName("built")
+        .addColumns(SCHEMA)
+        .primaryKey("id")
+        .partitionedBy("dt")
+        .location(topology.location("built"))
+        .execute()
+    )
+    assert built.location == topology.location("built") and built.version == 0
+    model = {i: (f"b{i}", i, f"d{i % 3}") for i in range(12)}
+    built.insert_into(spark.createDataFrame([(k, *v) for k, v in model.items()], SCHEMA))
+    more = {i: (f"c{i}", -i, f"d{i % 3}") for i in range(8, 16)}  # 8..11 are upserts
+    built.insert_into(spark.createDataFrame([(k, *v) for k, v in more.items()], SCHEMA))
+    model |= more
+    assert rows_of(built.read()) == model
+    replaced = {i: (f"o{i}", i * 2, "d1") for i in (1, 4, 100)}
+    built.insert_overwrite(spark.createDataFrame([(k, *v) for k, v in replaced.items()], SCHEMA), {"dt": "d1"})
+    model = {k: v for k, v in model.items() if v[2] != "d1"} | replaced
+    assert rows_of(built.read()) == model
+    # by writing: format("ordo") creates the table in the warehouse (on S3) and appends in the executors
+    rows = [(i, f"w{i}", i, "d0") for i in range(5)]
+    writer = spark.createDataFrame(rows, SCHEMA).write.format("ordo").options(**settings_options(settings))
+    writer.option("ordo.primaryKey", "id").option("ordo.partitionBy", "dt").mode("append").save("written")
+    written = DeltaTable.forName(spark, "written", settings=settings)
+    assert written.location == f"{settings.warehouse}/written"
+    assert rows_of(written.read()) == {i: (n, s, d) for i, n, s, d in rows}
+
+
+def wait_until(what: str, condition: Callable[[], bool], timeout: float = 300.0, query: Any = None) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if query is not None:
+            assert query.exception() is None, query.exception()
+            assert query.isActive, "the query stopped"
+        assert time.monotonic() < deadline, f"no {what} within {timeout:.0f} s"
+        time.sleep(1.0)
+
+
+ROWS_PER_BATCH = 30
+KEYS = 24
+
+
+def test_a_stream_with_its_checkpoint_on_s3_while_ordo_compactor_compacts(topology: Topology) -> None:
+    """Keyed upserts from a rate source through the sink; ``ordo compactor --master spark://...`` beside it."""
+    from pyspark.sql import functions as F
+
+    from ordo.spark.datasource import settings_options
+
+    spark, settings = topology.spark, topology.settings
+    table = DeltaTable.create(
+        spark,
+        "streamed",
+        schema="id BIGINT, v BIGINT, part STRING",
+        primary_key="id",
+        partitioned_by="part",
+        location=topology.location("streamed"),
+        settings=settings,
+    )
+    source = spark.readStream.format("rate-micro-batch").option("rowsPerBatch", ROWS_PER_BATCH).load()
+    checkpoint = f"s3a://{BUCKET}/{topology.prefix}/checkpoints/streamed"
+    query = (
+        source.select(
+            (F.col("value") % KEYS).alias("id"),
+            F.col("value").alias("v"),
+            (F.col("value") % 2).cast("string").alias("part"),
+        )
+        .writeStream.format("ordo")
+        .options(**settings_options(settings))
+        .option("checkpointLocation", checkpoint)
+        .trigger(processingTime="3 seconds")
+        .start("streamed")
+    )
+    compactor = topology.start_ordo(
+        "compactor", "--master", topology.cluster.url, "--tables", "streamed", "--interval", "2",
+        "--metrics-port", "off", name="compactor",
+    )  # fmt: skip
+    try:
+
+        def compacted() -> bool:
+            return any(
+                "COMPACT" in c.operation for c in table.catalog.commits("streamed", 0, None, include_rewrites=True)
+            )
+
+        wait_until("compaction by ordo compactor", compacted, query=query)
+        seen = table.catalog.table("streamed").head_version
+        wait_until(
+            "two batches after it", lambda: table.catalog.table("streamed").head_version >= seen + 2, query=query
+        )
+    finally:
+        query.stop()
+        compactor.terminate(timeout=30)
+    assert query.exception() is None
+    commits = table.catalog.commits("streamed", 0, None, include_rewrites=True)
+    batches = sum(1 for c in commits if c.operation == "INSERT_INTO")
+    assert sum(1 for c in commits if "COMPACT" in c.operation) >= 1
+    values = range(batches * ROWS_PER_BATCH)
+    model = {}
+    for value in values:
+        model[value % KEYS] = value
+    got = {r["id"]: r["v"] for r in table.read().collect()}
+    assert got == model, "a batch lost or written twice, or a compaction changed the rows"
+    assert [
+        f
+        for f in objects(topology, f"s3://{BUCKET}/{topology.prefix}/checkpoints/streamed")
+        if f.startswith("commits/")
+    ]
+
+
+def test_update_delete_merge_time_travel_change_feed_restore_and_vacuum(topology: Topology) -> None:
+    from ordo.spark.datasource import settings_options
+
+    spark, settings = topology.spark, topology.settings
+    table = DeltaTable.create(
+        spark, "steps", schema=SCHEMA, primary_key="id", partitioned_by="dt",
+        location=topology.location("steps"), settings=settings,
+    )  # fmt: skip
+    versions: dict[int, dict[int, tuple[Any, ...]]] = {0: {}}
+    model = {i: (f"s{i}", i, f"d{i % 2}") for i in range(10)}
+    v1 = table.insert_into(spark.createDataFrame([(k, *v) for k, v in model.items()], SCHEMA))
+    versions[v1.id_version] = dict(model)
+    v2 = table.update({"score": "score * 10"}, where="id % 3 = 0")
+    model = {k: (n, s * 10 if k % 3 == 0 else s, d) for k, (n, s, d) in model.items()}
+    versions[v2.id_version] = dict(model)
+    v3 = table.delete("id IN (1, 2)")
+    model = {k: v for k, v in model.items() if k not in (1, 2)}
+    versions[v3.id_version] = dict(model)
+    source = spark.createDataFrame([(3, "m3", 33, "d1"), (20, "m20", 20, "d0")], SCHEMA)
+    (
+        DeltaTable.forName(spark, "steps", settings=settings)
+        .alias("t")
+        .merge(source.alias("s"), "t.id = s.id")
+        .whenMatchedUpdateAll()
+        .whenNotMatchedInsertAll()
+        .execute()
+    )
+    model |= {3: ("m3", 33, "d1"), 20: ("m20", 20, "d0")}
+    versions[table.version] = dict(model)
+    assert rows_of(table.read()) == model
+    for version, expected in versions.items():
+        assert rows_of(table.read(version=version)) == expected, f"time travel to {version}"
+    # the change feed, batch: every logical commit's rows
+    changes = table.changes(v1.id_version, None).collect()
+    deletes = {(r["_commit_version"], r["id"]) for r in changes if r["_change_type"] == "delete"}
+    assert deletes == {(v3.id_version, 1), (v3.id_version, 2)}
+    upserts_v2 = {r["id"] for r in changes if r["_commit_version"] == v2.id_version}
+    assert upserts_v2 == {k for k in versions[v1.id_version] if k % 3 == 0}
+    # the change feed, streaming, its checkpoint and output on S3; the same rows as the batch feed
+    output = f"s3a://{BUCKET}/{topology.prefix}/feed/out"
+    feed = (
+        spark.readStream.format("ordo")
+        .options(**settings_options(settings))
+        .option("readChangeFeed", "true")
+        .option("ordo.changeFeedForm", "compact")
+        .option("startingVersion", v1.id_version)
+        .load("steps")
+        .writeStream.format("parquet")
+        .option("path", output)
+        .option("checkpointLocation", f"s3a://{BUCKET}/{topology.prefix}/feed/checkpoint")
+        .start()
+    )
+    feed.processAllAvailable()
+    feed.stop()
+    assert feed.exception() is None
+    cols = ["_commit_version", "_change_type", "id"]
+    streamed = sorted(tuple(r[c] for c in cols) for r in spark.read.parquet(output).collect())
+    assert streamed == sorted(tuple(r[c] for c in cols) for r in changes)
+    # RESTORE to the first insert, then VACUUM deletes the objects no retained version needs
+    table.restoreToVersion(v1.id_version)
+    assert rows_of(table.read()) == versions[v1.id_version]
+    live = {f.path for f in table.catalog.snapshot("steps").files}
+    before = objects(topology, table.location)
+    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    deleted = table.vacuum(0)
+    after = objects(topology, table.location)
+    assert deleted and set(deleted) == set(before) - set(after), "VACUUM deleted objects, exactly those it named"
+    assert set(after) == live, "only the live files remain"
+    assert rows_of(table.read()) == versions[v1.id_version]
