@@ -44,6 +44,9 @@ s3: check-java check-mvn $(STAMP) ## Fetch S3Proxy and Spark's S3A jars once (Ma
 	$(BIN)/python -m ordo.broker.s3proxy fetch
 	$(BIN)/python tools/spark_s3a.py >/dev/null
 
+cluster: setup kafka s3 ## The production topology on one machine until Ctrl-C: S3, Kafka, PostgreSQL, arbiter, consumer, a Spark standalone cluster, the compactor on it
+	$(BIN)/python tools/cluster_up.py
+
 test: setup prometheus kafka s3 ## Run the test suite (unit; integration, Spark end to end and chaos on Tansu and on Apache Kafka; a Spark cluster with tables on S3)
 	$(BIN)/pytest -q --durations=30
 
@@ -100,4 +103,4 @@ bench-peers-spark: check-java check-mvn ## ordo vs Delta Lake vs Iceberg on Spar
 	$(VENV_BENCH_SPARK)/bin/python tools/spark_lakes.py
 	$(VENV_BENCH_SPARK)/bin/python -m bench peers-spark
 
-.PHONY: help check-java check-mvn kafka s3 setup prometheus test test-spark-min lint demo bench chaos spark-kafka bench-peers-spark
+.PHONY: help check-java check-mvn kafka s3 cluster setup prometheus test test-spark-min lint demo bench chaos spark-kafka bench-peers-spark

@@ -86,7 +86,7 @@ def run() -> list[Result]:
                         "total_s": [r["total_s"] for r in runs],
                     },
                     notes="commit = publish the intent and wait for the decision; the rest is Spark validating, "
-                    "writing and moving files; median of runs",
+                    "writing files; median of runs",
                     machine=machine(),
                 )
             )

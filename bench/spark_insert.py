@@ -9,8 +9,9 @@ Spark session (``local[2]``). Each repetition inserts ``--rows`` new rows
 one transaction and reports its phases:
 
 * ``validate``: the Spark job refusing null/duplicate keys and bad partition values;
-* ``spark_write``: the Spark job writing the Parquet files (staging directory);
-* ``finish_files``: moving files to ``<partition>/<txn id>-<n>.parquet`` and reading their footers;
+* ``spark_write``: the Spark job whose tasks write the Parquet files at their final paths
+  (``<partition>/<txn id>-<n>.parquet``, described from the footers they wrote);
+* ``finish_files``: reading the list of files the tasks reported (nothing is moved);
 * ``publish_decision``: publishing the intent and waiting for the arbiter's decision;
 * ``catalog_wait``: until the consumer's catalog shows the new version (read-your-writes).
 

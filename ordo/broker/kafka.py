@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from ordo.broker.maven import fetch_runtime, installed, pom_property
+from ordo.broker.maven import fetch_runtime, installed, pinned_version
 from ordo.broker.netns import NodeNetwork
 from ordo.kernel.errors import BrokerUnavailableError, OrdoError
 
@@ -87,10 +87,7 @@ class KafkaSetupError(OrdoError):
 
 def kafka_version(pom: Path = KAFKA_POM) -> str:
     """The pinned Kafka release (``kafka.version`` in ``ordo/broker/kafka-pom.xml``)."""
-    version = pom_property(pom, "kafka.version")
-    if version is None:
-        raise KafkaSetupError(f"{pom} has no <properties><kafka.version>")
-    return version
+    return pinned_version(pom, "kafka.version", KafkaSetupError)
 
 
 def cache_root() -> Path:

@@ -26,6 +26,14 @@ def pom_property(pom: Path, name: str) -> str | None:
     return text or None
 
 
+def pinned_version(pom: Path, name: str, error: type[Exception]) -> str:
+    """The release ``pom`` pins in ``<properties><name>``; ``error`` when it names none."""
+    version = pom_property(pom, name)
+    if version is None:
+        raise error(f"{pom} has no <properties><{name}>")
+    return version
+
+
 def installed(home: Path) -> Path | None:
     """The ``libs`` directory of a complete fetch into ``home``, else None."""
     libs = home / "libs"

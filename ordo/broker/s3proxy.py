@@ -50,7 +50,7 @@ from pathlib import Path
 from types import TracebackType
 
 from ordo.broker.kafka import cache_root, java_command, maven_command
-from ordo.broker.maven import fetch_runtime, installed, pom_property
+from ordo.broker.maven import fetch_runtime, installed, pinned_version
 from ordo.broker.tansu import free_port
 from ordo.kernel.errors import OrdoError
 
@@ -77,10 +77,7 @@ class S3ProxyError(OrdoError):
 
 def s3proxy_version(pom: Path = S3PROXY_POM) -> str:
     """The pinned S3Proxy release (``s3proxy.version`` in ``ordo/broker/s3proxy-pom.xml``)."""
-    version = pom_property(pom, "s3proxy.version")
-    if version is None:
-        raise S3ProxyError(f"{pom} has no <properties><s3proxy.version>")
-    return version
+    return pinned_version(pom, "s3proxy.version", S3ProxyError)
 
 
 def s3proxy_home(version: str | None = None) -> Path:

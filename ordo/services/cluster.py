@@ -175,6 +175,39 @@ def _kill(pid: int) -> None:
         pass
 
 
+def driver_config(
+    classpath_settings: Mapping[str, str],
+    hadoop: Mapping[str, str] | None = None,
+    *,
+    executor_memory: str = "768m",
+    cores_max: int = 1,
+) -> dict[str, str]:
+    """Spark settings of a driver on a ``SparkStandalone``: S3A's classpath, ``hadoop`` (``fs.s3a.*``), one core per
+    executor and at most ``cores_max`` per application (several drivers share the cluster), a loopback driver."""
+    return {
+        **classpath_settings,
+        **{f"spark.hadoop.{k}": v for k, v in (hadoop or {}).items()},
+        "spark.executor.memory": executor_memory,
+        "spark.executor.cores": "1",
+        "spark.cores.max": str(cores_max),
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.driver.memory": "1g",
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.default.parallelism": "4",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.task.maxFailures": "4",
+    }
+
+
+def write_spark_defaults(directory: Path, config: Mapping[str, str]) -> Path:
+    """``directory/spark-defaults.conf`` holding ``config``: what ``SPARK_CONF_DIR=directory`` gives every driver."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "spark-defaults.conf").write_text("".join(f"{k} {v}\n" for k, v in config.items()))
+    return directory
+
+
 # --------------------------------------------------------------------------- the executors' Python
 
 
@@ -250,8 +283,10 @@ __all__ = [
     "ProcessError",
     "SparkStandalone",
     "build_wheel",
+    "driver_config",
     "executor_python",
     "node_environment",
     "spark_home",
     "wheel_requirements",
+    "write_spark_defaults",
 ]

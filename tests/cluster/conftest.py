@@ -30,7 +30,7 @@ import pytest
 
 from ordo.broker import free_port
 from ordo.broker.s3proxy import S3ProxyServer
-from ordo.services.cluster import SparkStandalone, build_wheel, executor_python
+from ordo.services.cluster import SparkStandalone, build_wheel, driver_config, executor_python, write_spark_defaults
 from ordo.services.stack import ManagedProcess, ProcessGroup
 from ordo.settings import Settings
 from tests.conftest import create_database, drop_database, new_prefix
@@ -38,7 +38,6 @@ from tests.e2e.stack import CONSUMER_READY, START_TIMEOUT
 
 ROOT = Path(__file__).resolve().parents[2]
 BUCKET = "lake"
-EXECUTOR_MEMORY = "768m"  # of the worker's 1 GiB
 
 
 @pytest.fixture(scope="session")
@@ -82,10 +81,7 @@ class Topology:
     def start_ordo(self, *args: str, name: str) -> ManagedProcess:
         """``ordo <args>`` with this stack's settings, as another driver on the cluster would run it: Spark's
         settings from a ``spark-defaults.conf`` (``SPARK_CONF_DIR``), the executors' Python from ``PYSPARK_PYTHON``."""
-        conf = Path(str(self.group.log_dir)).parent / "spark-conf"
-        conf.mkdir(exist_ok=True)
-        lines = [f"{k} {v}" for k, v in self.spark_config.items()]
-        (conf / "spark-defaults.conf").write_text("\n".join(lines) + "\n")
+        conf = write_spark_defaults(Path(str(self.group.log_dir)).parent / "spark-conf", self.spark_config)
         env = {
             "PYSPARK_PYTHON": str(self.executors_python),
             "SPARK_LOCAL_IP": "127.0.0.1",
@@ -155,21 +151,7 @@ def topology(
         arbiter = group.start_arbiter(server_side, timeout=START_TIMEOUT)
         consumer = group.start_ordo(server_side, "consumer", name=f"consumer-{prefix}")
         consumer.wait_for_line(CONSUMER_READY, timeout=START_TIMEOUT)
-        config = {
-            **s3a_settings,
-            **{f"spark.hadoop.{k}": v for k, v in s3.hadoop_settings().items()},
-            "spark.executor.memory": EXECUTOR_MEMORY,
-            "spark.executor.cores": "1",
-            "spark.cores.max": "1",  # one worker each: this driver and another (``ordo compactor``) side by side
-            "spark.driver.host": "127.0.0.1",
-            "spark.driver.bindAddress": "127.0.0.1",
-            "spark.driver.memory": "1g",
-            "spark.ui.enabled": "false",
-            "spark.sql.shuffle.partitions": "4",
-            "spark.default.parallelism": "4",
-            "spark.sql.session.timeZone": "UTC",
-            "spark.task.maxFailures": "4",
-        }
+        config = driver_config(s3a_settings, s3.hadoop_settings())  # one core: ordo compactor takes the other
         os.environ["PYSPARK_PYTHON"] = str(executors_python)  # the executors' Python (the driver's own is this one)
         # a PYTHONPATH of the driver (a checkout) would reach the executors' Python workers: not on a cluster
         checkout_path = os.environ.pop("PYTHONPATH", None)
