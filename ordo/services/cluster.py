@@ -85,7 +85,8 @@ class SparkStandalone:
 
     def _start(self, main: str, name: str, *args: str) -> ManagedProcess:
         command = [str(spark_home() / "bin" / "spark-class"), main, *args]
-        return start_process(command, node_environment(self.env), name=name, log_dir=self.work_dir / "logs")
+        env = node_environment(self.env)
+        return start_process(command, env, name=name, log_dir=self.work_dir / "logs", inherit_env=False)
 
     def start(self) -> SparkStandalone:
         """Start the master, then the workers; returns once every worker has registered."""

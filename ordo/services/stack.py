@@ -202,14 +202,16 @@ def start_process(
     name: str | None = None,
     log_dir: str | os.PathLike[str] | None = None,
     cwd: str | os.PathLike[str] | None = None,
+    inherit_env: bool = True,
 ) -> ManagedProcess:
-    """Start ``args`` with ``env`` added to this process's environment; output goes to a log file."""
+    """Start ``args`` with ``env`` added to this process's environment (to nothing but ``env`` without
+    ``inherit_env``); output goes to a log file."""
     name = name or Path(args[0]).name
     directory = Path(log_dir) if log_dir is not None else Path(tempfile.mkdtemp(prefix="ordo-logs-"))
     directory.mkdir(parents=True, exist_ok=True)
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
     log_path = directory / f"{safe}-{time.time_ns()}.log"
-    full_env = dict(os.environ)
+    full_env = dict(os.environ) if inherit_env else {}
     full_env["PYTHONUNBUFFERED"] = "1"
     if env:
         full_env.update(env)

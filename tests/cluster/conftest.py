@@ -153,13 +153,7 @@ def topology(
         consumer.wait_for_line(CONSUMER_READY, timeout=START_TIMEOUT)
         config = driver_config(s3a_settings, s3.hadoop_settings())  # one core: ordo compactor takes the other
         os.environ["PYSPARK_PYTHON"] = str(executors_python)  # the executors' Python (the driver's own is this one)
-        # a PYTHONPATH of the driver (a checkout) would reach the executors' Python workers: not on a cluster
-        checkout_path = os.environ.pop("PYTHONPATH", None)
-        try:
-            spark = cluster_spark_session(cluster.url, "ordo-cluster-tests", config)
-        finally:
-            if checkout_path is not None:
-                os.environ["PYTHONPATH"] = checkout_path
+        spark = cluster_spark_session(cluster.url, "ordo-cluster-tests", config)
         spark.sparkContext.setLogLevel("ERROR")
         yield Topology(
             s3, cluster, settings, group, arbiter, consumer, spark, executors_python, config, f"{prefix}-data"

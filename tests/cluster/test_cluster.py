@@ -135,8 +135,8 @@ def wait_until(what: str, condition: Callable[[], bool], timeout: float = 300.0,
         time.sleep(1.0)
 
 
-ROWS_PER_BATCH = 30
-KEYS = 24
+ROWS_PER_BATCH = 20  # consecutive values: distinct keys within a batch, upserts across batches
+KEYS = 40
 
 
 def test_a_stream_with_its_checkpoint_on_s3_while_ordo_compactor_compacts(topology: Topology) -> None:
