@@ -171,11 +171,12 @@ def test_a_stream_with_its_checkpoint_on_s3_while_ordo_compactor_compacts(topolo
     )
     compactor = topology.start_ordo(
         "compactor", "--master", topology.cluster.url, "--tables", "streamed", "--interval", "2",
-        "--metrics-port", "off", name="compactor",
+        "--no-metrics", name="compactor",
     )  # fmt: skip
     try:
 
         def compacted() -> bool:
+            assert compactor.running, f"ordo compactor exited:\n{compactor.tail()}"
             return any(
                 "COMPACT" in c.operation for c in table.catalog.commits("streamed", 0, None, include_rewrites=True)
             )
@@ -274,3 +275,59 @@ def test_update_delete_merge_time_travel_change_feed_restore_and_vacuum(topology
     assert deleted and set(deleted) == set(before) - set(after), "VACUUM deleted objects, exactly those it named"
     assert set(after) == live, "only the live files remain"
     assert rows_of(table.read()) == versions[v1.id_version]
+
+
+def test_an_executor_killed_mid_task_is_retried_without_a_duplicate_row_or_a_referenced_orphan(
+    topology: Topology,
+) -> None:
+    """SIGKILL of the executor while a write's tasks run: Spark relaunches it and retries the tasks; the commit names
+    only files of finished attempts, all present; a keyless table shows any duplicated row."""
+    import signal
+    import threading
+
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType
+
+    spark, settings = topology.spark, topology.settings
+    table = DeltaTable.create(
+        spark, "killed", schema="n BIGINT, part STRING", partitioned_by="part",
+        location=topology.location("killed"), settings=settings,
+    )  # fmt: skip
+
+    def slow(n: int) -> int:
+        import time as clock
+
+        clock.sleep(0.3)
+        return n
+
+    rows = spark.range(0, 48, 1, 4).select(
+        F.udf(slow, LongType())(F.col("id")).alias("n"), (F.col("id") % 3).cast("string").alias("part")
+    )
+    killed: list[int] = []
+
+    def kill_the_executor_once_tasks_run() -> None:
+        deadline = time.monotonic() + 120
+        tracker = spark.sparkContext.statusTracker()
+        while time.monotonic() < deadline:
+            stages = [tracker.getStageInfo(s) for s in tracker.getActiveStageIds()]
+            writing = [s for s in stages if s is not None and s.name.startswith("save") and s.numActiveTasks]
+            pids = topology.cluster.executor_pids()
+            if writing and pids:
+                time.sleep(2.0)  # some tasks under way, some files open
+                os.kill(pids[0], signal.SIGKILL)
+                killed.append(pids[0])
+                return
+            time.sleep(0.2)
+
+    killer = threading.Thread(target=kill_the_executor_once_tasks_run, daemon=True)
+    killer.start()
+    result = table.insert_into(rows)
+    killer.join(timeout=5)
+    assert killed, "no executor was killed: the write ran before it could be"
+    assert result is not None
+    got = sorted(r["n"] for r in table.read().collect())
+    assert got == list(range(48)), "a row lost or written twice"
+    named = {f.path for f in result.added_files}
+    stored = objects(topology, table.location)
+    assert named <= set(stored), "the commit names a file that is not there"
+    assert killed[0] not in topology.cluster.executor_pids()
