@@ -289,10 +289,10 @@ def test_an_executor_killed_mid_task_is_retried_without_a_duplicate_row_or_a_ref
     from pyspark.sql.types import LongType
 
     spark, settings = topology.spark, topology.settings
+    # keyless and unpartitioned: no check job before the write, so the only tasks that run are the write's
     table = DeltaTable.create(
-        spark, "killed", schema="n BIGINT, part STRING", partitioned_by="part",
-        location=topology.location("killed"), settings=settings,
-    )  # fmt: skip
+        spark, "killed", schema="n BIGINT", location=topology.location("killed"), settings=settings
+    )
 
     def slow(n: int) -> int:
         import time as clock
@@ -300,9 +300,7 @@ def test_an_executor_killed_mid_task_is_retried_without_a_duplicate_row_or_a_ref
         clock.sleep(0.3)
         return n
 
-    rows = spark.range(0, 48, 1, 4).select(
-        F.udf(slow, LongType())(F.col("id")).alias("n"), (F.col("id") % 3).cast("string").alias("part")
-    )
+    rows = spark.range(0, 48, 1, 4).select(F.udf(slow, LongType())(F.col("id")).alias("n"))
     killed: list[int] = []
 
     def kill_the_executor_once_tasks_run() -> None:
@@ -310,7 +308,7 @@ def test_an_executor_killed_mid_task_is_retried_without_a_duplicate_row_or_a_ref
         tracker = spark.sparkContext.statusTracker()
         while time.monotonic() < deadline:
             stages = [tracker.getStageInfo(s) for s in tracker.getActiveStageIds()]
-            writing = [s for s in stages if s is not None and s.name.startswith("save") and s.numActiveTasks]
+            writing = [s for s in stages if s is not None and s.numActiveTasks]
             pids = topology.cluster.executor_pids()
             if writing and pids:
                 time.sleep(2.0)  # some tasks under way, some files open
