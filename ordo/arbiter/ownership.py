@@ -30,6 +30,7 @@ from typing import Any
 from ordo.kernel.errors import BrokerUnavailableError
 from ordo.kernel.membership import Changes, GroupMembership, MembershipError
 from ordo.kernel.settings import Settings
+from ordo.kernel.validation import parse_shard
 from ordo.schemas import intents_pattern, parse_topic
 
 log = logging.getLogger("ordo.arbiter")
@@ -39,17 +40,6 @@ kafka_log = logging.getLogger("ordo.kafka")  # librdkafka's own log lines
 def shard_of(table: str, shards: int) -> int:
     """The shard that owns ``table``: ``crc32(table) % shards`` (stable across processes and versions)."""
     return zlib.crc32(table.encode()) % shards
-
-
-def parse_shard(text: str) -> tuple[int, int]:
-    """Parse ``I/N`` (0 <= I < N) into ``(I, N)``."""
-    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
-    if match is None:
-        raise ValueError(f"shard must look like I/N (e.g. 0/1), got {text!r}")
-    index, count = int(match.group(1)), int(match.group(2))
-    if count < 1 or not 0 <= index < count:
-        raise ValueError(f"shard {text!r}: need 0 <= I < N")
-    return index, count
 
 
 def default_group(settings: Settings) -> str:

@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from ordo.consumer.models import Commit
 
 log = logging.getLogger("ordo.cdc")
+kafka_log = logging.getLogger("ordo.kafka")  # librdkafka's own log lines
 
 DEFAULT_TOPIC_TEMPLATE = "{prefix}.{table}.changes"
 # The change topic is a table's full row history: kept forever by default, so a reader can rebuild the table
@@ -289,6 +290,7 @@ class TablePublisher:
                     "acks": "all",
                     "linger.ms": 5,
                     "allow.auto.create.topics": False,
+                    "logger": kafka_log,
                 }
             )
         )
@@ -309,7 +311,7 @@ class TablePublisher:
         from ordo.kernel.logread import read_to_end
 
         config = self.owner.settings.kafka_config(
-            **{"group.id": f"{self.topic}.publisher", "isolation.level": "read_committed"}
+            **{"group.id": f"{self.topic}.publisher", "isolation.level": "read_committed", "logger": kafka_log}
         )
         probe = Consumer({**config, "isolation.level": "read_uncommitted"})
         try:
@@ -483,7 +485,7 @@ class ChangePublisher:
         if self._admin is None:
             from confluent_kafka.admin import AdminClient
 
-            self._admin = AdminClient(self.settings.kafka_config())
+            self._admin = AdminClient(self.settings.kafka_config(logger=kafka_log))
         return self._admin
 
     def stop(self) -> None:

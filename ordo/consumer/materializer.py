@@ -54,6 +54,7 @@ from ordo.kernel.keys import reader_trust
 from ordo.kernel.logread import GapChecker, GapStats
 from ordo.kernel.membership import GroupMembership
 from ordo.kernel.settings import Settings
+from ordo.kernel.validation import parse_shard
 from ordo.schemas import decisions_pattern, decisions_topic, parse_topic
 from ordo.schemas.signing import signature_of
 
@@ -149,7 +150,7 @@ class Materializer:
         self.batch_size = batch_size
         self.discovery_interval = discovery_interval
         self.poll_timeout = poll_timeout
-        self._shard = _parse_shard(settings.consumer_shard)
+        self._shard = parse_shard(settings.consumer_shard)
         # With a consumer group the group's assignment, not the shard, says which tables this consumer follows.
         self.group = settings.consumer_group or None
         if self.group is not None and self._shard != (0, 1):
@@ -379,15 +380,3 @@ class Materializer:
 
 
 __all__ = ["READY_MESSAGE", "ConsumerStatus", "Materializer"]
-
-
-def _parse_shard(text: str) -> tuple[int, int]:
-    """``I/N`` as ``(I, N)`` with ``0 <= I < N``; ``ValueError`` otherwise."""
-    index, sep, count = text.partition("/")
-    try:
-        shard = (int(index), int(count))
-    except ValueError:
-        shard = (-1, 0)
-    if not sep or not 0 <= shard[0] < shard[1]:
-        raise ValueError(f"consumer shard must look like I/N with 0 <= I < N (e.g. 0/2), got {text!r}")
-    return shard

@@ -542,7 +542,10 @@ def spark_session(master: str | None) -> SparkSession:
         return local_spark_session("ordo-compactor", cores=int(match.group(1)))
     from pyspark.sql import SparkSession
 
-    spark = SparkSession.builder.master(str(master)).appName("ordo-compactor").getOrCreate()
+    from ordo.kernel.streams import child_output
+
+    with child_output():  # the JVM's lines: records of ordo.jvm under --log-format json
+        spark = SparkSession.builder.master(str(master)).appName("ordo-compactor").getOrCreate()
     register(spark)
     return spark
 

@@ -303,7 +303,7 @@ class ProcessGroup:
         self.stop()
 
 
-ARBITER_METRICS = r"arbiter metrics at (\S+)/metrics"
+ARBITER_METRICS = r"arbiter metrics at ([^\s\"]+)/metrics"
 
 
 def owned_tables(process: ManagedProcess) -> set[str]:
@@ -353,7 +353,7 @@ def start_arbiter(
     return process
 
 
-CONSUMER_URL = r"ORDO_CATALOG_URL=(\S+)"
+CONSUMER_URL = r"ORDO_CATALOG_URL=([^\s\"]+)"  # a plain line, or the message of a JSON one
 
 
 def start_consumer(
@@ -390,7 +390,7 @@ def start_consumer(
     return process, url
 
 
-COMPACTOR_METRICS = r"compactor metrics at (\S+)"
+COMPACTOR_METRICS = r"compactor metrics at ([^\s\"]+)"
 
 
 def start_compactor(

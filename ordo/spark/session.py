@@ -1,6 +1,9 @@
 """A local SparkSession configured for ordo (tests, demo, examples).
 
-Spark is imported lazily: importing this module costs nothing.
+Spark is imported lazily: importing this module costs nothing. The JVM a
+session starts writes its banner and log4j lines to the process's stdout and
+stderr; in the ``ordo`` program with ``--log-format json`` they become records
+of the ``ordo.jvm`` logger (``kernel.streams.child_output``).
 """
 
 from __future__ import annotations
@@ -8,6 +11,8 @@ from __future__ import annotations
 import os
 import sys
 from typing import TYPE_CHECKING
+
+from ordo.kernel.streams import child_output
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -48,7 +53,8 @@ def local_spark_session(
         builder = builder.config("spark.sql.warehouse.dir", warehouse)
     for key, value in (config or {}).items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with child_output():  # the JVM starts here and keeps these descriptors
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     if id(spark) not in _REGISTERED:  # keep the settings a DeltaTable registered with an existing session
         register(spark)
