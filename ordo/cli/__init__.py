@@ -103,6 +103,7 @@ def _set_logging(name: str) -> Any:
         root = ctx.find_root()
         if isinstance(root.obj, Settings):
             root.obj = root.obj.with_overrides(**{name: value.lower()})
+            ctx.obj = root.obj  # the command's own context copied the old settings when it was made
         _apply_logging(ctx)
 
     return callback

@@ -597,6 +597,18 @@ class _StatusCollector:
         yield held
 
 
+def publisher_registry(status: PublisherStatus) -> Any:
+    """The Prometheus registry ``ordo cdc`` serves: ``ordo_build_info`` and the publisher's ``status``."""
+    from prometheus_client import CollectorRegistry
+
+    from ordo.kernel.observe import register_build_info
+
+    registry = CollectorRegistry()
+    register_build_info(registry, "cdc")
+    registry.register(_StatusCollector(status))  # type: ignore[arg-type]
+    return registry
+
+
 def run_change_publisher(
     settings: Settings,
     *,
@@ -612,15 +624,11 @@ def run_change_publisher(
     Serves ``/metrics``, ``/healthz`` and ``/readyz`` on ``metrics_port`` (0: any free; None: none)."""
     import signal
 
-    from prometheus_client import CollectorRegistry
-
     from ordo.consumer.catalog import Catalog
-    from ordo.kernel.observe import Health, ObservabilityServer, register_build_info
+    from ordo.kernel.observe import Health, ObservabilityServer
 
     publisher = ChangePublisher(settings, template=template, tables=tables, max_records=max_records)
-    registry = CollectorRegistry()
-    register_build_info(registry, "cdc")
-    registry.register(_StatusCollector(publisher.status))  # type: ignore[arg-type]
+    registry = publisher_registry(publisher.status)
     health = Health("cdc")
     server = None
     if metrics_port is not None:
@@ -672,6 +680,7 @@ __all__ = [
     "identity_columns",
     "json_value",
     "position_after",
+    "publisher_registry",
     "run_change_publisher",
     "table_shape",
     "topic_name",
