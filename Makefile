@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 check-mvn:
-	@command -v mvn >/dev/null 2>&1 || { echo "Maven is required once, to fetch Apache Kafka's jars for the tests: install it (Debian/Ubuntu: apt-get install maven; macOS: brew install maven) and put mvn on PATH."; exit 1; }
+	@command -v mvn >/dev/null 2>&1 || { echo "Maven is required once, to fetch Apache Kafka's jars (the broker of make demo, ordo up and the tests): install it (Debian/Ubuntu: apt-get install maven; macOS: brew install maven) and put mvn on PATH."; exit 1; }
 
 kafka: check-java $(STAMP) ## Fetch the pinned Apache Kafka (ordo/broker/kafka-pom.xml) once into ~/.cache/ordo (Maven)
 	@if ! $(BIN)/python -c 'import sys, ordo.broker.kafka as k; sys.exit(k.installed_libs() is None)'; then $(MAKE) --no-print-directory check-mvn; fi
@@ -47,7 +47,7 @@ lint: setup ## ruff, mypy and the layers contract
 	$(BIN)/mypy
 	$(BIN)/pytest -q -p no:cacheprovider tests/unit/test_layers.py tests/unit/test_dependency_rule.py
 
-demo: setup ## Start the embedded stack and run the demo
+demo: setup kafka ## Fetch Apache Kafka once (Maven), start the stack on it and run the demo
 	$(BIN)/ordo demo
 
 bench: setup ## Benchmarks (quick profile; BENCH_PROFILE=full for the large ones) -> bench/results.json

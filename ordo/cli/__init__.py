@@ -444,8 +444,7 @@ def compactor(
     "--topic",
     "template",
     default=None,
-    help="the change topic's name, from {prefix} and {table} (default: ORDO_CHANGES_TOPIC or "
-    "{prefix}.{table}.changes)",
+    help="the change topic's name, from {prefix} and {table} (default: ORDO_CHANGES_TOPIC or {prefix}.{table}.changes)",
 )
 @click.option(
     "--max-records",
@@ -566,11 +565,18 @@ def up(
 
 
 @main.command()
-def demo() -> None:
+@click.option(
+    "--broker",
+    type=click.Choice(["kafka", "tansu"]),
+    default="kafka",
+    show_default=True,
+    help="the demo's broker: a 1-node Apache Kafka (fetched by Maven once) or the in-memory Tansu",
+)
+def demo(broker: str) -> None:
     """Concurrent Spark writers checked against the conflict matrix, then the table service beside a stream (~3 min)."""
     from ordo.cli.demo import run_demo
 
-    raise SystemExit(run_demo())
+    raise SystemExit(run_demo(broker=broker))
 
 
 # --------------------------------------------------------------------------- reading the catalog

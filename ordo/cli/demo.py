@@ -1,8 +1,8 @@
 """``ordo demo``: concurrent Spark writers on one table, the conflicts they cause, and what readers see.
 
-It starts the embedded stack (Tansu broker, arbiter, consumer) in a temporary
-directory, creates a partitioned table ``events`` and runs, on a small local
-Spark session:
+It starts the embedded stack (a 1-node Apache Kafka, or Tansu with ``broker=
+"tansu"``; an arbiter, a consumer) in a temporary directory, creates a
+partitioned table ``events`` and runs, on a small local Spark session:
 
 1. seed inserts;
 2. on partition ``dt=2024-05-01``: a minor and a major compaction and an
@@ -541,8 +541,9 @@ def _check_java() -> None:
         )
 
 
-def run_demo(console: Console | None = None) -> int:
-    """Run the whole demo; returns the exit code (0 when every concurrent pair agreed with the matrix)."""
+def run_demo(console: Console | None = None, broker: str = "kafka") -> int:
+    """Run the whole demo on ``broker`` (``kafka`` or ``tansu``); returns the exit code (0 when every concurrent pair
+    agreed with the matrix)."""
     from ordo.services.up import EmbeddedStack
     from ordo.spark import local_spark_session
 
@@ -559,7 +560,9 @@ def run_demo(console: Console | None = None) -> int:
             echo=narrator.say,
             compactor=True,
             compactor_args=("--tables", SERVICE_TABLE, "--interval", "2"),
+            broker=broker,
         )
+        broker_name = "Apache Kafka (1 node, KRaft)" if broker == "kafka" else "Tansu (in memory only)"
         failure: list[BaseException] = []
 
         def start_services() -> None:
@@ -568,8 +571,10 @@ def run_demo(console: Console | None = None) -> int:
             except BaseException as exc:  # re-raised on the main thread
                 failure.append(exc)
 
-        with narrator.working("starting the embedded Tansu broker"):
+        started = time.monotonic()
+        with narrator.working(f"starting {broker_name}"):
             stack.start_broker()
+        narrator.say(f"{broker_name} ready in {time.monotonic() - started:.1f} s")
         # The arbiter and consumer processes and the Spark JVM start side by side: each takes seconds.
         starter = threading.Thread(target=start_services, name="ordo-demo-stack")
         starter.start()
@@ -585,7 +590,7 @@ def run_demo(console: Console | None = None) -> int:
                 raise failure[0]
             assert stack.settings is not None and stack.arbiter is not None and stack.consumer is not None
             narrator.say(
-                f"stack up: Tansu broker {stack.settings.bootstrap_servers} (in memory only), "
+                f"stack up: {broker_name} at {stack.settings.bootstrap_servers}, "
                 f"arbiter pid {stack.arbiter.pid}, consumer pid {stack.consumer.pid} at {stack.url}, "
                 f"compactor pid {stack.compactor.pid if stack.compactor else '-'}"
             )

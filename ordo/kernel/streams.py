@@ -149,7 +149,8 @@ def capture_stderr() -> bool:
 
 
 def _log_uncaught(kind: type[BaseException], value: BaseException | None, tb: Any) -> None:
-    logging.getLogger("ordo").critical("uncaught %s: %s", kind.__name__, value, exc_info=(kind, value, tb))
+    error = value if value is not None else kind()
+    logging.getLogger("ordo").critical("uncaught %s: %s", kind.__name__, error, exc_info=(kind, error, tb))
 
 
 def release_stderr(timeout: float = 2.0) -> None:
