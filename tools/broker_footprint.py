@@ -56,11 +56,11 @@ def commit_load(stack: EmbeddedStack, commits: int) -> float:
         assert client.commit(create, timeout=60).accepted
         for i in range(commits):
             intent = CommitIntent(
-                txn_id=f"i{i}",
+                txn_id=f"w{i}",
                 table="t",
                 operation=Operation.INSERT_INTO,
-                read_version=i + 1,
-                added_files=(DataFile(path=f"f{i}.parquet", partition={}, record_count=1, size_bytes=100),),
+                read_version=i,  # the head: v0 is the CREATE_TABLE
+                added_files=(DataFile(path=f"w{i}-0.parquet", partition={}, record_count=1, size_bytes=100),),
             )
             assert client.commit(intent, timeout=60).accepted
     return time.monotonic() - started

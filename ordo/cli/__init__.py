@@ -32,9 +32,7 @@ class OrdoGroup(click.Group):
         if args is None:
             PROGRAM["on"] = True
             if _json_wanted(sys.argv[1:]):
-                from ordo.cli.logs import COMMAND_LEVEL, configure_logging
-
-                configure_logging(COMMAND_LEVEL, "json", program=True)
+                _log_json_now()
         return super().main(args, *rest, **extra)
 
     def invoke(self, ctx: click.Context) -> Any:
@@ -59,6 +57,13 @@ def _json_wanted(argv: list[str]) -> bool:
         if arg.startswith("--log-format="):
             return arg.split("=", 1)[1].lower() == "json"
     return os.environ.get("ORDO_LOG_FORMAT", "").strip().lower() == "json"
+
+
+def _log_json_now() -> None:
+    """JSON logs before the settings are read, so that a usage error or a bad setting is JSON too."""
+    from ordo.cli.logs import COMMAND_LEVEL, configure_logging
+
+    configure_logging(COMMAND_LEVEL, "json", program=PROGRAM["on"])
 
 
 def _report_error(message: str) -> None:
@@ -175,9 +180,7 @@ def main(
         if not isinstance(exc, OrdoError):
             raise click.UsageError(f"bad settings: {exc}") from exc
         if (log_format or os.environ.get("ORDO_LOG_FORMAT", "")).strip().lower() == "json":  # the error, as asked
-            from ordo.cli.logs import COMMAND_LEVEL, configure_logging
-
-            configure_logging(COMMAND_LEVEL, "json", program=PROGRAM["on"])
+            _log_json_now()
         raise
     _apply_logging(ctx)
 
@@ -237,9 +240,10 @@ def broker(settings: Settings, port: int | None) -> None:
     from ordo.broker.tansu import run_foreground
     from ordo.cli.logs import service_echo
 
-    echo = service_echo(settings.log_format, "ordo.broker")
-    if settings.log_format == "text":
-        echo = lambda line: click.echo(line, err=line.startswith("WARNING"))  # noqa: E731
+    def text(line: str) -> None:
+        click.echo(line, err=line.startswith("WARNING"))
+
+    echo = service_echo("json", "ordo.broker") if settings.log_format == "json" else text
     raise SystemExit(run_foreground(port=port, echo=echo))
 
 
