@@ -565,21 +565,21 @@ def run_demo(console: Console | None = None, broker: str = "kafka") -> int:
         broker_name = "Apache Kafka (1 node, KRaft)" if broker == "kafka" else "Tansu (in memory only)"
         failure: list[BaseException] = []
 
-        def start_services() -> None:
+        def start_stack() -> None:
             try:
+                started = time.monotonic()
+                stack.start_broker()
+                narrator.say(f"{broker_name} ready in {time.monotonic() - started:.1f} s")
                 stack.start_services()
             except BaseException as exc:  # re-raised on the main thread
                 failure.append(exc)
 
-        started = time.monotonic()
-        with narrator.working(f"starting {broker_name}"):
-            stack.start_broker()
-        narrator.say(f"{broker_name} ready in {time.monotonic() - started:.1f} s")
-        # The arbiter and consumer processes and the Spark JVM start side by side: each takes seconds.
-        starter = threading.Thread(target=start_services, name="ordo-demo-stack")
+        # The broker (a JVM for Kafka), then the arbiter and consumer processes, start beside the Spark JVM:
+        # each takes seconds, and the demo needs Spark first.
+        starter = threading.Thread(target=start_stack, name="ordo-demo-stack")
         starter.start()
         try:
-            with narrator.working("starting the arbiter, the consumer and Spark"):
+            with narrator.working(f"starting {broker_name}, the arbiter, the consumer and Spark"):
                 from pyspark.sql import SparkSession
 
                 existing = SparkSession.getActiveSession()

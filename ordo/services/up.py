@@ -20,17 +20,15 @@ The children log in the stack's log format and level (``log_format``,
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
 import shutil
 import signal
-import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -60,21 +58,6 @@ Echo = Callable[[str], None]
 
 class StackError(OrdoError):
     """Raised when a part of the embedded stack fails to start or dies while running."""
-
-
-@contextlib.contextmanager
-def _quiet_stderr() -> Iterator[None]:
-    """Send file descriptor 2 to /dev/null for the block (C libraries write there directly)."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
 
 
 def java_available() -> bool:
@@ -230,14 +213,12 @@ class EmbeddedStack:
             if self.external is None and self.broker_kind == "kafka":
                 from ordo.broker.kafka import KafkaCluster
 
-                with _quiet_stderr():  # librdkafka logs every refused connection while Kafka starts
-                    cluster = self.broker = KafkaCluster(1, self.directory / "kafka", echo=self.echo).start()
+                cluster = self.broker = KafkaCluster(1, self.directory / "kafka", echo=self.echo).start()
                 bootstrap = cluster.bootstrap_servers
                 kafka: dict[str, str] = {}
             elif self.external is None:
                 self._discard_stale_catalog()
-                with _quiet_stderr():  # librdkafka logs every refused connection while Tansu starts
-                    broker = self.broker = EmbeddedBroker(port=self.broker_port).start()
+                broker = self.broker = EmbeddedBroker(port=self.broker_port).start()
                 bootstrap = broker.bootstrap_servers
                 kafka = {}
             else:
