@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from ordo.producer.table import CommitResult, DeltaTable, Transaction
+    from ordo.services.stack import ManagedProcess
 
 TABLE = "events"
 SCHEMA = "id BIGINT, kind STRING, amount BIGINT, dt STRING"
@@ -115,9 +116,12 @@ def _read(result: CommitResult) -> str:
 class Demo:
     """The demo's scenario against a running stack (``settings``) and a Spark session."""
 
-    def __init__(self, spark: Any, settings: Any, narrator: Narrator, workdir: Path) -> None:
+    def __init__(
+        self, spark: Any, settings: Any, narrator: Narrator, workdir: Path, compactor: ManagedProcess | None = None
+    ) -> None:
         self.spark = spark
         self.settings = settings
+        self.compactor = compactor  # the stack's table service, shown at work in the last act
         self.say = narrator.say
         self.narrator = narrator
         self.workdir = workdir
@@ -296,7 +300,11 @@ class Demo:
 
         from ordo.producer.streaming import foreach_batch_committer
         from ordo.producer.table import DeltaTable
-        from ordo.services.compactor import table_layout, writer_rejections_by_service
+        from ordo.services.compactor import READY_LINE, table_layout, writer_rejections_by_service
+
+        if self.compactor is not None:  # its own Spark starts beside the demo's: on a busy machine, after it
+            with self.narrator.working("waiting for the table service's Spark session"):
+                self.compactor.wait_for_line(READY_LINE, timeout=300)
 
         with self.narrator.working(f"creating table {SERVICE_TABLE}"):
             table = DeltaTable.create(
@@ -595,7 +603,7 @@ def run_demo(console: Console | None = None, broker: str = "kafka") -> int:
                 f"compactor pid {stack.compactor.pid if stack.compactor else '-'}"
             )
             narrator.say(f"catalog {stack.catalog_path}, warehouse {stack.warehouse}")
-            demo = Demo(spark, stack.settings, narrator, workdir)
+            demo = Demo(spark, stack.settings, narrator, workdir, stack.compactor)
             try:
                 demo.run()
                 report = demo.report(console)
