@@ -10,9 +10,11 @@ The service is made of named parts, each in its module:
 
 * ``arbiter.ownership.Ownership``: which tables this arbiter owns (a static
   ``--shard``, or its share of a fleet's consumer group);
-* ``arbiter.sink.TransactionalSink``: a transactional producer per owned table
-  (``<prefix>.arbiter.table.<table>``: fencing is per table), begin, produce,
-  commit, abort, the held signed record, fencing errors;
+* ``arbiter.producers.TableProducers``: a transactional producer per owned
+  table (``<prefix>.arbiter.table.<table>``: fencing is per table), taken under
+  the table's tenure, fencing errors;
+* ``arbiter.sink.TransactionalSink``: begin, produce, commit, abort, the held
+  signed record;
 * ``arbiter.loader.StateLoader``: a table's state from its checkpoint and the
   tail of its decisions log (``kernel.logread.read_to_end`` and the one fold of
   ``schemas.decisionlog``);
@@ -38,7 +40,7 @@ each table's transaction in turn.
 
 A fleet member never waits on a table the group took away: the sink drops it
 at its next attempt to end the transaction (``TransactionalSink.serves``) and
-lists it in ``failed``, and ``_settle`` drops it here after each step. Every
+lists it in ``failed``, and ``OwnedTables.settle`` drops it after each step. Every
 retry is bounded (one ``commit_timeout`` per batch), so one table cannot hold
 the others for longer.
 """
@@ -299,7 +301,7 @@ class ArbiterService:
                 self._log_metrics()
                 next_metrics = now + self.metrics_interval
             elif now >= next_lag:
-                self._update_lag()
+                self.owned.update_lag()
                 next_lag = now + LAG_INTERVAL
             messages = self.intents.fetch(self.batch_cap - sink.records, sink.in_txn)
             if messages:
@@ -312,7 +314,7 @@ class ArbiterService:
         try:
             self._step(step, *args)
         finally:
-            self._settle()
+            self.owned.settle()
 
     def _step(self, step: Any, *args: Any) -> None:
         from confluent_kafka import KafkaException
@@ -378,9 +380,8 @@ class ArbiterService:
             return
         started = self.sink.started
         records = self.sink.commit()
-        failed = {name for name, _ in self.sink.failed}  # dropped: ``_settle`` tells the tables why
-        batch = {name: span for name, span in self._batch.items() if name not in failed}
-        self._batch = {}
+        dropped = {name for name, _ in self.sink.failed}  # not committed: ``owned.settle`` tells the tables why
+        batch, self._batch = {name: span for name, span in self._batch.items() if name not in dropped}, {}
         log_batch(records, batch, started)
         self.metrics.batches += 1
         self.metrics.batched_records += records
@@ -395,29 +396,15 @@ class ArbiterService:
         self.prom.aborts.inc()
         touched = self.sink.abort()
         self._batch = {}
-        self._settle()
+        self.owned.settle()
         self.owned.reload(touched)
         freeze_state(full=True)
         self.intents.restart()
         log.info("rebuilt %d table(s) after an aborted transaction", len(touched))
 
-    def _settle(self) -> None:
-        """Drop the tables the sink dropped after a failure (fleet): taken away by the group, or unservable."""
-        for name, error in self.sink.take_failed():
-            self._batch.pop(name, None)
-            self.owned.fail(name, error)
-
     def _log_metrics(self) -> None:
-        self._update_lag()
+        self.owned.update_lag()
         log.info(json.dumps({"event": "metrics", **self.metrics.snapshot()}))
-
-    def _update_lag(self) -> None:
-        """Intents lag per table from the consumer's cached high watermarks (no broker round trip)."""
-        lag = self.owned.lag()
-        for name, value in lag.items():
-            self.prom.lag.labels(name).set(value)
-        self.metrics.lag = lag
-        self.prom.health.degraded = {name: "left undecided until restart" for name in sorted(self.owned.broken)}
 
 
 def log_batch(records: int, batch: dict[str, tuple[int, int]], started: float) -> None:

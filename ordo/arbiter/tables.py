@@ -222,9 +222,19 @@ class OwnedTables:
         self.prom.health.not_serving = unserved
         self.prom.unserved.set(len(unserved))
 
-    def lag(self) -> dict[str, int]:
-        """Intents lag per table (cached high watermarks)."""
-        return self.intents.lag((t.name, t.intents, t.state.next_offset) for t in self.by_topic.values())
+    def update_lag(self) -> None:
+        """Intents lag per table from the consumer's cached high watermarks (no broker round trip), and the
+        stopped tables, for the operator."""
+        lag = self.intents.lag((t.name, t.intents, t.state.next_offset) for t in self.by_topic.values())
+        for name, value in lag.items():
+            self.prom.lag.labels(name).set(value)
+        self.metrics.lag = lag
+        self.prom.health.degraded = {name: "left undecided until restart" for name in sorted(self.broken)}
+
+    def settle(self) -> None:
+        """Drop the tables the sink dropped after a failure (fleet): taken away by the group, or unservable."""
+        for name, error in self.sink.take_failed():
+            self.fail(name, error)
 
 
 __all__ = ["OwnedTables"]
