@@ -174,7 +174,8 @@ class Ownership:
     def cannot_serve(self, table: str, why: str) -> None:
         """``table`` cannot be served under its current tenure: not taken again until the group assigns it anew."""
         tenure = self.tenure(table)
-        if tenure is not None and table not in self.unserved:
+        known = self.unserved.get(table)
+        if tenure is not None and (known is None or known.tenure != tenure):
             self.unserved[table] = Unserved(tenure, time.monotonic(), why)
 
     def not_serving(self) -> dict[str, str]:

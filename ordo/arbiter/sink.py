@@ -84,6 +84,9 @@ class TransactionalSink(TableProducers):
         return failed
 
     def _fail(self, table: str, error: TableFencedError) -> None:
+        """Drop ``table`` after ``error``, for the caller to learn from ``failed`` (lost if no longer served)."""
+        if not isinstance(error, TableLostError) and not self.serves(table):
+            error = TableLostError(f"{error} (meanwhile the group took the table away)", table)
         self.failed.append((table, error))
         self.drop(table)
 

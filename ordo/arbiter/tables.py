@@ -183,7 +183,7 @@ class OwnedTables:
 
     def fail(self, name: str, error: TableFencedError) -> None:
         """The sink dropped ``name`` after ``error``: the group took it (drop it), or it cannot be served."""
-        if isinstance(error, TableLostError):
+        if isinstance(error, TableLostError) or self.ownership.tenure(name) is None:
             self.drop(name, f"taken away by the group ({error})")
         else:
             self.cannot_serve(name, str(error))
