@@ -203,23 +203,33 @@ class GroupMembership:
         consumer.subscribe([self.pattern], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost)
         return consumer
 
-    def _leave_and_join(self) -> None:
+    def _leave_and_join(self) -> bool:
         """``rejoin()``, on the serving thread: close the consumer (its revocation gives every table up), then
-        subscribe a new one."""
-        log.warning("group %s: giving up table(s) %s; leaving the group and joining again", self.group, self._list())
+        subscribe a new one; False (to be tried again) when that fails."""
+        if self._consumer is not None:
+            log.warning(
+                "group %s: giving up table(s) %s; leaving the group and joining again", self.group, self._list()
+            )
+            try:
+                self._consumer.close()
+            except Exception:  # leaving is best effort; the session timeout does it otherwise
+                log.warning("group %s: leaving failed; joining again anyway", self.group, exc_info=True)
+            self._consumer = None
+            self._on_revoke(None, [], names=set(self._owned))  # whatever closing did not revoke
         try:
-            self._consumer.close()
-        except Exception:  # leaving is best effort; the session timeout does it otherwise
-            log.warning("group %s: leaving failed; joining again anyway", self.group, exc_info=True)
-        self._on_revoke(None, [], names=set(self._owned))  # whatever closing did not revoke
-        self._consumer = self._subscribe()
+            self._consumer = self._subscribe()
+        except Exception:
+            log.exception("group %s: joining again failed; retrying", self.group)
+            return False
+        self._rejoin.clear()
+        return True
 
     def _serve(self) -> None:
         """The serving thread: answer the group (rebalances, callbacks) while the caller is alive."""
         while not self._closing.is_set():
-            if self._rejoin.is_set():
-                self._rejoin.clear()
-                self._leave_and_join()
+            if self._rejoin.is_set() and not self._leave_and_join():
+                self._closing.wait(SERVE_WAIT_S)
+                continue
             idle = time.monotonic() - self._asked
             if idle > self.stall_limit:
                 if not self._stalled.is_set():
