@@ -25,9 +25,9 @@ $(STAMP): pyproject.toml
 check-mvn:
 	@command -v mvn >/dev/null 2>&1 || { echo "Maven is required once, to fetch Apache Kafka's jars for the tests: install it (Debian/Ubuntu: apt-get install maven; macOS: brew install maven) and put mvn on PATH."; exit 1; }
 
-kafka: check-java $(STAMP) ## Fetch the pinned Apache Kafka (ordo/kafka-pom.xml) once into ~/.cache/ordo (Maven)
-	@if ! $(BIN)/python -c 'import sys, ordo.kafka as k; sys.exit(k.installed_libs() is None)'; then $(MAKE) --no-print-directory check-mvn; fi
-	$(BIN)/python -m ordo.kafka fetch
+kafka: check-java $(STAMP) ## Fetch the pinned Apache Kafka (ordo/broker/kafka-pom.xml) once into ~/.cache/ordo (Maven)
+	@if ! $(BIN)/python -c 'import sys, ordo.broker.kafka as k; sys.exit(k.installed_libs() is None)'; then $(MAKE) --no-print-directory check-mvn; fi
+	$(BIN)/python -m ordo.broker.kafka fetch
 
 setup: check-java $(STAMP) ## Create .venv and install ordo with its dev tools
 

@@ -12,7 +12,7 @@ Kafka (every broker-facing test runs on each broker)
         ``ORDO_TEST_BROKER_KIND``, default ``kafka``), else the broker of
         ``broker_kind`` started on free loopback ports for the whole run: the
         embedded Tansu (``ordo.broker.EmbeddedBroker``, memory only) or a
-        single-node Apache Kafka (``ordo.kafka.KafkaCluster``, data in a temporary
+        single-node Apache Kafka (``ordo.broker.kafka.KafkaCluster``, data in a temporary
         directory). Tests never rely on data surviving the run.
     ``embedded_broker`` (session)
         The ``EmbeddedBroker`` or ``KafkaCluster`` behind ``bootstrap_servers``, or
@@ -33,7 +33,7 @@ Kafka (every broker-facing test runs on each broker)
 
 Processes
     ``processes`` (function)
-        An ``ordo.stack.ProcessGroup``: ``processes.start(args, env)``,
+        An ``ordo.services.stack.ProcessGroup``: ``processes.start(args, env)``,
         ``processes.start_ordo(settings, *args)``, ``processes.start_arbiter(...)``.
         Everything started through it is killed at teardown, pass or fail.
     ``arbiter`` (function, factory)
@@ -42,7 +42,7 @@ Processes
         by default, returns once it logged ``arbiter ready`` (it has fenced older
         arbiters and rebuilt its tables). Killed at teardown.
     ``wait_arbiter_ready(process, timeout=30)``
-        From ``ordo.stack``: wait for the ready line of an arbiter started with
+        From ``ordo.services.stack``: wait for the ready line of an arbiter started with
         ``wait_ready=False``.
 
 Catalog databases
@@ -61,7 +61,7 @@ Clients
     ``commit_client`` (function)
         A ``producer.CommitClient`` for ``settings``, closed at teardown.
 
-A process still running when the interpreter exits is killed by ``ordo.stack``'s
+A process still running when the interpreter exits is killed by ``ordo.services.stack``'s
 atexit hook, so an interrupted run leaves nothing behind either.
 """
 
@@ -75,8 +75,8 @@ from typing import Any
 
 import pytest
 
+from ordo.services.stack import ManagedProcess, ProcessGroup
 from ordo.settings import Settings
-from ordo.stack import ManagedProcess, ProcessGroup
 
 
 @pytest.fixture(scope="session")
@@ -193,7 +193,7 @@ def make_broker(kind: str, **options: Any) -> Any:
         from ordo.broker import EmbeddedBroker
 
         return EmbeddedBroker(**options)
-    from ordo.kafka import KafkaCluster
+    from ordo.broker.kafka import KafkaCluster
 
     return KafkaCluster(**options)
 

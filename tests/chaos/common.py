@@ -7,7 +7,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ordo.arbiter.replay import DecisionRecord, IntentRecord
-from ordo.audit import audit, read_partition
 from ordo.schemas import (
     CommitDecision,
     CommitIntent,
@@ -20,6 +19,7 @@ from ordo.schemas import (
     intents_topic,
 )
 from ordo.schemas.signing import Trust
+from ordo.services.audit import audit, read_partition
 from ordo.settings import Settings
 
 

@@ -35,8 +35,15 @@ import pytest
 from ordo.kernel.keys import reader_trust
 from ordo.producer import CommitClient
 from ordo.schemas import CommitDecision
+from ordo.services.stack import (
+    ManagedProcess,
+    ProcessGroup,
+    owned_tables,
+    settings_env,
+    start_process,
+    wait_arbiter_ready,
+)
 from ordo.settings import Settings
-from ordo.stack import ManagedProcess, ProcessGroup, owned_tables, settings_env, start_process, wait_arbiter_ready
 
 from . import figures
 from .common import check_exactly_once, create_intent, insert_intent, read_logs, wait_until

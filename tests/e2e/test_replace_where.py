@@ -19,9 +19,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ordo.datasource import settings_options
 from ordo.producer.predicate import PredicateError, parse_predicate
 from ordo.producer.table import DeltaTable
+from ordo.spark.datasource import settings_options
 from tests.e2e.stack import writer_stack  # noqa: F401
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]

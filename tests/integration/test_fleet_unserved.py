@@ -25,8 +25,8 @@ from confluent_kafka import Producer
 
 from ordo.arbiter.sink import table_transactional_id
 from ordo.producer import CommitClient
+from ordo.services.stack import ARBITER_METRICS, ManagedProcess, owned_tables
 from ordo.settings import Settings
-from ordo.stack import ARBITER_METRICS, ManagedProcess, owned_tables
 from tests.chaos.common import create_intent, insert_intent, wait_until
 
 pytestmark = pytest.mark.timeout(240)
