@@ -184,6 +184,8 @@ class TableProducers:
             raise TableLostError(f"table {table} is no longer assigned to this arbiter", table)
         producer = self._new_producer(table_transactional_id(self.prefix, table))
         self._init_transactions(producer, f"table {table}", table, tenure)
+        if self._tenure(table) != tenure:  # revoked or lost meanwhile: not ours to serve
+            raise TableLostError(f"table {table} was taken away while its producer was initialised", table)
         self.tenures[table] = tenure
         self.producers[table] = producer
 

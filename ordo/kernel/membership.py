@@ -180,7 +180,19 @@ class GroupMembership:
 
     def rejoin(self) -> None:
         """Give up every table: leave the group (the others take them in one rebalance) and join it again as a new
-        member, which the group gives a share anew. Served by the serving thread; returns at once."""
+        member, which the group gives a share anew.
+
+        The tables are given up at once (``holds`` and ``tenure`` say so, ``poll`` reports them revoked), so the
+        caller never takes one again before the member has left; the serving thread leaves and joins."""
+        with self._lock:
+            given_up = set(self._owned)
+            self._owned.clear()
+            self._forget(given_up)
+            self._pending.revoked |= given_up
+            self._pending.assigned -= given_up
+        log.warning(
+            "group %s: giving up table(s) %s; leaving the group and joining again", self.group, _names(given_up)
+        )
         self._rejoin.set()
 
     def close(self) -> None:
@@ -207,9 +219,6 @@ class GroupMembership:
         """``rejoin()``, on the serving thread: close the consumer (its revocation gives every table up), then
         subscribe a new one; False (to be tried again) when that fails."""
         if self._consumer is not None:
-            log.warning(
-                "group %s: giving up table(s) %s; leaving the group and joining again", self.group, self._list()
-            )
             try:
                 self._consumer.close()
             except Exception:  # leaving is best effort; the session timeout does it otherwise
@@ -260,9 +269,6 @@ class GroupMembership:
                 names.add(name)
         return names
 
-    def _list(self) -> str:
-        return ", ".join(sorted(self._owned)) or "(none)"
-
     def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
         if partitions:
             consumer.pause(partitions)  # membership only: never fetch
@@ -301,6 +307,10 @@ class GroupMembership:
     def _forget(self, names: set[str]) -> None:
         for name in names:
             self._tenure.pop(name, None)
+
+
+def _names(tables: set[str]) -> str:
+    return ", ".join(sorted(tables)) or "(none)"
 
 
 __all__ = ["Changes", "GroupMembership", "MembershipError"]

@@ -62,5 +62,5 @@ def test_a_member_fenced_on_a_table_it_holds_reports_not_ready_gives_it_up_and_s
     assert time.monotonic() - unready_at < 60
     log = member.log_text()
     assert "table fx cannot be served" in log and "giving its tables up" in log
-    assert owned_tables(member) == {"fx"}
+    wait_until(lambda: owned_tables(member) == {"fx"}, 30, "the member to hold fx again")
     stray.flush(1)
