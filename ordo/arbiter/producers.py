@@ -235,13 +235,19 @@ class TableProducers:
         where = f"table {table}" if table is not None else "one of its tables"
         if self.fleet and table is not None and not self.serves(table):
             return TableLostError(f"fenced on {where}, which the group took away ({error.str()})", table)
-        if self.fleet:
-            return TableFencedError(f"fenced on {where} by a newer producer of the table ({error.str()})", table)
-        return TableFencedError(
-            f"arbiter ({self._describe()}) was fenced on {where} by a newer arbiter owning it "
-            f"(same or overlapping --shard setting; {error.str()}); exiting without deciding anything more",
+        return self.refusal(
             table,
+            fleet=f"fenced on {where} by a newer producer of the table ({error.str()})",
+            static=f"was fenced on {where} by a newer arbiter owning it (same or overlapping --shard setting; "
+            f"{error.str()})",
         )
+
+    def refusal(self, table: str | None, *, fleet: str, static: str) -> TableFencedError:
+        """The error that ends serving ``table``: a fleet member gives the table up (``fleet`` says why); a static
+        arbiter exits (``static`` says why)."""
+        if self.fleet:
+            return TableFencedError(fleet, table)
+        return TableFencedError(f"arbiter ({self._describe()}) {static}; exiting without deciding anything more", table)
 
 
 __all__ = [

@@ -242,12 +242,10 @@ class TransactionalSink(TableProducers):
             f"({error.str()}): most likely fenced by a newer arbiter owning the table (Tansu drops the connection "
             "instead of answering PRODUCER_FENCED), or the broker is unreachable"
         )
-        if self.fleet:
-            return TableFencedError(f"could not {verb} the transaction of table {table} in time {cause}", table)
-        return TableFencedError(
-            f"arbiter ({self._describe()}) could not {verb} the transaction of table {table} within "
-            f"{self.commit_timeout:g} s {cause}; exiting without deciding anything more",
+        return self.refusal(
             table,
+            fleet=f"could not {verb} the transaction of table {table} in time {cause}",
+            static=f"could not {verb} the transaction of table {table} within {self.commit_timeout:g} s {cause}",
         )
 
 

@@ -201,6 +201,10 @@ class GroupMembership:
         if self._server is not None:
             self._server.join()
             self._server = None
+        self._leave()
+
+    def _leave(self) -> None:
+        """Close the membership consumer: the member leaves the group."""
         if self._consumer is not None:
             try:
                 self._consumer.close()
@@ -219,11 +223,7 @@ class GroupMembership:
         """``rejoin()``, on the serving thread: close the consumer (its revocation gives every table up), then
         subscribe a new one; False (to be tried again) when that fails."""
         if self._consumer is not None:
-            try:
-                self._consumer.close()
-            except Exception:  # leaving is best effort; the session timeout does it otherwise
-                log.warning("group %s: leaving failed; joining again anyway", self.group, exc_info=True)
-            self._consumer = None
+            self._leave()
             self._on_revoke(None, [], names=set(self._owned))  # whatever closing did not revoke
         try:
             self._consumer = self._subscribe()
