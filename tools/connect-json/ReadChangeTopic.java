@@ -1,0 +1,112 @@
+/*
+ * A change topic read the way a Kafka Connect sink reads it: a KafkaConsumer with isolation.level=read_committed,
+ * the key and the value each through Kafka Connect's own JsonConverter with schemas.enable=true.
+ *
+ *     java -cp "$(python tools/connect_json.py)" tools/connect-json/ReadChangeTopic.java BOOTSTRAP TOPIC
+ *
+ * Prints one JSON line per Kafka record, from offset 0 to the last stable offset: its offset, the key and the
+ * value as Connect data (a Struct as {"schema": name, "fields": {...}}, every other value as its schema type,
+ * logical name and Java value; a tombstone's value is null). A record JsonConverter refuses ends the program
+ * with its error: status 1.
+ * Used by tests/e2e/test_change_topic_connect.py (docs/change-topic.md).
+ */
+
+import java.math.BigDecimal;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Base64;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.connect.data.Date;
+import org.apache.kafka.connect.data.Field;
+import org.apache.kafka.connect.data.Schema;
+import org.apache.kafka.connect.data.SchemaAndValue;
+import org.apache.kafka.connect.data.Struct;
+import org.apache.kafka.connect.json.JsonConverter;
+
+public class ReadChangeTopic {
+    public static void main(String[] args) throws Exception {
+        String bootstrap = args[0];
+        String topic = args[1];
+        Properties props = new Properties();
+        props.put("bootstrap.servers", bootstrap);
+        props.put("isolation.level", "read_committed");
+        props.put("enable.auto.commit", "false");
+        props.put("key.deserializer", ByteArrayDeserializer.class.getName());
+        props.put("value.deserializer", ByteArrayDeserializer.class.getName());
+        JsonConverter keys = new JsonConverter();
+        keys.configure(Map.of("schemas.enable", "true"), true);
+        JsonConverter values = new JsonConverter();
+        values.configure(Map.of("schemas.enable", "true"), false);
+        ObjectMapper json = new ObjectMapper();
+        try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(props)) {
+            TopicPartition partition = new TopicPartition(topic, 0);
+            consumer.assign(List.of(partition));
+            consumer.seekToBeginning(List.of(partition));
+            long end = consumer.endOffsets(List.of(partition)).get(partition); // the last stable offset
+            while (consumer.position(partition) < end) {
+                for (ConsumerRecord<byte[], byte[]> record : consumer.poll(Duration.ofSeconds(1))) {
+                    SchemaAndValue key = keys.toConnectData(topic, record.key());
+                    SchemaAndValue value = values.toConnectData(topic, record.value());
+                    Map<String, Object> out = new LinkedHashMap<>();
+                    out.put("offset", record.offset());
+                    out.put("key", describe(key.schema(), key.value()));
+                    out.put("value", value.value() == null ? null : describe(value.schema(), value.value()));
+                    System.out.println(json.writeValueAsString(out));
+                }
+            }
+        }
+    }
+
+    /** A Connect value as JSON: a Struct field by field, anything else with its schema's type and logical name. */
+    private static Object describe(Schema schema, Object value) {
+        if (value instanceof Struct struct) {
+            Map<String, Object> fields = new LinkedHashMap<>();
+            for (Field field : struct.schema().fields()) {
+                fields.put(field.name(), describe(field.schema(), struct.get(field)));
+            }
+            Map<String, Object> out = new LinkedHashMap<>();
+            out.put("schema", struct.schema().name());
+            out.put("fields", fields);
+            return out;
+        }
+        Map<String, Object> out = new LinkedHashMap<>();
+        out.put("type", schema == null ? null : schema.type().getName());
+        out.put("name", schema == null ? null : schema.name());
+        out.put("optional", schema == null ? null : schema.isOptional());
+        out.put("java", value == null ? null : value.getClass().getSimpleName());
+        out.put("value", plain(schema, value));
+        return out;
+    }
+
+    /** A primitive Connect value as JSON text or number (dates as days since the epoch, decimals exact). */
+    private static Object plain(Schema schema, Object value) {
+        if (value == null) {
+            return null;
+        }
+        if (value instanceof java.util.Date date && schema != null && Date.LOGICAL_NAME.equals(schema.name())) {
+            return Date.fromLogical(schema, date);
+        }
+        if (value instanceof BigDecimal decimal) {
+            return decimal.toPlainString();
+        }
+        if (value instanceof byte[] bytes) {
+            return Base64.getEncoder().encodeToString(bytes);
+        }
+        if (value instanceof Double number && (number.isNaN() || number.isInfinite())) {
+            return number.toString();
+        }
+        if (value instanceof List<?> list) {
+            return new ArrayList<>(list);
+        }
+        return value;
+    }
+}
