@@ -57,6 +57,9 @@ bench: setup ## Benchmarks (quick profile; BENCH_PROFILE=full for the large ones
 spark-kafka: setup ## Fetch Spark's Kafka connector (spark-sql-kafka-0-10) from Maven Central into ~/.m2 with mvn
 	$(BIN)/python tools/spark_kafka.py
 
+connect-json: setup ## Fetch Kafka Connect's JsonConverter (connect-json) from Maven Central into ~/.m2 with mvn
+	$(BIN)/python tools/connect_json.py
+
 # The oldest PySpark ordo supports, read from pyproject.toml's requirement: CI runs the Spark end-to-end tests of
 # the data source and the Delta API on it too (the main .venv has the newest release). delta-spark (bench-spark)
 # supports PySpark up to this minimum, so this venv also runs Delta and ordo in one session (test_delta_side_by_side).
@@ -94,4 +97,4 @@ bench-peers-spark: check-java check-mvn ## ordo vs Delta Lake vs Iceberg on Spar
 	$(VENV_BENCH_SPARK)/bin/python tools/spark_lakes.py
 	$(VENV_BENCH_SPARK)/bin/python -m bench peers-spark
 
-.PHONY: help check-java check-mvn kafka setup prometheus test test-spark-min lint demo bench chaos spark-kafka bench-peers-spark
+.PHONY: help check-java check-mvn kafka setup prometheus test test-spark-min lint demo bench chaos spark-kafka connect-json bench-peers-spark

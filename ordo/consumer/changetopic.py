@@ -7,16 +7,20 @@ changes the way the change feed in Delta's shape does (``consumer.arrow``:
 row to ``<prefix>.<table>.changes`` (docs/change-topic.md):
 
 * the value is Debezium's envelope as JSON (``before``, ``after``, ``op``
-  ``c``/``u``/``d``, ``source``, ``ts_ms``, ``transaction``), what Flink's
-  ``debezium-json`` format and Kafka Connect sinks read; an update's pre- and
+  ``c``/``u``/``d``, ``source``, ``ts_ms``, ``transaction``): alone (format
+  ``json``, what Flink's ``debezium-json`` reads) or in Kafka Connect's
+  ``schema``/``payload`` form (``connect-json``, ``consumer.connectjson``,
+  for ``JsonConverter`` with ``schemas.enable=true``); an update's pre- and
   post-image are one ``u`` record; an INSERT OVERWRITE or TRUNCATE gives a
   ``d`` per row it removed, then a ``c`` per row it wrote; compaction and
-  clustering give nothing;
-* the key is the row's identity as JSON: its primary-key columns, then its
+  clustering give nothing; ``source.operation`` says MERGE for a MERGE;
+* the key is the row's identity: its primary-key columns, then its
   partition columns (ordo merges rows per partition and key);
+* with tombstones on (Debezium's default), each ``d`` is followed, in the
+  same transaction, by a tombstone: its key and a null value;
 * one transactional producer per table (``transactional.id`` = the topic's
   name) writes the records in Kafka transactions of at most
-  ``max_records`` records; a newer publisher of the same table fences the
+  ``max_records`` row changes; a newer publisher of the same table fences the
   older one.
 
 Resuming needs no side file: every record carries its commit's ID version and
@@ -24,7 +28,9 @@ its place in the commit's rows (``source.id_version``, ``source.row``; a
 commit's rows are put in one deterministic order), so after
 ``init_transactions()`` (which ends whatever the previous publisher left
 open) the publisher reads the topic's last record with read_committed and
-goes on with the row after it. On Kafka that is the last committed record; on
+goes on with the row after it (tombstones carry no position: the last change
+record counts, and a ``d`` whose tombstone a cut-short transaction left out
+gets it first). On Kafka that is the last committed record; on
 Tansu, which shows aborted records to read_committed readers (docs/tansu.md),
 it is the last record every reader sees. Either way every reader sees each
 row exactly once.
@@ -529,10 +535,11 @@ class TablePublisher:
                     raise ChangePublisherFencedError(f"{self.topic}: fenced ({abort_exc})") from abort_exc
             # On Tansu the aborted records are visible: only the topic knows where to go on (``start`` reads it)
             raise _Retry(f"transaction failed ({error}); publishing again from the topic's last record") from exc
-        self.owner.status.records_total += len(records)
+        changes = sum(value is not None for _, value in records)  # tombstones are not change records
+        self.owner.status.records_total += changes
         self.owner.status.transactions_total += 1
         self.position = after
-        return len(records)
+        return changes
 
     def close(self) -> None:
         if self.producer is not None:

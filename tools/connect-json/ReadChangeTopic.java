@@ -2,9 +2,10 @@
  * A change topic read the way a Kafka Connect sink reads it: a KafkaConsumer with isolation.level=read_committed,
  * the key and the value each through Kafka Connect's own JsonConverter with schemas.enable=true.
  *
- *     java -cp "$(python tools/connect_json.py)" tools/connect-json/ReadChangeTopic.java BOOTSTRAP TOPIC
+ *     java -cp "$(python tools/connect_json.py)" tools/connect-json/ReadChangeTopic.java BOOTSTRAP TOPIC [END]
  *
- * Prints one JSON line per Kafka record, from offset 0 to the last stable offset: its offset, the key and the
+ * Prints one JSON line per Kafka record, from offset 0 to END (default: the last stable offset, which the
+ * client asks the broker for; Tansu does not answer that request, so pass END there): its offset, the key and the
  * value as Connect data (a Struct as {"schema": name, "fields": {...}}, every other value as its schema type,
  * logical name and Java value; a tombstone's value is null). A record JsonConverter refuses ends the program
  * with its error: status 1.
@@ -33,9 +34,16 @@ import org.apache.kafka.connect.data.Struct;
 import org.apache.kafka.connect.json.JsonConverter;
 
 public class ReadChangeTopic {
-    public static void main(String[] args) throws Exception {
-        String bootstrap = args[0];
-        String topic = args[1];
+    public static void main(String[] args) {
+        try {
+            read(args[0], args[1], args.length > 2 ? Long.parseLong(args[2]) : -1);
+        } catch (Exception e) { // printed here: the source launcher's own report of it can fail on its stack
+            e.printStackTrace();
+            System.exit(1);
+        }
+    }
+
+    private static void read(String bootstrap, String topic, long until) throws Exception {
         Properties props = new Properties();
         props.put("bootstrap.servers", bootstrap);
         props.put("isolation.level", "read_committed");
@@ -50,8 +58,8 @@ public class ReadChangeTopic {
         try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(props)) {
             TopicPartition partition = new TopicPartition(topic, 0);
             consumer.assign(List.of(partition));
-            consumer.seekToBeginning(List.of(partition));
-            long end = consumer.endOffsets(List.of(partition)).get(partition); // the last stable offset
+            consumer.seek(partition, 0);
+            long end = until >= 0 ? until : consumer.endOffsets(List.of(partition)).get(partition); // the LSO
             while (consumer.position(partition) < end) {
                 for (ConsumerRecord<byte[], byte[]> record : consumer.poll(Duration.ofSeconds(1))) {
                     SchemaAndValue key = keys.toConnectData(topic, record.key());
