@@ -24,6 +24,7 @@ HERE = Path(__file__).resolve().parent
 POM = HERE / "connect-json" / "pom.xml"
 READER = HERE / "connect-json" / "ReadChangeTopic.java"
 MAVEN_SETTINGS = HERE / "spark-kafka" / "maven-settings.xml"  # every repository read through Maven Central
+MVN = ["mvn", "-q", "-B", "-s", str(MAVEN_SETTINGS), "-f", str(POM), "dependency:build-classpath"]
 
 
 def classpath() -> str:
@@ -33,8 +34,7 @@ def classpath() -> str:
         out = Path(scratch) / "classpath.txt"
         for offline in (["-o"], []):
             done = subprocess.run(
-                ["mvn", "-q", "-B", *offline, "-s", str(MAVEN_SETTINGS), "-f", str(POM)]
-                + ["dependency:build-classpath", f"-Dmdep.outputFile={out}"],
+                [*MVN, *offline, f"-Dmdep.outputFile={out}"],
                 capture_output=True,
                 text=True,
                 check=False,

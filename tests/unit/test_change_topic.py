@@ -270,21 +270,13 @@ def test_connect_json_types_each_column_as_debeziums_connectors_do() -> None:
         },
         "dt": {"type": "string", "optional": True},
     }
-    assert form.image(WIDE_ROW) == {
-        "id": 7,
-        "b": True,
-        "i8": -3,
-        "s": 300,
-        "i": 70000,
-        "f": 1.5,
-        "d": -2.25,
-        "v": "ünï",
-        "bin": "AP8=",
+    assert form.image(WIDE_ROW) == {  # every other column as it is
+        **WIDE_ROW,
+        "bin": "AP8=",  # base64
         "day": 19723,  # days since 1970-01-01
         "at": "2024-01-02T03:04:05.000006Z",
         "ntz": 1_000_005,  # microseconds since 1970-01-01T00:00
         "amount": "/zI=",  # -206 unscaled, two's complement big-endian
-        "dt": "x",
     }
     assert form.image({**WIDE_ROW, "b": None, "day": None, "amount": None, "ntz": None}) == {
         **form.image(WIDE_ROW),  # type: ignore[dict-item]
