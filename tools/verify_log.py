@@ -94,7 +94,8 @@ def fold(table, records):
         if d["table"] != table or d["intent_offset"] <= last:
             p.append("wrong_table" if d["table"] != table else "repeated_intent" if d["intent_offset"] == last else "reordered")  # fmt: skip
         p[:0], chain = ["chain"] if d["prev_hash"] != chain else [], sha(value)
-        if {"wrong_table", "repeated_intent", "reordered"} & set(p):  # nothing more is checked of such a record
+        # nothing more is checked of such a record (a wrong table's intent offset counts in another intents topic)
+        if {"wrong_table", "repeated_intent", "reordered"} & set(p):
             continue
         last = d["intent_offset"]
         if d["outcome"] != "ACCEPTED" or d["duplicate_of"] is not None or op is None or v is None:
