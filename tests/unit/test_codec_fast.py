@@ -43,10 +43,11 @@ from ordo.schemas import CodecError, CommitDecision, CommitIntent, DataFile, Ope
 from ordo.schemas.codec import DEFAULT_CODEC, HEADER_LEN, WireTuple, _summarize, _to_record
 from ordo.schemas.errors import UnknownSchemaError
 from ordo.schemas.models import MAX_BUCKET, MAX_ID_LENGTH, MAX_METRICS, MAX_PATH_LENGTH, MAX_VERSION
+from tests.profiles import examples
 
 from .helpers import Table
 
-EXAMPLES = int(os.environ.get("HYPOTHESIS_CODEC_EXAMPLES", "150"))
+EXAMPLES = int(os.environ.get("HYPOTHESIS_CODEC_EXAMPLES", examples(150)))
 CHECK = settings(
     max_examples=EXAMPLES,
     deadline=None,

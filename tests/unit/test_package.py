@@ -20,6 +20,8 @@ import pytest
 
 import ordo
 
+pytestmark = pytest.mark.slow  # builds a wheel and installs it with pip: make test runs it, make test-fast does not
+
 ROOT = Path(__file__).resolve().parents[2]
 OLD = ("producer", "arbiter", "consumer", "schemas", "kernel")
 
