@@ -94,7 +94,8 @@ def fold(table, records):
         if d["table"] != table or d["intent_offset"] <= last:
             p.append("wrong_table" if d["table"] != table else "repeated_intent" if d["intent_offset"] == last else "reordered")  # fmt: skip
         p[:0], chain = ["chain"] if d["prev_hash"] != chain else [], sha(value)
-        if {"wrong_table", "repeated_intent", "reordered"} & set(p):  # nothing more is checked of such a record
+        # nothing more is checked of such a record (a wrong table's intent offset counts in another intents topic)
+        if {"wrong_table", "repeated_intent", "reordered"} & set(p):
             continue
         last = d["intent_offset"]
         if d["outcome"] != "ACCEPTED" or d["duplicate_of"] is not None or op is None or v is None:
@@ -103,13 +104,13 @@ def fold(table, records):
         p += [name for name, broken in [
             ("second_create", op == "CREATE_TABLE" and meta is not None), ("no_create", op != "CREATE_TABLE" and meta is None),
             ("version_gap", v > version + 1), ("version_reused", v <= version),
-            ("time_version", (op in DATA_CHANGES) != (t is not None)), ("time_version", t is not None and time is not None and t <= time),
+            ("time_version", (op in DATA_CHANGES) != (t is not None) or (t is not None and time is not None and t <= time)),
             ("no_metadata", op in CARRY_METADATA and d["metadata"] is None),
             ("not_live", len(set(d["removed_files"])) != len(d["removed_files"])), ("already_live", len({f["path"] for f in files}) != len(files)),
             ("partition", meta is not None and any(set(f["partition"]) != set(meta["partition_columns"]) for f in files)),
         ] if broken]  # fmt: skip
         time, version = t if t is not None else time, v
-        meta = d["metadata"] if op in CARRY_METADATA and d["metadata"] is not None else meta
+        meta = d["metadata"] or meta  # any accepted commit that carries metadata sets it (writes: since 0.5)
     return found
 
 

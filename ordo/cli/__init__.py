@@ -393,7 +393,21 @@ def compactor(
     type=click.IntRange(min=1),
     default=10_000,
     show_default=True,
-    help="records per Kafka transaction at most (a larger commit spans several)",
+    help="row changes per Kafka transaction at most (a larger commit spans several)",
+)
+@click.option(
+    "--format",
+    "record_format",
+    type=click.Choice(["json", "connect-json"], case_sensitive=False),
+    default=None,
+    help="json: Debezium's envelope alone (Flink, Spark); connect-json: with Kafka Connect's schema/payload "
+    "wrapper, for JsonConverter with schemas.enable=true (default: ORDO_CHANGES_FORMAT, else json)",
+)
+@click.option(
+    "--tombstones/--no-tombstones",
+    default=None,
+    help="a tombstone (null value, same key) after each delete, for JDBC sinks and compacted topics "
+    "(default: ORDO_CHANGES_TOMBSTONES, else on, as Debezium's tombstones.on.delete)",
 )
 @_metrics_options(8768)
 @_broker_timeout_option
@@ -404,6 +418,8 @@ def cdc(
     table_names: str | None,
     template: str,
     max_records: int,
+    record_format: str | None,
+    tombstones: bool | None,
     metrics_port: int,
     metrics_host: str,
     no_metrics: bool,
@@ -420,7 +436,11 @@ def cdc(
     from ordo.consumer.changetopic import ChangeTopicError, run_change_publisher, topic_name
     from ordo.services.up import check_broker
 
-    settings = settings.with_overrides(catalog=catalog)
+    settings = settings.with_overrides(
+        catalog=catalog,
+        changes_format=None if record_format is None else record_format.lower(),
+        changes_tombstones=tombstones,
+    )
     try:
         topic_name(template, settings.topic_prefix, "t")
     except (ChangeTopicError, KeyError, ValueError, IndexError) as exc:

@@ -147,6 +147,11 @@ class Settings:
     topic_min_insync_replicas: Annotated[int, Field(ge=0)] = 0
     topic_config: Mapping[str, str] = field(default_factory=dict)
     allow_lossy_logs: bool = False
+    # `ordo cdc` (docs/change-topic.md): the change records' format ("json": Debezium's envelope alone;
+    # "connect-json": Kafka Connect's schema/payload wrapper, for JsonConverter with schemas.enable=true), and
+    # whether a tombstone (a null value under the row's key) follows each delete, as Debezium's tombstones.on.delete
+    changes_format: Literal["json", "connect-json"] = "json"
+    changes_tombstones: bool = True
 
     def kafka_config(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka configuration: bootstrap servers, pass-through settings, then ``overrides``."""
@@ -257,6 +262,8 @@ ENV_VARS: tuple[tuple[str, str, Callable[[str], Any]], ...] = (
     ("topic_replication_factor", "ORDO_TOPIC_REPLICATION_FACTOR", int),
     ("topic_min_insync_replicas", "ORDO_TOPIC_MIN_INSYNC_REPLICAS", int),
     ("allow_lossy_logs", "ORDO_ALLOW_LOSSY_LOGS", parse_bool),
+    ("changes_format", "ORDO_CHANGES_FORMAT", str.lower),
+    ("changes_tombstones", "ORDO_CHANGES_TOMBSTONES", parse_bool),
 )
 
 

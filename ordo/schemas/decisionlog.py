@@ -22,10 +22,16 @@ The invariants, in the order ``check`` tests them (``LogProblem`` names each):
    once (``SECOND_CREATE``); ID versions run 0, 1, 2, ... (``VERSION_GAP``
    when some are missing, ``VERSION_REUSED`` when one repeats or goes back);
    a decision has a time version exactly when its operation changes data, and
-   time versions strictly increase (``TIME_VERSION``); ``CREATE_TABLE`` and
-   ``ALTER_TABLE`` carry metadata (``NO_METADATA``); an added file's partition
-   names exactly the partition columns (``PARTITION``); no file is removed or
-   added twice in one decision (``NOT_LIVE``, ``ALREADY_LIVE``).
+   time versions strictly increase (``TIME_VERSION``, one problem when both
+   rules fail); ``CREATE_TABLE`` and ``ALTER_TABLE`` carry metadata
+   (``NO_METADATA``); an added file's partition names exactly the partition
+   columns of the metadata before the record (``PARTITION``); no file is
+   removed or added twice in one decision (``NOT_LIVE``, ``ALREADY_LIVE``).
+   Every accepted commit that carries metadata sets the table's metadata.
+
+A record naming another table is checked no further than the chain: its
+intent offset counts in that table's intents topic. Every other problem a
+record has is reported (``fold(collect=True)``), each kind once.
 
 Which files are live is each reader's own state (the arbiter's memory, the
 catalog's rows): a removed file that is not live raises ``not_live`` and an
@@ -41,12 +47,13 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import NamedTuple
 
 from ordo.schemas.codec import chain_hash, decode
 from ordo.schemas.errors import CodecError, OrdoError
 from ordo.schemas.models import CommitDecision, Outcome, TableMetadata, datetime_to_millis
-from ordo.schemas.operations import REGISTRY, Check
+from ordo.schemas.operations import REGISTRY, Check, Operation
 
 GENESIS_HASH = bytes(32)  # the prev_hash of a table's first decision
 
@@ -265,26 +272,11 @@ def _inspect(
                     f"ID version {id_version} does not follow the head version {version}",
                 )
             own = decision.time_version
-            changes = operation in _DATA_CHANGES
-            if changes and own is None:
-                _add(
-                    problems, LogProblem.TIME_VERSION, f"{operation.value} at version {id_version} has no time version"
-                )
-            elif not changes and own is not None:
-                _add(
-                    problems,
-                    LogProblem.TIME_VERSION,
-                    f"{operation.value} at version {id_version} carries a time version",
-                )
+            time_problems = _time_problems(operation, id_version, own, time_ms)
+            if time_problems:  # both rules may fail: one problem, both named (a verdict names each kind once)
+                _add(problems, LogProblem.TIME_VERSION, "; ".join(time_problems))
             if own is not None:
-                own_ms = datetime_to_millis(own)
-                if time_ms is not None and own_ms <= time_ms:
-                    _add(
-                        problems,
-                        LogProblem.TIME_VERSION,
-                        f"time version {own.isoformat()} does not increase over the previous one",
-                    )
-                time_ms = own_ms
+                time_ms = datetime_to_millis(own)
             if operation in _CARRIES_METADATA:
                 if decision.metadata is None:
                     _add(
@@ -294,13 +286,31 @@ def _inspect(
                     )
                 else:
                     metadata = decision.metadata
-            elif decision.metadata is not None:  # a write that changed the schema with its data (since 0.5)
+            elif decision.metadata is not None:
+                # Any other commit that carries metadata sets it too, whatever its operation and writer schema:
+                # since 0.5 a write that changed the schema with its data; no earlier release wrote one.
                 metadata = decision.metadata
             if decision.added_files or decision.removed_files:
+                # Against the metadata in force before this record: none for a table's first CREATE_TABLE, whose
+                # files (no reader adds them) are then not checked; a write's new metadata keeps the partitions.
                 _check_files(problems, decision, head.metadata)
             version = id_version
     after = LogHead(head.table, chain, intent, version, time_ms, metadata, head.decisions + 1)
     return decision, _located(problems, offset, intent) if problems else problems, after
+
+
+def _time_problems(operation: Operation, id_version: int, own: datetime | None, last_ms: int | None) -> list[str]:
+    """What is wrong with an accepted commit's time version: it has one exactly when its operation changes data,
+    and it is above the last one (two rules, checked separately)."""
+    found = []
+    changes = operation in _DATA_CHANGES
+    if changes and own is None:
+        found.append(f"{operation.value} at version {id_version} has no time version")
+    elif not changes and own is not None:
+        found.append(f"{operation.value} at version {id_version} carries a time version")
+    if own is not None and last_ms is not None and datetime_to_millis(own) <= last_ms:
+        found.append(f"time version {own.isoformat()} does not increase over the previous one")
+    return found
 
 
 _STOP_THERE = frozenset({LogProblem.WRONG_TABLE, *_SKIPPABLE})  # no further check of such a record

@@ -36,6 +36,8 @@ BAD = {
     "ORDO_TOPIC_REPLICATION_FACTOR": ("-1", "greater than or equal to 0"),
     "ORDO_TOPIC_MIN_INSYNC_REPLICAS": ("two", "expected an integer"),
     "ORDO_ALLOW_LOSSY_LOGS": ("sometimes", "expected true or false"),
+    "ORDO_CHANGES_FORMAT": ("avro", "'json' or 'connect-json'"),
+    "ORDO_CHANGES_TOMBSTONES": ("deleted", "expected true or false"),
 }
 
 
