@@ -39,21 +39,21 @@ so that a stop reason stored as text still tells it (``LogProblem.of``).
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from ordo.schemas.codec import chain_hash, decode
+from ordo.schemas.dispatch import OperationTable
 from ordo.schemas.errors import CodecError, OrdoError
 from ordo.schemas.models import CommitDecision, Outcome, TableMetadata, datetime_to_millis
-from ordo.schemas.operations import REGISTRY, Check
+from ordo.schemas.operations import REGISTRY, Operation
 
 GENESIS_HASH = bytes(32)  # the prev_hash of a table's first decision
 
 _ACCEPTED = Outcome.ACCEPTED
+_CREATE = Operation.CREATE_TABLE
 _DATA_CHANGES = frozenset(op for op, t in REGISTRY.items() if t.data_change)
-_CARRIES_METADATA = frozenset(op for op, t in REGISTRY.items() if t.metadata)
-_CREATES = frozenset(op for op, t in REGISTRY.items() if Check.CREATE in t.checks)
 
 
 class LogProblem(enum.StrEnum):
@@ -253,7 +253,7 @@ def _inspect(
         if operation is None or id_version is None:
             _add(problems, LogProblem.INCOMPLETE, "accepted decision without operation or ID version")
         else:
-            if operation in _CREATES:
+            if operation is _CREATE:
                 if head.metadata is not None:
                     _add(problems, LogProblem.SECOND_CREATE, "a second CREATE_TABLE was accepted")
             elif head.metadata is None:
@@ -285,22 +285,51 @@ def _inspect(
                         f"time version {own.isoformat()} does not increase over the previous one",
                     )
                 time_ms = own_ms
-            if operation in _CARRIES_METADATA:
-                if decision.metadata is None:
-                    _add(
-                        problems,
-                        LogProblem.NO_METADATA,
-                        f"{operation.value} at version {id_version} carries no metadata",
-                    )
-                else:
-                    metadata = decision.metadata
-            elif decision.metadata is not None:  # a write that changed the schema with its data (since 0.5)
-                metadata = decision.metadata
+            metadata = METADATA_STEP[operation](problems, decision, metadata)
             if decision.added_files or decision.removed_files:
                 _check_files(problems, decision, head.metadata)
             version = id_version
     after = LogHead(head.table, chain, intent, version, time_ms, metadata, head.decisions + 1)
     return decision, _located(problems, offset, intent) if problems else problems, after
+
+
+MetadataStep = Callable[[list[BrokenLogError], CommitDecision, "TableMetadata | None"], "TableMetadata | None"]
+# The table's metadata after an accepted decision, per operation (the fold's step: ``schemas.dispatch``).
+METADATA_STEP: OperationTable[MetadataStep] = OperationTable("the log's fold", "ordo.schemas.decisionlog")
+
+
+@METADATA_STEP.register(Operation.CREATE_TABLE, Operation.ALTER_TABLE)
+def _sets_metadata(
+    problems: list[BrokenLogError], decision: CommitDecision, metadata: TableMetadata | None
+) -> TableMetadata | None:
+    """CREATE_TABLE and ALTER_TABLE carry the table's metadata from their version on (``NO_METADATA`` without)."""
+    if decision.metadata is None:
+        assert decision.operation is not None
+        _add(
+            problems,
+            LogProblem.NO_METADATA,
+            f"{decision.operation.value} at version {decision.id_version} carries no metadata",
+        )
+        return metadata
+    return decision.metadata
+
+
+@METADATA_STEP.register(
+    Operation.INSERT_INTO,
+    Operation.INSERT_OVERWRITE,
+    Operation.TRUNCATE,
+    Operation.UPDATE,
+    Operation.DELETE,
+    Operation.MINOR_COMPACT,
+    Operation.MAJOR_COMPACT,
+    Operation.CLUSTER,
+    Operation.RESTORE,
+)
+def _may_change_schema(
+    problems: list[BrokenLogError], decision: CommitDecision, metadata: TableMetadata | None
+) -> TableMetadata | None:
+    """A commit of files keeps the metadata, unless it changed the schema with its data (since 0.5)."""
+    return metadata if decision.metadata is None else decision.metadata
 
 
 _STOP_THERE = frozenset({LogProblem.WRONG_TABLE, *_SKIPPABLE})  # no further check of such a record

@@ -67,7 +67,6 @@ CLASS_LINES = 320
 OVERSIZED = {
     "ordo/producer/client.py::CommitClient",
     "ordo/cli/demo.py::Demo",
-    "ordo/consumer/store.py::CatalogWriter",
 }
 
 
