@@ -37,6 +37,8 @@ class Operation(str, enum.Enum):
     CLUSTER = "CLUSTER"
     ALTER_TABLE = "ALTER_TABLE"  # since 0.3: add columns, set properties (metadata only)
     RESTORE = "RESTORE"  # since 0.4: make an earlier version's live files the table's again (no data written)
+    ADD_CONSTRAINT = "ADD_CONSTRAINT"  # since 0.6: a CHECK constraint every later write satisfies (metadata only)
+    DROP_CONSTRAINT = "DROP_CONSTRAINT"  # since 0.6: remove a CHECK constraint (metadata only)
 
     @property
     def traits(self) -> OperationTraits:
@@ -100,6 +102,9 @@ class Reason(enum.StrEnum):
     FILE_VACUUMED = "FILE_VACUUMED"
     # (since 0.5) an operation metric the operation cannot claim, a negative count, or rows beyond what it wrote
     INVALID_METRICS = "INVALID_METRICS"
+    # (since 0.6) an ADD_CONSTRAINT or DROP_CONSTRAINT whose metadata is not the table's with exactly that constraint
+    # added (a valid name not in use, an expression) or dropped (one it has), or an ALTER_TABLE that sets a constraint
+    INVALID_CONSTRAINT = "INVALID_CONSTRAINT"
 
 
 Reason.ALL = tuple(Reason)
@@ -254,6 +259,31 @@ def _rewrite(operation: Operation, op_class: OpClass, reasons: tuple[Reason, ...
     )
 
 
+def _constraint(operation: Operation, delta: str) -> OperationSpec:
+    """A CHECK constraint added or dropped (since 0.6): the table's metadata with one ``delta.constraints.<name>``
+    property more or less. Class ALTER: it fails against every concurrent commit (an ADD CONSTRAINT checked the rows
+    of its snapshot, no others), and every commit that read an older version fails after it (``SCHEMA_CHANGED``:
+    its writer checked other constraints). Read as an ALTER_TABLE by every reader of decisions."""
+    return OperationSpec(
+        operation,
+        OpClass.ALTER,
+        adds_files=False,
+        removes=Removes.NOTHING,
+        data_change=True,
+        metadata=True,
+        reasons=(
+            Reason.INVALID_CONSTRAINT,
+            Reason.INVALID_METADATA,
+            Reason.INVALID_PARTITION,
+            Reason.INVALID_OPERATION,
+            Reason.CONFLICT_LATER_FAILS,
+        ),
+        since="0.6",
+        delta_name=delta,
+        extends=Operation.ALTER_TABLE,
+    )
+
+
 # The matrix's rows and columns, in ``OpClass`` order. ALTER's cells are not a policy's choice (docs/conflicts.md).
 CLASSES: tuple[ClassSpec, ...] = (
     ClassSpec(OpClass.OVERWRITE, "OVERWRITE"),
@@ -326,6 +356,8 @@ REGISTRY: Mapping[Operation, OperationSpec] = MappingProxyType(
                 since="0.4",
                 delta_name="RESTORE",
             ),
+            _constraint(Operation.ADD_CONSTRAINT, "ADD CONSTRAINT"),
+            _constraint(Operation.DROP_CONSTRAINT, "DROP CONSTRAINT"),
         )
     }
 )
@@ -347,6 +379,9 @@ OP_COLUMN = "_ordo_op"
 SEQ_COLUMN = "_ordo_seq"
 OP_UPSERT = "upsert"
 OP_DELETE = "delete"
+# A CHECK constraint (since 0.6) is the table property ``delta.constraints.<name>`` (Delta's key; a lower-case
+# name) whose value is its SQL boolean expression: writers refuse a row for which it is not true.
+CONSTRAINT_PREFIX = "delta.constraints."
 # Column names a table may not use (compared lower-cased): ordo's record columns and the change feed's.
 RESERVED_PREFIX = "_ordo_"
 RESERVED_COLUMNS = frozenset({"_change_type", "_commit_version", "_commit_timestamp"})
@@ -374,6 +409,7 @@ def is_keyless(primary_key: tuple[str, ...] | list[str]) -> bool:
 __all__ = [
     "CLASSES",
     "COMMON_REASONS",
+    "CONSTRAINT_PREFIX",
     "LINEAGE_REASONS",
     "MATRIX_FAIL_REASONS",
     "MERGE_METRICS",
