@@ -259,11 +259,13 @@ def _rewrite(operation: Operation, op_class: OpClass, reasons: tuple[Reason, ...
     )
 
 
-def _constraint(operation: Operation, delta: str) -> OperationSpec:
-    """A CHECK constraint added or dropped (since 0.6): the table's metadata with one ``delta.constraints.<name>``
-    property more or less. Class ALTER: it fails against every concurrent commit (an ADD CONSTRAINT checked the rows
-    of its snapshot, no others), and every commit that read an older version fails after it (``SCHEMA_CHANGED``:
-    its writer checked other constraints). Read as an ALTER_TABLE by every reader of decisions."""
+def _metadata_change(
+    operation: Operation, reasons: tuple[Reason, ...], since: str, delta: str, constraint: bool = False
+) -> OperationSpec:
+    """A change of the table's metadata alone, carried whole by the intent and the decision. Class ALTER: it fails
+    against every concurrent commit, and every commit that read an older version fails after it
+    (``SCHEMA_CHANGED``). A CHECK constraint added or dropped (since 0.6) is the table's metadata with one
+    ``delta.constraints.<name>`` property more or less, read as an ALTER_TABLE by every reader of decisions."""
     return OperationSpec(
         operation,
         OpClass.ALTER,
@@ -272,15 +274,15 @@ def _constraint(operation: Operation, delta: str) -> OperationSpec:
         data_change=True,
         metadata=True,
         reasons=(
-            Reason.INVALID_CONSTRAINT,
+            *reasons,
             Reason.INVALID_METADATA,
             Reason.INVALID_PARTITION,
             Reason.INVALID_OPERATION,
             Reason.CONFLICT_LATER_FAILS,
         ),
-        since="0.6",
+        since=since,
         delta_name=delta,
-        extends=Operation.ALTER_TABLE,
+        extends=Operation.ALTER_TABLE if constraint else None,
     )
 
 
@@ -318,22 +320,8 @@ REGISTRY: Mapping[Operation, OperationSpec] = MappingProxyType(
             _rewrite(Operation.MINOR_COMPACT, OpClass.MINOR_COMPACT, _REWRITE_REASONS[:-1]),
             _rewrite(Operation.MAJOR_COMPACT, OpClass.MAJOR_COMPACT),
             _rewrite(Operation.CLUSTER, OpClass.CLUSTER),
-            OperationSpec(
-                Operation.ALTER_TABLE,
-                OpClass.ALTER,
-                adds_files=False,
-                removes=Removes.NOTHING,
-                data_change=True,
-                metadata=True,
-                reasons=(
-                    Reason.UNSUPPORTED_ALTER,
-                    Reason.INVALID_METADATA,
-                    Reason.INVALID_PARTITION,
-                    Reason.INVALID_OPERATION,
-                    Reason.CONFLICT_LATER_FAILS,
-                ),
-                since="0.3",
-                delta_name="ALTER TABLE",
+            _metadata_change(
+                Operation.ALTER_TABLE, (Reason.UNSUPPORTED_ALTER, Reason.INVALID_CONSTRAINT), "0.3", "ALTER TABLE"
             ),
             # A whole-table overwrite made of files the table already had: class OVERWRITE (docs/conflicts.md).
             OperationSpec(
@@ -356,8 +344,9 @@ REGISTRY: Mapping[Operation, OperationSpec] = MappingProxyType(
                 since="0.4",
                 delta_name="RESTORE",
             ),
-            _constraint(Operation.ADD_CONSTRAINT, "ADD CONSTRAINT"),
-            _constraint(Operation.DROP_CONSTRAINT, "DROP CONSTRAINT"),
+            # Delta's CHECK constraints: read as an ALTER_TABLE by every reader of decisions (docs/conflicts.md).
+            _metadata_change(Operation.ADD_CONSTRAINT, (Reason.INVALID_CONSTRAINT,), "0.6", "ADD CONSTRAINT", True),
+            _metadata_change(Operation.DROP_CONSTRAINT, (Reason.INVALID_CONSTRAINT,), "0.6", "DROP CONSTRAINT", True),
         )
     }
 )

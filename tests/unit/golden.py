@@ -24,6 +24,14 @@ FILES = (
         max_key="3",
     ),
 )
+# The sales table's metadata once a CHECK constraint is added (since 0.6).
+CONSTRAINED = TableMetadata(
+    location="/warehouse/sales",
+    schema="id BIGINT, amount DOUBLE, dt STRING, `note` string",
+    primary_key=("id",),
+    partition_columns=("dt",),
+    properties={"owner": "team-b", "delta.constraints.positive_amount": "amount > 0"},
+)
 EVENTS: dict[str, CommitIntent | CommitDecision] = {
     "intent_create": CommitIntent(
         txn_id="create-sales",
@@ -170,13 +178,7 @@ EVENTS: dict[str, CommitIntent | CommitDecision] = {
         table="sales",
         operation=Operation.ADD_CONSTRAINT,
         read_version=5,
-        metadata=TableMetadata(
-            location="/warehouse/sales",
-            schema="id BIGINT, amount DOUBLE, dt STRING, `note` string",
-            primary_key=("id",),
-            partition_columns=("dt",),
-            properties={"owner": "team-b", "delta.constraints.positive_amount": "amount > 0"},
-        ),
+        metadata=CONSTRAINED,
         writer="spark-app-1",
     ),
     "decision_constraint": CommitDecision(
@@ -188,13 +190,7 @@ EVENTS: dict[str, CommitIntent | CommitDecision] = {
         time_version=datetime(2024, 1, 1, 12, 11, 0, tzinfo=UTC),
         operation=Operation.ADD_CONSTRAINT,
         read_version=5,
-        metadata=TableMetadata(
-            location="/warehouse/sales",
-            schema="id BIGINT, amount DOUBLE, dt STRING, `note` string",
-            primary_key=("id",),
-            partition_columns=("dt",),
-            properties={"owner": "team-b", "delta.constraints.positive_amount": "amount > 0"},
-        ),
+        metadata=CONSTRAINED,
         writer="spark-app-1",
         prev_hash=bytes(range(128, 160)),
     ),

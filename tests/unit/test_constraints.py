@@ -3,21 +3,17 @@ column (ALTER's), hostile intents, the ALTER_TABLE that may no longer set one, a
 
 from __future__ import annotations
 
-import io
-
-import fastavro
 import pytest
 
 from ordo.arbiter.checkpoint import dump_state, load_state, states_equal
 from ordo.arbiter.core import Reason, evaluate_record, rebuild
 from ordo.consumer.arrow import CHANGES, ChangeReader
 from ordo.schemas import CommitDecision, CommitIntent, Operation, TableMetadata, decode, encode
-from ordo.schemas.codec import MAGIC, _to_record
 from ordo.schemas.decisionlog import LogHead, check
-from ordo.schemas.history import released_schemas, wire_fingerprint
 from ordo.schemas.operations import CONSTRAINT_PREFIX, REGISTRY, delta_operation
 
 from .helpers import CLASS_OPERATION, Table, metadata
+from .test_write_schema_change import _written_with
 
 BASE = metadata()  # id BIGINT, v STRING, dt STRING; partitioned by dt
 KEY = CONSTRAINT_PREFIX + "positive_id"
@@ -146,16 +142,6 @@ def test_an_alter_table_may_not_set_a_constraint_but_one_of_an_older_writer_stil
     assert current.reason == Reason.INVALID_CONSTRAINT, current.message
     older = evaluate_record(table.state, _written_with("0.5", sneaked), 5_000, 1)
     assert older.accepted, older.message
-
-
-def _written_with(release: str, intent: CommitIntent) -> bytes:
-    """``intent`` encoded with the released writer schema of ``release``."""
-    (schema,) = [s for event, r, s in released_schemas() if event == "CommitIntent" and r == release]
-    parsed = fastavro.parse_schema(schema, named_schemas={})
-    record = {k: v for k, v in _to_record(intent).items() if k in {f["name"] for f in schema["fields"]}}
-    buffer = io.BytesIO()
-    fastavro.schemaless_writer(buffer, parsed, record)
-    return MAGIC + wire_fingerprint(schema, release) + buffer.getvalue()
 
 
 def test_readers_fold_a_constraint_as_an_alter_table() -> None:
