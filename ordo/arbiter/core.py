@@ -53,6 +53,9 @@ MAX_TIMESTAMP_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last ins
 _MALFORMED_INTENT = str(Reason.MALFORMED_INTENT)
 _ACCEPTED = Outcome.ACCEPTED
 _DATA_CHANGES = frozenset(op for op, spec in REGISTRY.items() if spec.data_change)  # decisions with a time version
+# The hot path's dispatch: the tables as plain dicts, once every handler is registered (``ops`` imported above).
+_RULES = CHECKS.resolved()
+_FOLD_STEPS = FOLD.resolved()
 
 # The decision template: every field in ``CommitDecision`` order, at its value when nothing was decided.
 # Each decision is this dict with the fields its path sets (``_decision``).
@@ -230,7 +233,7 @@ def _accept(
     if intent.operation_metrics:
         check_metrics(intent)
     attempt = Attempt(state, intent, record_timestamp, rules)
-    CHECKS[intent.operation](attempt)
+    _RULES[intent.operation](attempt)
     time_version = None
     if intent.operation in _DATA_CHANGES:  # a logical change: it gets a time version
         millis = record_timestamp if state.head_time_ms is None else max(record_timestamp, state.head_time_ms + 1)
@@ -287,7 +290,7 @@ def apply(
     state.head_version = version
     if decision.time_version is not None:
         state.head_time_ms = datetime_to_millis(decision.time_version)
-    FOLD[operation](state, decision, version)
+    _FOLD_STEPS[operation](state, decision, version)
     return state
 
 

@@ -285,7 +285,7 @@ def _inspect(
                         f"time version {own.isoformat()} does not increase over the previous one",
                     )
                 time_ms = own_ms
-            metadata = METADATA_STEP[operation](problems, decision, metadata)
+            metadata = _METADATA_STEPS[operation](problems, decision, metadata)
             if decision.added_files or decision.removed_files:
                 _check_files(problems, decision, head.metadata)
             version = id_version
@@ -332,6 +332,7 @@ def _may_change_schema(
     return metadata if decision.metadata is None else decision.metadata
 
 
+_METADATA_STEPS = METADATA_STEP.resolved()  # the hot path's dispatch: a plain dict
 _STOP_THERE = frozenset({LogProblem.WRONG_TABLE, *_SKIPPABLE})  # no further check of such a record
 _COLUMN_SETS: dict[tuple[str, ...], frozenset[str]] = {}
 

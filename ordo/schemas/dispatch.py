@@ -93,6 +93,12 @@ class OperationTable(Generic[H]):
             spec = REGISTRY.get(current)
             current = None if spec is None else spec.extends
 
+    def resolved(self) -> dict[Operation, H]:
+        """Every operation's handler as a plain dict (for hot paths: a dict lookup, no method call); an operation
+        with none is left out (dispatching it raises ``KeyError``; ``missing_handlers`` names it)."""
+        found = {op: self.find(op) for op in Operation}
+        return {op: handler for op, handler in found.items() if handler is not None}
+
     def own(self, operation: Operation) -> bool:
         """True when ``operation`` registered a handler of its own here (not inherited)."""
         return operation in self._own
