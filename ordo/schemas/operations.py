@@ -143,7 +143,8 @@ class ClassSpec:
 
 @dataclass(frozen=True, slots=True)
 class OperationSpec:
-    """What the contract says of one operation, declared once (``REGISTRY``); docs/architecture.md "The operation registry".
+    """What the contract says of one operation, declared once (``REGISTRY``; docs/architecture.md, "The operation
+    registry").
 
     These are facts a decision of the operation shows on the wire, which
     every reader and the log's auditors agree on: its matrix class, whether
