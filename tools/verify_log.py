@@ -19,11 +19,11 @@ FINGERPRINTS = {  # single-object fingerprint (hex, as on the wire) -> writer sc
     "8235c4f8ca62743d": "CommitIntent.0.3.avsc", "2813117929b86fb5": "CommitDecision.0.3.avsc",
     "ce1394934ddb6200": "CommitIntent.0.4.avsc", "890f1bacfd0b8293": "CommitDecision.0.4.avsc",
     "2efbb1b4137256c1": "CommitIntent.0.5.avsc", "51b1ba13e983e364": "CommitDecision.0.5.avsc",
+    "acc68ae92138eaa1": "CommitIntent.0.6.avsc", "64d0f74c1af54dfa": "CommitDecision.0.6.avsc",
 }  # fmt: skip
 SCHEMAS = {fp: fastavro.parse_schema(json.loads((HISTORY / f).read_text())) for fp, f in FINGERPRINTS.items()}
-DATA_CHANGES = {"CREATE_TABLE", "INSERT_INTO", "INSERT_OVERWRITE", "TRUNCATE", "UPDATE", "DELETE", "ALTER_TABLE"}
-DATA_CHANGES |= {"RESTORE"}  # since 0.4
-CARRY_METADATA = {"CREATE_TABLE", "ALTER_TABLE"}
+CARRY_METADATA = {"CREATE_TABLE", "ALTER_TABLE", "ADD_CONSTRAINT", "DROP_CONSTRAINT"}  # the last two since 0.6
+DATA_CHANGES = {"INSERT_INTO", "INSERT_OVERWRITE", "TRUNCATE", "UPDATE", "DELETE", "RESTORE"} | CARRY_METADATA  # fmt: skip
 
 
 def sha(data):

@@ -45,22 +45,22 @@ so that a stop reason stored as text still tells it (``LogProblem.of``).
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple
 
 from ordo.schemas.codec import chain_hash, decode
+from ordo.schemas.dispatch import OperationTable
 from ordo.schemas.errors import CodecError, OrdoError
 from ordo.schemas.models import CommitDecision, Outcome, TableMetadata, datetime_to_millis
-from ordo.schemas.operations import REGISTRY, Check, Operation
+from ordo.schemas.operations import REGISTRY, Operation
 
 GENESIS_HASH = bytes(32)  # the prev_hash of a table's first decision
 
 _ACCEPTED = Outcome.ACCEPTED
+_CREATE = Operation.CREATE_TABLE
 _DATA_CHANGES = frozenset(op for op, t in REGISTRY.items() if t.data_change)
-_CARRIES_METADATA = frozenset(op for op, t in REGISTRY.items() if t.metadata)
-_CREATES = frozenset(op for op, t in REGISTRY.items() if Check.CREATE in t.checks)
 
 
 class LogProblem(enum.StrEnum):
@@ -260,7 +260,7 @@ def _inspect(
         if operation is None or id_version is None:
             _add(problems, LogProblem.INCOMPLETE, "accepted decision without operation or ID version")
         else:
-            if operation in _CREATES:
+            if operation is _CREATE:
                 if head.metadata is not None:
                     _add(problems, LogProblem.SECOND_CREATE, "a second CREATE_TABLE was accepted")
             elif head.metadata is None:
@@ -277,19 +277,7 @@ def _inspect(
                 _add(problems, LogProblem.TIME_VERSION, "; ".join(time_problems))
             if own is not None:
                 time_ms = datetime_to_millis(own)
-            if operation in _CARRIES_METADATA:
-                if decision.metadata is None:
-                    _add(
-                        problems,
-                        LogProblem.NO_METADATA,
-                        f"{operation.value} at version {id_version} carries no metadata",
-                    )
-                else:
-                    metadata = decision.metadata
-            elif decision.metadata is not None:
-                # Any other commit that carries metadata sets it too, whatever its operation and writer schema:
-                # since 0.5 a write that changed the schema with its data; no earlier release wrote one.
-                metadata = decision.metadata
+            metadata = _METADATA_STEPS[operation](problems, decision, metadata)
             if decision.added_files or decision.removed_files:
                 # Against the metadata in force before this record: none for a table's first CREATE_TABLE, whose
                 # files (no reader adds them) are then not checked; a write's new metadata keeps the partitions.
@@ -313,6 +301,46 @@ def _time_problems(operation: Operation, id_version: int, own: datetime | None, 
     return found
 
 
+MetadataStep = Callable[[list[BrokenLogError], CommitDecision, "TableMetadata | None"], "TableMetadata | None"]
+# The table's metadata after an accepted decision, per operation (the fold's step: ``schemas.dispatch``).
+METADATA_STEP: OperationTable[MetadataStep] = OperationTable("the log's fold", "ordo.schemas.decisionlog")
+
+
+@METADATA_STEP.register(Operation.CREATE_TABLE, Operation.ALTER_TABLE)
+def _sets_metadata(
+    problems: list[BrokenLogError], decision: CommitDecision, metadata: TableMetadata | None
+) -> TableMetadata | None:
+    """CREATE_TABLE and ALTER_TABLE carry the table's metadata from their version on (``NO_METADATA`` without)."""
+    if decision.metadata is None:
+        assert decision.operation is not None
+        _add(
+            problems,
+            LogProblem.NO_METADATA,
+            f"{decision.operation.value} at version {decision.id_version} carries no metadata",
+        )
+        return metadata
+    return decision.metadata
+
+
+@METADATA_STEP.register(
+    Operation.INSERT_INTO,
+    Operation.INSERT_OVERWRITE,
+    Operation.TRUNCATE,
+    Operation.UPDATE,
+    Operation.DELETE,
+    Operation.MINOR_COMPACT,
+    Operation.MAJOR_COMPACT,
+    Operation.CLUSTER,
+    Operation.RESTORE,
+)
+def _may_change_schema(
+    problems: list[BrokenLogError], decision: CommitDecision, metadata: TableMetadata | None
+) -> TableMetadata | None:
+    """A commit of files keeps the metadata, unless it changed the schema with its data (since 0.5)."""
+    return metadata if decision.metadata is None else decision.metadata
+
+
+_METADATA_STEPS = METADATA_STEP.resolved()  # the hot path's dispatch: a plain dict
 _STOP_THERE = frozenset({LogProblem.WRONG_TABLE, *_SKIPPABLE})  # no further check of such a record
 _COLUMN_SETS: dict[tuple[str, ...], frozenset[str]] = {}
 

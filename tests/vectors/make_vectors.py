@@ -112,6 +112,14 @@ INTENTS: list[bytes | None] = [
         added_files=(data_file("merge1", DAY3),),
         operation_metrics={"numTargetRowsInserted": 6, "numTargetRowsUpdated": 3, "numTargetRowsDeleted": 1},
     ),  # v6: a MERGE with its metrics (since 0.5)
+    intent(
+        "check1",
+        Operation.ADD_CONSTRAINT,
+        6,
+        metadata=metadata("id BIGINT, amount DOUBLE, dt STRING, note STRING").model_copy(
+            update={"properties": {"owner": "audit", "delta.constraints.positive_amount": "amount > 0"}}
+        ),
+    ),  # v7: a CHECK constraint (since 0.6)
 ]
 
 
@@ -174,7 +182,7 @@ def decide(transactions: list[tuple[str, list[int]]]) -> tuple[list[Record], lis
     return records, decisions
 
 
-BATCHES = [("0.5", [0]), ("0.5", [1, 2, 3]), ("0.5", [4, 5]), ("0.5", [6, 7])]  # decisions at 0 | 2 3 4 | 6 7 | 9 10
+BATCHES = [("0.6", [0]), ("0.6", [1, 2, 3]), ("0.6", [4, 5]), ("0.6", [6, 7])]  # decisions at 0 | 2 3 4 | 6 7 | 9 10
 SIGNED, DECIDED = decide(BATCHES)
 LAST = SIGNED[-1].offset  # 10
 
@@ -309,7 +317,17 @@ def vectors() -> list[Vector]:
     """Every vector: the faithful logs, then one forgery of each kind the verifier tells apart."""
     NS, NC = "unsigned:no_signature", "unsigned:not_chained"
     upgrade, _ = decide(
-        [("0.1", [0]), ("0.1", [1]), ("0.1", [2]), ("0.2", [3]), ("0.2", [4]), ("0.3", [5]), ("0.4", [6]), ("0.5", [7])]
+        [
+            ("0.1", [0]),
+            ("0.1", [1]),
+            ("0.1", [2]),
+            ("0.2", [3]),
+            ("0.2", [4]),
+            ("0.3", [5]),
+            ("0.4", [6]),
+            ("0.5", [7]),
+            ("0.6", [8]),
+        ]
     )
     v1_log, v1_decisions = decide([("0.1", [i]) for i in range(6)])  # decisions at 0 2 4 6 8 10
     bad = {**chain_of([2, 3, 4, 6, 9], NS), **chain_of([7, 10], NC)}  # a bad claim on 4 stops every later walk
@@ -330,7 +348,8 @@ def vectors() -> list[Vector]:
         Vector(
             "upgrade",
             "One table's log across releases: 0.1 decisions (v1 schema, unsigned), 0.2 (v2, signed), 0.3 (v3), 0.4 "
-            "(v4), 0.5 (v5: a MERGE with its operation metrics). The first signed record vouches for the unsigned "
+            "(v4), 0.5 (v5: a MERGE with its operation metrics), 0.6 (v6: an ADD_CONSTRAINT). The first signed record "
+            "vouches for the unsigned "
             "history behind it.",
             upgrade,
         ),
