@@ -152,14 +152,17 @@ def rewrites_whole_partitions(attempt: Attempt, touched: dict[PartitionKey, None
     read_version = intent.read_version
     partitions = state.partitions
     for key in touched:
-        for path in partitions[key].live:
-            if path not in gone and versions[path] <= read_version:
-                raise Reject(
-                    Reason.INCOMPLETE_REWRITE,
-                    f"{intent.operation.value} leaves live file {path[:200]!r} of partition {list(key)!r} "
-                    f"(data of version {versions[path]} <= read version {read_version}); it must rewrite "
-                    "every file of each partition it touches",
-                )
+        # The live files are a set: the message names the smallest path left, so that it does not depend on the
+        # interpreter's string hashing (PYTHONHASHSEED) and replaying the intents log gives the same bytes.
+        left = [path for path in partitions[key].live if path not in gone and versions[path] <= read_version]
+        if left:
+            path = min(left)
+            raise Reject(
+                Reason.INCOMPLETE_REWRITE,
+                f"{intent.operation.value} leaves live file {path[:200]!r} of partition {list(key)!r} "
+                f"(data of version {versions[path]} <= read version {read_version}); it must rewrite "
+                "every file of each partition it touches",
+            )
 
 
 @FOLD.register(Operation.MINOR_COMPACT, Operation.MAJOR_COMPACT, Operation.CLUSTER)
