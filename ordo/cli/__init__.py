@@ -455,7 +455,21 @@ def compactor(
     type=click.IntRange(min=1),
     default=10_000,
     show_default=True,
-    help="records per Kafka transaction at most (a larger commit spans several)",
+    help="row changes per Kafka transaction at most (a larger commit spans several)",
+)
+@click.option(
+    "--format",
+    "record_format",
+    type=click.Choice(["json", "connect-json"], case_sensitive=False),
+    default=None,
+    help="json: Debezium's envelope alone (Flink, Spark); connect-json: with Kafka Connect's schema/payload "
+    "wrapper, for JsonConverter with schemas.enable=true (default: ORDO_CHANGES_FORMAT, else json)",
+)
+@click.option(
+    "--tombstones/--no-tombstones",
+    default=None,
+    help="a tombstone (null value, same key) after each delete, for JDBC sinks and compacted topics "
+    "(default: ORDO_CHANGES_TOMBSTONES, else on, as Debezium's tombstones.on.delete)",
 )
 @_metrics_options(8768)
 @_broker_timeout_option
@@ -466,6 +480,8 @@ def cdc(
     table_names: str | None,
     template: str | None,
     max_records: int,
+    record_format: str | None,
+    tombstones: bool | None,
     metrics_port: int,
     metrics_host: str,
     no_metrics: bool,
@@ -484,7 +500,12 @@ def cdc(
 
     if template is not None and (problem := topic_template_problem(template)) is not None:
         raise click.BadParameter(f"{template!r}: {problem}", param_hint="--topic")
-    settings = settings.with_overrides(catalog=catalog, changes_topic=template)
+    settings = settings.with_overrides(
+        catalog=catalog,
+        changes_topic=template,
+        changes_format=None if record_format is None else record_format.lower(),
+        changes_tombstones=tombstones,
+    )
     check_broker(settings, broker_timeout)
     tables = [t.strip() for t in (table_names or "").split(",") if t.strip()]
     raise SystemExit(

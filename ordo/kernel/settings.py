@@ -163,6 +163,11 @@ class Settings:
     allow_lossy_logs: bool = False
     # `ordo cdc`: each table's change topic, named from {prefix} and {table} (docs/change-topic.md).
     changes_topic: str = DEFAULT_CHANGES_TOPIC
+    # `ordo cdc` (docs/change-topic.md): the change records' format ("json": Debezium's envelope alone;
+    # "connect-json": Kafka Connect's schema/payload wrapper, for JsonConverter with schemas.enable=true), and
+    # whether a tombstone (a null value under the row's key) follows each delete, as Debezium's tombstones.on.delete
+    changes_format: Literal["json", "connect-json"] = "json"
+    changes_tombstones: bool = True
 
     @field_validator("consumer_shard")
     @classmethod
@@ -358,6 +363,8 @@ ENV_VARS: tuple[tuple[str, str, Callable[[str], Any]], ...] = (
     ("topic_min_insync_replicas", "ORDO_TOPIC_MIN_INSYNC_REPLICAS", int),
     ("allow_lossy_logs", "ORDO_ALLOW_LOSSY_LOGS", parse_bool),
     ("changes_topic", "ORDO_CHANGES_TOPIC", str),
+    ("changes_format", "ORDO_CHANGES_FORMAT", str.lower),
+    ("changes_tombstones", "ORDO_CHANGES_TOMBSTONES", parse_bool),
 )
 # The form each checked setting accepts, named in its error (a field left out takes any text: a path, a name).
 _PORT = "a port number 0-65535, 0 for any free port"
@@ -389,6 +396,8 @@ FORMS: dict[str, str] = {
     "topic_min_insync_replicas": "a whole number, 0 or more; 0: the replication factor - 1, at least 1",
     "allow_lossy_logs": _BOOL,
     "changes_topic": "a topic name made from {prefix} and {table}, e.g. {prefix}.{table}.changes",
+    "changes_format": "json or connect-json",
+    "changes_tombstones": _BOOL,
 }
 
 

@@ -37,6 +37,7 @@ from urllib.parse import unquote
 from ordo.kernel.errors import OrdoError
 from ordo.schemas import DataFile, TableMetadata
 from ordo.schemas.operations import (
+    CONSTRAINT_PREFIX,
     OP_COLUMN,
     OP_DELETE,
     OP_UPSERT,
@@ -85,6 +86,11 @@ class PartitionValueError(WriteRefusedError):
 
 class InvalidOperationError(WriteRefusedError):
     """Raised when an operation's arguments are invalid for this table (unknown columns, key updates, modes)."""
+
+
+class ConstraintViolationError(WriteRefusedError):
+    """Raised when rows a write adds (or a RESTORE, or the table when a constraint is added) violate one of the
+    table's CHECK constraints: its expression is false or null for them. Nothing is committed."""
 
 
 class InvalidTableError(OrdoError, ValueError):
@@ -149,6 +155,11 @@ class Layout:
             cached = parse_schema(self.schema_ddl)
             object.__setattr__(self, "_schema", cached)
         return cached
+
+    @property
+    def constraints(self) -> dict[str, str]:
+        """The table's CHECK constraints (since 0.6): name -> SQL expression, by name (``delta.constraints.*``)."""
+        return table_constraints(self.properties)
 
     def int_property(self, key: str, default: int) -> int:
         try:
@@ -572,6 +583,102 @@ def validate_records(
     )
 
 
+# --------------------------------------------------------------------------- CHECK constraints (since 0.6)
+
+# Starts the message a write stopped by a constraint fails with (``enforce_constraints``, ``_violation``).
+_VIOLATION_MARK = "ordo: CHECK constraint "
+_CONSTRAINT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
+
+def table_constraints(properties: Mapping[str, str]) -> dict[str, str]:
+    """The CHECK constraints among a table's properties: name -> SQL expression, by name."""
+    return {k[len(CONSTRAINT_PREFIX) :]: v for k, v in sorted(properties.items()) if k.startswith(CONSTRAINT_PREFIX)}
+
+
+def constraint_key(name: str) -> str:
+    """The property a constraint named ``name`` is (Delta's: names are case-insensitive, kept lower-case)."""
+    if not isinstance(name, str) or _CONSTRAINT_NAME.fullmatch(name) is None:
+        raise InvalidOperationError(
+            f"constraint name {str(name)[:200]!r}: letters, digits and '_', not starting with a digit, at most 128"
+        )
+    return CONSTRAINT_PREFIX + name.lower()
+
+
+def _holds(expression: str) -> Column:
+    """True where the constraint holds: its expression is true (false and null violate it, as in Delta)."""
+    from pyspark.sql import functions as F
+
+    return F.coalesce(F.expr(expression), F.lit(False))
+
+
+def check_constraint(rows: DataFrame, name: str, expression: str) -> None:
+    """``expression`` must be a boolean SQL expression of ``rows``' columns a filter takes (no aggregate, no window):
+    ``InvalidOperationError`` saying why not."""
+    try:
+        _ = rows.where(_holds(expression)).schema  # analysed: its columns, its type, where it may stand
+    except Exception as exc:  # Spark's ParseException, AnalysisException
+        raise InvalidOperationError(
+            f"CHECK constraint {name} ({expression}) is not a condition on the rows: {exc}"
+        ) from None
+
+
+def check_rows(rows: DataFrame, constraints: Mapping[str, str], what: str) -> None:
+    """``ConstraintViolationError`` unless every row of ``rows`` satisfies every constraint: one Spark job."""
+    from pyspark.sql import functions as F
+
+    if not constraints:
+        return
+    counts = [
+        F.sum(F.when(_holds(expression), 0).otherwise(1)).alias(f"c{i}")
+        for i, expression in enumerate(constraints.values())
+    ]
+    found = rows.select(*counts).collect()[0]
+    broken = [(name, expression, int(found[i] or 0)) for i, (name, expression) in enumerate(constraints.items())]
+    broken = [b for b in broken if b[2]]
+    if broken:
+        shown = "; ".join(f"{n} rows violate CHECK constraint {name} ({expression})" for name, expression, n in broken)
+        raise ConstraintViolationError(f"{what}: {shown}; nothing was committed")
+
+
+def enforce_constraints(records: DataFrame, layout: Layout) -> DataFrame:
+    """``records`` whose write stops at the first new row a CHECK constraint of the table does not hold for.
+
+    Checked as the files are written (Spark's ``raise_error`` in a filter that
+    keeps every row), so a write costs no scan more. A new row is an upsert
+    record with no sequence number of its own: a delete record carries no row,
+    and a rewrite's records keep theirs (they were checked when first written).
+    ``FileWriter.write`` turns the failure into ``ConstraintViolationError``.
+    """
+    constraints = layout.constraints
+    if not constraints:
+        return records
+    from pyspark.sql import functions as F
+
+    new_row = (F.col(OP_COLUMN) == F.lit(OP_UPSERT)) & F.col(SEQ_COLUMN).isNull()
+    shown = F.to_json(F.struct(*[F.col(f"`{f.name}`") for f in layout.user_schema().fields]))
+    for name, expression in constraints.items():
+        try:
+            violated = F.when(new_row, ~_holds(expression)).otherwise(F.lit(False))  # evaluated on new rows only
+            message = F.concat(F.lit(f"{_VIOLATION_MARK}{name} ({expression}) violated by row with values "), shown)
+            records = records.where(F.when(violated, F.raise_error(message)).isNull())
+        except Exception as exc:  # Spark's ParseException, AnalysisException
+            raise WriteRefusedError(
+                f"CHECK constraint {name} ({expression}) of table {layout.name} cannot be evaluated: {exc}"
+            ) from None
+    return records
+
+
+def _violation(error: BaseException) -> ConstraintViolationError | None:
+    """The constraint violation a failed write reports (``enforce_constraints``' message), if it is one."""
+    text = str(error)
+    start = text.find(_VIOLATION_MARK)
+    if start < 0:
+        return None
+    line = text[start + len("ordo: ") :].splitlines()[0]
+    line = re.sub(r"\s*SQLSTATE: \w+\s*$", "", line).rstrip(" .'\"")
+    return ConstraintViolationError(f"{line}; nothing was written")
+
+
 # --------------------------------------------------------------------------- records
 
 
@@ -773,7 +880,7 @@ class FileWriter:
 
         layout = self.layout
         hidden = [f"_ordo_p{i}" for i in range(len(layout.partition_columns))]
-        df = records
+        df = enforce_constraints(records, layout)
         for name, column in zip(hidden, layout.partition_columns, strict=True):
             df = df.withColumn(name, F.col(f"`{column}`").cast("string"))
         if layout.buckets > 1:
@@ -799,8 +906,11 @@ class FileWriter:
             writer = writer.partitionBy(*hidden)
         try:
             writer.parquet(join_location(layout.location, staging))
-        except BaseException:
+        except BaseException as exc:
             self.storage.delete_dir(staging)
+            violation = _violation(exc)
+            if violation is not None:
+                raise violation from None
             raise
         spark_seconds = time.perf_counter() - started
         started = time.perf_counter()

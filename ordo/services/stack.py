@@ -58,6 +58,8 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "ORDO_TOPIC_REPLICATION_FACTOR": str(settings.topic_replication_factor),
         "ORDO_TOPIC_MIN_INSYNC_REPLICAS": str(settings.topic_min_insync_replicas),
         "ORDO_ALLOW_LOSSY_LOGS": "true" if settings.allow_lossy_logs else "false",
+        "ORDO_CHANGES_FORMAT": settings.changes_format,
+        "ORDO_CHANGES_TOMBSTONES": "true" if settings.changes_tombstones else "false",
     }
     for key, wait in (
         ("ORDO_FETCH_WAIT_BUSY_MS", settings.fetch_wait_busy_ms),

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from ordo.kernel.membership import GroupMembership
+from ordo.kernel.membership import Changes, GroupMembership
 from ordo.kernel.settings import Settings
 
 TABLES = [f"m{i}" for i in range(6)]
@@ -83,3 +83,27 @@ def test_a_hung_member_leaves_its_tables_to_the_others(members: Callable[..., Gr
     assert not first.owned
     wait_until(lambda: bool(first.owned), 60, serve=(first, second))  # served again: back in the group
     assert not first.owned & second.owned
+
+
+def test_a_member_that_gives_its_tables_up_is_assigned_them_anew_under_new_tenures(
+    members: Callable[..., GroupMembership],
+) -> None:
+    """``rejoin()``: the member leaves the group (its tables revoked) and joins again as a new member; what it is
+    assigned back carries a new tenure, so a caller that keeps something per table taken under the old one (the
+    arbiter's producers) sees it is stale even where ``poll()`` shows no revocation."""
+    member = members()
+    wait_until(lambda: member.owned == set(TABLES), 60, serve=(member,))
+    before = {table: member.tenure(table) for table in TABLES}
+    assert all(isinstance(tenure, int) for tenure in before.values()) and member.tenure("nope") is None
+    member.poll()
+    member.rejoin()
+    seen: list[Changes] = []
+
+    def back() -> bool:
+        seen.append(member.poll())
+        return member.owned == set(TABLES)
+
+    wait_until(lambda: back() and all(member.tenure(t) != before[t] for t in TABLES), 60)
+    # Revoked and assigned again between two polls nets out as assigned: only the tenure tells it was given up.
+    assert set().union(*(c.assigned for c in seen)) == set(TABLES), seen
+    assert all(isinstance(member.tenure(table), int) for table in TABLES)

@@ -58,6 +58,8 @@ BAD = {
     "ORDO_HTTP_HOST": ("http://0.0.0.0", "not a host name or an IP address"),
     "ORDO_ARBITER_METRICS_HOST": ("local host", "not a host name or an IP address"),
     "ORDO_COMPACTOR_MASTER": ("locale[2]", "not a Spark master URL"),
+    "ORDO_CHANGES_FORMAT": ("avro", "'json' or 'connect-json'"),
+    "ORDO_CHANGES_TOMBSTONES": ("deleted", "expected true or false"),
 }
 FIELD = {key: name for name, key, _cast in ENV_VARS}
 
