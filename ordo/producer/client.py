@@ -46,7 +46,7 @@ from ordo.kernel.admin import (
     topic_policy,
 )
 from ordo.kernel.errors import BrokerUnavailableError, CommitTimeoutError, OrdoError, TableNotFoundError
-from ordo.kernel.logread import GapChecker, GapStats, read_to_end, warm_metadata
+from ordo.kernel.logread import GapChecker, GapStats, decisions_follow, read_to_end, warm_metadata
 from ordo.kernel.settings import Settings, load_settings
 from ordo.schemas import CommitDecision, CommitIntent, Operation, decisions_topic, decode, encode, intents_topic
 from ordo.schemas.signing import GENESIS_HASH as GENESIS
@@ -132,6 +132,7 @@ class _DecisionReader:
             name=f"commit client {self.topic}",
             keep_eof=False,
             stats=self.client.gap_stats,
+            follows=decisions_follow,  # a decision skipped inside a transaction breaks the hash chain
         )
         warm_metadata(self._consumer, CONNECT_TIMEOUT)
         self._consumer.assign([TopicPartition(self.topic, 0, self.start)])

@@ -223,3 +223,60 @@ def test_consumer_materializes_decisions_its_live_fetch_skipped(
         assert len(catalog.history(table)) == 5
     finally:
         catalog.close()
+
+
+def test_commit_client_rereads_a_decision_its_fetch_skipped_inside_a_transaction(
+    settings: Settings, arbiter: Callable[..., ManagedProcess], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A decision skipped between two records of one transaction is a jump of one offset, like a marker.
+
+    The offset rule alone took it for a marker: the skipped decision was never
+    read, and the records of the transaction before it were refused for want of
+    a signature that vouches for them (the signed last record does not chain to
+    them). Their commits then waited for a resubmit, or timed out without one.
+    The hash chain tells the two apart: the reader re-reads and answers every
+    commit at once.
+    """
+    from ordo.audit import read_partition
+    from ordo.schemas import decisions_topic
+
+    table = "chained"
+    client_group = f"{settings.topic_prefix}.commit-client"
+    left = {"c"}
+
+    def lose_inner_decision(message: Any) -> bool:
+        decision = decode(message.value() or b"")
+        if isinstance(decision, CommitDecision) and decision.txn_id in left:
+            left.discard(decision.txn_id)
+            return True
+        return False
+
+    # The live decision reader loses c's decision once; its re-reader (group ``...reread-N``) does not.
+    lossy = _wrap_consumers(
+        monkeypatch,
+        lambda config, n: lose_inner_decision if config.get("group.id") == client_group else None,
+    )
+    client = CommitClient(settings=settings, resubmit_after=300.0)  # no resubmit: the reader alone must find it
+    try:
+        # Published before the arbiter starts, the six intents are decided in one transaction.
+        futures = {"create": client.submit(create_intent(table), timeout=60)}
+        for txn in ("a", "b", "c", "d", "e"):
+            futures[txn] = client.submit(insert_intent(table, txn, txn), timeout=60)
+        client._producer.flush(30)
+        began = time.monotonic()
+        arbiter()
+        answers = {txn: future.result(timeout=60) for txn, future in futures.items()}
+        waited = time.monotonic() - began
+        monkeypatch.undo()
+        log = client.decisions(table)
+    finally:
+        client.close()
+    assert [o for lc in lossy for _, o in lc.dropped] == [3], "c's decision (offset 3) was not lost as planned"
+    offsets = [o for o, _, _ in read_partition(settings, decisions_topic(settings.topic_prefix, table))]
+    assert offsets[:6] == [0, 1, 2, 3, 4, 5], f"not one transaction: decisions at {offsets}"
+    assert all(d.outcome is Outcome.ACCEPTED and d.duplicate_of is None for d in answers.values())
+    assert [answers[t].intent_offset for t in ("create", "a", "b", "c", "d", "e")] == [0, 1, 2, 3, 4, 5]
+    assert waited < 30, f"the answers took {waited:.1f} s"
+    assert client.resubmits == 0
+    assert client.gap_stats.recovered == 1, client.gap_stats
+    check_log(log, 6)
