@@ -25,9 +25,9 @@ $(STAMP): pyproject.toml
 check-mvn:
 	@command -v mvn >/dev/null 2>&1 || { echo "Maven is required once, to fetch Apache Kafka's jars for the tests: install it (Debian/Ubuntu: apt-get install maven; macOS: brew install maven) and put mvn on PATH."; exit 1; }
 
-kafka: check-java $(STAMP) ## Fetch the pinned Apache Kafka (ordo/kafka-pom.xml) once into ~/.cache/ordo (Maven)
-	@if ! $(BIN)/python -c 'import sys, ordo.kafka as k; sys.exit(k.installed_libs() is None)'; then $(MAKE) --no-print-directory check-mvn; fi
-	$(BIN)/python -m ordo.kafka fetch
+kafka: check-java $(STAMP) ## Fetch the pinned Apache Kafka (ordo/broker/kafka-pom.xml) once into ~/.cache/ordo (Maven)
+	@if ! $(BIN)/python -c 'import sys, ordo.broker.kafka as k; sys.exit(k.installed_libs() is None)'; then $(MAKE) --no-print-directory check-mvn; fi
+	$(BIN)/python -m ordo.broker.kafka fetch
 
 setup: check-java $(STAMP) ## Create .venv and install ordo with its dev tools
 
@@ -38,8 +38,16 @@ prometheus: ## Install Prometheus and promtool (Debian/Ubuntu package; sudo when
 	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 
-test: setup prometheus kafka ## Run the test suite (unit; integration, Spark end to end and chaos on Tansu and on Apache Kafka)
-	$(BIN)/pytest -q --durations=30
+# The test tiers (tests/README.md). TEST_REPORTS=DIR makes each test target write its JUnit XML (every test's
+# duration) to DIR/<target>.xml; .ci/run sets it and prints a summary of them at the end of the CI log.
+FAST := not broker and not spark and not postgres and not slow
+junit = $(if $(TEST_REPORTS),--junitxml=$(TEST_REPORTS)/$(1).xml)
+
+test: setup prometheus kafka ## Run the whole test suite (unit; integration and chaos on Tansu and on Apache Kafka; Spark end to end on Kafka)
+	$(BIN)/pytest -q --durations=30 $(call junit,test)
+
+test-fast: setup ## The fast tier: the tests that need no broker, Spark or PostgreSQL (a few minutes)
+	$(BIN)/pytest -q --durations=15 -m "$(FAST)" tests/unit $(call junit,test-fast)
 
 lint: setup ## ruff, mypy and the layers contract
 	$(BIN)/ruff check .
@@ -68,8 +76,8 @@ test-spark-min: check-java ## The Spark end-to-end tests on the oldest supported
 	$(VENV_MIN)/bin/pip install -q --upgrade pip
 	$(VENV_MIN)/bin/pip install -q "pyspark==$(SPARK_MIN)" -e '.[dev,bench-spark]'
 	$(VENV_MIN)/bin/python -c 'import pyspark, sys; sys.exit(pyspark.__version__ != "$(SPARK_MIN)")'
-	$(VENV_MIN)/bin/pytest -q -p no:cacheprovider tests/e2e/test_datasource.py tests/e2e/test_datasource_streaming.py \
-	  tests/e2e/test_scope.py tests/e2e/test_delta_api.py tests/e2e/test_delta_side_by_side.py
+	$(VENV_MIN)/bin/pytest -q -p no:cacheprovider --durations=10 tests/e2e/test_datasource.py tests/e2e/test_datasource_streaming.py \
+	  tests/e2e/test_scope.py tests/e2e/test_delta_api.py tests/e2e/test_delta_side_by_side.py $(call junit,test-spark-min)
 
 chaos: setup kafka ## Fault-injection suite, full run (a quick version runs inside make test)
 	CHAOS_PROFILE=full $(BIN)/pytest -q -s tests/chaos
@@ -94,4 +102,4 @@ bench-peers-spark: check-java check-mvn ## ordo vs Delta Lake vs Iceberg on Spar
 	$(VENV_BENCH_SPARK)/bin/python tools/spark_lakes.py
 	$(VENV_BENCH_SPARK)/bin/python -m bench peers-spark
 
-.PHONY: help check-java check-mvn kafka setup prometheus test test-spark-min lint demo bench chaos spark-kafka bench-peers-spark
+.PHONY: help check-java check-mvn kafka setup prometheus test test-fast test-spark-min lint demo bench chaos spark-kafka bench-peers-spark

@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ordo.broker import EmbeddedBroker, create_table_topics
 from ordo.schemas import CommitIntent, DataFile, Operation, TableMetadata, decisions_topic, encode, intents_topic
+from ordo.services.stack import ProcessGroup
 from ordo.settings import Settings
-from ordo.stack import ProcessGroup
 
 
 def table_intents(table: str, k: int) -> list[bytes]:

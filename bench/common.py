@@ -102,7 +102,7 @@ def new_broker(kind: str, nodes: int = 1) -> Any:
         from ordo.broker import EmbeddedBroker
 
         return EmbeddedBroker()
-    from ordo.kafka import KafkaCluster
+    from ordo.broker.kafka import KafkaCluster
 
     return KafkaCluster(nodes)
 
@@ -126,8 +126,8 @@ def stack(
     """A fresh broker of kind ``broker`` (default the embedded Tansu), an ``ordo arbiter`` (signing with a fresh key) and, with ``consumer``, an ``ordo
     consumer`` on a SQLite catalog, all under a new work directory; stopped at the end."""
     from ordo.keys import embedded_keys
+    from ordo.services.stack import ProcessGroup
     from ordo.settings import Settings
-    from ordo.stack import ProcessGroup
 
     work = Path(tempfile.mkdtemp(prefix=f"ordo-bench-{name}-"))
     isolate_state(work)

@@ -56,10 +56,10 @@ def _batch_ms(query: Any, batches: int) -> list[float]:
 
 def measure() -> dict[str, Any]:
     """Both measurements as plain figures (what ``run`` turns into results)."""
-    from ordo.datasource import settings_options
     from ordo.producer.streaming import foreach_batch_committer
     from ordo.producer.table import DeltaTable, close_connections
     from ordo.spark import local_spark_session
+    from ordo.spark.datasource import settings_options
 
     rows_per_batch = pick(1_000, 10_000)
     batches = pick(8, 30)

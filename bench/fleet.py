@@ -27,7 +27,7 @@ INSTANCES = 3
 
 def _measure(kind: str, tables: int, kills: int) -> dict[str, Any]:
     from ordo.producer import CommitClient
-    from ordo.stack import owned_tables, wait_arbiter_ready
+    from ordo.services.stack import owned_tables, wait_arbiter_ready
 
     seconds: list[float] = []
     with stack(f"fleet-{kind}", "fleet", consumer=False, broker=kind) as bench_stack:

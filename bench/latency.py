@@ -261,8 +261,8 @@ def _measure(kind: str) -> tuple[dict[str, list[list[float]]], dict[str, float],
     from ordo.keys import embedded_keys
     from ordo.producer import CommitClient
     from ordo.schemas import encode
+    from ordo.services.stack import ProcessGroup, start_consumer
     from ordo.settings import load_settings
-    from ordo.stack import ProcessGroup, start_consumer
 
     block = pick(50, 100)
     rounds = pick(8, 30)

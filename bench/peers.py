@@ -313,8 +313,8 @@ def run(systems: tuple[str, ...] = SYSTEMS, scenarios: tuple[str, ...] = SCENARI
     from ordo.broker import EmbeddedBroker
     from ordo.keys import embedded_keys
     from ordo.producer import CommitClient
+    from ordo.services.stack import ProcessGroup
     from ordo.settings import Settings
-    from ordo.stack import ProcessGroup
 
     duration = pick(5.0, 20.0)
     rounds = pick(2, 3)

@@ -865,7 +865,7 @@ class _ReadTable:
 
     def compact_partition(self, partition: str) -> bool:
         """Delta's OPTIMIZE, Iceberg's ``rewrite_data_files`` (its defaults), of one partition (ordo's compaction
-        is its service's to plan: ``ordo.compactor``); False when it found nothing to rewrite (no commit)."""
+        is its service's to plan: ``ordo.services.compactor``); False when it found nothing to rewrite (no commit)."""
         if self.system == "iceberg":
             where = f'p = "{partition}"'
             row = self.spark.sql(f"CALL ice.system.rewrite_data_files(table => '{self._ice()}', where => '{where}')")
@@ -897,7 +897,7 @@ class _ReadTable:
 
     def _reader(self) -> Any:
         if self.system == "ordo":
-            from ordo.datasource import settings_options
+            from ordo.spark.datasource import settings_options
 
             return self.spark.read.format("ordo").options(**settings_options(self.settings))
         return self.spark.read.format("delta")
@@ -1311,7 +1311,7 @@ def _seeds_run(system: str, spark: Any, work: Path, settings: Any, seconds: floa
     def service() -> None:
         job = jobs["service"]
         if system == "ordo":
-            from ordo.compactor import Compactor
+            from ordo.services.compactor import Compactor
 
             compactor = Compactor(spark, settings, tables=(table.ordo.name,), interval=SEEDS_SERVICE_S)
             try:
@@ -1440,8 +1440,8 @@ def _fold_check(table: _ReadTable, start: int, end: int) -> dict[str, Any]:
 def _ordo_conflicts(table: Any) -> dict[str, Any]:
     """ordo's rejections in the run by (earlier operation, later operation, reason), each with the matrix's cell."""
     from ordo.arbiter.policy import load_policy
-    from ordo.compactor import writer_rejections_by_service
     from ordo.schemas.operations import REGISTRY
+    from ordo.services.compactor import writer_rejections_by_service
 
     decisions = table.decisions()
     operation = {d.txn_id: d.operation for d in decisions}

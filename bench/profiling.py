@@ -92,8 +92,8 @@ def profile_arbiter(n: int, lines_of: str | None = None) -> None:
     from ordo.broker import EmbeddedBroker, create_table_topics
     from ordo.keys import embedded_keys
     from ordo.schemas import decisions_topic, intents_topic
+    from ordo.services.stack import ProcessGroup
     from ordo.settings import Settings
-    from ordo.stack import ProcessGroup
 
     records = insert_records(n)
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")

@@ -44,8 +44,8 @@ from ordo.broker import EmbeddedBroker, create_table_topics
 from ordo.keys import embedded_keys
 from ordo.schemas import CommitIntent, DataFile, Operation, TableMetadata, decisions_topic, encode, intents_topic
 from ordo.schemas.signing import SIGNATURE_HEADER, Signer
+from ordo.services.stack import ProcessGroup
 from ordo.settings import Settings
-from ordo.stack import ProcessGroup
 
 TABLE = "events"
 TXN_SIZE = 50_000

@@ -4,7 +4,7 @@ Two runs on the same stack and Spark session, one after the other: a
 Structured Streaming query (``rate-micro-batch``, upserts over a bounded key
 space, four partitions, one INSERT INTO per micro-batch) into a fresh table,
 once with the service off (``ordo.compaction.enabled=false``) and once with the
-service (``ordo.compactor.Compactor``, in this process on the same Spark
+service (``ordo.services.compactor.Compactor``, in this process on the same Spark
 session) running. Every few seconds: files per partition (max) from the
 catalog, and the time of a full snapshot read. At the end: INSERT rejections
 caused by the service (must be 0), service commits accepted/rejected, and the
@@ -47,9 +47,9 @@ def _ingest(
 ) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
-    from ordo.compactor import Compactor, table_layout, writer_rejections_by_service
     from ordo.producer.streaming import foreach_batch_committer
     from ordo.producer.table import DeltaTable
+    from ordo.services.compactor import Compactor, table_layout, writer_rejections_by_service
 
     properties = {"ordo.compaction.min_files": "4", "ordo.compaction.cold_seconds": "10"}
     if not service:
@@ -153,8 +153,8 @@ def _upserts_with_service(spark: Any, settings: Any, work: Path) -> dict[str, An
     from pyspark.sql import functions as F
 
     from bench.spark_insert import rows_frame
-    from ordo.compactor import Compactor, table_layout
     from ordo.producer.table import DeltaTable
+    from ordo.services.compactor import Compactor, table_layout
 
     base_rows = pick(200_000, 1_000_000)
     upserts = 100

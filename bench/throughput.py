@@ -69,8 +69,8 @@ def run() -> list[Result]:
     from ordo.broker import EmbeddedBroker, create_table_topics, create_topics
     from ordo.keys import embedded_keys
     from ordo.schemas import decisions_topic, intents_topic
+    from ordo.services.stack import ProcessGroup, start_process
     from ordo.settings import Settings
-    from ordo.stack import ProcessGroup, start_process
 
     n = pick(20_000, 100_000)
     repeats = pick(3, 5)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from ordo.stack import ManagedProcess
+from ordo.services.stack import ManagedProcess
 
 # Requests the elder had already sent when frozen are answered within this.
 IN_FLIGHT_GRACE = 1.0

@@ -74,7 +74,7 @@ kafka_log = logging.getLogger("ordo.kafka")  # librdkafka's own log lines
 
 DEFAULT_BATCH_CAP = 5000
 LAG_INTERVAL = 1.0  # seconds between updates of the intents-lag gauges
-READY_MESSAGE = ARBITER_READY  # kernel.ready: the line ordo.stack waits for
+READY_MESSAGE = ARBITER_READY  # kernel.ready: the line ordo.services.stack waits for
 
 
 class ArbiterService:

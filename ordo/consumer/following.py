@@ -28,7 +28,7 @@ from ordo.schemas.signing import ChainVerifier, Trust
 
 log = logging.getLogger("ordo.consumer")
 
-READY_MESSAGE = CONSUMER_READY  # kernel.ready: the line ordo.stack waits for
+READY_MESSAGE = CONSUMER_READY  # kernel.ready: the line ordo.services.stack waits for
 KAFKA_TIMEOUT = 10.0
 
 

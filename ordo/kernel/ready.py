@@ -2,7 +2,7 @@
 
 ``ordo arbiter`` logs ``ARBITER_READY`` after fencing older arbiters and
 rebuilding its tables, ``ordo consumer`` logs ``CONSUMER_READY`` once it
-follows its topics; ``ordo.stack`` (and tests, benchmarks) wait for them.
+follows its topics; ``ordo.services.stack`` (and tests, benchmarks) wait for them.
 """
 
 from __future__ import annotations

@@ -132,7 +132,7 @@ class Settings:
     arbiter_group: str = ""
     # Consumer group: consumers share tables through it, one PostgreSQL catalog ("" = no group; see --group).
     consumer_group: str = ""
-    # Logging of every command (`--log-level`, `--log-format`; ordo.logs).
+    # Logging of every command (`--log-level`, `--log-format`; ordo.cli.logs).
     # log_level None: the command's own default (info for the long-running ones, warning for the others)
     log_level: Literal["debug", "info", "warning", "error", "critical"] | None = None
     log_format: Literal["text", "json"] = "text"

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from ordo.producer.table import DeltaTable
 
 PRIMARY_KEY_PROPERTY = "ordo.primaryKey"
-CLUSTER_BY_PROPERTY = "ordo.cluster_by"  # read by the table service (ordo.compactor)
+CLUSTER_BY_PROPERTY = "ordo.cluster_by"  # read by the table service (ordo.services.compactor)
 MODES = ("create", "createIfNotExists", "replace", "createOrReplace")
 
 

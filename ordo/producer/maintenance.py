@@ -25,7 +25,7 @@ def vacuum(table: TableHandle, hours: float, dry_run: bool) -> list[str]:
     ``spark.databricks.delta.retentionDurationCheck.enabled=false``, which also
     lifts the table's ``ordo.retention_hours`` (the window RESTORE relies on).
     """
-    from ordo.vacuum import VacuumError, apply_vacuum, plan_vacuum
+    from ordo.services.vacuum import VacuumError, apply_vacuum, plan_vacuum
 
     force = str(table.spark.conf.get(RETENTION_CHECK_CONF, "true")).lower() == "false"
     if hours < DEFAULT_RETENTION_HOURS and not force:

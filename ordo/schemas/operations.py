@@ -153,7 +153,7 @@ class CatalogEffect(enum.Enum):
 
 
 class ChangeRows(enum.Enum):
-    """Which rows a commit gives in the change feed (consumer.arrow, consumer.spark, ordo.files)."""
+    """Which rows a commit gives in the change feed (consumer.arrow, consumer.spark, ordo.services.files)."""
 
     NONE = "none"  # no logical change: compaction, clustering, CREATE_TABLE, ALTER_TABLE
     KEYED = "keyed"  # per key of the files it added: insert, update pre/post-image, delete

@@ -7,7 +7,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ordo.arbiter.replay import DecisionRecord, IntentRecord
-from ordo.audit import audit, read_partition
 from ordo.schemas import (
     CommitDecision,
     CommitIntent,
@@ -19,6 +18,7 @@ from ordo.schemas import (
     decode,
     intents_topic,
 )
+from ordo.services.audit import audit, read_partition
 from ordo.settings import Settings
 
 

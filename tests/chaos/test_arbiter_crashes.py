@@ -22,8 +22,8 @@ import pytest
 
 from ordo.producer import CommitClient
 from ordo.schemas import CommitDecision, CommitIntent
+from ordo.services.stack import ARBITER_READY, ManagedProcess, ProcessError, wait_arbiter_ready
 from ordo.settings import Settings
-from ordo.stack import ARBITER_READY, ManagedProcess, ProcessError, wait_arbiter_ready
 from tests.fencing import take_over
 
 from . import figures

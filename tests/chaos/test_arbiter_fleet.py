@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from ordo.producer import CommitClient
+from ordo.services.stack import ManagedProcess, ProcessGroup, owned_tables, wait_arbiter_ready
 from ordo.settings import Settings
-from ordo.stack import ManagedProcess, ProcessGroup, owned_tables, wait_arbiter_ready
 
 from . import figures
 from .common import check_exactly_once, create_intent, insert_intent, read_logs

@@ -28,8 +28,8 @@ import pytest
 from ordo.arbiter.core import Reason
 from ordo.producer import CommitClient
 from ordo.schemas import CommitDecision, Outcome, intents_topic
+from ordo.services.stack import ManagedProcess
 from ordo.settings import Settings
-from ordo.stack import ManagedProcess
 
 from . import figures
 from .common import check_exactly_once, create_intent, first_decisions, insert_intent, read_logs, wait_until

@@ -25,8 +25,8 @@ from ordo.consumer import Catalog
 from ordo.errors import BrokerUnavailableError, CommitTimeoutError
 from ordo.producer import CommitClient
 from ordo.schemas import CommitDecision, CommitIntent
+from ordo.services.stack import ProcessGroup
 from ordo.settings import Settings
-from ordo.stack import ProcessGroup
 
 from . import figures
 from .common import check_exactly_once, create_intent, insert_intent, read_logs, wait_until

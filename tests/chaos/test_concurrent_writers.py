@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 
 from ordo.producer import CommitClient
+from ordo.services.stack import ProcessGroup
 from ordo.settings import Settings
-from ordo.stack import ProcessGroup
 
 from . import figures
 from .common import check_exactly_once, create_intent, insert_intent, read_logs

@@ -16,7 +16,7 @@ other, each waited out before the next:
 
 The same scenario runs a second time with network partitions instead
 (``partition``): each node in a network namespace of its own
-(``KafkaCluster(isolated=True)``, ``ordo.netns``), and each round cuts off,
+(``KafkaCluster(isolated=True)``, ``ordo.broker.netns``), and each round cuts off,
 for ``CUT`` seconds each, the decisions leader, the intents leader and the
 active controller (the order turns with the round), healing each before the
 next. Unlike SIGSTOP, a cut-off node runs on alone: its controller loses the
@@ -50,14 +50,14 @@ from typing import Any
 
 import pytest
 
+from ordo.broker.kafka import KafkaCluster, active_controller, wait_in_sync
+from ordo.broker.netns import unavailable as netns_unavailable
 from ordo.consumer import Catalog
-from ordo.kafka import KafkaCluster, active_controller, wait_in_sync
 from ordo.kernel.keys import embedded_keys
-from ordo.netns import unavailable as netns_unavailable
 from ordo.producer import CommitClient
 from ordo.schemas import CommitIntent, Operation, TableMetadata, decisions_topic, intents_topic
+from ordo.services.stack import ProcessGroup
 from ordo.settings import Settings
-from ordo.stack import ProcessGroup
 
 from ..conftest import selected_brokers
 from ..integration.test_consumer import dump

@@ -22,8 +22,8 @@ import pytest
 from ordo.consumer import Catalog
 from ordo.consumer.http import create_app
 from ordo.consumer.store import CatalogWriter
+from ordo.services.stack import ProcessGroup, ordo_args
 from ordo.settings import Settings, load_settings
-from ordo.stack import ProcessGroup, ordo_args
 
 from . import figures
 

@@ -33,7 +33,6 @@ from pathlib import Path
 import pytest
 
 from ordo.arbiter.core import apply, evaluate_record, new_state
-from ordo.audit import read_partition
 from ordo.producer import CommitClient
 from ordo.schemas import (
     CommitDecision,
@@ -48,8 +47,9 @@ from ordo.schemas import (
     intents_topic,
 )
 from ordo.schemas.signing import SIGNATURE_HEADER, Signer
+from ordo.services.audit import read_partition
+from ordo.services.stack import ManagedProcess, ordo_args, settings_env
 from ordo.settings import Settings
-from ordo.stack import ManagedProcess, ordo_args, settings_env
 
 from ..integration.conftest import ConsumerProcess
 from ..unit.test_catalog_model import IntentSource, LiveModel

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
+from ordo.services.stack import ManagedProcess, ProcessGroup
 from ordo.settings import Settings
-from ordo.stack import ManagedProcess, ProcessGroup
 
 CONSUMER_READY = r"consumer ready"
 START_TIMEOUT = 60.0

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from ordo.datasource import settings_options
 from ordo.errors import CommitConflictError
-from ordo.files import change_rows
 from ordo.producer.table import DeltaTable
+from ordo.services.files import change_rows
+from ordo.spark.datasource import settings_options
 from tests.e2e.stack import writer_stack  # noqa: F401
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]

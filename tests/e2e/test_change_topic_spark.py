@@ -30,8 +30,8 @@ import pytest
 from ordo.consumer import Catalog
 from ordo.consumer.changetopic import topic_name
 from ordo.producer import CommitClient
+from ordo.services.stack import ProcessGroup
 from ordo.settings import Settings
-from ordo.stack import ProcessGroup
 
 from ..integration.changes_model import TableWriter, read_change_topic
 

@@ -2,7 +2,7 @@
 
 A Structured Streaming query inserts micro-batches into partitions ``0`` and
 ``1`` while a thread UPDATEs the seed rows of partition ``s`` and the service
-(``ordo.compactor.Compactor``, on the same Spark session in a thread) compacts.
+(``ordo.services.compactor.Compactor``, on the same Spark session in a thread) compacts.
 Afterwards: no writer decision was rejected because of the service, the
 service's commits were accepted, the data equals the model (every streamed id
 once, the seed rows updated once per accepted UPDATE), and files per partition
@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from ordo.compactor import MAJOR, MINOR, Compactor, table_layout, writer_rejections_by_service
 from ordo.errors import CommitConflictError
 from ordo.producer.streaming import foreach_batch_committer
 from ordo.producer.table import DeltaTable
+from ordo.services.compactor import MAJOR, MINOR, Compactor, table_layout, writer_rejections_by_service
 from tests.e2e.stack import writer_stack  # noqa: F401
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]

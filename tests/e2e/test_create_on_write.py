@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from ordo import DeltaTable
-from ordo.datasource import settings_options
+from ordo.spark.datasource import settings_options
 from tests.e2e.stack import writer_stack  # noqa: F401
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]

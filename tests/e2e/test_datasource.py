@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from ordo.datasource import settings_options
 from ordo.errors import CommitConflictError
 from ordo.producer.table import DeltaTable
+from ordo.spark.datasource import settings_options
 from tests.chaos.common import wait_until
 from tests.e2e.stack import writer_stack  # noqa: F401
 
@@ -143,7 +143,7 @@ def test_a_rejected_commit_fails_with_the_reason_and_deletes_its_files(spark: An
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from ordo.datasource import source_class
+    from ordo.spark.datasource import source_class
     from tests.e2e.stack import parquet_files
 
     settings = writer_stack.settings
@@ -278,13 +278,13 @@ def test_options_are_a_contract(spark: Any, writer_stack: Any) -> None:  # noqa:
     replaces only the partitions written; ``txnAppId`` + ``txnVersion`` make a batch write idempotent."""
     from pathlib import Path
 
-    from ordo.datasource import OPTIONS
+    from ordo.spark.datasource import OPTIONS
 
     api = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
     block = api.split("| option | applies to | meaning |\n| --- | --- | --- |\n", 1)[1].split("\n\n", 1)[0]
     documented = block.splitlines()
     declared = [f"| `{o.name}` | {', '.join(sorted(o.uses))} | {o.meaning} |" for o in OPTIONS]
-    assert documented == declared, "docs/api.md's option table is the contract (ordo.datasource.OPTIONS)"
+    assert documented == declared, "docs/api.md's option table is the contract (ordo.spark.datasource.OPTIONS)"
 
     settings = writer_stack.settings
     opts = settings_options(settings)
@@ -334,12 +334,12 @@ def test_options_are_a_contract(spark: Any, writer_stack: Any) -> None:  # noqa:
 
 def test_every_column_type_reads_back_through_each_reader(spark: Any, writer_stack: Any) -> None:  # noqa: F811
     """A table with timestamp, date, decimal, binary and nested columns: the merged read, ``format("ordo")``, its
-    change feed and the CLI's Spark-free reader (``ordo.files``) give back what was written."""
+    change feed and the CLI's Spark-free reader (``ordo.services.files``) give back what was written."""
     import datetime as dt
     from decimal import Decimal
 
-    from ordo.files import change_rows as cli_change_rows
-    from ordo.files import live_row_count
+    from ordo.services.files import change_rows as cli_change_rows
+    from ordo.services.files import live_row_count
 
     settings = writer_stack.settings
     schema = (

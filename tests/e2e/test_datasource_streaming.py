@@ -18,8 +18,8 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from ordo.datasource import settings_options
 from ordo.producer.table import DeltaTable
+from ordo.spark.datasource import settings_options
 from tests.e2e.stack import parquet_files, writer_stack  # noqa: F401
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]

@@ -10,7 +10,7 @@ import pytest
 from ordo.consumer.errors import TableNotFoundError
 from ordo.producer.table import DeltaTable
 from ordo.schemas.errors import InvalidNameError
-from ordo.vacuum import VacuumError
+from ordo.services.vacuum import VacuumError
 from tests.e2e.stack import writer_stack  # noqa: F401
 
 MERGE_HISTORY = ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted")
@@ -400,7 +400,7 @@ def test_the_canonical_merge_with_aliases_every_clause_kind_and_metrics(
     import os
     import subprocess
 
-    from ordo.stack import ordo_args, settings_env
+    from ordo.services.stack import ordo_args, settings_env
 
     env = {**os.environ, **settings_env(settings)}
     done = subprocess.run(

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from ordo.stack import settings_env
+from ordo.services.stack import settings_env
 from tests.e2e.stack import writer_stack  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from ordo.datasource import settings_options
 from ordo.producer.table import DeltaTable, InvalidOperationError, SchemaMismatchError
 from ordo.schemas.operations import ROW_ID_COLUMN
+from ordo.spark.datasource import settings_options
 from tests.e2e.stack import writer_stack  # noqa: F401
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from ordo.consumer import Catalog
-from ordo.datasource import settings_options
 from ordo.producer.table import DeltaTable
+from ordo.services.stack import ProcessGroup
 from ordo.settings import Settings
-from ordo.stack import ProcessGroup
+from ordo.spark.datasource import settings_options
 from tests.e2e.stack import CONSUMER_READY, START_TIMEOUT
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]

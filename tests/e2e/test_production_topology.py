@@ -42,11 +42,11 @@ from typing import Any
 import pytest
 import yaml
 
-from ordo.datasource import settings_options
-from ordo.kafka import KafkaCluster
+from ordo.broker.kafka import KafkaCluster
 from ordo.schemas import intents_topic
+from ordo.services.stack import ManagedProcess, ProcessGroup, start_process, wait_arbiter_ready
 from ordo.settings import Settings, load_settings
-from ordo.stack import ManagedProcess, ProcessGroup, start_process, wait_arbiter_ready
+from ordo.spark.datasource import settings_options
 from tests.conftest import create_database
 from tests.e2e.test_stream_kill import ROWS_PER_BATCH, SCHEMA, kill, settle, start
 

@@ -26,8 +26,8 @@ from ordo.broker import free_port
 from ordo.producer import CommitClient
 from ordo.schemas import decisions_topic, encode
 from ordo.schemas.signing import SIGNATURE_HEADER, Signer
+from ordo.services.stack import ARBITER_METRICS, ProcessGroup, start_compactor, start_consumer
 from ordo.settings import Settings
-from ordo.stack import ARBITER_METRICS, ProcessGroup, start_compactor, start_consumer
 from tests.integration.test_arbiter_service import create_intent, insert_intent
 from tests.integration.test_signed_decisions import produce_raw
 

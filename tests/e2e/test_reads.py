@@ -28,8 +28,8 @@ from ordo.consumer import Catalog, TableNotFoundError, VersionNotFoundError
 from ordo.consumer.spark import changes, read
 from ordo.producer import CommitClient
 from ordo.schemas import CommitDecision, CommitIntent, DataFile, Operation
+from ordo.services.stack import ProcessGroup
 from ordo.settings import Settings
-from ordo.stack import ProcessGroup
 
 from ..unit.test_catalog import at
 from ..unit.test_catalog_model import IntentSource, LiveModel

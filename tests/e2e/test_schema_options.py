@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from ordo.datasource import settings_options
 from ordo.errors import CommitConflictError
 from ordo.producer.table import DeltaTable
+from ordo.spark.datasource import settings_options
 from tests.e2e.stack import writer_stack  # noqa: F401
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]

@@ -28,8 +28,8 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from ordo.datasource import settings_options
 from ordo.producer.table import DeltaTable
+from ordo.spark.datasource import settings_options
 from tests.chaos.common import first_decisions, read_logs
 from tests.e2e.stack import parquet_files, writer_stack  # noqa: F401
 
@@ -159,7 +159,7 @@ def test_change_feed_stream_killed_mid_run_loses_and_repeats_nothing(
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-    from ordo.datasource import source_class
+    from ordo.spark.datasource import source_class
 
     settings = writer_stack.settings
     table = DeltaTable.create(

@@ -265,7 +265,7 @@ def test_non_string_partition_values_are_canonical(spark: Any, writer_stack: Any
 def test_a_write_without_a_nullable_column_writes_nulls(spark: Any, writer_stack: Any) -> None:  # noqa: F811
     """Delta's rule: a table column a write leaves out is null in its rows, if it is nullable and neither key nor
     partition column; through the DeltaTable API and ``format("ordo")``, on a key table and a keyless one."""
-    from ordo.datasource import settings_options
+    from ordo.spark.datasource import settings_options
 
     opts = settings_options(writer_stack.settings)
     wide = "id BIGINT, v STRING, n INT NOT NULL, note STRING, dt STRING"

@@ -29,8 +29,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from ordo.schemas import CommitDecision, CommitIntent, DataFile, Operation, Outcome, Rebase, TableMetadata
+from ordo.services.up import EmbeddedStack
 from ordo.settings import Settings
-from ordo.up import EmbeddedStack
 from tests.unit.golden_log import LoggedRecord, dump_catalog, log_dir, record_to_json
 
 PREFIX = "golden"

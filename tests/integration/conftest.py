@@ -21,8 +21,8 @@ import pytest
 from ordo.consumer import Catalog
 from ordo.consumer.materializer import READY_MESSAGE
 from ordo.consumer.stores import is_postgres
+from ordo.services.stack import ManagedProcess, ProcessGroup
 from ordo.settings import Settings
-from ordo.stack import ManagedProcess, ProcessGroup
 
 
 @dataclass

@@ -13,11 +13,11 @@ from collections.abc import Callable
 
 import pytest
 
-from ordo.audit import EXIT_OK, run_replay
 from ordo.producer import CommitClient
 from ordo.schemas import CommitDecision, CommitIntent, DataFile, Operation, Outcome, Reason, TableMetadata, encode
+from ordo.services.audit import EXIT_OK, run_replay
+from ordo.services.stack import ManagedProcess
 from ordo.settings import Settings
-from ordo.stack import ManagedProcess
 
 from .conftest import ConsumerProcess
 from .test_arbiter_service import check_log, create_intent, wait_until

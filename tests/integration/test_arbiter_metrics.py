@@ -15,8 +15,8 @@ from ordo.broker import free_port
 from ordo.producer import CommitClient
 from ordo.producer.client import PAUSE_AFTER
 from ordo.schemas import Outcome
+from ordo.services.stack import ManagedProcess
 from ordo.settings import Settings, load_settings
-from ordo.stack import ManagedProcess
 from tests.integration.test_arbiter_service import create_intent, insert_intent
 
 pytestmark = pytest.mark.timeout(120)

@@ -23,15 +23,15 @@ import pytest
 from ordo.arbiter.service import shard_of
 from ordo.producer import ClientClosedError, CommitClient
 from ordo.schemas import CommitDecision, CommitIntent, DataFile, Operation, Outcome, Rebase, TableMetadata, encode
+from ordo.services.stack import ManagedProcess, ProcessGroup
 from ordo.settings import Settings
-from ordo.stack import ManagedProcess, ProcessGroup
 from tests.fencing import take_over
 from tests.unit.test_matrix import reference_rows
 
 pytestmark = pytest.mark.timeout(180)
 
 REPO = Path(__file__).resolve().parents[2]
-POLICY_MATRIX = REPO / "arbiter" / "policies" / "maxcompute.csv"
+POLICY_MATRIX = REPO / "ordo" / "arbiter" / "policies" / "maxcompute.csv"
 
 OPERATION_OF_CLASS = {
     "OVERWRITE": Operation.INSERT_OVERWRITE,

@@ -24,8 +24,8 @@ from ordo.broker import (
     metadata_ready,
 )
 from ordo.schemas import decisions_topic, intents_topic
+from ordo.services.stack import ProcessGroup, ordo_args
 from ordo.settings import Settings
-from ordo.stack import ProcessGroup, ordo_args
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -20,8 +20,8 @@ from confluent_kafka import KafkaError, KafkaException
 from ordo.consumer.changetopic import ChangePublisher, TablePublisher, topic_name
 from ordo.kernel.observe import ordo_version
 from ordo.producer import CommitClient
+from ordo.services.stack import ManagedProcess, ProcessGroup
 from ordo.settings import Settings
-from ordo.stack import ManagedProcess, ProcessGroup
 
 from ..fencing import take_over
 from .changes_model import TableWriter, check_topic, fold, read_change_topic

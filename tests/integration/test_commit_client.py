@@ -13,8 +13,8 @@ from ordo.broker import existing_topics, free_port
 from ordo.errors import BrokerUnavailableError, CommitTimeoutError, TableNotFoundError
 from ordo.producer import ClientClosedError, CommitClient
 from ordo.schemas import CommitIntent, DataFile, Operation, Outcome, TableMetadata, decisions_topic, intents_topic
+from ordo.services.stack import ManagedProcess
 from ordo.settings import Settings
-from ordo.stack import ManagedProcess
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -27,8 +27,8 @@ from ordo.consumer import Catalog, TableNotFoundError, VersionNotFoundError
 from ordo.consumer.store import connect
 from ordo.producer import CommitClient
 from ordo.schemas import CommitDecision, encode
+from ordo.services.stack import ProcessGroup
 from ordo.settings import Settings
-from ordo.stack import ProcessGroup
 
 from ..unit.test_catalog import at
 from ..unit.test_catalog_model import IntentSource, LiveModel, Script

@@ -25,8 +25,8 @@ from ordo.kernel.admin import (
 )
 from ordo.producer import CommitClient
 from ordo.schemas import CommitIntent, Operation, Outcome, TableMetadata, decisions_topic, intents_topic
+from ordo.services.stack import ManagedProcess, settings_env
 from ordo.settings import Settings
-from ordo.stack import ManagedProcess, settings_env
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from ordo.audit import EXIT_OK, run_replay
 from ordo.broker import DECISIONS_CONFIG, create_topics
 from ordo.schemas import CommitDecision, decisions_topic, intents_topic
+from ordo.services.audit import EXIT_OK, run_replay
 from ordo.settings import Settings
 from tests.unit.golden_log import RELEASES, dump_catalog, expected_catalog, read_topic, tables, trusted_key
 

@@ -1,4 +1,4 @@
-"""``ordo.kafka.KafkaCluster``: a real Apache Kafka on loopback, its data on disk, nodes killed and restarted."""
+"""``ordo.broker.kafka.KafkaCluster``: a real Apache Kafka on loopback, its data on disk, nodes killed and restarted."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from ordo.broker import create_topics, metadata_ready
+from ordo.broker.kafka import KafkaCluster, KafkaSetupError
 from ordo.errors import BrokerUnavailableError
-from ordo.kafka import KafkaCluster, KafkaSetupError
 from ordo.kernel.admin import TopicPolicy, lossy_findings, topic_policy
 from ordo.settings import Settings
 
@@ -144,7 +144,7 @@ def test_nodes_left_running_die_with_the_interpreter() -> None:
     import subprocess
     import sys
 
-    script = "from ordo.kafka import KafkaCluster\nprint(KafkaCluster(1).start().pid, flush=True)\n"
+    script = "from ordo.broker.kafka import KafkaCluster\nprint(KafkaCluster(1).start().pid, flush=True)\n"
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     pid = int(done.stdout.split()[-1])

@@ -16,8 +16,8 @@ import pytest
 
 from ordo.producer import CommitClient
 from ordo.schemas import CommitDecision, Outcome, decode, intents_topic
+from ordo.services.stack import ManagedProcess
 from ordo.settings import Settings
-from ordo.stack import ManagedProcess
 from tests.integration.test_arbiter_service import InProcessArbiter, check_log, create_intent, insert_intent
 from tests.lossy import LossyConsumer, drop_offsets_once
 
@@ -179,10 +179,10 @@ def test_consumer_materializes_decisions_its_live_fetch_skipped(
 ) -> None:
     import threading
 
-    from ordo.audit import read_partition
     from ordo.consumer import Catalog
     from ordo.consumer.materializer import Materializer
     from ordo.schemas import decisions_topic
+    from ordo.services.audit import read_partition
 
     arbiter()
     table = "materialized"

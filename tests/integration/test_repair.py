@@ -23,8 +23,8 @@ from ordo.cli import main
 from ordo.consumer import Catalog
 from ordo.producer import CommitClient
 from ordo.schemas import decisions_topic
+from ordo.services.stack import ManagedProcess
 from ordo.settings import Settings
-from ordo.stack import ManagedProcess
 
 from .conftest import ConsumerProcess
 from .test_arbiter_service import create_intent, insert_intent

@@ -14,8 +14,8 @@ import pytest
 
 from ordo.arbiter.service import shard_of
 from ordo.producer import CommitClient
+from ordo.services.stack import ManagedProcess
 from ordo.settings import Settings
-from ordo.stack import ManagedProcess
 from tests.fencing import take_over
 
 from .test_arbiter_service import Writers, check_futures, check_log, create_intent, wait_until

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from ordo.audit import read_partition
 from ordo.producer import CommitClient
 from ordo.schemas import Outcome, chain_hash, decisions_topic, decode, encode, intents_topic
 from ordo.schemas.signing import SIGNATURE_HEADER, Signer, write_keypair
+from ordo.services.audit import read_partition
+from ordo.services.stack import ManagedProcess, ProcessGroup, ordo_args, settings_env
 from ordo.settings import Settings
-from ordo.stack import ManagedProcess, ProcessGroup, ordo_args, settings_env
 
 from ..chaos.common import create_intent, insert_intent, wait_until
 from .conftest import ConsumerProcess

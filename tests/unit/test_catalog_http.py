@@ -147,7 +147,7 @@ def test_remote_subscribe_follows_the_stream(served: tuple[Catalog, Catalog, Scr
 def test_layout_endpoint_answers_like_the_local_function(
     served: tuple[Catalog, Catalog, Script, ConsumerStatus],
 ) -> None:
-    from ordo.compactor import table_layout
+    from ordo.services.compactor import table_layout
 
     local, remote, _, _ = served
     now = time.time()

@@ -410,7 +410,7 @@ def test_help_lists_every_command() -> None:
 
 
 def test_module_entry_point_runs(tmp_path: Path) -> None:
-    """``python -m ordo`` is the same CLI (what ``ordo.stack`` starts)."""
+    """``python -m ordo`` is the same CLI (what ``ordo.services.stack`` starts)."""
     import subprocess
     import sys
 

@@ -1,4 +1,4 @@
-"""The demo's conflict summary (``ordo.conflict_report``) on histories made by the pure arbiter core.
+"""The demo's conflict summary (``ordo.cli.conflict_report``) on histories made by the pure arbiter core.
 
 The report reads only what the catalog's history holds; these tests check it
 finds every concurrent pair, quotes the policy file's cell, agrees with the
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ordo.arbiter.policy import OpClass
-from ordo.conflict_report import AGREE, DISAGREE, MASKED, Txn, check_history
+from ordo.cli.conflict_report import AGREE, DISAGREE, MASKED, Txn, check_history
 from ordo.schemas import CommitDecision, Operation, Outcome, Rebase
 
 from .helpers import EVERY_CLASS_OPERATION as CLASS_OPERATION

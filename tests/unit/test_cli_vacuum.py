@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from ordo.consumer import Catalog
-from ordo.vacuum import VacuumFile, apply_vacuum, plan_vacuum
+from ordo.services.vacuum import VacuumFile, apply_vacuum, plan_vacuum
 
 from ..conftest import new_prefix
 from .test_cli import Builder, error_of, run, sample
@@ -168,7 +168,7 @@ def test_bad_retention_and_unknown_table(built: Builder) -> None:
 
 
 def test_pending_intents_protect_named_files_and_their_transactions_siblings() -> None:
-    from ordo.vacuum import PendingIntents, VacuumError, check_orphan_age
+    from ordo.services.vacuum import PendingIntents, VacuumError, check_orphan_age
 
     pending = PendingIntents(5, 7, frozenset({"dt=1/a-0.parquet"}), frozenset({"a", "b-c"}))
     assert pending.protects("dt=1/a-0.parquet") and pending.protects("dt=2/a-3.parquet")

@@ -6,9 +6,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from ordo.compactor import CLUSTER, MAJOR, MINOR, Heat, Policy, plan, writer_rejections_by_service
 from ordo.consumer.models import Commit, FileEntry, Snapshot
 from ordo.schemas import Operation, Rebase, TableMetadata
+from ordo.services.compactor import CLUSTER, MAJOR, MINOR, Heat, Policy, plan, writer_rejections_by_service
 
 NOW = 1_000_000.0
 META = TableMetadata(location="/t", schema="id BIGINT, part STRING", primary_key=("id",), partition_columns=("part",))

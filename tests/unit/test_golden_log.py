@@ -345,9 +345,9 @@ def _continued_by_this_release() -> tuple[list, list]:  # type: ignore[type-arg]
 
 def test_a_0_1_log_continued_by_this_release_verifies_and_materializes(tmp_path: Path) -> None:
     """Rolling upgrade: the new arbiter appends to an old log; replay and the consumer take both schemas in one log."""
-    from ordo.audit import audit
     from ordo.consumer import Catalog
     from ordo.consumer.store import CatalogWriter, LogRecord
+    from ordo.services.audit import audit
 
     intents, decisions = _continued_by_this_release()
     result = audit("orders", intents, decisions, verify=True)
@@ -370,9 +370,9 @@ def test_an_edited_0_1_decision_is_still_caught(tmp_path: Path) -> None:
     import fastavro
 
     from ordo.arbiter.replay import DecisionRecord
-    from ordo.audit import audit
     from ordo.schemas import encode
     from ordo.schemas.history import HISTORY_DIR
+    from ordo.services.audit import audit
 
     intents, decisions = _continued_by_this_release()
     target = 4  # a 0.1 decision in the middle of the log

@@ -1,4 +1,4 @@
-"""``ordo.kafka`` without starting a broker: the pinned version, the cache, the errors naming what is missing."""
+"""``ordo.broker.kafka`` without starting a broker: the pinned version, the cache, the errors naming what is missing."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ordo import kafka
-from ordo.kafka import KafkaNode, KafkaSetupError, plan_nodes, server_properties
+from ordo.broker import kafka
+from ordo.broker.kafka import KafkaNode, KafkaSetupError, plan_nodes, server_properties
 
 
 def test_the_pinned_version_is_a_4x_release_read_from_the_pom() -> None:
@@ -92,8 +92,8 @@ def test_server_properties_are_durable_for_the_cluster_size(size: int, replicas:
 
 
 def test_durability_settings_come_from_the_environment_and_reach_child_processes() -> None:
+    from ordo.services.stack import settings_env
     from ordo.settings import load_settings
-    from ordo.stack import settings_env
 
     loaded = load_settings(
         {

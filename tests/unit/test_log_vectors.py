@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 
 from ordo.arbiter.replay import DIVERGENCE_OF
-from ordo.audit import audit
 from ordo.schemas.codec import DEFAULT_CODEC
 from ordo.schemas.decisionlog import LogProblem
 from ordo.schemas.operations import TRAITS
+from ordo.services.audit import audit
 
 from .golden_log import RELEASES, tables
 from .log_vectors import (

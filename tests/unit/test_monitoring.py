@@ -21,11 +21,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ordo.arbiter.metrics import ArbiterMetrics
 from ordo.arbiter.prom import ArbiterPrometheus
-from ordo.compactor import Metrics as CompactorMetrics
 from ordo.consumer.catalog import Catalog
 from ordo.consumer.http import render_metrics
 from ordo.consumer.materializer import ConsumerStatus
 from ordo.consumer.store import CatalogWriter
+from ordo.services.compactor import Metrics as CompactorMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
 ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yml"

@@ -1,4 +1,4 @@
-"""``ordo.netns``: a node in a namespace of its own is reachable, cut off, reachable again, then all is removed."""
+"""``ordo.broker.netns``: a node in a namespace of its own is reachable, cut off, reachable again, then all is removed."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from ordo.netns import NodeNetwork, unavailable
+from ordo.broker.netns import NodeNetwork, unavailable
 
 WHY = unavailable()
 pytestmark = pytest.mark.skipif(WHY is not None, reason=f"network namespaces: {WHY}")

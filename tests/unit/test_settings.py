@@ -14,8 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from ordo.cli import main
+from ordo.cli.logs import configure_logging
 from ordo.kernel.settings import ENV_VARS, Settings, SettingsError, effective_settings, hide_url_password, load_settings
-from ordo.logs import configure_logging
 
 # A value each typed variable cannot take, and the words the error must carry besides the variable and value.
 BAD = {

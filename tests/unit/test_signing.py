@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from ordo.arbiter.replay import DecisionRecord, authenticate
-from ordo.audit import audit
 from ordo.schemas import decode, encode
 from ordo.schemas.signing import (
     SIGNATURE_HEADER,
@@ -21,6 +20,7 @@ from ordo.schemas.signing import (
     signature_of,
     write_keypair,
 )
+from ordo.services.audit import audit
 
 from .test_replay import history
 

@@ -51,8 +51,9 @@ from ordo.arbiter.replay import (
     replay,
     verify_log,
 )
-from ordo.errors import BrokerUnavailableError, OrdoError
-from ordo.keys import reader_trust
+from ordo.kernel.errors import BrokerUnavailableError, OrdoError
+from ordo.kernel.keys import reader_trust
+from ordo.kernel.settings import Settings
 from ordo.schemas import (
     CodecError,
     CommitDecision,
@@ -64,7 +65,6 @@ from ordo.schemas import (
     parse_topic,
 )
 from ordo.schemas.signing import SigningError, Trust, signature_of
-from ordo.settings import Settings
 
 EXIT_OK = 0
 EXIT_DIVERGED = 1
@@ -180,7 +180,7 @@ def read_table_logs(
     """The intents and decisions logs of ``table`` as ``arbiter.replay`` records."""
     from confluent_kafka.admin import AdminClient
 
-    from ordo.broker import existing_topics
+    from ordo.kernel.admin import existing_topics
 
     intents_name = intents_topic(settings.topic_prefix, table)
     decisions_name = decisions_topic(settings.topic_prefix, table)

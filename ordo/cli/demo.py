@@ -36,9 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ordo.commands import fmt_scope, fmt_time, history_table, make_console
-from ordo.conflict_report import AGREE, DISAGREE, LINEAGE, MASKED, Report, check_history, from_records
-from ordo.errors import OrdoError
+from ordo.cli.commands import fmt_scope, fmt_time, history_table, make_console
+from ordo.cli.conflict_report import AGREE, DISAGREE, LINEAGE, MASKED, Report, check_history, from_records
+from ordo.kernel.errors import OrdoError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -137,7 +137,7 @@ class Demo:
 
     def commit(self, label: str, action: Callable[[], CommitResult | None]) -> CommitResult | None:
         """Run a one-transaction operation (stage + commit) and narrate its outcome."""
-        from ordo.errors import CommitConflictError
+        from ordo.kernel.errors import CommitConflictError
 
         started = time.monotonic()
         with self.narrator.working(label):
@@ -294,9 +294,9 @@ class Demo:
         """A stream into ``clicks`` (two partitions) with the stack's compactor running; files per partition shown."""
         from pyspark.sql import functions as F
 
-        from ordo.compactor import table_layout, writer_rejections_by_service
         from ordo.producer.streaming import foreach_batch_committer
         from ordo.producer.table import DeltaTable
+        from ordo.services.compactor import table_layout, writer_rejections_by_service
 
         with self.narrator.working(f"creating table {SERVICE_TABLE}"):
             table = DeltaTable.create(
@@ -543,8 +543,8 @@ def _check_java() -> None:
 
 def run_demo(console: Console | None = None) -> int:
     """Run the whole demo; returns the exit code (0 when every concurrent pair agreed with the matrix)."""
+    from ordo.services.up import EmbeddedStack
     from ordo.spark import local_spark_session
-    from ordo.up import EmbeddedStack
 
     _check_java()
     console = console or make_console()

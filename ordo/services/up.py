@@ -9,7 +9,7 @@ before the next, then, unless turned off, the table service ``ordo compactor``
 Tansu (the default) keeps everything in memory: when the stack stops, every
 table's log is gone, so a catalog left by an earlier run no longer matches any
 log and is discarded at start. ``broker="kafka"`` runs a single-node Apache
-Kafka (``ordo.kafka.KafkaCluster``) with its data under the stack's directory
+Kafka (``ordo.broker.kafka.KafkaCluster``) with its data under the stack's directory
 (``kafka/``): tables, catalog, keys and checkpoints survive a restart on the
 same directory.
 """
@@ -30,15 +30,15 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from ordo.errors import BrokerUnavailableError, OrdoError
-from ordo.keys import embedded_keys
-from ordo.settings import Settings, load_settings
-from ordo.stack import ARBITER_METRICS
+from ordo.kernel.errors import BrokerUnavailableError, OrdoError
+from ordo.kernel.keys import embedded_keys
+from ordo.kernel.settings import Settings, load_settings
+from ordo.services.stack import ARBITER_METRICS
 
 if TYPE_CHECKING:
-    from ordo.broker import EmbeddedBroker
-    from ordo.kafka import KafkaCluster
-    from ordo.stack import ManagedProcess
+    from ordo.broker.kafka import KafkaCluster
+    from ordo.broker.tansu import EmbeddedBroker
+    from ordo.services.stack import ManagedProcess
 
 BROKERS = ("tansu", "kafka")
 
@@ -187,7 +187,7 @@ class EmbeddedStack:
 
     def start_broker(self) -> Settings:
         """Start Tansu or Apache Kafka (or check the external Kafka) and fix the settings; returns them."""
-        from ordo.broker import EmbeddedBroker, port_free
+        from ordo.broker.tansu import EmbeddedBroker, port_free
 
         if self.http_port and not port_free(self.http_host, self.http_port):
             raise StackError(
@@ -199,7 +199,7 @@ class EmbeddedStack:
         self.log_dir.mkdir(exist_ok=True)
         try:
             if self.external is None and self.broker_kind == "kafka":
-                from ordo.kafka import KafkaCluster
+                from ordo.broker.kafka import KafkaCluster
 
                 with _quiet_stderr():  # librdkafka logs every refused connection while Kafka starts
                     cluster = self.broker = KafkaCluster(1, self.directory / "kafka", echo=self.echo).start()
@@ -235,7 +235,7 @@ class EmbeddedStack:
 
     def start_services(self) -> None:
         """Start the arbiter and the consumer side by side, then the compactor; return once they are ready."""
-        from ordo.stack import ProcessError, start_arbiter, start_compactor, start_consumer, wait_arbiter_ready
+        from ordo.services.stack import ProcessError, start_arbiter, start_compactor, start_consumer, wait_arbiter_ready
 
         assert self.settings is not None, "start_broker() first"
         try:
@@ -319,7 +319,7 @@ def run_up(
     broker: str = "tansu",
 ) -> int:
     """Run the stack until SIGINT/SIGTERM; returns the exit code (1 when a part died)."""
-    from ordo.broker import MEMORY_WARNING
+    from ordo.broker.tansu import MEMORY_WARNING
 
     if broker == "kafka" and kafka_servers is not None:
         echo("error: --broker kafka starts a local Apache Kafka; --kafka uses an existing one: pass one of them")
@@ -370,7 +370,7 @@ def run_up(
             echo(f"broker    Tansu at {stack.settings.bootstrap_servers} (pid {stack.broker.pid})")
             echo(f"          WARNING: {MEMORY_WARNING}")
         elif stack.broker is not None:
-            from ordo.kafka import kafka_version
+            from ordo.broker.kafka import kafka_version
 
             echo(
                 f"broker    Apache Kafka {kafka_version()} at {stack.settings.bootstrap_servers} "

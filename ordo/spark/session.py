@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
     from pyspark.sql import SparkSession
 
-    from ordo.settings import Settings
+    from ordo.kernel.settings import Settings
 
 
 def local_spark_session(
@@ -61,7 +61,7 @@ def register(spark: SparkSession, settings: Settings | None = None) -> None:
     Also enables Python data source filter pushdown (partition pruning). Calling it again replaces the
     registration (the last settings given win).
     """
-    from ordo.datasource import source_class
+    from ordo.spark.datasource import source_class
 
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     spark.dataSource.register(source_class(settings))

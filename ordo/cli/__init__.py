@@ -13,8 +13,8 @@ from typing import Any
 
 import click
 
-from ordo.errors import OrdoError
-from ordo.settings import Settings, load_settings
+from ordo.kernel.errors import OrdoError
+from ordo.kernel.settings import Settings, load_settings
 
 EXIT_ERROR = 1
 
@@ -43,7 +43,7 @@ LOG_FORMATS = click.Choice(["text", "json"], case_sensitive=False)
 
 def _apply_logging(ctx: click.Context) -> None:
     """(Re)configure logging from the settings in the root context and the command being run."""
-    from ordo.logs import COMMAND_LEVEL, SERVICE_LEVEL, configure_logging
+    from ordo.cli.logs import COMMAND_LEVEL, SERVICE_LEVEL, configure_logging
 
     root = ctx.find_root()
     settings = root.obj
@@ -176,7 +176,7 @@ def _metrics_options(port: int | None, port_note: str = "", host: str | None = "
 @click.option("--port", type=int, default=None, help="TCP port on 127.0.0.1 (default: a free one)")
 def broker(port: int | None) -> None:
     """Run the embedded Tansu broker in the foreground (in memory only: data is lost when it stops)."""
-    from ordo.broker import run_foreground
+    from ordo.broker.tansu import run_foreground
 
     raise SystemExit(run_foreground(port=port, echo=lambda line: click.echo(line, err=line.startswith("WARNING"))))
 
@@ -236,7 +236,7 @@ def arbiter(
     from dataclasses import replace
 
     from ordo.arbiter.service import default_group, parse_shard, run_arbiter
-    from ordo.up import check_broker
+    from ordo.services.up import check_broker
 
     try:
         index_count = parse_shard(shard)
@@ -302,7 +302,7 @@ def consumer(
     """Run the consumer: materialize the catalog from the decisions topics and serve reads over HTTP."""
     from ordo.arbiter.service import parse_shard
     from ordo.consumer.service import run_consumer
-    from ordo.up import check_broker
+    from ordo.services.up import check_broker
 
     settings = settings.with_overrides(catalog=catalog, http_host=http_host, http_port=http_port, consumer_shard=shard)
     if settings.catalog.startswith(("http://", "https://")):
@@ -360,7 +360,7 @@ def compactor(
     ordo.compaction.min_files, ordo.compaction.cold_seconds, ordo.cluster_by
     (docs/operations.md).
     """
-    from ordo.compactor import run_compactor
+    from ordo.services.compactor import run_compactor
 
     settings = settings.with_overrides(
         compactor_master=master, compactor_interval=interval, compactor_metrics_port=metrics_port
@@ -418,7 +418,7 @@ def cdc(
     import logging
 
     from ordo.consumer.changetopic import ChangeTopicError, run_change_publisher, topic_name
-    from ordo.up import check_broker
+    from ordo.services.up import check_broker
 
     settings = settings.with_overrides(catalog=catalog)
     try:
@@ -487,7 +487,7 @@ def up(
     need; ORDO_BOOTSTRAP_SERVERS/ORDO_CATALOG/ORDO_WAREHOUSE of this shell are
     not used (they may point at an earlier run).
     """
-    from ordo.up import run_up
+    from ordo.services.up import run_up
 
     raise SystemExit(
         run_up(
@@ -508,7 +508,7 @@ def up(
 @main.command()
 def demo() -> None:
     """Concurrent Spark writers checked against the conflict matrix, then the table service beside a stream (~3 min)."""
-    from ordo.demo import run_demo
+    from ordo.cli.demo import run_demo
 
     raise SystemExit(run_demo())
 
@@ -529,7 +529,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="print JSON i
 @pass_settings
 def tables(settings: Settings, as_json: bool, check: bool) -> None:
     """List the tables in the catalog with their head version (--check: their topics' durability)."""
-    from ordo.commands import check_tables_command, tables_command
+    from ordo.cli.commands import check_tables_command, tables_command
 
     if check:
         raise SystemExit(check_tables_command(settings, as_json))
@@ -543,7 +543,7 @@ def tables(settings: Settings, as_json: bool, check: bool) -> None:
 @pass_settings
 def history(settings: Settings, table: str, limit: int | None, as_json: bool) -> None:
     """Every decision of TABLE's log, newest first: version, time version, operation, outcome, reason, rebase."""
-    from ordo.commands import history_command
+    from ordo.cli.commands import history_command
 
     history_command(settings, table, limit, as_json)
 
@@ -559,7 +559,7 @@ def show(
     settings: Settings, table: str, version: str | None, timestamp: str | None, no_rows: bool, as_json: bool
 ) -> None:
     """TABLE's schema, live files and rows at the head, a version, or a time."""
-    from ordo.commands import show_command
+    from ordo.cli.commands import show_command
 
     show_command(settings, table, version, timestamp, not no_rows, as_json)
 
@@ -586,7 +586,7 @@ def changes(
     as_json: bool,
 ) -> None:
     """The change feed of TABLE between two ID versions or time versions (both inclusive)."""
-    from ordo.commands import changes_command
+    from ordo.cli.commands import changes_command
 
     changes_command(settings, table, start, end, by, rows, limit, include_rewrites, as_json)
 
@@ -602,7 +602,7 @@ def tail(
     settings: Settings, table: str, start: str | None, include_rewrites: bool, idle_timeout: float | None, as_json: bool
 ) -> None:
     """Follow TABLE's change feed: print each commit as the consumer materializes it (Ctrl-C ends)."""
-    from ordo.commands import tail_command
+    from ordo.cli.commands import tail_command
 
     tail_command(settings, table, start, include_rewrites, idle_timeout, as_json)
 
@@ -641,7 +641,7 @@ def vacuum(
     as_json: bool,
 ) -> None:
     """Delete TABLE's data files that no version inside the retention window references (dry run by default)."""
-    from ordo.commands import vacuum_command
+    from ordo.cli.commands import vacuum_command
 
     vacuum_command(settings, table, retain, apply, orphans, as_json, orphan_age, force)
 
@@ -659,7 +659,7 @@ def repair(settings: Settings, table: str, timeout: float, as_json: bool) -> Non
     process does. Exit 1 when the table stops again (the bad record is still
     in the log).
     """
-    from ordo.commands import repair_command
+    from ordo.cli.commands import repair_command
 
     raise SystemExit(repair_command(settings, table, timeout, as_json))
 
@@ -680,7 +680,7 @@ def replay(settings: Settings, table: str, verify: bool, allow_unsigned: bool, t
 
     With --verify, every decision must be vouched for by a signature of a key in ORDO_TRUSTED_KEYS.
     """
-    from ordo.audit import run_replay
+    from ordo.services.audit import run_replay
 
     if allow_unsigned:
         settings = settings.with_overrides(require_signatures=False)

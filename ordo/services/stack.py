@@ -21,10 +21,9 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ordo.errors import OrdoError
+from ordo.kernel.errors import OrdoError
 from ordo.kernel.ready import ARBITER_READY, CONSUMER_READY
-from ordo.kernel.settings import DEFAULT_ARBITER_METRICS_PORT
-from ordo.settings import Settings
+from ordo.kernel.settings import DEFAULT_ARBITER_METRICS_PORT, Settings
 
 _LIVE: set[ManagedProcess] = set()
 _LIVE_LOCK = threading.Lock()

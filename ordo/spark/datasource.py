@@ -65,11 +65,11 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StringType, StructField, StructType
 
 from ordo.consumer.arrow import CHANGE_COLUMNS
-from ordo.errors import OrdoError
+from ordo.kernel.errors import OrdoError
+from ordo.kernel.settings import Settings, load_settings, parse_bool
 from ordo.schemas.models import ddl_columns as _ddl_columns
 from ordo.schemas.operations import ROW_ID_COLUMN, Reason
 from ordo.schemas.topics import table_identifier
-from ordo.settings import Settings, load_settings, parse_bool
 
 NAME = "ordo"
 SETTINGS_OPTIONS = {

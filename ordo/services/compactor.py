@@ -44,9 +44,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ordo.kernel.settings import Settings, parse_bool
 from ordo.schemas import Operation
 from ordo.schemas.operations import REWRITING_OPERATIONS
-from ordo.settings import Settings, parse_bool
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -452,7 +452,7 @@ class Compactor:
         return done
 
     def _apply(self, name: str, policy: Policy, state: _TableState, action: Action) -> int:
-        from ordo.errors import CommitConflictError
+        from ordo.kernel.errors import CommitConflictError
 
         table = self._table(name)
         started = time.perf_counter()

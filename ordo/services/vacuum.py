@@ -50,9 +50,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ordo.arbiter.core import RETENTION_PROPERTY, restore_retention_ms
-from ordo.errors import OrdoError, VersionNotFoundError
-from ordo.files import filesystem
+from ordo.kernel.errors import OrdoError, VersionNotFoundError
 from ordo.schemas.paths import STAGING_DIR
+from ordo.services.files import filesystem
 
 log = logging.getLogger("ordo.vacuum")
 
@@ -166,7 +166,7 @@ def read_pending_intents(settings: Any, table: str, from_offset: int, timeout: f
     from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
     from confluent_kafka.admin import AdminClient
 
-    from ordo.broker import existing_topics
+    from ordo.kernel.admin import existing_topics
     from ordo.schemas import CommitIntent, decode, intents_topic
 
     topic = intents_topic(settings.topic_prefix, table)

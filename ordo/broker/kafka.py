@@ -1,11 +1,11 @@
 """Apache Kafka on loopback: the pinned release, fetched once by Maven, and a KRaft cluster launcher.
 
-The release is pinned in ``ordo/kafka-pom.xml`` (``kafka.version``). ``fetch()``
+The release is pinned in ``ordo/broker/kafka-pom.xml`` (``kafka.version``). ``fetch()``
 has Maven copy ``org.apache.kafka:kafka_2.13`` with its runtime dependencies and
 a log4j2 binding into a cache outside the repository
 (``$ORDO_KAFKA_CACHE``, else ``$XDG_CACHE_HOME/ordo``, else ``~/.cache/ordo``;
 one ``kafka-<version>/libs`` directory per version), once; ``make test`` runs
-it (``python -m ordo.kafka fetch``).
+it (``python -m ordo.broker.kafka fetch``).
 
 ``KafkaCluster`` formats storage (``kafka.tools.StorageTool format``) and runs
 1 or 3 combined broker+controller nodes (``kafka.Kafka``) on free loopback
@@ -45,8 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
+from ordo.broker.netns import NodeNetwork
 from ordo.kernel.errors import BrokerUnavailableError, OrdoError
-from ordo.netns import NodeNetwork
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ DEFAULT_JVM_OPTIONS: tuple[str, ...] = (
     "-Djava.awt.headless=true",
 )
 LOG4J2_CONFIG = """\
-# Written by ordo.kafka: warnings and errors, plus the start/stop lines of the server.
+# Written by ordo.broker.kafka: warnings and errors, plus the start/stop lines of the server.
 status = warn
 appender.out.type = Console
 appender.out.name = OUT
@@ -86,7 +86,7 @@ class KafkaSetupError(OrdoError):
 
 
 def kafka_version(pom: Path = KAFKA_POM) -> str:
-    """The pinned Kafka release (``kafka.version`` in ``ordo/kafka-pom.xml``)."""
+    """The pinned Kafka release (``kafka.version`` in ``ordo/broker/kafka-pom.xml``)."""
     root = ET.parse(pom).getroot()
     ns = {"m": "http://maven.apache.org/POM/4.0.0"}
     element = root.find("m:properties/m:kafka.version", ns)
@@ -350,7 +350,7 @@ def server_properties(node: KafkaNode, nodes: Sequence[KafkaNode], overrides: Ma
         "log.cleaner.threads": "1",
     }
     config.update(overrides)
-    lines = ["# Written by ordo.kafka at each start; edit broker_config instead."]
+    lines = ["# Written by ordo.broker.kafka at each start; edit broker_config instead."]
     lines += [f"{key}={value}" for key, value in config.items()]
     return "\n".join(lines) + "\n"
 
@@ -363,7 +363,7 @@ class KafkaCluster:
     temporary directory removed at ``stop()``. ``broker_config`` overrides or
     adds ``server.properties`` entries on every node. ``isolated=True`` (chaos
     tests; Linux, root) runs each node in a network namespace of its own on a
-    bridge (``ordo.netns``), so that ``cut_node`` can partition one off.
+    bridge (``ordo.broker.netns``), so that ``cut_node`` can partition one off.
     """
 
     def __init__(
@@ -481,7 +481,7 @@ class KafkaCluster:
 
     def _launch(self, node: KafkaNode) -> None:
         with open(node.log_path, "ab") as out:
-            out.write(f"\n---- ordo.kafka: starting node {node.node_id} at {time.ctime()}\n".encode())
+            out.write(f"\n---- ordo.broker.kafka: starting node {node.node_id} at {time.ctime()}\n".encode())
             out.flush()
             inside = self.network.exec_prefix(node.node_id) if self.network is not None else []
             node.process = subprocess.Popen(
@@ -719,7 +719,7 @@ def wait_in_sync(cluster: KafkaCluster, timeout: float = 120.0) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m ordo.kafka fetch`` (the jars, once) or ``python -m ordo.kafka version``."""
+    """``python -m ordo.broker.kafka fetch`` (the jars, once) or ``python -m ordo.broker.kafka version``."""
     args = list(sys.argv[1:] if argv is None else argv)
     command = args[0] if args else "fetch"
     try:
@@ -733,7 +733,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KafkaSetupError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(f"usage: python -m ordo.kafka [fetch|version] (not {command!r})", file=sys.stderr)
+    print(f"usage: python -m ordo.broker.kafka [fetch|version] (not {command!r})", file=sys.stderr)
     return 2
 
 

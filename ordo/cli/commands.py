@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from ordo.errors import OrdoError
+from ordo.kernel.errors import OrdoError
 from ordo.schemas.operations import delta_operation
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from ordo.consumer.catalog import Catalog
     from ordo.consumer.models import Commit, DecisionRecord
-    from ordo.settings import Settings
+    from ordo.kernel.settings import Settings
 
 
 class CommandError(OrdoError, ValueError):
@@ -220,7 +220,7 @@ def tables_command(settings: Settings, as_json: bool) -> None:
     """``ordo tables``: each table's head, and its layout (files per partition, last compaction, pending work)."""
     from rich.table import Table
 
-    from ordo.compactor import table_layout
+    from ordo.services.compactor import table_layout
 
     catalog = open_catalog(settings)
     infos = catalog.tables()
@@ -302,7 +302,7 @@ def show_command(
     """``ordo show TABLE``: schema, files and rows at the head, a version, or a point in time."""
     from rich.table import Table
 
-    from ordo.files import ddl_columns, live_row_count
+    from ordo.services.files import ddl_columns, live_row_count
 
     if version is not None and timestamp is not None:
         raise CommandError("give --version or --timestamp, not both")
@@ -410,7 +410,7 @@ def changes_command(
     """``ordo changes TABLE --from X --to Y``: the commits (and with ``--rows`` the records) in a range."""
     from rich.table import Table
 
-    from ordo.files import change_rows, ddl_columns
+    from ordo.services.files import change_rows, ddl_columns
 
     low, high = _bounds(start, end, by)
     catalog = open_catalog(settings)
@@ -506,7 +506,13 @@ def vacuum_command(
     """``ordo vacuum TABLE --retain HOURS``: list (or with ``--apply`` delete) files no retained version needs."""
     from rich.table import Table
 
-    from ordo.vacuum import DEFAULT_ORPHAN_AGE_HOURS, VacuumError, apply_vacuum, kafka_intents_reader, plan_vacuum
+    from ordo.services.vacuum import (
+        DEFAULT_ORPHAN_AGE_HOURS,
+        VacuumError,
+        apply_vacuum,
+        kafka_intents_reader,
+        plan_vacuum,
+    )
 
     age = DEFAULT_ORPHAN_AGE_HOURS if orphan_age is None else orphan_age
     intents = None
