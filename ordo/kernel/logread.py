@@ -192,6 +192,7 @@ class GapChecker:
             if offset == expected:
                 position.expected = offset + 1
                 position.after_record = True
+                position.last = message
                 out.append(message)
                 continue
             if offset < expected:
