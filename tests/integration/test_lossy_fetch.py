@@ -19,7 +19,7 @@ from ordo.schemas import CommitDecision, Outcome, decode, intents_topic
 from ordo.services.stack import ManagedProcess
 from ordo.settings import Settings
 from tests.integration.test_arbiter_service import InProcessArbiter, check_log, create_intent, insert_intent
-from tests.lossy import LossyConsumer, drop_offsets_once
+from tests.lossy import LateConsumer, LossyConsumer, drop_offsets_once
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -280,3 +280,53 @@ def test_commit_client_rereads_a_decision_its_fetch_skipped_inside_a_transaction
     assert client.resubmits == 0
     assert client.gap_stats.recovered == 1, client.gap_stats
     check_log(log, 6)
+
+
+def test_arbiter_woken_from_idle_waits_for_intents_that_come_late_after_its_assignment(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 32: an arbiter woken by its doorbell must read what woke it, however long the first fetch takes.
+
+    It went back to sleep after ``IDLE_AFTER`` seconds without a record since
+    the wake-up. On a loaded machine the first records after the intents
+    consumer's ``assign()`` took up to 1.1 s, so it slept again before reading
+    them, the doorbell rang at once, and so on: minutes without a decision while
+    every writer waited and timed out. Asleep only once every intents log was
+    read to its end, it reads them, however late they come.
+    """
+    import confluent_kafka
+
+    from ordo.arbiter.intents import IDLE_AFTER
+
+    real_class = confluent_kafka.Consumer
+    late: list[LateConsumer] = []
+
+    def factory(config: dict[str, Any]) -> Any:
+        consumer = real_class(config)
+        if config.get("client.id") != f"{settings.topic_prefix}.arbiter.intents":
+            return consumer
+        late.append(LateConsumer(consumer, delay=1.5 * IDLE_AFTER))
+        return late[-1]
+
+    monkeypatch.setattr(confluent_kafka, "Consumer", factory)
+    table = "woken"
+    client = CommitClient(settings=settings, resubmit_after=300.0)
+    try:
+        with InProcessArbiter(settings) as running:
+            metrics = running.service.metrics
+            client.commit(create_intent(table), timeout=30)
+            for round_, txn in enumerate(("a", "b")):
+                deadline = time.monotonic() + 20
+                while metrics.sleeps <= round_:  # idle: the doorbell watches the intents logs
+                    assert time.monotonic() < deadline and running.error is None, "the arbiter never went idle"
+                    time.sleep(0.05)
+                assignments = late[0].assignments
+                began = time.monotonic()
+                decision = client.commit(insert_intent(table, txn, txn, read_version=round_), timeout=20)
+                waited = time.monotonic() - began
+                assert decision.outcome is Outcome.ACCEPTED and decision.duplicate_of is None
+                assert waited < 10, f"the decision took {waited:.1f} s"
+                assert late[0].assignments == assignments + 1, "not woken exactly once"
+            assert running.error is None
+    finally:
+        client.close()
