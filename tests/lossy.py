@@ -102,3 +102,33 @@ class LateConsumer:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
+
+
+def lossy_decision_reader(settings: Any, every: int) -> None:
+    """In a writer process: its commit clients' live decision readers lose every ``every``-th offset once.
+
+    Their re-readers, history reads and probes read everything: the loss is a
+    live fetch's, as Tansu's race is (docs/tansu.md). Installed by replacing
+    ``confluent_kafka.Consumer`` for the rest of the process.
+    """
+    import confluent_kafka
+
+    real_class = confluent_kafka.Consumer
+    group = f"{settings.topic_prefix}.commit-client"
+    lost: set[tuple[str, int]] = set()
+    lock = threading.Lock()
+
+    def drop(message: Any) -> bool:
+        key = (message.topic(), message.offset())
+        with lock:
+            if message.offset() % every != every - 1 or key in lost:
+                return False
+            lost.add(key)
+            return True
+
+    def factory(config: dict[str, Any]) -> Any:
+        consumer = real_class(config)
+        live = config.get("group.id") == group and str(config.get("client.id", "")).endswith(".decisions")
+        return LossyConsumer(consumer, drop) if live else consumer
+
+    confluent_kafka.Consumer = factory
