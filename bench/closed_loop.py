@@ -77,7 +77,9 @@ def _commit_round(client: Any, writer: int, job: Job) -> WriterRound:
         if len(seen.timeouts) >= job.max_timeouts or time.monotonic() > ends:
             break
         txn = f"w{writer}-{i}"
-        intent = insert_intent(i, 1, table=job.table, partition=f"w{writer}", read_version=version, txn_prefix=f"w{writer}")
+        intent = insert_intent(
+            i, 1, table=job.table, partition=f"w{writer}", read_version=version, txn_prefix=f"w{writer}"
+        )
         began = time.monotonic()
         try:
             decision = client.commit(intent, timeout=job.timeout)
@@ -151,7 +153,7 @@ class ClosedLoop:
         from ordo.producer import CommitClient
 
         with CommitClient(settings=self.settings) as client:
-            client.commit(create_intent(job.table), timeout=120)
+            client.commit(create_intent(job.table), timeout=job.timeout)  # a stalled arbiter fails here already
         for jobs in self.jobs:
             jobs.put(job)
         wait = job.budget + job.timeout + 120

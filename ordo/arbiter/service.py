@@ -65,7 +65,7 @@ from ordo.arbiter.tables import OwnedTables
 from ordo.kernel.admin import existing_topics, topic_policy
 from ordo.kernel.errors import ArbiterFencedError, BrokerUnavailableError
 from ordo.kernel.keys import arbiter_signer, reader_trust
-from ordo.kernel.logread import GapChecker
+from ordo.kernel.logread import GapChecker, decisions_follow
 from ordo.kernel.ready import ARBITER_READY
 from ordo.kernel.settings import Settings
 
@@ -215,6 +215,7 @@ class ArbiterService:
             consumer=self._reader,
             name="arbiter rebuild",
             stats=self.metrics.decision_gaps,
+            follows=decisions_follow,  # a decision skipped inside a transaction breaks the hash chain: re-read
         )
         reader = (self._reader, self._reader_gaps)
         self.owned.loader = StateLoader(reader, trust, self.metrics, self.checkpointer.read, self._stop)

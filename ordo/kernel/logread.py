@@ -407,6 +407,7 @@ def read_to_end(
     stats: GapStats | None = None,
     reader: tuple[Any, GapChecker] | None = None,
     stop: Callable[[], bool] | None = None,
+    follows: Callable[[Any, Any], bool] | None = None,
 ) -> Iterator[Any]:
     """Every record of ``topic`` from offset ``start`` to the end of the partition, gaps checked.
 
@@ -422,6 +423,8 @@ def read_to_end(
     closed, so a caller reading many logs pays for one consumer and its
     metadata once. ``stop``: checked between fetches; when it returns True
     the read ends early (the caller tells that from reaching the end).
+    ``follows``: the ``GapChecker``'s chain rule for the consumer made here
+    (``decisions_follow`` for a decisions log; a kept ``reader`` has its own).
     """
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
@@ -442,7 +445,9 @@ def read_to_end(
         own.setdefault("auto.offset.reset", "earliest")  # a start below the log's first offset reads from its first
         own.setdefault("fetch.wait.max.ms", 20)
         consumer = Consumer(own)
-        checker = GapChecker(own, transactional=transactional, consumer=consumer, name=f"reading {topic}")
+        checker = GapChecker(
+            own, transactional=transactional, consumer=consumer, name=f"reading {topic}", follows=follows
+        )
     try:
         if reader is None:
             consumer.list_topics(timeout=timeout)  # all topics: warms the metadata cache without naming one

@@ -521,7 +521,13 @@ class CommitClient:
         verifier: ChainVerifier[bytes] = ChainVerifier(table, self._reader_trust(), anchor=None if start else GENESIS)
         try:
             for message in read_to_end(
-                config, topic, start=start, transactional=True, timeout=timeout, stats=self.gap_stats
+                config,
+                topic,
+                start=start,
+                transactional=True,
+                timeout=timeout,
+                stats=self.gap_stats,
+                follows=decisions_follow,
             ):
                 value = message.value() or b""
                 released, refused = verifier.push(message.offset(), value, signature_of(message.headers()), value)

@@ -237,8 +237,8 @@ def test_commit_client_rereads_a_decision_its_fetch_skipped_inside_a_transaction
     The hash chain tells the two apart: the reader re-reads and answers every
     commit at once.
     """
-    from ordo.services.audit import read_partition
     from ordo.schemas import decisions_topic
+    from ordo.services.audit import read_partition
 
     table = "chained"
     client_group = f"{settings.topic_prefix}.commit-client"
