@@ -11,7 +11,11 @@ aborted records (on Kafka; Tansu returns them). So
 * every other jump (any jump in the intents logs, written by idempotent
   non-transactional producers; a jump of more than one in a decisions log; an
   end-of-partition event beyond the next expected offset) is unexplained and
-  is **re-read** before the reader goes on.
+  is **re-read** before the reader goes on;
+* in a chained log (the decisions logs: ``prev_hash``), a jump of one that
+  the chain says is no marker (``follows``: the two records do not link) is
+  re-read too: a record skipped inside a transaction looks like a marker to
+  the offsets alone (issue 32).
 
 A re-read fetches the partition again from the expected offset up to the
 offset already seen, with a short-lived second consumer of the same

@@ -13,7 +13,10 @@ record closes its batch, in the same transaction); a forged or unsigned one is
 never taken as the answer.
 
 Every gap in the decisions log that is not a transaction marker is re-read
-(``kernel.logread``: Tansu's fetch can skip a stored record). And because the
+(``kernel.logread``: Tansu's fetch can skip a stored record), and so is a jump
+of one offset whose two records do not chain (``prev_hash``): a decision
+skipped inside a transaction, which the offsets alone take for a marker (and
+which cost the decisions before it in the batch their signature). And because the
 arbiter's fetch of the intents log can skip one too, an intent whose decision
 is overdue (``resubmit_after`` seconds, doubling each time) is published again,
 the same bytes under the same txn id: the arbiter answers a repeat with the
