@@ -2,7 +2,7 @@
 
 Prints a Markdown table and writes ``bench/results.json``: one object per
 benchmark with its figures (ours, the peer's, their ratio, the target) and the
-machine they were measured on. Names: core, throughput, latency, pipeline, apply, fleet, readable, peers, scale,
+machine they were measured on. Names: core, throughput, latency, pipeline, apply, fleet, closed-loop, readable, peers, scale,
 spark, datasource, service (default: all, in that order; Spark last); peers-spark (ordo, Delta Lake and
 Iceberg on Spark: run it alone, from ``make bench-peers-spark``, which builds its venv). Running some of them replaces
 their entries in an existing ``results.json`` and keeps the others (each entry
@@ -28,6 +28,7 @@ BENCHMARKS = {
     "pipeline": "pipelined commit client",
     "apply": "consumer apply through the broker",
     "fleet": "fleet handover",
+    "closed-loop": "closed-loop writers",
     "readable": "commit to readable",
     "peers": "8 writers vs peers",
     "scale": "scale",

@@ -57,7 +57,7 @@ from ordo.arbiter.checkpointer import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHECKPOI
 from ordo.arbiter.core import TableState
 from ordo.arbiter.decider import Decider, Rebuild
 from ordo.arbiter.intents import IDLE_AFTER, IntentReader, consumer_config
-from ordo.arbiter.loader import ArbiterStateError, StateLoader, Stopped
+from ordo.arbiter.loader import ArbiterStateError, StateLoader, Stopped, rebuild_reader
 from ordo.arbiter.metrics import ArbiterMetrics
 from ordo.arbiter.ownership import Ownership, default_group, parse_shard, shard_of
 from ordo.arbiter.prom import ArbiterPrometheus
@@ -74,7 +74,6 @@ from ordo.arbiter.tables import OwnedTables
 from ordo.kernel.admin import existing_topics, topic_policy
 from ordo.kernel.errors import ArbiterFencedError, BrokerUnavailableError
 from ordo.kernel.keys import arbiter_signer, reader_trust
-from ordo.kernel.logread import GapChecker
 from ordo.kernel.ready import ARBITER_READY
 from ordo.kernel.settings import Settings
 
@@ -202,7 +201,6 @@ class ArbiterService:
 
     def start(self) -> None:
         """Fence older arbiters, discover tables and rebuild their state."""
-        from confluent_kafka import Consumer
         from confluent_kafka.admin import AdminClient
 
         # 0. Keys first: a misconfigured arbiter stops before it fences anyone.
@@ -218,15 +216,7 @@ class ArbiterService:
         #    and end its open transaction. Each table is then taken through its own producer (``OwnedTables``).
         self.sink.fence_shard(self.shard)
         self.intents.open()
-        self._reader = Consumer(consumer_config(self.settings, "rebuild"))
-        self._reader_gaps = GapChecker(
-            consumer_config(self.settings, "rebuild-reread"),
-            transactional=True,
-            consumer=self._reader,
-            name="arbiter rebuild",
-            stats=self.metrics.decision_gaps,
-        )
-        reader = (self._reader, self._reader_gaps)
+        reader = self._reader, self._reader_gaps = rebuild_reader(self.settings, self.metrics)
         self.owned.loader = StateLoader(reader, trust, self.metrics, self.checkpointer.read, self._stop)
         self.owned.policy = topic_policy(self._admin, self.settings, timeout=KAFKA_TIMEOUT)
         self.checkpointer.remove_stale()

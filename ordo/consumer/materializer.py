@@ -51,7 +51,7 @@ from ordo.consumer.store import ApplyResult, CatalogWriter, LogRecord
 from ordo.kernel.admin import fetch_waits
 from ordo.kernel.errors import BrokerUnavailableError
 from ordo.kernel.keys import reader_trust
-from ordo.kernel.logread import GapChecker, GapStats
+from ordo.kernel.logread import GapChecker, GapStats, decisions_follow
 from ordo.kernel.membership import GroupMembership
 from ordo.kernel.settings import Settings
 from ordo.kernel.validation import parse_shard
@@ -180,6 +180,7 @@ class Materializer:
             consumer=self._consumer,
             name="consumer",
             stats=self.status.gaps,
+            follows=decisions_follow,  # a decision skipped inside a transaction breaks the hash chain: re-read
         )
         self._following = Following(
             self.settings, self.writer, self.status, self._trust, self._consumer, self._gaps, self._owns
