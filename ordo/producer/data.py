@@ -46,7 +46,7 @@ from ordo.schemas.operations import (
     SEQ_COLUMN,
     is_keyless,
 )
-from ordo.schemas.paths import STAGING_DIR, data_file_path
+from ordo.schemas.paths import STAGING_DIR, data_file_path, write_id_of
 
 if TYPE_CHECKING:
     from pyarrow.fs import FileSystem
@@ -750,10 +750,21 @@ class FileWriter:
     3. The staging directory is removed.
     """
 
-    def __init__(self, spark: SparkSession, layout: Layout, txn_id: str) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        layout: Layout,
+        txn_id: str,
+        *,
+        write_ids: Mapping[tuple[str, ...], str] | None = None,
+    ) -> None:
+        """``write_ids``: the write id of each partition's files (partition values in column order), when one
+        Spark job writes for several transactions (``producer.rewrites``: one per partition); a file of a
+        partition it does not name fails the write. Default: ``txn_id`` for every file."""
         self.spark = spark
         self.layout = layout
         self.txn_id = txn_id
+        self.write_ids = write_ids
         self.storage = Storage(layout.location)
         self._numbers = itertools.count()
         self._writes = itertools.count()
@@ -826,7 +837,7 @@ class FileWriter:
             footer = self.storage.footer(source)
             if footer.num_rows == 0:
                 continue
-            target = data_file_path(layout.partition_columns, partition, self.txn_id, next(self._numbers))
+            target = data_file_path(layout.partition_columns, partition, self._write_id(partition), next(self._numbers))
             self.storage.move(source, target)
             self.written.append(target)
             min_key, max_key = key_stats(footer, layout.primary_key)
@@ -842,6 +853,23 @@ class FileWriter:
                 )
             )
         return files
+
+    def _write_id(self, partition: Mapping[str, str]) -> str:
+        if self.write_ids is None:
+            return self.txn_id
+        key = tuple(partition[c] for c in self.layout.partition_columns)
+        if key not in self.write_ids:
+            raise InvalidOperationError(
+                f"the write produced a file in partition {dict(partition)}, which it was not given"
+            )
+        return self.write_ids[key]
+
+    def hand_over(self, write_id: str) -> FileWriter:
+        """A writer that owns (and cleans up) the files of ``write_id`` this one put in place; they leave this one."""
+        taken = FileWriter(self.spark, self.layout, write_id)
+        taken.written = [path for path in self.written if write_id_of(path) == write_id]
+        self.written = [path for path in self.written if write_id_of(path) != write_id]
+        return taken
 
     def cleanup(self) -> int:
         """Delete every file this writer put in place; the number deleted."""
