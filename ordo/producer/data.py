@@ -682,14 +682,37 @@ def file_schema(layout: Layout) -> StructType:
     )
 
 
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+
+
 def read_files(spark: SparkSession, layout: Layout, files: Iterable[tuple[str, int]]) -> DataFrame:
-    """Records of ``files`` ((absolute path, added ID version) pairs) with their effective sequence number."""
+    """Records of ``files`` ((absolute path, added ID version) pairs) with their effective sequence number.
+
+    One scan of every file when their names are distinct and plain (what ordo's writers make: ``<txn id>-<n>``):
+    each record's added version comes from its file's name (Spark's ``_metadata.file_name``, a broadcast join
+    with the names), so a rewrite of many small files is one read, not one per version (each a file listing and
+    a scan of its own). Otherwise, one scan per added version.
+    """
     from pyspark.sql import functions as F
 
+    files = list(files)
+    schema = file_schema(layout)
     by_version: dict[int, list[str]] = {}
     for path, version in files:
         by_version.setdefault(version, []).append(path)
-    schema = file_schema(layout)
+    names = [path.rsplit("/", 1)[-1] for path, _ in files]
+    if len(by_version) > 1 and len(set(names)) == len(names) and all(_PLAIN_NAME.fullmatch(n) for n in names):
+        versions = spark.createDataFrame(
+            [(name, version) for name, (_, version) in zip(names, files, strict=True)],
+            "_ordo_file STRING, _ordo_version BIGINT",
+        )
+        scan = spark.read.schema(schema).parquet(*[path for path, _ in files])
+        joined = scan.withColumn("_ordo_file", F.col("_metadata.file_name")).join(
+            F.broadcast(versions), "_ordo_file", "left"
+        )
+        unknown = F.raise_error(F.concat(F.lit("a record of an unknown file: "), F.col("_ordo_file")))
+        sequence = F.coalesce(F.col(SEQ_COLUMN), F.col("_ordo_version"), unknown)  # never a record without one
+        return joined.withColumn(SEQ_COLUMN, sequence).select(*[F.col(f"`{f.name}`") for f in schema.fields])
     frames = [
         spark.read.schema(schema)
         .parquet(*paths)

@@ -79,6 +79,9 @@ MAX_BACKOFF = 300.0
 TICK = 0.5  # the main loop's turn: pick tables to rewrite, serve the fleet's group
 SHUTDOWN_WAIT = 60.0  # on stop, how long the abandoned rewrites get to end (cancelled jobs, intents in flight)
 JOB_GROUP = "ordo-compactor:"  # + table: the Spark job group of a table's rewrites (cancelled to abandon them)
+# The service's Spark settings: a rewrite names its input files, and Spark lists more than 32 paths with a
+# job of its own (on a 2-core machine it cost as much as the rewrite); up to this many, the driver lists them.
+SPARK_CONF = {"spark.sql.sources.parallelPartitionDiscovery.threshold": "4096"}
 
 
 # --------------------------------------------------------------------------- what `ordo tables` and HTTP show
@@ -241,6 +244,13 @@ class TableRewriter:
             )
             for actions in partitions.values()
         ]
+        log.info(
+            "%s %s: rewriting %d file(s) of %d partition(s) in one Spark job",
+            name,
+            operation,
+            sum(len(a.files) for actions in partitions.values() for a in actions),
+            len(rewrites),
+        )
         started = time.perf_counter()
         try:
             staged = stage_rewrites(
@@ -270,12 +280,12 @@ class TableRewriter:
                 txn.abort()
             self._abandoned(name, operation, len(staged), "staged, not published")
             return 0
+        spark_seconds = time.perf_counter() - started
         results = commit_each(staged)
         seconds = time.perf_counter() - started
         self.metrics.batch_seconds.labels(operation).observe(seconds)
-        return self._record(
-            name, state, operation, partitions, snapshot, list(zip(staged, results, strict=True)), seconds
-        )
+        outcomes = list(zip(staged, results, strict=True))
+        return self._record(name, state, operation, partitions, snapshot, outcomes, (spark_seconds, seconds))
 
     def _record(
         self,
@@ -285,7 +295,7 @@ class TableRewriter:
         partitions: dict[PartitionValues, list[Action]],
         snapshot: Snapshot,
         outcomes: list[tuple[Any, Any]],
-        seconds: float,
+        seconds: tuple[float, float],
     ) -> int:
         """Count and log each partition's outcome; back off the rejected ones; the groups committed."""
         from ordo.kernel.errors import CommitConflictError
@@ -332,7 +342,7 @@ class TableRewriter:
             self.metrics.groups.labels(name, operation).inc(count)
             self.metrics.bytes_rewritten.labels(name, operation).inc(sum(f.size_bytes for f in rewritten))
         log.info(
-            "%s %s: %d partition(s), %d group(s), %d -> %d files committed%s%s in %.1f s",
+            "%s %s: %d partition(s), %d group(s), %d -> %d files committed%s%s in %.1f s (Spark %.1f s)",
             name,
             operation,
             len(versions),
@@ -341,7 +351,8 @@ class TableRewriter:
             files_out,
             f" (v{min(versions)}..v{max(versions)})" if versions else "",
             f"; rejected {rejected}" if rejected else "",
-            seconds,
+            seconds[1],
+            seconds[0],
         )
         return groups
 
@@ -548,24 +559,29 @@ def spark_session(master: str | None) -> SparkSession:
 
     match = re.fullmatch(r"local\[(\d+)\]", master or "local[2]")
     if match:
-        return local_spark_session("ordo-compactor", cores=int(match.group(1)), detached=True)
+        return local_spark_session("ordo-compactor", cores=int(match.group(1)), config=SPARK_CONF, detached=True)
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(str(master)).appName("ordo-compactor")
+    for key, value in SPARK_CONF.items():
+        builder = builder.config(key, value)
     launch_detached(builder._options)  # type: ignore[attr-defined]
     spark = builder.getOrCreate()
     register(spark)
     return spark
 
 
+def py4j_in_one_line(record: logging.LogRecord) -> bool:
+    """A root-logger filter: Py4J logs its connection retries (``Exception while sending command.``, at INFO) on
+    the root logger with a traceback; the service keeps the line, without the traceback. When Spark's JVM is
+    stopped under the service (a supervisor that signals every process of the service), this is all it says."""
+    if record.module in ("java_gateway", "clientserver"):
+        record.exc_info, record.exc_text = None, None
+    return True
+
+
 def stop_spark(spark: SparkSession) -> None:
     """Stop Spark without a traceback: a JVM that is gone already (killed on its own) is logged in one line."""
-
-    def one_line(record: logging.LogRecord) -> bool:  # Py4J logs its retries with a traceback on the root logger
-        record.exc_info, record.exc_text = None, None
-        return True
-
-    logging.getLogger().addFilter(one_line)
     try:
         spark.stop()
     except Exception as exc:
@@ -591,6 +607,7 @@ def run_compactor(
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, frame: stop.set())
+    logging.getLogger().addFilter(py4j_in_one_line)
     metrics = Metrics()
     server = None
     if metrics_port is not None:
