@@ -111,9 +111,8 @@ class Stream:
     def _batch(self) -> None:
         import pyarrow as pa
 
-        from ordo.producer.arrow import write_rows
+        from ordo.producer.arrow import insert_intent
         from ordo.producer.connection import shared_connection
-        from ordo.schemas import CommitIntent, Operation
 
         n = self.batches
         ids, parts = [], []
@@ -123,20 +122,9 @@ class Stream:
             ids += [base + (start + i) % KEYS_PER_PARTITION for i in range(ROWS_PER_PARTITION)]
             parts += [str(p)] * ROWS_PER_PARTITION
         rows = pa.table({"id": pa.array(ids, pa.int64()), "v": pa.array([f"b{n}"] * len(ids)), "part": parts})
-        txn_id = uuid.uuid4().hex
-        files = write_rows(rows, self.layout, txn_id, 0)
         connection = shared_connection(self.settings)
         head = connection.catalog.table(self.layout.name).head_version
-        scope = sorted({f.partition["part"] for f in files}, key=int)
-        intent = CommitIntent(
-            txn_id=txn_id,
-            table=self.layout.name,
-            operation=Operation.INSERT_INTO,
-            read_version=int(head),
-            partitions=tuple({"part": p} for p in scope),
-            added_files=tuple(files),
-            writer="bench-compaction",
-        )
+        intent = insert_intent(rows, self.layout, uuid.uuid4().hex, int(head), writer="bench-compaction")
         decision = connection.client.commit(intent, timeout=60.0)
         if not decision.accepted:
             self.rejected += 1

@@ -101,6 +101,7 @@ def test_alert_rules_fire_on_their_series_and_stay_quiet_otherwise() -> None:
     for must in ("OrdoArbiterDown", "OrdoIntentLagGrowing", "OrdoInternalErrors", "OrdoUnsignedDecisionsRefused"):
         assert must in tested
     assert "OrdoTableStopped" in tested
+    assert "OrdoCompactionBacklogGrowing" in tested
 
 
 def test_the_example_scrape_config_is_valid_and_names_the_jobs_the_rules_use() -> None:
@@ -158,6 +159,8 @@ def test_each_process_exports_build_info_and_counters_are_counters(tmp_path: Pat
         "ordo_consumer_lag_records": "gauge",
         "ordo_consumer_errors": "counter",
         "ordo_compactor_errors": "counter",
+        "ordo_compactor_backlog_files": "gauge",
+        "ordo_compactor_live_files": "gauge",
     }
     assert {name: found.get(name, ("missing",))[0] for name in problems} == problems
 
