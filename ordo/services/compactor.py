@@ -430,8 +430,9 @@ class Compactor:
             if (not self.only or info.name in self.only) and info.error is None and self.claims.holds(info.name)
         ]
 
-    def tick(self, *, due_only: bool = True) -> None:
-        """One turn of the loop: serve the group, then start the tables that are due, longest waiting first."""
+    def tick(self, *, due_only: bool = True, among: set[str] | None = None) -> None:
+        """One turn of the loop: serve the group, then start the tables that are due (of ``among`` when given),
+        longest waiting first."""
         self.rounds += 1
         self.metrics.rounds.inc()
         self.metrics.health.beat()
@@ -443,7 +444,7 @@ class Compactor:
         self.metrics.tables.set(len(owned))
         now = self.clock()
         with self._lock:
-            idle = [n for n in owned if n not in self._busy]
+            idle = [n for n in owned if n not in self._busy and (among is None or n in among)]
             free = self.parallel_tables - len(self._busy)
         states = {n: self._state.setdefault(n, _TableState()) for n in idle}
         due = sorted((s.next_at, n) for n, s in states.items() if not due_only or s.next_at <= now)
@@ -485,7 +486,7 @@ class Compactor:
         before = self.groups
         pending = set(self._owned())
         while pending:
-            self.tick(due_only=False)
+            self.tick(due_only=False, among=pending)
             with self._lock:
                 running = {n: f for n, f in self._busy.items() if n in pending}
             if not running:
