@@ -48,8 +48,9 @@ COMPACTOR_INTERVAL = "1"
 PARTITIONS = (1, 16, 64)
 
 
-def _create(settings: Any, name: str) -> Any:
-    """A keyed, partitioned table of 4 buckets, created with a CREATE TABLE intent (no Spark in this process)."""
+def create_table(settings: Any, name: str, **properties: str) -> Any:
+    """A table (``id`` key, partitioned by ``part``, 4 buckets, ``properties``) created with a CREATE TABLE intent,
+    no Spark in this process; its ``Layout`` (for ``producer.arrow`` writes)."""
     from ordo.producer.connection import shared_connection
     from ordo.producer.data import Layout
     from ordo.schemas import CommitIntent, Operation, TableMetadata
@@ -59,7 +60,7 @@ def _create(settings: Any, name: str) -> Any:
         schema="`id` bigint, `v` string, `part` string",
         primary_key=("id",),
         partition_columns=("part",),
-        properties={"ordo.buckets": str(BUCKETS)},
+        properties={"ordo.buckets": str(BUCKETS), **properties},
     )
     connection = shared_connection(settings)
     intent = CommitIntent(
@@ -154,7 +155,7 @@ def _files_per_partition(settings: Any, name: str) -> list[int]:
 
 def _measure(settings: Any, metrics_url: str, partitions: int, write_seconds: float, warm: float) -> dict[str, Any]:
     name = f"stream_{partitions}p"
-    layout = _create(settings, name)
+    layout = create_table(settings, name)
     load_start = [round(x, 2) for x in os.getloadavg()]
     stream = Stream(settings, layout, partitions).start()
     started = time.monotonic()

@@ -41,24 +41,12 @@ def _table(settings: Any, name: str) -> None:
     """The table, created and filled without Spark (``producer.arrow``): 10 files per (partition, bucket)."""
     import pyarrow as pa
 
+    from bench.compaction import create_table
     from ordo.producer.arrow import insert_intent
     from ordo.producer.connection import shared_connection
-    from ordo.producer.data import Layout
-    from ordo.schemas import CommitIntent, Operation, TableMetadata
 
-    metadata = TableMetadata(
-        location=str(Path(settings.warehouse).resolve() / name),
-        schema="`id` bigint, `v` string, `part` string",
-        primary_key=("id",),
-        partition_columns=("part",),
-        properties={"ordo.buckets": "4", "ordo.compaction.cold_seconds": "1"},
-    )
+    layout = create_table(settings, name, **{"ordo.compaction.cold_seconds": "1"})
     connection = shared_connection(settings)
-    create = CommitIntent(
-        txn_id=uuid.uuid4().hex, table=name, operation=Operation.CREATE_TABLE, read_version=0, metadata=metadata
-    )
-    assert connection.client.commit(create, timeout=60).accepted
-    layout = Layout.of(name, metadata)
     for n in range(INSERTS):
         ids = [p * 1000 + i for p in range(PARTITIONS) for i in range(ROWS)]
         rows = pa.table(
