@@ -33,7 +33,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench.common import Result, machine, pick, stack
+from bench.common import Result, cpu_seconds, machine, pick, stack
 
 BENCHMARK = "table service capacity"
 BUCKETS = 4
@@ -132,6 +132,18 @@ class Stream:
             return
         connection.catalog.wait_for_version(self.layout.name, int(decision.id_version or 0), timeout=60.0)
         self.batches += 1
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (the service's Spark JVM runs in a session of its own)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(stat.parent.name))
+        except (OSError, ValueError):
+            continue
+    return found
 
 
 def _groups(metrics_url: str, table: str) -> float:
@@ -274,7 +286,8 @@ def run() -> list[Result]:
         metrics_url = compactor.wait_for_line(r"compactor metrics at (\S+)/metrics", timeout=120).group(1) + "/metrics"
         ready = compactor.wait_for_line(r"compactor ready in ([\d.]+) s \(Spark ([\d.]+) s\)", timeout=300)
         ready_s = round(time.monotonic() - started, 1)
-        print(f"compactor ready after {ready_s} s ({ready.group(0)})", flush=True)
+        ready_cpu_s = round(sum(cpu_seconds(pid) for pid in [compactor.pid, *children(compactor.pid)]), 1)
+        print(f"compactor ready after {ready_s} s, {ready_cpu_s} CPU-s ({ready.group(0)})", flush=True)
         try:
             for partitions in counts:
                 print(f"  {partitions} partitions ...", flush=True)
@@ -299,6 +312,8 @@ def run() -> list[Result]:
                 "`ordo compactor` start to ready (Spark start-up included)",
                 "s",
                 ready_s,
+                peer="CPU seconds to ready (the process and Spark's JVM)",
+                peer_value=ready_cpu_s,
                 notes=f"{re.sub(r'^.*?compactor ready', 'compactor ready', ready.group(0))}; load average "
                 f"{[round(x, 2) for x in os.getloadavg()]} at the end",
                 machine=machine(),

@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from bench.compaction import children, create_table
 from ordo.services.stack import settings_env
 from tests.e2e.stack import parquet_files, writer_stack  # noqa: F401
 
@@ -41,7 +42,6 @@ def _table(settings: Any, name: str) -> None:
     """The table, created and filled without Spark (``producer.arrow``): 10 files per (partition, bucket)."""
     import pyarrow as pa
 
-    from bench.compaction import create_table
     from ordo.producer.arrow import insert_intent
     from ordo.producer.connection import shared_connection
 
@@ -59,19 +59,6 @@ def _table(settings: Any, name: str) -> None:
         decision = connection.client.commit(insert_intent(rows, layout, uuid.uuid4().hex, n), timeout=60)
         assert decision.accepted, decision
     connection.catalog.wait_for_version(name, INSERTS, timeout=60)
-
-
-def _children(pid: int) -> list[int]:
-    """The processes whose parent is ``pid`` (Spark's JVM is the service's child, in a session of its own)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            found.append(int(stat.parent.name))
-    return found
 
 
 def _wait_for(log: Path, pattern: str, process: subprocess.Popen[bytes], timeout: float) -> re.Match[str]:
@@ -117,7 +104,7 @@ def test_sigterm_in_the_middle_of_a_rewrite_leaves_nothing_behind(
         exposition = urllib.request.urlopen(metrics + "/metrics", timeout=10).read().decode()
         assert f'ordo_compactor_live_files{{partition="part=7",table="{name}"}} 40.0' in exposition
         assert f'ordo_compactor_backlog_files{{table="{name}"}} {PARTITIONS * 36}.0' in exposition
-        jvms = _children(service.pid)
+        jvms = children(service.pid)
         os.killpg(service.pid, signal.SIGTERM)
         if signalled == "every process":
             for pid in jvms:
