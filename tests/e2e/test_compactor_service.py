@@ -120,7 +120,7 @@ def test_sigterm_in_the_middle_of_a_rewrite_leaves_nothing_behind(
     assert "compactor stopped" in text
     finished = f"{name} MAJOR_COMPACT: 16 partition(s), 64 group(s), 640 -> 64 files committed" in text
     if signalled == "process group":  # the JVM got no signal: the service cancelled the job itself
-        assert finished or f"{name} MAJOR_COMPACT of 16 partition(s) abandoned (its Spark job was cancelled)" in text
+        assert finished or f"{name} MAJOR_COMPACT of 16 partition(s) abandoned (" in text, text[-3000:]
 
     root = writer_stack.warehouse / name
     staging = root / "_staging"
