@@ -3,7 +3,7 @@
 Prints a Markdown table and writes ``bench/results.json``: one object per
 benchmark with its figures (ours, the peer's, their ratio, the target) and the
 machine they were measured on. Names: core, throughput, latency, pipeline, apply, fleet, closed-loop, readable, peers, scale,
-spark, datasource, service (default: all, in that order; Spark last); peers-spark (ordo, Delta Lake and
+spark, datasource, service, compaction (default: all, in that order; Spark last); peers-spark (ordo, Delta Lake and
 Iceberg on Spark: run it alone, from ``make bench-peers-spark``, which builds its venv). Running some of them replaces
 their entries in an existing ``results.json`` and keeps the others (each entry
 says when it was measured and in which profile). A benchmark that fails is
@@ -35,6 +35,7 @@ BENCHMARKS = {
     "spark": "spark",
     "datasource": 'format("ordo") sink and change feed',
     "service": "table service",
+    "compaction": "table service capacity",
     "peers-spark": "peers on Spark",
 }
 RESULTS = ROOT / "bench" / "results.json"

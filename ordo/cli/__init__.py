@@ -403,7 +403,19 @@ def consumer(
     "--interval",
     type=click.FloatRange(min=0.1),
     default=None,
-    help="seconds between rounds (default: ORDO_COMPACTOR_INTERVAL or 5)",
+    help="seconds between a table's rewrites (default: ORDO_COMPACTOR_INTERVAL or 5)",
+)
+@click.option(
+    "--parallel-tables",
+    type=click.IntRange(min=1),
+    default=None,
+    help="tables rewritten at once (default: ORDO_COMPACTOR_PARALLEL_TABLES or 2)",
+)
+@click.option(
+    "--fleet",
+    is_flag=True,
+    help="share the tables with the other compactors of the Kafka consumer group ORDO_COMPACTOR_GROUP "
+    "(default <prefix>.compactors); implied when ORDO_COMPACTOR_GROUP is set",
 )
 @_metrics_options(None, " (default: ORDO_COMPACTOR_METRICS_PORT or 8766)")
 @pass_settings
@@ -412,6 +424,8 @@ def compactor(
     master: str | None,
     table_names: str | None,
     interval: float | None,
+    parallel_tables: int | None,
+    fleet: bool,
     metrics_port: int | None,
     metrics_host: str,
     no_metrics: bool,
@@ -420,14 +434,19 @@ def compactor(
 
     Per (partition, bucket): MINOR COMPACT where small files pile up in a hot
     partition, MAJOR COMPACT (or CLUSTER with ordo.cluster_by) in a cold one,
-    CLUSTER beside INSERT-only writes. Table properties: ordo.compaction.enabled,
+    CLUSTER beside INSERT-only writes; one Spark job per table and operation,
+    one commit per partition. Table properties: ordo.compaction.enabled,
     ordo.compaction.min_files, ordo.compaction.cold_seconds, ordo.cluster_by
     (docs/operations.md).
     """
     from ordo.services.compactor import run_compactor
+    from ordo.services.compactor_fleet import default_group
 
     settings = settings.with_overrides(
-        compactor_master=master, compactor_interval=interval, compactor_metrics_port=metrics_port
+        compactor_master=master,
+        compactor_interval=interval,
+        compactor_metrics_port=metrics_port,
+        compactor_parallel_tables=parallel_tables,
     )
     raise SystemExit(
         run_compactor(
@@ -435,6 +454,8 @@ def compactor(
             master=settings.compactor_master,
             tables=[t.strip() for t in (table_names or "").split(",") if t.strip()],
             interval=settings.compactor_interval,
+            parallel_tables=settings.compactor_parallel_tables,
+            group=default_group(settings) if fleet or settings.compactor_group else None,
             metrics_port=None if no_metrics else settings.compactor_metrics_port,
             metrics_host=metrics_host,
         )

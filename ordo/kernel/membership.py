@@ -88,12 +88,20 @@ class GroupMembership:
         table_of: Callable[[str], str | None],
         *,
         stall_limit: float = DEFAULT_STALL_LIMIT_S,
+        on_release: Callable[[set[str]], None] | None = None,
     ) -> None:
-        """``config`` is the librdkafka base (servers, security, ``session.timeout.ms`` to tune the handover)."""
+        """``config`` is the librdkafka base (servers, security, ``session.timeout.ms`` to tune the handover).
+
+        ``on_release(tables)`` runs on the serving thread when tables are revoked or lost, after they left
+        ``owned``: a caller that must stop using a table before another member gets it (the table service:
+        a rewrite in flight) does so there. The group waits for a revoke's callback before it hands the tables
+        on, for up to the rebalance timeout (``max.poll.interval.ms``), so the callback should be brief.
+        """
         self.group = group
         self.pattern = pattern
         self.stall_limit = stall_limit
         self._table_of = table_of
+        self._on_release = on_release
         session = int(config.get("session.timeout.ms", DEFAULT_SESSION_TIMEOUT_MS))
         self._config = {
             "session.timeout.ms": DEFAULT_SESSION_TIMEOUT_MS,
@@ -293,6 +301,7 @@ class GroupMembership:
             self._pending.assigned -= names
         if names:
             log.info("group %s revoked table(s) %s", self.group, ", ".join(sorted(names)))
+            self._release(names)
 
     def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
         names = self._tables(partitions)
@@ -303,6 +312,15 @@ class GroupMembership:
             self._pending.assigned -= names
         if names:
             log.warning("group %s: lost table(s) %s (this member left the group)", self.group, ", ".join(sorted(names)))
+            self._release(names)
+
+    def _release(self, names: set[str]) -> None:
+        if self._on_release is None:
+            return
+        try:
+            self._on_release(set(names))
+        except Exception:  # the caller's trouble must not stop the group's serving
+            log.exception("group %s: releasing table(s) %s failed", self.group, ", ".join(sorted(names)))
 
     def _forget(self, names: set[str]) -> None:
         for name in names:

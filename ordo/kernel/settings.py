@@ -75,6 +75,7 @@ DEFAULT_CONSUMER_FETCH_WAIT_MS = None
 DEFAULT_METRICS_HOST = "127.0.0.1"
 DEFAULT_COMPACTOR_MASTER = "local[2]"
 DEFAULT_COMPACTOR_INTERVAL = 5.0
+DEFAULT_COMPACTOR_PARALLEL_TABLES = 2
 # Every long-running process serves /metrics, /healthz and /readyz, each on its own default port.
 DEFAULT_ARBITER_METRICS_PORT = 8767
 DEFAULT_COMPACTOR_METRICS_PORT = 8766
@@ -140,6 +141,10 @@ class Settings:
     compactor_master: str = DEFAULT_COMPACTOR_MASTER
     compactor_interval: Annotated[float, Field(ge=0.1)] = DEFAULT_COMPACTOR_INTERVAL
     compactor_metrics_port: Port | None = DEFAULT_COMPACTOR_METRICS_PORT
+    # ... how many tables it rewrites at once, and the Kafka consumer group a compactor fleet shares tables
+    # through ("" = no fleet unless --fleet, which uses <prefix>.compactors)
+    compactor_parallel_tables: Annotated[int, Field(ge=1)] = DEFAULT_COMPACTOR_PARALLEL_TABLES
+    compactor_group: str = ""
     # Consumer scale-out: I/N, follow only the tables with crc32(name) % N == I (one catalog, N consumers).
     consumer_shard: str = "0/1"
     # Arbiter fleet: the Kafka consumer group the arbiters share tables through ("" = <prefix>.arbiters).
@@ -353,6 +358,8 @@ ENV_VARS: tuple[tuple[str, str, Callable[[str], Any]], ...] = (
     ("compactor_master", "ORDO_COMPACTOR_MASTER", str),
     ("compactor_interval", "ORDO_COMPACTOR_INTERVAL", float),
     ("compactor_metrics_port", "ORDO_COMPACTOR_METRICS_PORT", lambda text: parse_port(text)),
+    ("compactor_parallel_tables", "ORDO_COMPACTOR_PARALLEL_TABLES", int),
+    ("compactor_group", "ORDO_COMPACTOR_GROUP", str),
     ("consumer_shard", "ORDO_CONSUMER_SHARD", str),
     ("arbiter_group", "ORDO_ARBITER_GROUP", str),
     ("consumer_group", "ORDO_CONSUMER_GROUP", str),
@@ -388,6 +395,7 @@ FORMS: dict[str, str] = {
     "arbiter_metrics_host": _HOST,
     "compactor_master": "a Spark master: local, local[N], local[*], spark://..., yarn or k8s://...",
     "compactor_interval": "a number of seconds, at least 0.1",
+    "compactor_parallel_tables": "a whole number of tables, at least 1",
     "compactor_metrics_port": _PORT + ", or off",
     "consumer_shard": "I/N with 0 <= I < N, e.g. 0/1, or 1/4 for the second of four",
     "log_level": "debug, info, warning, error or critical",

@@ -33,7 +33,7 @@ from ordo.producer.data import (
     data_file_path,
     key_stats,
 )
-from ordo.schemas import DataFile
+from ordo.schemas import CommitIntent, DataFile, Operation
 from ordo.schemas.models import parse_ddl
 from ordo.schemas.operations import ROW_ID_COLUMN
 
@@ -203,4 +203,24 @@ def delete_files(layout: Layout, relative_paths: Sequence[str]) -> int:
     return sum(1 for p in relative_paths if storage.delete_file(p))
 
 
-__all__ = ["check_rows", "check_unique", "conform_batch", "delete_files", "write_rows"]
+def insert_intent(
+    rows: pa.Table, layout: Layout, txn_id: str, read_version: int, writer: str | None = None
+) -> CommitIntent:
+    """INSERT INTO of ``rows`` without Spark: their files written now (``write_rows``, numbered from 0), and the
+    intent that commits them, scoped to the partitions written (benchmarks, tests and tools that write as a
+    stream's tasks do)."""
+    files = write_rows(rows, layout, txn_id, 0)
+    columns = layout.partition_columns
+    scope = {tuple(f.partition[c] for c in columns): dict(f.partition) for f in files} if columns else None
+    return CommitIntent(
+        txn_id=txn_id,
+        table=layout.name,
+        operation=Operation.INSERT_INTO,
+        read_version=read_version,
+        partitions=None if scope is None else tuple(scope[k] for k in sorted(scope)),
+        added_files=tuple(files),
+        writer=writer,
+    )
+
+
+__all__ = ["check_rows", "check_unique", "conform_batch", "delete_files", "insert_intent", "write_rows"]

@@ -47,7 +47,7 @@ from ordo.schemas.operations import (
     SEQ_COLUMN,
     is_keyless,
 )
-from ordo.schemas.paths import STAGING_DIR, data_file_path
+from ordo.schemas.paths import STAGING_DIR, data_file_path, write_id_of
 
 if TYPE_CHECKING:
     from pyarrow.fs import FileSystem
@@ -789,14 +789,37 @@ def file_schema(layout: Layout) -> StructType:
     )
 
 
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+
+
 def read_files(spark: SparkSession, layout: Layout, files: Iterable[tuple[str, int]]) -> DataFrame:
-    """Records of ``files`` ((absolute path, added ID version) pairs) with their effective sequence number."""
+    """Records of ``files`` ((absolute path, added ID version) pairs) with their effective sequence number.
+
+    One scan of every file when their names are distinct and plain (what ordo's writers make: ``<txn id>-<n>``):
+    each record's added version comes from its file's name (Spark's ``_metadata.file_name``, a broadcast join
+    with the names), so a rewrite of many small files is one read, not one per version (each a file listing and
+    a scan of its own). Otherwise, one scan per added version.
+    """
     from pyspark.sql import functions as F
 
+    files = list(files)
+    schema = file_schema(layout)
     by_version: dict[int, list[str]] = {}
     for path, version in files:
         by_version.setdefault(version, []).append(path)
-    schema = file_schema(layout)
+    names = [path.rsplit("/", 1)[-1] for path, _ in files]
+    if len(by_version) > 1 and len(set(names)) == len(names) and all(_PLAIN_NAME.fullmatch(n) for n in names):
+        versions = spark.createDataFrame(
+            [(name, version) for name, (_, version) in zip(names, files, strict=True)],
+            "_ordo_file STRING, _ordo_version BIGINT",
+        )
+        scan = spark.read.schema(schema).parquet(*[path for path, _ in files])
+        joined = scan.withColumn("_ordo_file", F.col("_metadata.file_name")).join(
+            F.broadcast(versions), "_ordo_file", "left"
+        )
+        unknown = F.raise_error(F.concat(F.lit("a record of an unknown file: "), F.col("_ordo_file")))
+        sequence = F.coalesce(F.col(SEQ_COLUMN), F.col("_ordo_version"), unknown)  # never a record without one
+        return joined.withColumn(SEQ_COLUMN, sequence).select(*[F.col(f"`{f.name}`") for f in schema.fields])
     frames = [
         spark.read.schema(schema)
         .parquet(*paths)
@@ -857,10 +880,21 @@ class FileWriter:
     3. The staging directory is removed.
     """
 
-    def __init__(self, spark: SparkSession, layout: Layout, txn_id: str) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        layout: Layout,
+        txn_id: str,
+        *,
+        write_ids: Mapping[tuple[str, ...], str] | None = None,
+    ) -> None:
+        """``write_ids``: the write id of each partition's files (partition values in column order), when one
+        Spark job writes for several transactions (``producer.rewrites``: one per partition); a file of a
+        partition it does not name fails the write. Default: ``txn_id`` for every file."""
         self.spark = spark
         self.layout = layout
         self.txn_id = txn_id
+        self.write_ids = write_ids
         self.storage = Storage(layout.location)
         self._numbers = itertools.count()
         self._writes = itertools.count()
@@ -936,7 +970,7 @@ class FileWriter:
             footer = self.storage.footer(source)
             if footer.num_rows == 0:
                 continue
-            target = data_file_path(layout.partition_columns, partition, self.txn_id, next(self._numbers))
+            target = data_file_path(layout.partition_columns, partition, self._write_id(partition), next(self._numbers))
             self.storage.move(source, target)
             self.written.append(target)
             min_key, max_key = key_stats(footer, layout.primary_key)
@@ -952,6 +986,23 @@ class FileWriter:
                 )
             )
         return files
+
+    def _write_id(self, partition: Mapping[str, str]) -> str:
+        if self.write_ids is None:
+            return self.txn_id
+        key = tuple(partition[c] for c in self.layout.partition_columns)
+        if key not in self.write_ids:
+            raise InvalidOperationError(
+                f"the write produced a file in partition {dict(partition)}, which it was not given"
+            )
+        return self.write_ids[key]
+
+    def hand_over(self, write_id: str) -> FileWriter:
+        """A writer that owns (and cleans up) the files of ``write_id`` this one put in place; they leave this one."""
+        taken = FileWriter(self.spark, self.layout, write_id)
+        taken.written = [path for path in self.written if write_id_of(path) == write_id]
+        self.written = [path for path in self.written if write_id_of(path) != write_id]
+        return taken
 
     def cleanup(self) -> int:
         """Delete every file this writer put in place; the number deleted."""

@@ -23,12 +23,18 @@ if TYPE_CHECKING:
 
 
 def local_spark_session(
-    app_name: str = "ordo", cores: int = 2, warehouse: str | None = None, config: Mapping[str, str] | None = None
+    app_name: str = "ordo",
+    cores: int = 2,
+    warehouse: str | None = None,
+    config: Mapping[str, str] | None = None,
+    *,
+    detached: bool = False,
 ) -> SparkSession:
     """Get or create a small local-mode SparkSession (UI off, few shuffle partitions, quiet logs).
 
     ``config``: more Spark settings, applied last (e.g. delta-spark's packages and extensions, to run
-    ``format("delta")`` and ``format("ordo")`` in one session).
+    ``format("delta")`` and ``format("ordo")`` in one session). ``detached``: start Spark's JVM in a session of
+    its own (``launch_detached``), for a service that stops Spark itself on SIGTERM.
     """
     from pyspark.sql import SparkSession
 
@@ -54,11 +60,36 @@ def local_spark_session(
     for key, value in (config or {}).items():
         builder = builder.config(key, value)
     with child_output():  # the JVM starts here and keeps these descriptors
+        if detached:
+            launch_detached(builder._options)  # type: ignore[attr-defined]
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     if id(spark) not in _REGISTERED:  # keep the settings a DeltaTable registered with an existing session
         register(spark)
     return spark
+
+
+def launch_detached(options: Mapping[str, str]) -> None:
+    """Start Spark's JVM (the Py4J gateway, with ``options`` as its Spark conf) in a new session, unless one runs.
+
+    A supervisor that stops a service by signalling its process group (systemd's
+    default ``KillMode=control-group``, a shell's job control, ``kill -TERM -PGID``)
+    would otherwise stop the JVM at the same moment as Python: the rewrite in
+    flight then fails half-way and ``spark.stop()`` raises from Py4J. Detached,
+    the JVM gets no signal; Python cancels its jobs and stops it in order. The
+    JVM still dies with Python: it exits when the pipe to its stdin closes.
+    """
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    with SparkContext._lock:
+        if SparkContext._gateway is not None:
+            return
+        conf = SparkConf(loadDefaults=False)
+        conf.setAll(list(options.items()))
+        gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True})
+        SparkContext._gateway = gateway
+        SparkContext._jvm = gateway.jvm
 
 
 def register(spark: SparkSession, settings: Settings | None = None) -> None:

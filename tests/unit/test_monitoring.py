@@ -105,6 +105,7 @@ def test_alert_rules_fire_on_their_series_and_stay_quiet_otherwise() -> None:
         assert must in tested
     assert "OrdoTableStopped" in tested
     assert {"OrdoCdcDown", "OrdoCdcTableHeld", "OrdoCdcStuck"} <= tested
+    assert "OrdoCompactionBacklogGrowing" in tested
 
 
 def test_the_example_scrape_config_is_valid_and_names_the_jobs_the_rules_use() -> None:
@@ -166,6 +167,8 @@ def test_each_process_exports_build_info_and_counters_are_counters(tmp_path: Pat
         "ordo_cdc_records": "counter",
         "ordo_cdc_tables_held": "gauge",
         "ordo_cdc_published_version": "gauge",
+        "ordo_compactor_backlog_files": "gauge",
+        "ordo_compactor_live_files": "gauge",
     }
     assert {name: found.get(name, ("missing",))[0] for name in problems} == problems
 
