@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 check-mvn:
-	@command -v mvn >/dev/null 2>&1 || { echo "Maven is required once, to fetch Apache Kafka's jars for the tests: install it (Debian/Ubuntu: apt-get install maven; macOS: brew install maven) and put mvn on PATH."; exit 1; }
+	@command -v mvn >/dev/null 2>&1 || { echo "Maven is required once, to fetch Apache Kafka's jars (the broker of make demo, ordo up and the tests): install it (Debian/Ubuntu: apt-get install maven; macOS: brew install maven) and put mvn on PATH."; exit 1; }
 
 kafka: check-java $(STAMP) ## Fetch the pinned Apache Kafka (ordo/broker/kafka-pom.xml) once into ~/.cache/ordo (Maven)
 	@if ! $(BIN)/python -c 'import sys, ordo.broker.kafka as k; sys.exit(k.installed_libs() is None)'; then $(MAKE) --no-print-directory check-mvn; fi
@@ -47,8 +47,16 @@ s3: check-java check-mvn $(STAMP) ## Fetch S3Proxy and Spark's S3A jars once (Ma
 cluster: setup kafka s3 ## The production topology on one machine until Ctrl-C: S3, Kafka, PostgreSQL, arbiter, consumer, a Spark standalone cluster, the compactor on it
 	$(BIN)/python tools/cluster_up.py
 
-test: setup prometheus kafka s3 ## Run the test suite (unit; integration, Spark end to end and chaos on Tansu and on Apache Kafka; a Spark cluster with tables on S3)
-	$(BIN)/pytest -q --durations=30
+# The test tiers (tests/README.md). TEST_REPORTS=DIR makes each test target write its JUnit XML (every test's
+# duration) to DIR/<target>.xml; .ci/run sets it and prints a summary of them at the end of the CI log.
+FAST := not broker and not spark and not postgres and not slow
+junit = $(if $(TEST_REPORTS),--junitxml=$(TEST_REPORTS)/$(1).xml)
+
+test: setup prometheus kafka s3 ## Run the whole test suite (unit; integration and chaos on Tansu and on Apache Kafka; Spark end to end on Kafka; a Spark cluster with tables on S3)
+	$(BIN)/pytest -q --durations=30 $(call junit,test)
+
+test-fast: setup ## The fast tier: the tests that need no broker, Spark or PostgreSQL (a few minutes)
+	$(BIN)/pytest -q --durations=15 -m "$(FAST)" tests/unit $(call junit,test-fast)
 
 lint: setup ## ruff, mypy and the layers contract
 	$(BIN)/ruff check .
@@ -56,7 +64,7 @@ lint: setup ## ruff, mypy and the layers contract
 	$(BIN)/mypy
 	$(BIN)/pytest -q -p no:cacheprovider tests/unit/test_layers.py tests/unit/test_dependency_rule.py
 
-demo: setup ## Start the embedded stack and run the demo
+demo: setup kafka ## Fetch Apache Kafka once (Maven), start the stack on it and run the demo
 	$(BIN)/ordo demo
 
 bench: setup ## Benchmarks (quick profile; BENCH_PROFILE=full for the large ones) -> bench/results.json
@@ -65,6 +73,9 @@ bench: setup ## Benchmarks (quick profile; BENCH_PROFILE=full for the large ones
 
 spark-kafka: setup ## Fetch Spark's Kafka connector (spark-sql-kafka-0-10) from Maven Central into ~/.m2 with mvn
 	$(BIN)/python tools/spark_kafka.py
+
+connect-json: setup ## Fetch Kafka Connect's JsonConverter (connect-json) from Maven Central into ~/.m2 with mvn
+	$(BIN)/python tools/connect_json.py
 
 # The oldest PySpark ordo supports, read from pyproject.toml's requirement: CI runs the Spark end-to-end tests of
 # the data source and the Delta API on it too (the main .venv has the newest release). delta-spark (bench-spark)
@@ -77,8 +88,8 @@ test-spark-min: check-java ## The Spark end-to-end tests on the oldest supported
 	$(VENV_MIN)/bin/pip install -q --upgrade pip
 	$(VENV_MIN)/bin/pip install -q "pyspark==$(SPARK_MIN)" -e '.[dev,bench-spark]'
 	$(VENV_MIN)/bin/python -c 'import pyspark, sys; sys.exit(pyspark.__version__ != "$(SPARK_MIN)")'
-	$(VENV_MIN)/bin/pytest -q -p no:cacheprovider tests/e2e/test_datasource.py tests/e2e/test_datasource_streaming.py \
-	  tests/e2e/test_scope.py tests/e2e/test_delta_api.py tests/e2e/test_delta_side_by_side.py
+	$(VENV_MIN)/bin/pytest -q -p no:cacheprovider --durations=10 tests/e2e/test_datasource.py tests/e2e/test_datasource_streaming.py \
+	  tests/e2e/test_scope.py tests/e2e/test_delta_api.py tests/e2e/test_delta_side_by_side.py $(call junit,test-spark-min)
 
 chaos: setup kafka ## Fault-injection suite, full run (a quick version runs inside make test)
 	CHAOS_PROFILE=full $(BIN)/pytest -q -s tests/chaos
@@ -103,4 +114,4 @@ bench-peers-spark: check-java check-mvn ## ordo vs Delta Lake vs Iceberg on Spar
 	$(VENV_BENCH_SPARK)/bin/python tools/spark_lakes.py
 	$(VENV_BENCH_SPARK)/bin/python -m bench peers-spark
 
-.PHONY: help check-java check-mvn kafka s3 cluster setup prometheus test test-spark-min lint demo bench chaos spark-kafka bench-peers-spark
+.PHONY: help check-java check-mvn kafka s3 cluster setup prometheus test test-fast test-spark-min lint demo bench chaos spark-kafka connect-json bench-peers-spark

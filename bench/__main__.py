@@ -2,8 +2,8 @@
 
 Prints a Markdown table and writes ``bench/results.json``: one object per
 benchmark with its figures (ours, the peer's, their ratio, the target) and the
-machine they were measured on. Names: core, throughput, latency, pipeline, apply, fleet, readable, peers, scale,
-spark, datasource, service (default: all, in that order; Spark last); peers-spark (ordo, Delta Lake and
+machine they were measured on. Names: core, throughput, latency, pipeline, apply, fleet, closed-loop, readable, peers, scale,
+spark, datasource, service, compaction (default: all, in that order; Spark last); peers-spark (ordo, Delta Lake and
 Iceberg on Spark: run it alone, from ``make bench-peers-spark``, which builds its venv); object-store (appends on
 S3 against local disk: run it alone, ``python -m bench object-store``). Running some of them replaces
 their entries in an existing ``results.json`` and keeps the others (each entry
@@ -29,12 +29,14 @@ BENCHMARKS = {
     "pipeline": "pipelined commit client",
     "apply": "consumer apply through the broker",
     "fleet": "fleet handover",
+    "closed-loop": "closed-loop writers",
     "readable": "commit to readable",
     "peers": "8 writers vs peers",
     "scale": "scale",
     "spark": "spark",
     "datasource": 'format("ordo") sink and change feed',
     "service": "table service",
+    "compaction": "table service capacity",
     "peers-spark": "peers on Spark",
     "object-store": "appends on S3 vs local disk",
 }

@@ -1,12 +1,25 @@
 """Shared fixtures for every test directory (owned by the Kafka-foundation engineer).
 
-Kafka (every broker-facing test runs on each broker)
+Tiers (tests/README.md)
+    Every test gets the markers of what it needs, from its directory and its
+    fixtures (``pytest_collection_modifyitems``): ``broker`` (tests/integration,
+    tests/chaos, or any test asking for ``broker_kind``), ``spark`` (tests/e2e,
+    or the ``spark`` fixture), ``postgres`` (``postgres_server``, or the
+    ``postgresql`` case of ``catalog_kind``). ``slow`` is set by hand on tests
+    that need none of these but take seconds (a wheel build). ``make test-fast``
+    runs what has none of the four.
+
+Kafka (tests of broker behaviour run on each broker, Spark end-to-end tests on one)
     ``broker_kind`` (session, parametrized)
         ``"tansu"`` or ``"kafka"``: every test that asks for a broker (directly or
         through ``bootstrap_servers``, ``settings``, ...) runs once on each, with
         ids ``[tansu]`` / ``[kafka]``. ``--broker KIND`` (repeatable) or
         ``ORDO_TEST_BROKERS=tansu,kafka`` chooses; default both. A test asserts
         behaviour that differs between the brokers (docs/tansu.md) on this value.
+        The tests of tests/e2e (Spark end to end: their subject is the writer and
+        the readers, not the broker) run on one of the chosen brokers: Apache
+        Kafka, the production broker, when it is chosen. ``@pytest.mark.each_broker``
+        puts an end-to-end test whose subject involves the broker back on each.
     ``bootstrap_servers`` (session)
         ``ORDO_TEST_BOOTSTRAP_SERVERS`` when set (its kind is
         ``ORDO_TEST_BROKER_KIND``, default ``kafka``), else the broker of
@@ -77,6 +90,7 @@ import pytest
 
 from ordo.services.stack import ManagedProcess, ProcessGroup
 from ordo.settings import Settings
+from tests import profiles  # noqa: F401  (loads the Hypothesis profile before any test module is imported)
 
 
 @pytest.fixture(scope="session")
@@ -175,10 +189,50 @@ def pytest_configure(config: pytest.Config) -> None:
     selected_brokers(config)  # a wrong --broker/ORDO_TEST_BROKERS is one usage error, before collection
 
 
+TESTS = Path(__file__).resolve().parent
+PRODUCTION_BROKER = "kafka"
+
+
+def tier_of(path: Path) -> str:
+    """The directory of tests/ a test module lives in: unit, integration, e2e or chaos ("" outside tests/)."""
+    resolved = path.resolve()
+    return resolved.relative_to(TESTS).parts[0] if resolved.is_relative_to(TESTS) else ""
+
+
+def brokers_for(metafunc: pytest.Metafunc) -> list[str]:
+    """The brokers a broker-facing test runs on: each chosen one, or one for a Spark end-to-end test."""
+    chosen = selected_brokers(metafunc.config)
+    if tier_of(metafunc.definition.path) != "e2e" or metafunc.definition.get_closest_marker("each_broker"):
+        return chosen
+    return [PRODUCTION_BROKER if PRODUCTION_BROKER in chosen else chosen[0]]
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """One parameter for every broker-facing test: the broker it runs on."""
     if "broker_kind" in metafunc.fixturenames:
-        metafunc.parametrize("broker_kind", selected_brokers(metafunc.config), indirect=True, scope="session")
+        metafunc.parametrize("broker_kind", brokers_for(metafunc), indirect=True, scope="session")
+
+
+TIER_MARKERS = {"integration": ("broker",), "chaos": ("broker",), "e2e": ("spark",), "unit": ()}
+FIXTURE_MARKERS = {"broker_kind": "broker", "spark": "spark", "postgres_server": "postgres"}
+
+
+def needs(item: pytest.Item) -> set[str]:
+    """The services ``item`` needs: its directory's, its fixtures', PostgreSQL for the ``postgresql`` catalog case."""
+    found = set(TIER_MARKERS.get(tier_of(item.path), ()))
+    fixtures = getattr(item, "fixturenames", ())
+    found.update(marker for fixture, marker in FIXTURE_MARKERS.items() if fixture in fixtures)
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and callspec.params.get("catalog_kind") == "postgresql":
+        found.add("postgres")
+    return found
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test with the services it needs, so that ``-m "not broker and ..."`` selects a tier."""
+    for item in items:
+        for name in sorted(needs(item)):
+            item.add_marker(name)
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ never sees it, exactly what the race looks like from a reader.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -58,3 +59,76 @@ def drop_offsets_once(offsets: set[int], topic: str | None = None) -> Callable[[
         return False
 
     return drop
+
+
+class LateConsumer:
+    """Delegates to ``real``, but hands nothing out for ``delay`` seconds after each assignment.
+
+    A test double for a loaded machine (issue 32): the first records after
+    ``assign()`` there took up to 1.1 s to arrive, while the broker's other
+    clients were answered at once. Nothing is lost; it only comes late.
+    """
+
+    def __init__(self, real: Any, delay: float) -> None:
+        self._real = real
+        self.delay = delay
+        self.assignments = 0
+        self._until = 0.0
+
+    def _assigned(self) -> None:
+        self.assignments += 1
+        self._until = time.monotonic() + self.delay
+
+    def _late(self, timeout: float) -> bool:
+        remaining = self._until - time.monotonic()
+        if remaining <= 0:
+            return False
+        time.sleep(max(0.0, min(remaining, timeout if timeout >= 0 else remaining)))
+        return True
+
+    def assign(self, partitions: Any) -> None:
+        self._real.assign(partitions)
+        self._assigned()
+
+    def incremental_assign(self, partitions: Any) -> None:
+        self._real.incremental_assign(partitions)
+        self._assigned()
+
+    def poll(self, timeout: float = -1) -> Any:
+        return None if self._late(timeout) else self._real.poll(timeout)
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Any]:
+        return [] if self._late(timeout) else self._real.consume(num_messages=num_messages, timeout=timeout)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+def lossy_decision_reader(settings: Any, every: int) -> None:
+    """In a writer process: its commit clients' live decision readers lose every ``every``-th offset once.
+
+    Their re-readers, history reads and probes read everything: the loss is a
+    live fetch's, as Tansu's race is (docs/tansu.md). Installed by replacing
+    ``confluent_kafka.Consumer`` for the rest of the process.
+    """
+    import confluent_kafka
+
+    real_class = confluent_kafka.Consumer
+    group = f"{settings.topic_prefix}.commit-client"
+    lost: set[tuple[str, int]] = set()
+    lock = threading.Lock()
+
+    def drop(message: Any) -> bool:
+        key = (message.topic(), message.offset())
+        with lock:
+            if message.offset() % every != every - 1 or key in lost:
+                return False
+            lost.add(key)
+            return True
+
+    def factory(config: dict[str, Any]) -> Any:
+        consumer = real_class(config)
+        live = config.get("group.id") == group and str(config.get("client.id", "")).endswith(".decisions")
+        return LossyConsumer(consumer, drop) if live else consumer
+
+    confluent_kafka.Consumer = factory

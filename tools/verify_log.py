@@ -19,11 +19,11 @@ FINGERPRINTS = {  # single-object fingerprint (hex, as on the wire) -> writer sc
     "8235c4f8ca62743d": "CommitIntent.0.3.avsc", "2813117929b86fb5": "CommitDecision.0.3.avsc",
     "ce1394934ddb6200": "CommitIntent.0.4.avsc", "890f1bacfd0b8293": "CommitDecision.0.4.avsc",
     "2efbb1b4137256c1": "CommitIntent.0.5.avsc", "51b1ba13e983e364": "CommitDecision.0.5.avsc",
+    "acc68ae92138eaa1": "CommitIntent.0.6.avsc", "64d0f74c1af54dfa": "CommitDecision.0.6.avsc",
 }  # fmt: skip
 SCHEMAS = {fp: fastavro.parse_schema(json.loads((HISTORY / f).read_text())) for fp, f in FINGERPRINTS.items()}
-DATA_CHANGES = {"CREATE_TABLE", "INSERT_INTO", "INSERT_OVERWRITE", "TRUNCATE", "UPDATE", "DELETE", "ALTER_TABLE"}
-DATA_CHANGES |= {"RESTORE"}  # since 0.4
-CARRY_METADATA = {"CREATE_TABLE", "ALTER_TABLE"}
+CARRY_METADATA = {"CREATE_TABLE", "ALTER_TABLE", "ADD_CONSTRAINT", "DROP_CONSTRAINT"}  # the last two since 0.6
+DATA_CHANGES = {"INSERT_INTO", "INSERT_OVERWRITE", "TRUNCATE", "UPDATE", "DELETE", "RESTORE"} | CARRY_METADATA  # fmt: skip
 
 
 def sha(data):
@@ -94,7 +94,8 @@ def fold(table, records):
         if d["table"] != table or d["intent_offset"] <= last:
             p.append("wrong_table" if d["table"] != table else "repeated_intent" if d["intent_offset"] == last else "reordered")  # fmt: skip
         p[:0], chain = ["chain"] if d["prev_hash"] != chain else [], sha(value)
-        if {"wrong_table", "repeated_intent", "reordered"} & set(p):  # nothing more is checked of such a record
+        # nothing more is checked of such a record (a wrong table's intent offset counts in another intents topic)
+        if {"wrong_table", "repeated_intent", "reordered"} & set(p):
             continue
         last = d["intent_offset"]
         if d["outcome"] != "ACCEPTED" or d["duplicate_of"] is not None or op is None or v is None:
@@ -103,13 +104,13 @@ def fold(table, records):
         p += [name for name, broken in [
             ("second_create", op == "CREATE_TABLE" and meta is not None), ("no_create", op != "CREATE_TABLE" and meta is None),
             ("version_gap", v > version + 1), ("version_reused", v <= version),
-            ("time_version", (op in DATA_CHANGES) != (t is not None)), ("time_version", t is not None and time is not None and t <= time),
+            ("time_version", (op in DATA_CHANGES) != (t is not None) or (t is not None and time is not None and t <= time)),
             ("no_metadata", op in CARRY_METADATA and d["metadata"] is None),
             ("not_live", len(set(d["removed_files"])) != len(d["removed_files"])), ("already_live", len({f["path"] for f in files}) != len(files)),
             ("partition", meta is not None and any(set(f["partition"]) != set(meta["partition_columns"]) for f in files)),
         ] if broken]  # fmt: skip
         time, version = t if t is not None else time, v
-        meta = d["metadata"] if op in CARRY_METADATA and d["metadata"] is not None else meta
+        meta = d["metadata"] or meta  # any accepted commit that carries metadata sets it (writes: since 0.5)
     return found
 
 

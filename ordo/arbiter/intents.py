@@ -5,14 +5,23 @@ offset after its last decided intent: the decisions log is the progress
 marker). Every record a fetch skipped is re-read and put back in place
 (``kernel.logread``; Tansu skips some under concurrent appends, docs/tansu.md).
 
-Idle (no intent for ``idle_after`` seconds, no open transaction), the consumer
-is unassigned and a *doorbell* consumer with the long fetch wait watches the
-logs instead: Tansu answers an empty fetch only after the full
-``fetch.wait.max.ms``, so the short wait that keeps decisions fast would cost the
-broker a fetch per millisecond per idle consumer. The doorbell's records are
-never decided; the first one wakes the intents consumer, assigned again where it
-was (``assign()`` fetches within a millisecond; librdkafka's ``resume()`` can
-take a second), which reads it with gaps checked.
+Idle (every intents log read to its end, then no intent for ``idle_after``
+seconds outside a transaction), the consumer is unassigned and a *doorbell*
+consumer with the long fetch wait watches the logs instead: Tansu answers an
+empty fetch only after the full ``fetch.wait.max.ms``, so the short wait that
+keeps decisions fast would cost the broker a fetch per millisecond per idle
+consumer. The doorbell's records are never decided; the first one wakes the
+intents consumer, assigned again where it was (``assign()`` fetches within a
+millisecond on a quiet machine; librdkafka's ``resume()`` can take a second),
+which reads it with gaps checked.
+
+"Read to its end" is the consumer's end-of-partition event, not a quiet
+spell: on a loaded machine the first records after an ``assign()`` took up to
+1.1 s, and an arbiter that slept again after ``idle_after`` seconds without a
+record slept before reading what woke it, was woken at once by the doorbell,
+and so on, deciding nothing for minutes while every writer timed out (issue
+32). Time in a transaction does not count as idle either: a commit slower than
+``idle_after`` put the arbiter to sleep between two batches of a busy table.
 """
 
 from __future__ import annotations
@@ -79,7 +88,8 @@ class IntentReader:
         self._prom = prom
         self._doorbell: Any = None  # while idle: the only fetcher of the intents logs, with the long wait
         self._gaps: Any = None
-        self._last_work = time.monotonic()
+        self._last_work = time.monotonic()  # the last record, wake-up or transaction: the idle clock starts there
+        self._unread: set[str] = set()  # assigned intents logs not read to their end since a record or assignment
 
     def open(self) -> None:
         """Create the consumers (nothing assigned yet)."""
@@ -92,8 +102,7 @@ class IntentReader:
             transactional=False,
             consumer=self.consumer,
             name="arbiter intents",
-            keep_eof=False,
-            stats=self._metrics.intent_gaps,
+            stats=self._metrics.intent_gaps,  # end-of-partition events kept: they say a log is read to its end
         )
 
     def warm(self) -> None:
@@ -107,6 +116,7 @@ class IntentReader:
 
         self.consumer.incremental_assign([TopicPartition(topic, 0, offset)])
         self._gaps.expect(topic, offset)
+        self._unread.add(topic)
         if self.idle:
             self.wake()  # a new table: fetch everything with the short wait again
 
@@ -115,6 +125,7 @@ class IntentReader:
         from confluent_kafka import TopicPartition
 
         self._gaps.forget(topic)
+        self._unread.discard(topic)
         try:
             self.consumer.incremental_unassign([TopicPartition(topic, 0)])
         except Exception:  # not assigned
@@ -125,21 +136,22 @@ class IntentReader:
 
         ``consume(n, timeout)`` waits until it has ``n`` records or the timeout
         passed, which would add the whole timeout to every decision at low load;
-        ``poll`` returns with the first record. Idle for ``idle_after`` seconds
-        outside a transaction, the doorbell takes over.
+        ``poll`` returns with the first record. Once every intents log is read
+        to its end and ``idle_after`` seconds passed outside a transaction
+        without a record, the doorbell takes over.
         """
         messages = self._next(room, in_txn)
         now = time.monotonic()
-        if messages:
-            self._last_work = now
-        elif not in_txn and not self.idle and now - self._last_work >= self.idle_after:
+        if messages or in_txn:
+            self._last_work = now  # a transaction's end, not its start, begins the idle clock
+        elif not self.idle and not self._unread and now - self._last_work >= self.idle_after:
             self._sleep()
         return messages
 
     def _next(self, room: int, in_txn: bool) -> list[Any]:
         consumer = self.consumer
         if in_txn:
-            return self._gaps.check(consumer.consume(num_messages=room, timeout=0))  # type: ignore[no-any-return]
+            return self._records(consumer.consume(num_messages=room, timeout=0))
         if self.idle:
             ring = self._doorbell.poll(self.poll_timeout)
             if ring is None or ring.error() is not None:
@@ -148,8 +160,22 @@ class IntentReader:
         first = consumer.poll(self.poll_timeout)
         if first is None:
             return []
-        batch = [first, *consumer.consume(num_messages=room - 1, timeout=0)] if room > 1 else [first]
-        return self._gaps.check(batch)  # type: ignore[no-any-return]
+        return self._records([first, *consumer.consume(num_messages=room - 1, timeout=0)] if room > 1 else [first])
+
+    def _records(self, batch: list[Any]) -> list[Any]:
+        """``batch`` gap-checked, without its end-of-partition events: each marks its log read to the end."""
+        from confluent_kafka import KafkaError
+
+        out = []
+        for message in self._gaps.check(batch):
+            error = message.error()
+            if error is not None and error.code() == KafkaError._PARTITION_EOF:
+                self._unread.discard(message.topic())
+                continue
+            if error is None:
+                self._unread.add(message.topic())
+            out.append(message)
+        return out
 
     def _resume_at(self) -> list[Any]:
         from confluent_kafka import TopicPartition
@@ -174,7 +200,9 @@ class IntentReader:
     def wake(self) -> None:
         """Work arrived (or a table): stop the doorbell, assign the intents consumer again where it stopped."""
         self._doorbell.unassign()
-        self.consumer.assign(self._resume_at())
+        start = self._resume_at()
+        self.consumer.assign(start)
+        self._unread = {tp.topic for tp in start}  # not idle again before the consumer read each to its end
         self.idle = False
         self._last_work = time.monotonic()
 
@@ -196,6 +224,7 @@ class IntentReader:
         self._gaps.attach(self.consumer)
         for topic, offset in positions:
             self._gaps.expect(topic, offset)
+        self._unread = {topic for topic, _ in positions}
         old.close()
 
     def lag(self, tables: Iterable[tuple[str, str, int]]) -> dict[str, int]:

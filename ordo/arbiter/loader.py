@@ -29,9 +29,11 @@ from typing import Any
 
 from ordo.arbiter import checkpoint as checkpoints
 from ordo.arbiter.core import TableState, fold_record, new_state
+from ordo.arbiter.intents import consumer_config
 from ordo.arbiter.metrics import ArbiterMetrics
 from ordo.kernel.errors import BrokerUnavailableError, OrdoError
-from ordo.kernel.logread import GapChecker, LogReadError, read_to_end
+from ordo.kernel.logread import GapChecker, LogReadError, decisions_follow, read_to_end
+from ordo.kernel.settings import Settings
 from ordo.schemas import CommitDecision, chain_hash, decode
 from ordo.schemas.decisionlog import BrokenLogError, LogProblem
 from ordo.schemas.signing import ChainVerifier, Trust, signature_of
@@ -39,6 +41,22 @@ from ordo.schemas.signing import ChainVerifier, Trust, signature_of
 log = logging.getLogger("ordo.arbiter")
 
 KAFKA_TIMEOUT = 30.0
+
+
+def rebuild_reader(settings: Settings, metrics: ArbiterMetrics) -> tuple[Any, GapChecker]:
+    """The kept consumer, and its gap checker, that ``StateLoader`` reads every decisions log with."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(consumer_config(settings, "rebuild"))
+    checker = GapChecker(
+        consumer_config(settings, "rebuild-reread"),
+        transactional=True,
+        consumer=consumer,
+        name="arbiter rebuild",
+        stats=metrics.decision_gaps,
+        follows=decisions_follow,  # a decision skipped inside a transaction breaks the hash chain: re-read
+    )
+    return consumer, checker
 
 
 class ArbiterStateError(OrdoError):
@@ -260,4 +278,5 @@ __all__ = [
     "StateLoader",
     "Stopped",
     "checkpoint_mismatch",
+    "rebuild_reader",
 ]

@@ -75,6 +75,11 @@ class ArbiterPrometheus:
             "ordo_arbiter_idle_sleeps", "Times the intents consumer paused for want of work (doorbell on)", registry=r
         )
         self.tables = Gauge("ordo_arbiter_tables", "Tables this arbiter owns", registry=r)
+        self.unserved = Gauge(
+            "ordo_arbiter_tables_unserved",
+            "Tables the fleet's group assigns this arbiter but it cannot serve (it reports not ready)",
+            registry=r,
+        )
         self._children: dict[tuple[str, str, str], Any] = {}
         self.server: Any = None
 

@@ -10,9 +10,11 @@ The service is made of named parts, each in its module:
 
 * ``arbiter.ownership.Ownership``: which tables this arbiter owns (a static
   ``--shard``, or its share of a fleet's consumer group);
-* ``arbiter.sink.TransactionalSink``: a transactional producer per owned table
-  (``<prefix>.arbiter.table.<table>``: fencing is per table), begin, produce,
-  commit, abort, the held signed record, fencing errors;
+* ``arbiter.producers.TableProducers``: a transactional producer per owned
+  table (``<prefix>.arbiter.table.<table>``: fencing is per table), taken under
+  the table's tenure, fencing errors;
+* ``arbiter.sink.TransactionalSink``: begin, produce, commit, abort, the held
+  signed record;
 * ``arbiter.loader.StateLoader``: a table's state from its checkpoint and the
   tail of its decisions log (``kernel.logread.read_to_end`` and the one fold of
   ``schemas.decisionlog``);
@@ -35,6 +37,12 @@ exactly the tables both own: the one that took a table later wins it; the other
 is fenced at its next decision for that table and exits (code 3); a fleet
 member drops the table instead. A batch that touched several tables commits
 each table's transaction in turn.
+
+A fleet member never waits on a table the group took away: the sink drops it
+at its next attempt to end the transaction (``TransactionalSink.serves``) and
+lists it in ``failed``, and ``OwnedTables.settle`` drops it after each step. Every
+retry is bounded (one ``commit_timeout`` per batch), so one table cannot hold
+the others for longer.
 """
 
 from __future__ import annotations
@@ -49,13 +57,14 @@ from ordo.arbiter.checkpointer import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHECKPOI
 from ordo.arbiter.core import TableState
 from ordo.arbiter.decider import Decider, Rebuild
 from ordo.arbiter.intents import IDLE_AFTER, IntentReader, consumer_config
-from ordo.arbiter.loader import ArbiterStateError, StateLoader, Stopped
+from ordo.arbiter.loader import ArbiterStateError, StateLoader, Stopped, rebuild_reader
 from ordo.arbiter.metrics import ArbiterMetrics
 from ordo.arbiter.ownership import Ownership, default_group, parse_shard, shard_of
 from ordo.arbiter.prom import ArbiterPrometheus
 from ordo.arbiter.sink import (
     KAFKA_TIMEOUT,
     TableFencedError,
+    TableLostError,
     TransactionalSink,
     is_fenced,
     table_transactional_id,
@@ -65,7 +74,6 @@ from ordo.arbiter.tables import OwnedTables
 from ordo.kernel.admin import existing_topics, topic_policy
 from ordo.kernel.errors import ArbiterFencedError, BrokerUnavailableError
 from ordo.kernel.keys import arbiter_signer, reader_trust
-from ordo.kernel.logread import GapChecker
 from ordo.kernel.ready import ARBITER_READY
 from ordo.kernel.settings import Settings
 
@@ -128,6 +136,7 @@ class ArbiterService:
             ownership=self.ownership.describe,
             commit_timeout=commit_timeout,
             stop=self._stop,
+            tenure=self.ownership.tenure,
         )
         self.checkpointer = Checkpointer(
             settings.state_dir if state_dir is None else state_dir,
@@ -192,7 +201,6 @@ class ArbiterService:
 
     def start(self) -> None:
         """Fence older arbiters, discover tables and rebuild their state."""
-        from confluent_kafka import Consumer
         from confluent_kafka.admin import AdminClient
 
         # 0. Keys first: a misconfigured arbiter stops before it fences anyone.
@@ -208,15 +216,7 @@ class ArbiterService:
         #    and end its open transaction. Each table is then taken through its own producer (``OwnedTables``).
         self.sink.fence_shard(self.shard)
         self.intents.open()
-        self._reader = Consumer(consumer_config(self.settings, "rebuild"))
-        self._reader_gaps = GapChecker(
-            consumer_config(self.settings, "rebuild-reread"),
-            transactional=True,
-            consumer=self._reader,
-            name="arbiter rebuild",
-            stats=self.metrics.decision_gaps,
-        )
-        reader = (self._reader, self._reader_gaps)
+        reader = self._reader, self._reader_gaps = rebuild_reader(self.settings, self.metrics)
         self.owned.loader = StateLoader(reader, trust, self.metrics, self.checkpointer.read, self._stop)
         self.owned.policy = topic_policy(self._admin, self.settings, timeout=KAFKA_TIMEOUT)
         self.checkpointer.remove_stale()
@@ -291,7 +291,7 @@ class ArbiterService:
                 self._log_metrics()
                 next_metrics = now + self.metrics_interval
             elif now >= next_lag:
-                self._update_lag()
+                self.owned.update_lag()
                 next_lag = now + LAG_INTERVAL
             messages = self.intents.fetch(self.batch_cap - sink.records, sink.in_txn)
             if messages:
@@ -301,6 +301,12 @@ class ArbiterService:
 
     def _guard(self, step: Any, *args: Any) -> None:
         """Run one loop step; on an abortable failure abort, rebuild and re-seek; on fencing raise (fleet: drop)."""
+        try:
+            self._step(step, *args)
+        finally:
+            self.owned.settle()
+
+    def _step(self, step: Any, *args: Any) -> None:
         from confluent_kafka import KafkaException
 
         try:
@@ -313,11 +319,11 @@ class ArbiterService:
         except TableFencedError as exc:
             if self.group is None:
                 raise
-            # A newer owner took the table(s): drop them, abort and rebuild the others' open transactions.
-            # A table named by the error is not taken again until the group assigns it anew; when the
-            # error names none, every open one is dropped and the next discovery takes back what is ours.
+            # The group or a newer owner took the table(s): drop them, abort and rebuild the others' open
+            # transactions. A table named by the error is not taken again under the same assignment (``fail``);
+            # when the error names none, every open one is dropped and the next discovery takes back what is ours.
             if exc.table is not None:
-                self.owned.lose(exc.table, f"fenced by its new owner ({exc})")
+                self.owned.fail(exc.table, exc)
             for name in sorted(self.sink.open) if exc.table is None else []:
                 self.owned.drop(name, f"fenced by its new owner ({exc})")
             if self.sink.in_txn:
@@ -364,7 +370,8 @@ class ArbiterService:
             return
         started = self.sink.started
         records = self.sink.commit()
-        batch, self._batch = self._batch, {}
+        dropped = {name for name, _ in self.sink.failed}  # not committed: ``owned.settle`` tells the tables why
+        batch, self._batch = {name: span for name, span in self._batch.items() if name not in dropped}, {}
         log_batch(records, batch, started)
         self.metrics.batches += 1
         self.metrics.batched_records += records
@@ -377,26 +384,17 @@ class ArbiterService:
         """Abort the open transactions, rebuild the tables they touched and re-seek every table's intents."""
         self.metrics.aborts += 1
         self.prom.aborts.inc()
-        touched, fenced = self.sink.abort()
+        touched = self.sink.abort()
         self._batch = {}
-        for name, exc in fenced:
-            self.owned.lose(name, f"fenced by its new owner ({exc})")
+        self.owned.settle()
         self.owned.reload(touched)
         freeze_state(full=True)
         self.intents.restart()
         log.info("rebuilt %d table(s) after an aborted transaction", len(touched))
 
     def _log_metrics(self) -> None:
-        self._update_lag()
+        self.owned.update_lag()
         log.info(json.dumps({"event": "metrics", **self.metrics.snapshot()}))
-
-    def _update_lag(self) -> None:
-        """Intents lag per table from the consumer's cached high watermarks (no broker round trip)."""
-        lag = self.owned.lag()
-        for name, value in lag.items():
-            self.prom.lag.labels(name).set(value)
-        self.metrics.lag = lag
-        self.prom.health.degraded = {name: "left undecided until restart" for name in sorted(self.owned.broken)}
 
 
 def log_batch(records: int, batch: dict[str, tuple[int, int]], started: float) -> None:
@@ -461,6 +459,7 @@ __all__ = [
     "ArbiterService",
     "ArbiterStateError",
     "TableFencedError",
+    "TableLostError",
     "default_group",
     "parse_shard",
     "run_arbiter",

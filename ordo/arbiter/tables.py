@@ -7,6 +7,12 @@ the decisions log (``StateLoader``), so the load sees everything the older
 owner will ever have written; then its intents are read from the offset after
 its last decided intent. A table whose decisions log cannot be folded is left
 undecided until restart (``broken``); the others go on.
+
+A fleet member drops a table the group took away as soon as it learns it
+(``serve_group``, or a failure the sink reports: ``fail``). A table it holds
+but cannot serve (``cannot_serve``) is dropped too, and the member reports not
+ready until the group takes the table away or assigns it anew
+(``Ownership.poll`` gives the member's tables up if the group does neither).
 """
 
 from __future__ import annotations
@@ -22,9 +28,11 @@ from ordo.arbiter.loader import ArbiterStateError, OwnedTable, StateLoader, Stop
 from ordo.arbiter.metrics import ArbiterMetrics
 from ordo.arbiter.ownership import Ownership
 from ordo.arbiter.prom import ArbiterPrometheus
-from ordo.arbiter.sink import KAFKA_TIMEOUT, TransactionalSink
+from ordo.arbiter.sink import KAFKA_TIMEOUT, TableFencedError, TableLostError, TransactionalSink
 from ordo.kernel.admin import DECISIONS_CONFIG, TopicPolicy, create_topics, existing_topics, lossy_topics
+from ordo.kernel.errors import BrokerUnavailableError
 from ordo.kernel.logread import warm_metadata
+from ordo.kernel.membership import Changes
 from ordo.schemas import decisions_topic
 from ordo.schemas.decisionlog import BrokenLogError
 
@@ -81,12 +89,22 @@ class OwnedTables:
         # librdkafka's leader query; a full metadata request fills the cache now.
         warm_metadata(reader, KAFKA_TIMEOUT)
         self.intents.warm()
-        self.sink.take_all([name for name, _ in new if name not in self.sink.producers])
+        failures = self.sink.take_all([name for name, _ in new if name not in self.sink.producers])
         for name, topic in new:
             table = OwnedTable(name, topic, decisions_topic(self.prefix, name), new_state(name))
             try:
+                if name in failures:
+                    raise failures[name]
                 self.sink.take(name)  # fence the table's previous owner before reading what it wrote
                 self.load(table)
+            except TableLostError as exc:
+                log.info("table %s not taken: %s", name, exc)
+                continue
+            except (TableFencedError, BrokerUnavailableError) as exc:
+                if self.ownership.group is None:
+                    raise
+                self.cannot_serve(name, f"its producer could not be initialised: {exc}")
+                continue
             except (BrokenLogError, ArbiterStateError) as exc:
                 log.error(
                     "table %s left undecided until restart: %s",
@@ -163,23 +181,60 @@ class OwnedTables:
         self.metrics.tables = len(self.by_topic)
         log.info("table %s dropped: %s", name, why)
 
-    def lose(self, name: str, why: str) -> None:
-        """``name`` was fenced away by its new owner: drop it, not taken again until the group assigns it anew."""
-        self.ownership.lose(name)
-        self.drop(name, why)
+    def fail(self, name: str, error: TableFencedError) -> None:
+        """The sink dropped ``name`` after ``error``: the group took it (drop it), or it cannot be served."""
+        if isinstance(error, TableLostError) or self.ownership.tenure(name) is None:
+            self.drop(name, f"taken away by the group ({error})")
+        else:
+            self.cannot_serve(name, str(error))
+
+    def cannot_serve(self, name: str, why: str) -> None:
+        """A table this member holds but cannot serve: dropped, reported (``/readyz``), not taken again until the
+        group assigns it anew; the member gives its tables up if the group keeps it here (``Ownership.poll``)."""
+        self.ownership.cannot_serve(name, why)
+        log.error("table %s cannot be served: %s", name, why, extra={"event": "table_unserved", "table": name})
+        self.drop(name, "cannot be served")
+        self.report()
 
     def serve_group(self) -> bool:
-        """Fleet: serve the group (between transactions); drop what it revoked or lost; True when it changed."""
+        """Fleet: serve the group (between transactions); drop every table it revoked or lost, or assigned anew
+        since it was taken (lost and back: its producer is stale); True when it changed."""
         changes = self.ownership.poll()
-        for name in sorted(changes.revoked):
-            self.drop(name, "revoked by the group")
-        for name in sorted(changes.lost):
-            self.drop(name, "lost (this arbiter left the group: paused or partitioned away)")
+        if changes:
+            for table in self:
+                if not self.sink.serves(table.name):
+                    self.drop(table.name, self._why_gone(table.name, changes))
+        if changes or self.prom.health.not_serving:
+            self.report()
         return bool(changes)
 
-    def lag(self) -> dict[str, int]:
-        """Intents lag per table (cached high watermarks)."""
-        return self.intents.lag((t.name, t.intents, t.state.next_offset) for t in self.by_topic.values())
+    @staticmethod
+    def _why_gone(name: str, changes: Changes) -> str:
+        if name in changes.revoked:
+            return "revoked by the group"
+        if name in changes.lost:
+            return "lost (this arbiter left the group: paused or partitioned away)"
+        return "lost and assigned anew (this arbiter left the group and joined again): taken again"
+
+    def report(self) -> None:
+        """Readiness and the unserved-tables gauge: ready only while every table this member holds is served."""
+        unserved = self.ownership.not_serving()
+        self.prom.health.not_serving = unserved
+        self.prom.unserved.set(len(unserved))
+
+    def update_lag(self) -> None:
+        """Intents lag per table from the consumer's cached high watermarks (no broker round trip), and the
+        stopped tables, for the operator."""
+        lag = self.intents.lag((t.name, t.intents, t.state.next_offset) for t in self.by_topic.values())
+        for name, value in lag.items():
+            self.prom.lag.labels(name).set(value)
+        self.metrics.lag = lag
+        self.prom.health.degraded = {name: "left undecided until restart" for name in sorted(self.broken)}
+
+    def settle(self) -> None:
+        """Drop the tables the sink dropped after a failure (fleet): taken away by the group, or unservable."""
+        for name, error in self.sink.take_failed():
+            self.fail(name, error)
 
 
 __all__ = ["OwnedTables"]

@@ -68,6 +68,7 @@ def metadata_ready(bootstrap_servers: str, timeout: float = 2.0) -> bool:
             "bootstrap.servers": bootstrap_servers,
             "socket.connection.setup.timeout.ms": 1000,
             "client.id": "ordo.broker-probe",
+            "log_level": 0,  # each refused connection while the broker starts is expected: no librdkafka line
         }
     )
     try:

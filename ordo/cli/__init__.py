@@ -9,6 +9,7 @@ one line, ``error: <sentence>``, and exits with status 1, never a traceback
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 import click
@@ -20,7 +21,19 @@ EXIT_ERROR = 1
 
 
 class OrdoGroup(click.Group):
-    """A click group that turns ``OrdoError``s into ``error: <message>`` and exit status 1."""
+    """A click group that turns ``OrdoError``s into ``error: <message>`` and exit status 1.
+
+    Run as the ``ordo`` program (``main()`` without arguments: ``python -m ordo``, the console script), it is
+    ``PROGRAM``: with ``--log-format json`` (or ``ORDO_LOG_FORMAT=json``) every line it writes is JSON from the
+    start, its usage errors included (``ordo.cli.logs``).
+    """
+
+    def main(self, args: Any = None, *rest: Any, **extra: Any) -> Any:
+        if args is None:
+            PROGRAM["on"] = True
+            if _json_wanted(sys.argv[1:]):
+                _log_json_now()
+        return super().main(args, *rest, **extra)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -29,14 +42,46 @@ class OrdoGroup(click.Group):
             if os.environ.get("ORDO_DEBUG"):
                 raise
             message = " ".join(str(exc).split("\n", 1)[0].split()) or type(exc).__name__
-            click.echo(f"error: {message}", err=True)
+            _report_error(message)
             ctx.exit(EXIT_ERROR)
+
+
+PROGRAM = {"on": False}  # this process is the ``ordo`` program, not a host calling the CLI (a test's CliRunner)
+
+
+def _json_wanted(argv: list[str]) -> bool:
+    """``--log-format json`` anywhere on the command line, else ``ORDO_LOG_FORMAT=json``."""
+    for index, arg in enumerate(argv):
+        if arg == "--log-format" and index + 1 < len(argv):
+            return argv[index + 1].lower() == "json"
+        if arg.startswith("--log-format="):
+            return arg.split("=", 1)[1].lower() == "json"
+    return os.environ.get("ORDO_LOG_FORMAT", "").strip().lower() == "json"
+
+
+def _log_json_now() -> None:
+    """JSON logs before the settings are read, so that a usage error or a bad setting is JSON too."""
+    from ordo.cli.logs import COMMAND_LEVEL, configure_logging
+
+    configure_logging(COMMAND_LEVEL, "json", program=PROGRAM["on"])
+
+
+def _report_error(message: str) -> None:
+    """``error: <message>`` on stderr: a line of text, or in ``json`` one record of the ``ordo`` logger."""
+    from ordo.cli.logs import current_format
+
+    if current_format() == "json":
+        import logging
+
+        logging.getLogger("ordo").error("error: %s", message)
+    else:
+        click.echo(f"error: {message}", err=True)
 
 
 pass_settings = click.make_pass_decorator(Settings)
 
 # The long-running commands log at info by default; the others at warning (their output is the answer).
-SERVICES = {"up", "broker", "arbiter", "consumer", "compactor", "demo"}
+SERVICES = {"up", "broker", "arbiter", "consumer", "compactor", "cdc", "demo"}
 LOG_LEVELS = click.Choice(["debug", "info", "warning", "error", "critical"], case_sensitive=False)
 LOG_FORMATS = click.Choice(["text", "json"], case_sensitive=False)
 
@@ -53,7 +98,7 @@ def _apply_logging(ctx: click.Context) -> None:
     if command not in SERVICES and settings.log_level is None and settings.log_format == "text":
         return  # a one-shot command left alone: Python's own last resort prints warnings to stderr, as before
     default = SERVICE_LEVEL if command in SERVICES else COMMAND_LEVEL
-    configure_logging(settings.log_level or default, settings.log_format)
+    configure_logging(settings.log_level or default, settings.log_format, program=PROGRAM["on"])
 
 
 def _set_logging(name: str) -> Any:
@@ -63,6 +108,7 @@ def _set_logging(name: str) -> Any:
         root = ctx.find_root()
         if isinstance(root.obj, Settings):
             root.obj = root.obj.with_overrides(**{name: value.lower()})
+            ctx.obj = root.obj  # the command's own context copied the old settings when it was made
         _apply_logging(ctx)
 
     return callback
@@ -131,13 +177,27 @@ def main(
             log_format=log_format.lower() if log_format else None,
         )
     except (OSError, ValueError) as exc:
-        if isinstance(exc, OrdoError):
-            raise
-        raise click.UsageError(f"bad settings: {exc}") from exc
+        if not isinstance(exc, OrdoError):
+            raise click.UsageError(f"bad settings: {exc}") from exc
+        if (log_format or os.environ.get("ORDO_LOG_FORMAT", "")).strip().lower() == "json":  # the error, as asked
+            _log_json_now()
+        raise
     _apply_logging(ctx)
 
 
 # --------------------------------------------------------------------------- running the stack
+
+
+def _shard_option(value: str | None) -> str | None:
+    """``--shard I/N`` checked as the flag (``ORDO_CONSUMER_SHARD`` is checked with the settings, by its name)."""
+    from ordo.kernel.validation import parse_shard
+
+    if value is not None:
+        try:
+            parse_shard(value)
+        except ValueError as exc:
+            raise click.BadParameter(f"{exc} (accepted: I/N with 0 <= I < N, e.g. 0/1)") from exc
+    return value
 
 
 def _broker_timeout_option(func: Any) -> Any:
@@ -174,11 +234,17 @@ def _metrics_options(port: int | None, port_note: str = "", host: str | None = "
 
 @main.command()
 @click.option("--port", type=int, default=None, help="TCP port on 127.0.0.1 (default: a free one)")
-def broker(port: int | None) -> None:
+@pass_settings
+def broker(settings: Settings, port: int | None) -> None:
     """Run the embedded Tansu broker in the foreground (in memory only: data is lost when it stops)."""
     from ordo.broker.tansu import run_foreground
+    from ordo.cli.logs import service_echo
 
-    raise SystemExit(run_foreground(port=port, echo=lambda line: click.echo(line, err=line.startswith("WARNING"))))
+    def text(line: str) -> None:
+        click.echo(line, err=line.startswith("WARNING"))
+
+    echo = service_echo("json", "ordo.broker") if settings.log_format == "json" else text
+    raise SystemExit(run_foreground(port=port, echo=echo))
 
 
 @main.command()
@@ -275,6 +341,7 @@ def arbiter(
 @click.option(
     "--shard",
     default=None,
+    callback=lambda ctx, param, value: _shard_option(value),
     help="I/N: follow only the tables with crc32(name) % N == I (several consumers, one PostgreSQL catalog; "
     "default: ORDO_CONSUMER_SHARD or 0/1)",
 )
@@ -300,8 +367,9 @@ def consumer(
     broker_timeout: float,
 ) -> None:
     """Run the consumer: materialize the catalog from the decisions topics and serve reads over HTTP."""
-    from ordo.arbiter.service import parse_shard
+    from ordo.cli.logs import service_echo
     from ordo.consumer.service import run_consumer
+    from ordo.kernel.validation import parse_shard
     from ordo.services.up import check_broker
 
     settings = settings.with_overrides(catalog=catalog, http_host=http_host, http_port=http_port, consumer_shard=shard)
@@ -310,10 +378,6 @@ def consumer(
             f"the consumer writes a SQLite or PostgreSQL catalog; ORDO_CATALOG/--catalog is the HTTP service "
             f"({settings.catalog}): pass --catalog PATH or --catalog postgresql://..."
         )
-    try:
-        parse_shard(settings.consumer_shard)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--shard") from exc
     if group is not None:
         settings = settings.with_overrides(
             consumer_group=group or settings.consumer_group or f"{settings.topic_prefix}.consumers"
@@ -329,7 +393,7 @@ def consumer(
                 f"(got {settings.catalog})"
             )
     check_broker(settings, broker_timeout)
-    raise SystemExit(run_consumer(settings, http=not no_http))
+    raise SystemExit(run_consumer(settings, http=not no_http, echo=service_echo(settings.log_format, "ordo.consumer")))
 
 
 @main.command()
@@ -339,7 +403,19 @@ def consumer(
     "--interval",
     type=click.FloatRange(min=0.1),
     default=None,
-    help="seconds between rounds (default: ORDO_COMPACTOR_INTERVAL or 5)",
+    help="seconds between a table's rewrites (default: ORDO_COMPACTOR_INTERVAL or 5)",
+)
+@click.option(
+    "--parallel-tables",
+    type=click.IntRange(min=1),
+    default=None,
+    help="tables rewritten at once (default: ORDO_COMPACTOR_PARALLEL_TABLES or 2)",
+)
+@click.option(
+    "--fleet",
+    is_flag=True,
+    help="share the tables with the other compactors of the Kafka consumer group ORDO_COMPACTOR_GROUP "
+    "(default <prefix>.compactors); implied when ORDO_COMPACTOR_GROUP is set",
 )
 @_metrics_options(None, " (default: ORDO_COMPACTOR_METRICS_PORT or 8766)")
 @pass_settings
@@ -348,6 +424,8 @@ def compactor(
     master: str | None,
     table_names: str | None,
     interval: float | None,
+    parallel_tables: int | None,
+    fleet: bool,
     metrics_port: int | None,
     metrics_host: str,
     no_metrics: bool,
@@ -356,14 +434,19 @@ def compactor(
 
     Per (partition, bucket): MINOR COMPACT where small files pile up in a hot
     partition, MAJOR COMPACT (or CLUSTER with ordo.cluster_by) in a cold one,
-    CLUSTER beside INSERT-only writes. Table properties: ordo.compaction.enabled,
+    CLUSTER beside INSERT-only writes; one Spark job per table and operation,
+    one commit per partition. Table properties: ordo.compaction.enabled,
     ordo.compaction.min_files, ordo.compaction.cold_seconds, ordo.cluster_by
     (docs/operations.md).
     """
     from ordo.services.compactor import run_compactor
+    from ordo.services.compactor_fleet import default_group
 
     settings = settings.with_overrides(
-        compactor_master=master, compactor_interval=interval, compactor_metrics_port=metrics_port
+        compactor_master=master,
+        compactor_interval=interval,
+        compactor_metrics_port=metrics_port,
+        compactor_parallel_tables=parallel_tables,
     )
     raise SystemExit(
         run_compactor(
@@ -371,6 +454,8 @@ def compactor(
             master=settings.compactor_master,
             tables=[t.strip() for t in (table_names or "").split(",") if t.strip()],
             interval=settings.compactor_interval,
+            parallel_tables=settings.compactor_parallel_tables,
+            group=default_group(settings) if fleet or settings.compactor_group else None,
             metrics_port=None if no_metrics else settings.compactor_metrics_port,
             metrics_host=metrics_host,
         )
@@ -383,17 +468,29 @@ def compactor(
 @click.option(
     "--topic",
     "template",
-    envvar="ORDO_CHANGES_TOPIC",
-    default="{prefix}.{table}.changes",
-    show_default=True,
-    help="the change topic's name, from {prefix} and {table} (ORDO_CHANGES_TOPIC)",
+    default=None,
+    help="the change topic's name, from {prefix} and {table} (default: ORDO_CHANGES_TOPIC or {prefix}.{table}.changes)",
 )
 @click.option(
     "--max-records",
     type=click.IntRange(min=1),
     default=10_000,
     show_default=True,
-    help="records per Kafka transaction at most (a larger commit spans several)",
+    help="row changes per Kafka transaction at most (a larger commit spans several)",
+)
+@click.option(
+    "--format",
+    "record_format",
+    type=click.Choice(["json", "connect-json"], case_sensitive=False),
+    default=None,
+    help="json: Debezium's envelope alone (Flink, Spark); connect-json: with Kafka Connect's schema/payload "
+    "wrapper, for JsonConverter with schemas.enable=true (default: ORDO_CHANGES_FORMAT, else json)",
+)
+@click.option(
+    "--tombstones/--no-tombstones",
+    default=None,
+    help="a tombstone (null value, same key) after each delete, for JDBC sinks and compacted topics "
+    "(default: ORDO_CHANGES_TOMBSTONES, else on, as Debezium's tombstones.on.delete)",
 )
 @_metrics_options(8768)
 @_broker_timeout_option
@@ -402,8 +499,10 @@ def cdc(
     settings: Settings,
     catalog: str | None,
     table_names: str | None,
-    template: str,
+    template: str | None,
     max_records: int,
+    record_format: str | None,
+    tombstones: bool | None,
     metrics_port: int,
     metrics_host: str,
     no_metrics: bool,
@@ -415,25 +514,28 @@ def cdc(
     the consumer's http:// URL); every table, new ones included, unless
     --tables. Resumes after a crash from the topic itself (docs/change-topic.md).
     """
-    import logging
-
-    from ordo.consumer.changetopic import ChangeTopicError, run_change_publisher, topic_name
+    from ordo.cli.logs import service_echo
+    from ordo.consumer.changetopic import run_change_publisher
+    from ordo.kernel.validation import topic_template_problem
     from ordo.services.up import check_broker
 
-    settings = settings.with_overrides(catalog=catalog)
-    try:
-        topic_name(template, settings.topic_prefix, "t")
-    except (ChangeTopicError, KeyError, ValueError, IndexError) as exc:
-        raise click.BadParameter(f"{template!r}: {exc}", param_hint="--topic") from exc
+    if template is not None and (problem := topic_template_problem(template)) is not None:
+        raise click.BadParameter(f"{template!r}: {problem}", param_hint="--topic")
+    settings = settings.with_overrides(
+        catalog=catalog,
+        changes_topic=template,
+        changes_format=None if record_format is None else record_format.lower(),
+        changes_tombstones=tombstones,
+    )
     check_broker(settings, broker_timeout)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     tables = [t.strip() for t in (table_names or "").split(",") if t.strip()]
     raise SystemExit(
         run_change_publisher(
             settings,
-            template=template,
+            template=settings.changes_topic,
             tables=tables,
             max_records=max_records,
+            echo=service_echo(settings.log_format, "ordo.cdc"),
             metrics_port=None if no_metrics else metrics_port,
             metrics_host=metrics_host,
         )
@@ -446,17 +548,16 @@ def cdc(
     "--data",
     "directory",
     default=None,
-    help="catalog, warehouse, keys, logs (and the Kafka data of --broker kafka) here "
-    "(default: a temporary dir; ~/.local/share/ordo/up-kafka with --broker kafka)",
+    help="catalog, warehouse, keys, logs and the Kafka data here (default: ~/.local/share/ordo/up-kafka; "
+    "a temporary dir with --broker tansu)",
 )
 @click.option(
     "--broker",
     "broker",
-    type=click.Choice(["tansu", "kafka"]),
-    default="tansu",
-    show_default=True,
-    help="the local broker to start: Tansu (in memory, zero setup) or Apache Kafka (durable; needs Java, "
-    "and Maven once to fetch it)",
+    type=click.Choice(["kafka", "tansu"]),
+    default=None,
+    help="the local broker to start (default: kafka): a 1-node Apache Kafka (KRaft; durable; needs Java, and Maven once to fetch "
+    "it) or Tansu (in memory, no Java; differs from Kafka: docs/tansu.md)",
 )
 @click.option(
     "--kafka", "kafka_servers", default=None, help="use this Kafka (bootstrap servers) instead of starting one"
@@ -476,17 +577,19 @@ def up(
     http_port: int | None,
     http_host: str | None,
     no_compactor: bool,
-    broker: str,
+    broker: str | None,
 ) -> None:
     """Run the embedded stack in the foreground: broker, arbiter, consumer, compactor (Ctrl-C stops it).
 
-    The default broker is Tansu, in memory only: every table's log is lost when
-    it stops. --broker kafka runs a local Apache Kafka whose data stays in
-    --data (tables survive a restart with the same --data); --kafka uses an
-    existing Kafka. Prints the ORDO_* settings clients
-    need; ORDO_BOOTSTRAP_SERVERS/ORDO_CATALOG/ORDO_WAREHOUSE of this shell are
-    not used (they may point at an earlier run).
+    The broker is a 1-node Apache Kafka (KRaft) whose data stays in --data
+    (tables survive a restart with the same --data); --broker tansu runs the
+    in-memory Tansu instead (every table's log is lost when it stops); --kafka
+    uses an existing Kafka. Prints the ORDO_* settings clients need;
+    ORDO_BOOTSTRAP_SERVERS/ORDO_CATALOG/ORDO_WAREHOUSE of this shell are not
+    used (they may point at an earlier run). With --log-format json every line
+    it and its children write is one JSON object.
     """
+    from ordo.cli.logs import service_echo
     from ordo.services.up import run_up
 
     raise SystemExit(
@@ -498,19 +601,28 @@ def up(
             broker_port=broker_port,
             http_port=settings.http_port if http_port is None else http_port,
             http_host=http_host or settings.http_host,
-            echo=click.echo,
+            echo=service_echo(settings.log_format, "ordo.up"),
             compactor=not no_compactor,
             broker=broker,
+            log_format=settings.log_format,
+            log_level=settings.log_level,
         )
     )
 
 
 @main.command()
-def demo() -> None:
+@click.option(
+    "--broker",
+    type=click.Choice(["kafka", "tansu"]),
+    default="kafka",
+    show_default=True,
+    help="the demo's broker: a 1-node Apache Kafka (fetched by Maven once) or the in-memory Tansu",
+)
+def demo(broker: str) -> None:
     """Concurrent Spark writers checked against the conflict matrix, then the table service beside a stream (~3 min)."""
     from ordo.cli.demo import run_demo
 
-    raise SystemExit(run_demo())
+    raise SystemExit(run_demo(broker=broker))
 
 
 # --------------------------------------------------------------------------- reading the catalog

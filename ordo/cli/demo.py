@@ -1,8 +1,8 @@
 """``ordo demo``: concurrent Spark writers on one table, the conflicts they cause, and what readers see.
 
-It starts the embedded stack (Tansu broker, arbiter, consumer) in a temporary
-directory, creates a partitioned table ``events`` and runs, on a small local
-Spark session:
+It starts the embedded stack (a 1-node Apache Kafka, or Tansu with ``broker=
+"tansu"``; an arbiter, a consumer) in a temporary directory, creates a
+partitioned table ``events`` and runs, on a small local Spark session:
 
 1. seed inserts;
 2. on partition ``dt=2024-05-01``: a minor and a major compaction and an
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from ordo.producer.table import CommitResult, DeltaTable, Transaction
+    from ordo.services.stack import ManagedProcess
 
 TABLE = "events"
 SCHEMA = "id BIGINT, kind STRING, amount BIGINT, dt STRING"
@@ -115,9 +116,12 @@ def _read(result: CommitResult) -> str:
 class Demo:
     """The demo's scenario against a running stack (``settings``) and a Spark session."""
 
-    def __init__(self, spark: Any, settings: Any, narrator: Narrator, workdir: Path) -> None:
+    def __init__(
+        self, spark: Any, settings: Any, narrator: Narrator, workdir: Path, compactor: ManagedProcess | None = None
+    ) -> None:
         self.spark = spark
         self.settings = settings
+        self.compactor = compactor  # the stack's table service, shown at work in the last act
         self.say = narrator.say
         self.narrator = narrator
         self.workdir = workdir
@@ -296,7 +300,11 @@ class Demo:
 
         from ordo.producer.streaming import foreach_batch_committer
         from ordo.producer.table import DeltaTable
-        from ordo.services.compactor import table_layout, writer_rejections_by_service
+        from ordo.services.compactor import READY_LINE, table_layout, writer_rejections_by_service
+
+        if self.compactor is not None:  # its own Spark starts beside the demo's: on a busy machine, after it
+            with self.narrator.working("waiting for the table service's Spark session"):
+                self.compactor.wait_for_line(READY_LINE, timeout=300)
 
         with self.narrator.working(f"creating table {SERVICE_TABLE}"):
             table = DeltaTable.create(
@@ -541,8 +549,9 @@ def _check_java() -> None:
         )
 
 
-def run_demo(console: Console | None = None) -> int:
-    """Run the whole demo; returns the exit code (0 when every concurrent pair agreed with the matrix)."""
+def run_demo(console: Console | None = None, broker: str = "kafka") -> int:
+    """Run the whole demo on ``broker`` (``kafka`` or ``tansu``); returns the exit code (0 when every concurrent pair
+    agreed with the matrix)."""
     from ordo.services.up import EmbeddedStack
     from ordo.spark import local_spark_session
 
@@ -559,22 +568,26 @@ def run_demo(console: Console | None = None) -> int:
             echo=narrator.say,
             compactor=True,
             compactor_args=("--tables", SERVICE_TABLE, "--interval", "2"),
+            broker=broker,
         )
+        broker_name = "Apache Kafka (1 node, KRaft)" if broker == "kafka" else "Tansu (in memory only)"
         failure: list[BaseException] = []
 
-        def start_services() -> None:
+        def start_stack() -> None:
             try:
+                started = time.monotonic()
+                stack.start_broker()
+                narrator.say(f"{broker_name} ready in {time.monotonic() - started:.1f} s")
                 stack.start_services()
             except BaseException as exc:  # re-raised on the main thread
                 failure.append(exc)
 
-        with narrator.working("starting the embedded Tansu broker"):
-            stack.start_broker()
-        # The arbiter and consumer processes and the Spark JVM start side by side: each takes seconds.
-        starter = threading.Thread(target=start_services, name="ordo-demo-stack")
+        # The broker (a JVM for Kafka), then the arbiter and consumer processes, start beside the Spark JVM:
+        # each takes seconds, and the demo needs Spark first.
+        starter = threading.Thread(target=start_stack, name="ordo-demo-stack")
         starter.start()
         try:
-            with narrator.working("starting the arbiter, the consumer and Spark"):
+            with narrator.working(f"starting {broker_name}, the arbiter, the consumer and Spark"):
                 from pyspark.sql import SparkSession
 
                 existing = SparkSession.getActiveSession()
@@ -585,12 +598,12 @@ def run_demo(console: Console | None = None) -> int:
                 raise failure[0]
             assert stack.settings is not None and stack.arbiter is not None and stack.consumer is not None
             narrator.say(
-                f"stack up: Tansu broker {stack.settings.bootstrap_servers} (in memory only), "
+                f"stack up: {broker_name} at {stack.settings.bootstrap_servers}, "
                 f"arbiter pid {stack.arbiter.pid}, consumer pid {stack.consumer.pid} at {stack.url}, "
                 f"compactor pid {stack.compactor.pid if stack.compactor else '-'}"
             )
             narrator.say(f"catalog {stack.catalog_path}, warehouse {stack.warehouse}")
-            demo = Demo(spark, stack.settings, narrator, workdir)
+            demo = Demo(spark, stack.settings, narrator, workdir, stack.compactor)
             try:
                 demo.run()
                 report = demo.report(console)

@@ -39,7 +39,7 @@ import json
 import os
 import re
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -47,16 +47,14 @@ from typing import TYPE_CHECKING, Any
 from ordo.consumer.errors import DataFileError
 from ordo.kernel.objectstore import filesystem
 from ordo.schemas.buckets import bucket_of_text
+from ordo.schemas.dispatch import OperationTable
 from ordo.schemas.models import parse_ddl, split_top_level
 from ordo.schemas.operations import (
     OP_COLUMN,
     OP_DELETE,
     OP_UPSERT,
-    REGISTRY,
     ROW_ID_COLUMN,
     SEQ_COLUMN,
-    TRUNCATING_OPERATIONS,
-    ChangeRows,
     Operation,
 )
 
@@ -662,20 +660,11 @@ def touched_groups(commit: Commit, partition_columns: Sequence[str]) -> list[tup
 
     A logical write reads the groups it added files to (every record of a key
     is in its bucket's files); an INSERT OVERWRITE or TRUNCATE every bucket of
-    the partitions it cleared (``bucket`` None), or the whole table.
+    the partitions it cleared (``bucket`` None), or the whole table; a RESTORE
+    the whole table; a commit with no change rows none (its operation's
+    ``ChangeReader.groups``).
     """
-    if REGISTRY[commit.operation].change_rows is ChangeRows.DIFF:  # RESTORE: the whole table before and after
-        return None
-    if commit.operation.value in TRUNCATING_OPERATIONS:
-        if commit.partitions is None or not partition_columns:
-            return None
-        return [(dict(p), None) for p in commit.partitions]
-    seen: dict[tuple[tuple[str, ...], int], tuple[dict[str, str], int | None]] = {}
-    for f in commit.added_files:
-        if f.data_change:
-            key = (tuple(f.partition.get(c, "") for c in partition_columns), f.bucket)
-            seen.setdefault(key, (dict(f.partition), f.bucket))
-    return [seen[k] for k in sorted(seen)]
+    return CHANGES[commit.operation].groups(commit, partition_columns)
 
 
 def plan_commit(
@@ -687,30 +676,213 @@ def plan_commit(
     groups' files (``plan_commits``); the result is the same. ``ranges``: the
     key ranges already converted (``plan_commits`` shares one over its commits).
     """
-    partition_columns = shape.partition_columns
-    op = commit.operation.value
-    if REGISTRY[commit.operation].change_rows is ChangeRows.DIFF:  # ``added``: the whole snapshot after it
-        gone = set(commit.removed_files)
-        kept = [FileRef.of(f) for f in previous_files if f.path not in gone]
-        after = (*kept, *(FileRef.of(f) for f in commit.added_files))
-        previous = tuple(FileRef.of(f) for f in previous_files)
-        return CommitChanges(commit.id_version, commit.timestamp, op, None, after, previous)
-    added = tuple(FileRef.of(f) for f in commit.added_files if f.data_change)
-    scope = None if commit.partitions is None or not partition_columns else tuple(dict(p) for p in commit.partitions)
-    if op in TRUNCATING_OPERATIONS:
-        prev = [FileRef.of(f) for f in previous_files]
-        if scope is not None:
-            wanted = {tuple(p.get(c, "") for c in partition_columns) for p in scope}
-            prev = [r for r in prev if tuple(r.partition.get(c, "") for c in partition_columns) in wanted]
-    else:
+    return CHANGES[commit.operation].plan(commit, previous_files, shape, ranges)
+
+
+def _scope_of(commit: Commit, partition_columns: Sequence[str]) -> tuple[Mapping[str, str], ...] | None:
+    if commit.partitions is None or not partition_columns:
+        return None
+    return tuple(dict(p) for p in commit.partitions)
+
+
+def _added_groups(commit: Commit, partition_columns: Sequence[str]) -> list[tuple[dict[str, str], int | None]]:
+    """The (partition, bucket) groups of the files ``commit`` added whose records are its changes, sorted."""
+    seen: dict[tuple[tuple[str, ...], int], tuple[dict[str, str], int | None]] = {}
+    for f in commit.added_files:
+        if f.data_change:
+            key = (tuple(f.partition.get(c, "") for c in partition_columns), f.bucket)
+            seen.setdefault(key, (dict(f.partition), f.bucket))
+    return [seen[k] for k in sorted(seen)]
+
+
+class ChangeReader:
+    """How the commits of an operation give change rows: what they read, and the rows (``CHANGES``).
+
+    This base gives none (a table's creation, a metadata change, a rewrite):
+    it reads nothing and yields an empty table.
+    """
+
+    whole_snapshots = False  # its rows compare the snapshots before and after it (not read from its own files)
+
+    def groups(
+        self, commit: Commit, partition_columns: Sequence[str]
+    ) -> list[tuple[dict[str, str], int | None]] | None:
+        """The groups of the previous snapshot its rows read (``touched_groups``)."""
+        return []
+
+    def plan(
+        self, commit: Commit, previous: Sequence[FileEntry], shape: TableShape, ranges: _KeyRanges | None
+    ) -> CommitChanges:
+        """Its files and the previous files its rows read (``plan_commit``)."""
+        scope = _scope_of(commit, shape.partition_columns)
+        return CommitChanges(commit.id_version, commit.timestamp, commit.operation.value, scope, (), ())
+
+    def reads_previous(self, compact: bool) -> bool:
+        """Whether its rows in a form read the previous snapshot (the compact form gives records as written)."""
+        return not compact
+
+    def rows(self, plan: CommitChanges, shape: TableShape, form: str, own: Callable[[FileRef], pa.Table]) -> pa.Table:
+        """Its change rows in ``form``; ``own`` reads one of its files' records."""
+        return _stack([], shape, form)
+
+
+class KeyedChanges(ChangeReader):
+    """Merge-on-read writes (INSERT INTO, UPDATE, DELETE): per key of its records, an insert, a pre- and
+    post-image, or a delete, against the key's row in the groups it wrote to."""
+
+    def groups(
+        self, commit: Commit, partition_columns: Sequence[str]
+    ) -> list[tuple[dict[str, str], int | None]] | None:
+        return _added_groups(commit, partition_columns)
+
+    def plan(
+        self, commit: Commit, previous: Sequence[FileEntry], shape: TableShape, ranges: _KeyRanges | None
+    ) -> CommitChanges:
+        partition_columns = shape.partition_columns
+        added = tuple(FileRef.of(f) for f in commit.added_files if f.data_change)
         ranges = ranges or _KeyRanges(shape)
         touched = {g: [ranges.bounds(r) for r in refs] for g, refs in by_bucket(added, partition_columns).items()}
         prev = []
-        for f in previous_files:
+        for f in previous:
             group = (tuple(f.partition.get(c, "") for c in partition_columns), f.bucket)
             if group in touched and ranges.may_overlap(f, touched[group]):
                 prev.append(FileRef.of(f))
-    return CommitChanges(commit.id_version, commit.timestamp, op, scope, added, tuple(prev))
+        scope = _scope_of(commit, partition_columns)
+        return CommitChanges(commit.id_version, commit.timestamp, commit.operation.value, scope, added, tuple(prev))
+
+    def rows(self, plan: CommitChanges, shape: TableShape, form: str, own: Callable[[FileRef], pa.Table]) -> pa.Table:
+        import pyarrow.compute as pc
+
+        version, stamp, columns = plan.id_version, plan.timestamp, shape.columns
+        outputs: list[pa.Table] = []
+        if form == COMPACT_FORM:
+            return _stack(_compact_records(plan, shape, own), shape, form)
+        new_groups = by_bucket(plan.added, shape.partition_columns)  # a key's records are in its (partition, bucket)
+        old_groups = by_bucket(plan.previous, shape.partition_columns)
+        keys = list(shape.primary_key)
+        for group, refs in new_groups.items():
+            latest = latest_records(_concat([own(r) for r in refs], shape), shape)
+            key_table = latest.select(keys)
+            before = live_rows(old_groups[group], shape, keys=key_table) if group in old_groups else None
+            upserts = latest.filter(pc.equal(latest.column(OP_COLUMN), _text(UPSERT))).select(columns)
+            deletes = latest.filter(pc.equal(latest.column(OP_COLUMN), _text(DELETE))).select(keys)
+            if before is None or before.num_rows == 0:
+                outputs.append(_with_meta(upserts, INSERT, version, stamp))
+                continue
+            existed = before.select(keys)
+            inserted = _semi(upserts, existed, keys, anti=True)
+            updated = _semi(upserts, existed, keys)
+            pre = _semi(before, updated.select(keys), keys)
+            gone = _semi(before, deletes, keys)
+            outputs.append(_with_meta(inserted.select(columns), INSERT, version, stamp))
+            outputs.append(_with_meta(pre.select(columns), PREIMAGE, version, stamp))
+            outputs.append(_with_meta(updated.select(columns), POSTIMAGE, version, stamp))
+            outputs.append(_with_meta(gone.select(columns), DELETE, version, stamp))
+        return _stack(outputs, shape, form)
+
+
+class ScopeChanges(ChangeReader):
+    """Overwrites (INSERT OVERWRITE, TRUNCATE): every row its scope held is deleted, every row it wrote inserted
+    (compact form: a ``truncate`` marker with its ``_scope``, then its records)."""
+
+    def groups(
+        self, commit: Commit, partition_columns: Sequence[str]
+    ) -> list[tuple[dict[str, str], int | None]] | None:
+        if commit.partitions is None or not partition_columns:
+            return None
+        return [(dict(p), None) for p in commit.partitions]
+
+    def plan(
+        self, commit: Commit, previous: Sequence[FileEntry], shape: TableShape, ranges: _KeyRanges | None
+    ) -> CommitChanges:
+        partition_columns = shape.partition_columns
+        added = tuple(FileRef.of(f) for f in commit.added_files if f.data_change)
+        scope = _scope_of(commit, partition_columns)
+        prev = [FileRef.of(f) for f in previous]
+        if scope is not None:
+            wanted = {tuple(p.get(c, "") for c in partition_columns) for p in scope}
+            prev = [r for r in prev if tuple(r.partition.get(c, "") for c in partition_columns) in wanted]
+        return CommitChanges(commit.id_version, commit.timestamp, commit.operation.value, scope, added, tuple(prev))
+
+    def rows(self, plan: CommitChanges, shape: TableShape, form: str, own: Callable[[FileRef], pa.Table]) -> pa.Table:
+        import pyarrow as pa
+
+        version, stamp = plan.id_version, plan.timestamp
+        outputs: list[pa.Table] = []
+        if form == COMPACT_FORM:
+            scope = None
+            if plan.scope is not None:
+                scope = json.dumps([dict(p) for p in plan.scope], sort_keys=True, separators=(",", ":"))
+            marker = pa.table([pa.nulls(1, f.type) for f in shape.schema], schema=shape.schema)
+            marker = _with_meta(marker, TRUNCATE, version, stamp)
+            outputs.append(marker.append_column(SCOPE, pa.array([scope], pa.string())))
+            return _stack([*outputs, *_compact_records(plan, shape, own)], shape, form)
+        for refs in by_bucket(plan.previous, shape.partition_columns).values():
+            removed = live_rows(refs, shape)
+            outputs.append(_with_meta(removed, DELETE, version, stamp))
+        for refs in by_bucket(plan.added, shape.partition_columns).values():
+            rows = live_rows(refs, shape, merge=len(refs) > 1)
+            outputs.append(_with_meta(rows, INSERT, version, stamp))
+        return _stack(outputs, shape, form)
+
+
+class DiffChanges(ChangeReader):
+    """RESTORE: the rows that differ between the snapshot before it and the one after (``diff_rows``)."""
+
+    whole_snapshots = True
+
+    def groups(
+        self, commit: Commit, partition_columns: Sequence[str]
+    ) -> list[tuple[dict[str, str], int | None]] | None:
+        return None  # the whole table before and after
+
+    def plan(
+        self, commit: Commit, previous: Sequence[FileEntry], shape: TableShape, ranges: _KeyRanges | None
+    ) -> CommitChanges:
+        gone = set(commit.removed_files)  # ``added``: the whole snapshot after it
+        kept = [FileRef.of(f) for f in previous if f.path not in gone]
+        after = (*kept, *(FileRef.of(f) for f in commit.added_files))
+        before = tuple(FileRef.of(f) for f in previous)
+        return CommitChanges(commit.id_version, commit.timestamp, commit.operation.value, None, after, before)
+
+    def reads_previous(self, compact: bool) -> bool:
+        return True
+
+    def rows(self, plan: CommitChanges, shape: TableShape, form: str, own: Callable[[FileRef], pa.Table]) -> pa.Table:
+        import pyarrow as pa
+
+        version, stamp = plan.id_version, plan.timestamp
+        outputs: list[pa.Table] = []
+        inserted, deleted, pre, post = diff_rows(plan.previous, plan.added, shape)
+        if form == COMPACT_FORM:
+            for rows, kind in ((deleted, DELETE), (inserted, UPSERT), (post, UPSERT)):
+                rows = _with_meta(rows, kind, version, stamp)
+                outputs.append(rows.append_column(SCOPE, pa.nulls(rows.num_rows, pa.string())))
+        else:
+            for rows, kind in ((deleted, DELETE), (inserted, INSERT), (pre, PREIMAGE), (post, POSTIMAGE)):
+                outputs.append(_with_meta(rows, kind, version, stamp))
+        return _stack(outputs, shape, form)
+
+
+def _compact_records(plan: CommitChanges, shape: TableShape, own: Callable[[FileRef], pa.Table]) -> list[pa.Table]:
+    """The compact form's rows of a commit's own files: its records as written (``upsert``/``delete``)."""
+    import pyarrow as pa
+
+    outputs = []
+    for ref in plan.added:
+        written = own(ref)
+        rows = _with_meta(written.select(shape.columns), written.column(OP_COLUMN), plan.id_version, plan.timestamp)
+        outputs.append(rows.append_column(SCOPE, pa.nulls(rows.num_rows, pa.string())))
+    return outputs
+
+
+# Each operation's change rows (``schemas.dispatch``; an operation that ``extends`` another reads as it does).
+CHANGES: OperationTable[ChangeReader] = OperationTable("the change-row reader", "ordo.consumer.arrow")
+CHANGES.register(Operation.CREATE_TABLE, Operation.ALTER_TABLE)(ChangeReader())
+CHANGES.register(Operation.MINOR_COMPACT, Operation.MAJOR_COMPACT, Operation.CLUSTER)(ChangeReader())
+CHANGES.register(Operation.INSERT_INTO, Operation.UPDATE, Operation.DELETE)(KeyedChanges())
+CHANGES.register(Operation.INSERT_OVERWRITE, Operation.TRUNCATE)(ScopeChanges())
+CHANGES.register(Operation.RESTORE)(DiffChanges())
 
 
 _GroupKey = tuple[tuple[str, ...], int]
@@ -788,7 +960,7 @@ def plan_commits(
     columns = shape.partition_columns
     wanted: dict[int, list[tuple[dict[str, str], int | None]] | None] = {}  # per ID version, the groups it reads
     for commit in commits:
-        if compact and REGISTRY[commit.operation].change_rows is not ChangeRows.DIFF:
+        if not CHANGES[commit.operation].reads_previous(compact):
             continue
         groups = touched_groups(commit, columns)
         if commit.id_version > 0 and groups != []:
@@ -835,7 +1007,7 @@ TASK_BYTES = 128 * 1024 * 1024  # and about this many bytes
 def task_change_rows(plans: Sequence[CommitChanges], shape: TableShape, form: str = DELTA_FORM) -> Iterator[pa.Table]:
     """``change_rows`` of each of a task's commits, in order, their own files read first in one scan per partition
     (``read_each``; a RESTORE's are whole snapshots, read by ``diff_rows``)."""
-    own = [r for p in plans if REGISTRY[Operation(p.operation)].change_rows is not ChangeRows.DIFF for r in p.added]
+    own = [r for p in plans if not CHANGES[Operation(p.operation)].whole_snapshots for r in p.added]
     records = read_each(own, shape) if len(own) > 1 else None
     for plan in plans:
         yield change_rows(plan, shape, form, records)
@@ -909,73 +1081,14 @@ def change_rows(
     plan: CommitChanges, shape: TableShape, form: str = DELTA_FORM, records: Mapping[str, pa.Table] | None = None
 ) -> pa.Table:
     """The change rows of one commit (table columns + ``_change_type``, ``_commit_version``, ``_commit_timestamp``;
-    the compact form adds ``_scope``). ``records``: its added files' records already read (``read_each``)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
+    the compact form adds ``_scope``): its operation's ``ChangeReader.rows``. ``records``: its added files'
+    records already read (``read_each``)."""
 
     def own(ref: FileRef) -> pa.Table:
         found = None if records is None else records.get(ref.path)
         return read_file(ref, shape) if found is None else found
 
-    form = check_form(form)
-    version, stamp = plan.id_version, plan.timestamp
-    columns = shape.columns
-    parts = shape.partition_columns
-    outputs: list[pa.Table] = []
-    truncating = plan.operation in TRUNCATING_OPERATIONS
-    if REGISTRY[Operation(plan.operation)].change_rows is ChangeRows.DIFF:
-        inserted, deleted, pre, post = diff_rows(plan.previous, plan.added, shape)
-        if form == COMPACT_FORM:
-            for rows, kind in ((deleted, DELETE), (inserted, UPSERT), (post, UPSERT)):
-                rows = _with_meta(rows, kind, version, stamp)
-                outputs.append(rows.append_column(SCOPE, pa.nulls(rows.num_rows, pa.string())))
-        else:
-            for rows, kind in ((deleted, DELETE), (inserted, INSERT), (pre, PREIMAGE), (post, POSTIMAGE)):
-                outputs.append(_with_meta(rows, kind, version, stamp))
-        return _stack(outputs, shape, form)
-    if form == COMPACT_FORM:
-        if truncating:
-            scope = None
-            if plan.scope is not None:
-                scope = json.dumps([dict(p) for p in plan.scope], sort_keys=True, separators=(",", ":"))
-            marker = pa.table([pa.nulls(1, f.type) for f in shape.schema], schema=shape.schema)
-            marker = _with_meta(marker, TRUNCATE, version, stamp)
-            outputs.append(marker.append_column(SCOPE, pa.array([scope], pa.string())))
-        for ref in plan.added:
-            written = own(ref)
-            rows = _with_meta(written.select(columns), written.column(OP_COLUMN), version, stamp)
-            outputs.append(rows.append_column(SCOPE, pa.nulls(rows.num_rows, pa.string())))
-        return _stack(outputs, shape, form)
-    new_groups = by_bucket(plan.added, parts)  # merge-on-read per (partition, bucket): a key's records are there
-    old_groups = by_bucket(plan.previous, parts)
-    if truncating:
-        for refs in old_groups.values():
-            removed = live_rows(refs, shape)
-            outputs.append(_with_meta(removed, DELETE, version, stamp))
-        for refs in new_groups.values():
-            rows = live_rows(refs, shape, merge=len(refs) > 1)
-            outputs.append(_with_meta(rows, INSERT, version, stamp))
-        return _stack(outputs, shape, form)
-    keys = list(shape.primary_key)
-    for group, refs in new_groups.items():
-        latest = latest_records(_concat([own(r) for r in refs], shape), shape)
-        key_table = latest.select(keys)
-        before = live_rows(old_groups[group], shape, keys=key_table) if group in old_groups else None
-        upserts = latest.filter(pc.equal(latest.column(OP_COLUMN), _text(UPSERT))).select(columns)
-        deletes = latest.filter(pc.equal(latest.column(OP_COLUMN), _text(DELETE))).select(keys)
-        if before is None or before.num_rows == 0:
-            outputs.append(_with_meta(upserts, INSERT, version, stamp))
-            continue
-        existed = before.select(keys)
-        inserted = _semi(upserts, existed, keys, anti=True)
-        updated = _semi(upserts, existed, keys)
-        pre = _semi(before, updated.select(keys), keys)
-        gone = _semi(before, deletes, keys)
-        outputs.append(_with_meta(inserted.select(columns), INSERT, version, stamp))
-        outputs.append(_with_meta(pre.select(columns), PREIMAGE, version, stamp))
-        outputs.append(_with_meta(updated.select(columns), POSTIMAGE, version, stamp))
-        outputs.append(_with_meta(gone.select(columns), DELETE, version, stamp))
-    return _stack(outputs, shape, form)
+    return CHANGES[Operation(plan.operation)].rows(plan, shape, check_form(form), own)
 
 
 def _semi(table: pa.Table, other: pa.Table, keys: list[str], anti: bool = False) -> pa.Table:

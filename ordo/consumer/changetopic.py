@@ -7,16 +7,20 @@ changes the way the change feed in Delta's shape does (``consumer.arrow``:
 row to ``<prefix>.<table>.changes`` (docs/change-topic.md):
 
 * the value is Debezium's envelope as JSON (``before``, ``after``, ``op``
-  ``c``/``u``/``d``, ``source``, ``ts_ms``, ``transaction``), what Flink's
-  ``debezium-json`` format and Kafka Connect sinks read; an update's pre- and
+  ``c``/``u``/``d``, ``source``, ``ts_ms``, ``transaction``): alone (format
+  ``json``, what Flink's ``debezium-json`` reads) or in Kafka Connect's
+  ``schema``/``payload`` form (``connect-json``, ``consumer.connectjson``,
+  for ``JsonConverter`` with ``schemas.enable=true``); an update's pre- and
   post-image are one ``u`` record; an INSERT OVERWRITE or TRUNCATE gives a
   ``d`` per row it removed, then a ``c`` per row it wrote; compaction and
-  clustering give nothing;
-* the key is the row's identity as JSON: its primary-key columns, then its
+  clustering give nothing; ``source.operation`` says MERGE for a MERGE;
+* the key is the row's identity: its primary-key columns, then its
   partition columns (ordo merges rows per partition and key);
+* with tombstones on (Debezium's default), each ``d`` is followed, in the
+  same transaction, by a tombstone: its key and a null value;
 * one transactional producer per table (``transactional.id`` = the topic's
   name) writes the records in Kafka transactions of at most
-  ``max_records`` records; a newer publisher of the same table fences the
+  ``max_records`` row changes; a newer publisher of the same table fences the
   older one.
 
 Resuming needs no side file: every record carries its commit's ID version and
@@ -24,7 +28,9 @@ its place in the commit's rows (``source.id_version``, ``source.row``; a
 commit's rows are put in one deterministic order), so after
 ``init_transactions()`` (which ends whatever the previous publisher left
 open) the publisher reads the topic's last record with read_committed and
-goes on with the row after it. On Kafka that is the last committed record; on
+goes on with the row after it (tombstones carry no position: the last change
+record counts, and a ``d`` whose tombstone a cut-short transaction left out
+gets it first). On Kafka that is the last committed record; on
 Tansu, which shows aborted records to read_committed readers (docs/tansu.md),
 it is the last record every reader sees. Either way every reader sees each
 row exactly once.
@@ -39,7 +45,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -48,7 +54,7 @@ from ordo.kernel.errors import BrokerUnavailableError
 from ordo.kernel.settings import Settings
 from ordo.schemas import TableMetadata
 from ordo.schemas.errors import OrdoError
-from ordo.schemas.operations import TRUNCATING_OPERATIONS
+from ordo.schemas.operations import TRUNCATING_OPERATIONS, Operation, delta_operation
 from ordo.schemas.topics import validate_prefix, validate_table_name
 
 if TYPE_CHECKING:
@@ -59,6 +65,7 @@ if TYPE_CHECKING:
     from ordo.consumer.models import Commit
 
 log = logging.getLogger("ordo.cdc")
+kafka_log = logging.getLogger("ordo.kafka")  # librdkafka's own log lines
 
 DEFAULT_TOPIC_TEMPLATE = "{prefix}.{table}.changes"
 # The change topic is a table's full row history: kept forever by default, so a reader can rebuild the table
@@ -139,12 +146,14 @@ def _dumps(value: Any) -> str:
 
 @dataclass(frozen=True)
 class RowChange:
-    """One changed row of a commit: ``op`` with the row before and after (None where the op has none)."""
+    """One changed row of a commit: ``op`` with the row before and after (None where the op has none), as
+    Arrow's Python values (a record format writes them: ``JsonRecords``, ``connectjson.ConnectJson``)."""
 
     op: str
-    key: str  # the identity (``identity_columns``) as JSON
+    key: str  # the identity (``identity_columns``) as JSON: the plain format's record key, and the order
     before: Mapping[str, Any] | None
     after: Mapping[str, Any] | None
+    identity: Mapping[str, Any] = field(default_factory=dict)  # the identity columns' values
 
 
 def commit_changes(rows: pa.Table, metadata: TableMetadata, operation: str) -> list[RowChange]:
@@ -162,41 +171,59 @@ def commit_changes(rows: pa.Table, metadata: TableMetadata, operation: str) -> l
     ident = identity_columns(metadata)
     pre: dict[str, dict[str, Any]] = {}
     changes: list[tuple[int, str, RowChange]] = []
-    posts: list[tuple[str, dict[str, Any]]] = []
+    posts: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
     truncating = operation in TRUNCATING_OPERATIONS
     for record in rows.to_pylist():
-        row = {c: json_value(record[c]) for c in columns}
-        key = _dumps({c: json_value(record[c]) for c in ident})  # a keyless table's: its hidden row id
+        row = {c: record[c] for c in columns}
+        identity = {c: record[c] for c in ident}  # a keyless table's: its hidden row id
+        key = _dumps({c: json_value(v) for c, v in identity.items()})
         kind = record[CHANGE_TYPE]
         if kind == INSERT:
-            changes.append((1, key, RowChange(OP_CREATE, key, None, row)))
+            changes.append((1, key, RowChange(OP_CREATE, key, None, row, identity)))
         elif kind == DELETE:
-            changes.append((0 if truncating else 1, key, RowChange(OP_DELETE, key, row, None)))
+            changes.append((0 if truncating else 1, key, RowChange(OP_DELETE, key, row, None, identity)))
         elif kind == PREIMAGE:
             pre[key] = row
         elif kind == POSTIMAGE:
-            posts.append((key, row))
+            posts.append((key, row, identity))
         else:
             raise ChangeTopicError(f"unknown change type {kind!r}")
-    for key, row in posts:
+    for key, row, identity in posts:
         before = pre.pop(key, None)
         if before is None:
             raise ChangeTopicError(f"an update of {key} without its pre-image")
-        changes.append((1, key, RowChange(OP_UPDATE, key, before, row)))
+        changes.append((1, key, RowChange(OP_UPDATE, key, before, row, identity)))
     if pre:
         raise ChangeTopicError(f"pre-images without a post-image: {sorted(pre)[:3]}")
     changes.sort(key=lambda c: (c[0], c[1]))
     return [c[2] for c in changes]
 
 
-def envelope(change: RowChange, commit: Commit, row: int, *, prefix: str, version: str, now_ms: int) -> dict[str, Any]:
-    """Debezium's envelope of one row change (``source`` with ordo's fields; docs/change-topic.md)."""
+def json_image(row: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A row as the plain format writes it (``json_value`` of each column)."""
+    return None if row is None else {c: json_value(v) for c, v in row.items()}
+
+
+def envelope(
+    change: RowChange,
+    commit: Commit,
+    row: int,
+    *,
+    prefix: str,
+    version: str,
+    now_ms: int,
+    operation: str | None = None,
+    image: Callable[[Mapping[str, Any] | None], Any] = json_image,
+) -> dict[str, Any]:
+    """Debezium's envelope of one row change (``source`` with ordo's fields; docs/change-topic.md): its images
+    written by ``image`` (the record format's); ``operation`` the commit's as ``source`` names it (default: its
+    wire name; ``operation_name``)."""
     from ordo.consumer.models import datetime_to_ms
 
     time_ms = datetime_to_ms(commit.timestamp)
     return {
-        "before": change.before,
-        "after": change.after,
+        "before": image(change.before),
+        "after": image(change.after),
         "source": {
             "version": version,
             "connector": CONNECTOR,
@@ -208,7 +235,7 @@ def envelope(change: RowChange, commit: Commit, row: int, *, prefix: str, versio
             "id_version": commit.id_version,
             "time_version": time_ms,
             "txn_id": commit.txn_id,
-            "operation": commit.operation.value,
+            "operation": operation or commit.operation.value,
             "row": row,
         },
         "op": change.op,
@@ -217,19 +244,72 @@ def envelope(change: RowChange, commit: Commit, row: int, *, prefix: str, versio
     }
 
 
+def operation_name(catalog: Catalog, commit: Commit) -> str:
+    """``source.operation`` of a commit's records: ``MERGE`` for an UPDATE whose writer claimed MERGE's metrics
+    (what DESCRIBE HISTORY calls it, ``schemas.operations.delta_operation``), else the operation's wire name.
+    The metrics are the decision's (the catalog's history row of the commit's log offset)."""
+    if commit.operation is not Operation.UPDATE:
+        return commit.operation.value
+    found = catalog.history(commit.table, 1, accepted_only=True, before=commit.log_offset + 1)
+    metrics = found[0].operation_metrics if found and found[0].log_offset == commit.log_offset else {}
+    return "MERGE" if delta_operation(commit.operation, metrics) == "MERGE" else commit.operation.value
+
+
+class JsonRecords:
+    """The ``json`` format: Debezium's envelope alone, keys as compact JSON (what Flink's ``debezium-json``
+    reads by default, and Spark's ``from_json``)."""
+
+    image = staticmethod(json_image)
+
+    @staticmethod
+    def key(identity: Mapping[str, Any]) -> bytes:
+        return _dumps({c: json_value(v) for c, v in identity.items()}).encode()
+
+    @staticmethod
+    def value(envelope: Mapping[str, Any]) -> bytes:
+        return _dumps(envelope).encode()
+
+
+FORMATS = ("json", "connect-json")  # ORDO_CHANGES_FORMAT
+
+
+def record_format(name: str, shape: TableShape, metadata: TableMetadata, prefix: str, table: str) -> Any:
+    """The writer of one table shape's records in format ``name`` (``FORMATS``): ``image``, ``key``, ``value``."""
+    if name == "json":
+        return JsonRecords()
+    if name == "connect-json":
+        from ordo.consumer.connectjson import ConnectJson
+
+        return ConnectJson(shape, identity_columns(metadata), prefix, table)
+    raise ChangeTopicError(f"unknown change record format {name!r}: one of {', '.join(FORMATS)}")
+
+
 @dataclass(frozen=True)
 class Position:
     """Where a table's publishing goes on: the row ``row`` (0-based, in ``commit_changes`` order) of ID version
-    ``version``."""
+    ``version``; ``tombstone`` the key of a delete whose tombstone is still to be written (on Tansu a transaction
+    cut short may show its ``d`` without the tombstone after it)."""
 
     version: int
     row: int
+    tombstone: bytes | None = None
+
+
+def change_of(value: bytes | None) -> Mapping[str, Any]:
+    """A change record's envelope, in either format (``connect-json``'s is its ``payload``); ``ValueError`` if
+    the value is not a JSON object."""
+    found = json.loads(value or b"")
+    if not isinstance(found, dict):
+        raise ValueError(f"a JSON {type(found).__name__}, not an object")
+    if set(found) == {"schema", "payload"} and isinstance(found["payload"], dict):
+        return found["payload"]  # type: ignore[no-any-return]
+    return found
 
 
 def position_after(value: bytes | None, table: str, where: str) -> Position:
     """The position after the record ``value`` (the topic's last); ``ChangeTopicError`` if it is not ours."""
     try:
-        source = json.loads(value or b"")["source"]
+        source = change_of(value)["source"]
         version, row, named = source["id_version"], source["row"], source["table"]
     except (ValueError, KeyError, TypeError) as exc:
         raise ChangeTopicError(f"{where} is not a change record of ordo ({exc!r}): refusing to guess") from exc
@@ -272,6 +352,7 @@ class TablePublisher:
         self.topic = topic_name(publisher.template, publisher.prefix, table)
         self.producer: Any = None
         self.position: Position | None = None
+        self._formats: dict[tuple[str, tuple[str, ...]], tuple[TableShape, Any]] = {}
 
     def start(self) -> None:
         """Create the topic, take the transactional id (fencing an older publisher), read where to go on."""
@@ -289,6 +370,7 @@ class TablePublisher:
                     "acks": "all",
                     "linger.ms": 5,
                     "allow.auto.create.topics": False,
+                    "logger": kafka_log,
                 }
             )
         )
@@ -309,7 +391,7 @@ class TablePublisher:
         from ordo.kernel.logread import read_to_end
 
         config = self.owner.settings.kafka_config(
-            **{"group.id": f"{self.topic}.publisher", "isolation.level": "read_committed"}
+            **{"group.id": f"{self.topic}.publisher", "isolation.level": "read_committed", "logger": kafka_log}
         )
         probe = Consumer({**config, "isolation.level": "read_uncommitted"})
         try:
@@ -321,14 +403,21 @@ class TablePublisher:
         window = 64
         while True:
             start = max(0, high - window)
-            last = None
+            last, entombed = None, False  # the last change record; whether its tombstone follows it
             for message in read_to_end(config, self.topic, start=start, transactional=True, timeout=KAFKA_TIMEOUT):
-                last = message
+                if message.value() is not None:
+                    last, entombed = message, False
+                elif last is not None and message.key() == last.key():
+                    entombed = True
             if last is not None:
-                return position_after(last.value(), self.table, f"{self.topic} offset {last.offset()}")
+                where = f"{self.topic} offset {last.offset()}"
+                position = position_after(last.value(), self.table, where)
+                if self.owner.tombstones and not entombed and change_of(last.value()).get("op") == OP_DELETE:
+                    return Position(position.version, position.row, last.key())
+                return position
             if start == 0:
                 return Position(1, 0)
-            window *= 8  # only markers and aborted records (hidden on Kafka) in the window: look further back
+            window *= 8  # only markers, tombstones, aborted records (hidden on Kafka): look further back
 
     def publish(self, catalog: Catalog) -> int:
         """Publish what the catalog has beyond the position, in transactions; the records published."""
@@ -336,17 +425,19 @@ class TablePublisher:
         from ordo.kernel.errors import VersionNotFoundError
 
         assert self.position is not None
+        published = 0
+        if self.position.tombstone is not None:  # a delete whose tombstone a cut-short transaction left out
+            published += self._send([(self.position.tombstone, None)], replace(self.position, tombstone=None))
         head = catalog.head(self.table)
         if self.position.version > head:
-            return 0
+            return published
         end = min(head, self.position.version + COMMITS_PER_ROUND - 1)
         try:
             commits = catalog.commits(self.table, self.position.version, end)
         except VersionNotFoundError:
-            return 0
-        published = 0
-        pending: list[tuple[bytes, bytes]] = []
-        shapes: dict[str, TableShape] = {}
+            return published
+        pending: list[tuple[bytes, bytes | None]] = []
+        rows = 0  # row changes in ``pending`` (a delete's tombstone goes with it, in the same transaction)
         cursor = self.position  # ``_send`` moves ``self.position`` past what is in the topic, never further
         if cursor.row > 0 and cursor.version not in {c.id_version for c in commits}:
             raise ChangeTopicError(
@@ -359,9 +450,7 @@ class TablePublisher:
                 done = commit.id_version - 1
                 break
             metadata = catalog.snapshot(self.table, commit.id_version, groups=[]).metadata
-            shape = shapes.get(metadata.schema)
-            if shape is None:
-                shape = shapes.setdefault(metadata.schema, table_shape(metadata))
+            shape, form = self._format(metadata)
             (plan,) = plan_commits(catalog, self.table, [commit], shape)
             changes = commit_changes(change_rows(plan, shape), metadata, commit.operation.value)
             first = cursor.row if commit.id_version == cursor.version else 0
@@ -370,15 +459,14 @@ class TablePublisher:
                     f"{self.topic} holds row {first - 1} of version {commit.id_version}, which has "
                     f"{len(changes)} changed rows: the topic and the catalog disagree"
                 )
+            operation = operation_name(catalog, commit) if first < len(changes) else commit.operation.value
             now_ms = int(time.time() * 1000)
             for row in range(first, len(changes)):
-                value = envelope(
-                    changes[row], commit, row, prefix=self.owner.prefix, version=self.owner.version, now_ms=now_ms
-                )
-                pending.append((changes[row].key.encode(), _dumps(value).encode()))
-                if len(pending) >= self.owner.max_records:
+                pending += self._records(form, changes[row], commit, row, operation, now_ms)
+                rows += 1
+                if rows >= self.owner.max_records:
                     published += self._send(pending, Position(commit.id_version, row + 1))
-                    pending = []
+                    pending, rows = [], 0
             self.owner.status.commits_total += 1
         # commits without rows (and rewrites, which ``commits`` leaves out) move the position without a record
         if pending:
@@ -389,7 +477,33 @@ class TablePublisher:
         self.owner.status.published_version[self.table] = self.position.version - 1
         return published
 
-    def _send(self, records: Sequence[tuple[bytes, bytes]], after: Position) -> int:
+    def _format(self, metadata: TableMetadata) -> tuple[TableShape, Any]:
+        """The table's shape at ``metadata`` and the writer of its records in the publisher's format (one per
+        metadata version: a Connect schema changes with the table's)."""
+        identity = identity_columns(metadata)
+        found = self._formats.get((metadata.schema, identity))
+        if found is None:
+            shape = table_shape(metadata)
+            form = record_format(self.owner.record_format, shape, metadata, self.owner.prefix, self.table)
+            found = self._formats.setdefault((metadata.schema, identity), (shape, form))
+        return found
+
+    def _records(
+        self, form: Any, change: RowChange, commit: Commit, row: int, operation: str, now_ms: int
+    ) -> list[tuple[bytes, bytes | None]]:
+        """The Kafka records of one row change: its change record, and after a delete its tombstone (a null
+        value under the same key) when tombstones are on."""
+        owner = self.owner
+        key = form.key(change.identity)
+        value = envelope(
+            change, commit, row, prefix=owner.prefix, version=owner.version, now_ms=now_ms, operation=operation,
+            image=form.image,
+        )  # fmt: skip
+        if change.op == OP_DELETE and owner.tombstones:
+            return [(key, form.value(value)), (key, None)]
+        return [(key, form.value(value))]
+
+    def _send(self, records: Sequence[tuple[bytes, bytes | None]], after: Position) -> int:
         """Produce ``records`` in one transaction; on an error the transaction is aborted and ``_Retry`` raised
         (the table's publisher is then made anew: ``init_transactions``, the position read from the topic)."""
         from confluent_kafka import KafkaError, KafkaException
@@ -423,10 +537,11 @@ class TablePublisher:
                     raise ChangePublisherFencedError(f"{self.topic}: fenced ({abort_exc})") from abort_exc
             # On Tansu the aborted records are visible: only the topic knows where to go on (``start`` reads it)
             raise _Retry(f"transaction failed ({error}); publishing again from the topic's last record") from exc
-        self.owner.status.records_total += len(records)
+        changes = sum(value is not None for _, value in records)  # tombstones are not change records
+        self.owner.status.records_total += changes
         self.owner.status.transactions_total += 1
         self.position = after
-        return len(records)
+        return changes
 
     def close(self) -> None:
         if self.producer is not None:
@@ -460,6 +575,8 @@ class ChangePublisher:
 
         self.settings = settings
         self.prefix = settings.topic_prefix
+        self.record_format = settings.changes_format  # FORMATS
+        self.tombstones = settings.changes_tombstones  # a null-value record after each ``d``
         self.template = template
         topic_name(template, self.prefix, "t")  # a bad template fails at start
         self.only = {validate_table_name(t) for t in tables}
@@ -483,7 +600,7 @@ class ChangePublisher:
         if self._admin is None:
             from confluent_kafka.admin import AdminClient
 
-            self._admin = AdminClient(self.settings.kafka_config())
+            self._admin = AdminClient(self.settings.kafka_config(logger=kafka_log))
         return self._admin
 
     def stop(self) -> None:
@@ -595,6 +712,18 @@ class _StatusCollector:
         yield held
 
 
+def publisher_registry(status: PublisherStatus) -> Any:
+    """The Prometheus registry ``ordo cdc`` serves: ``ordo_build_info`` and the publisher's ``status``."""
+    from prometheus_client import CollectorRegistry
+
+    from ordo.kernel.observe import register_build_info
+
+    registry = CollectorRegistry()
+    register_build_info(registry, "cdc")
+    registry.register(_StatusCollector(status))  # type: ignore[arg-type]
+    return registry
+
+
 def run_change_publisher(
     settings: Settings,
     *,
@@ -610,15 +739,11 @@ def run_change_publisher(
     Serves ``/metrics``, ``/healthz`` and ``/readyz`` on ``metrics_port`` (0: any free; None: none)."""
     import signal
 
-    from prometheus_client import CollectorRegistry
-
     from ordo.consumer.catalog import Catalog
-    from ordo.kernel.observe import Health, ObservabilityServer, register_build_info
+    from ordo.kernel.observe import Health, ObservabilityServer
 
     publisher = ChangePublisher(settings, template=template, tables=tables, max_records=max_records)
-    registry = CollectorRegistry()
-    register_build_info(registry, "cdc")
-    registry.register(_StatusCollector(publisher.status))  # type: ignore[arg-type]
+    registry = publisher_registry(publisher.status)
     health = Health("cdc")
     server = None
     if metrics_port is not None:
@@ -670,6 +795,7 @@ __all__ = [
     "identity_columns",
     "json_value",
     "position_after",
+    "publisher_registry",
     "run_change_publisher",
     "table_shape",
     "topic_name",

@@ -39,8 +39,9 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
-from ordo.consumer.catalog import Catalog, groups_from_json
+from ordo.consumer.catalog import Catalog
 from ordo.consumer.errors import CatalogError, CatalogUnavailableError
+from ordo.consumer.groups import groups_from_json
 from ordo.consumer.materializer import ConsumerStatus
 from ordo.consumer.models import Commit, DecisionRecord, Snapshot, TableInfo
 from ordo.kernel.errors import TableNotFoundError, VersionNotFoundError

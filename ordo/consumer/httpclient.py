@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ordo.consumer.errors import CatalogError, CatalogUnavailableError, TableBrokenError
+from ordo.consumer.groups import groups_to_json
 from ordo.consumer.models import Commit, DecisionRecord, Snapshot, TableInfo
 from ordo.kernel.errors import TableNotFoundError, VersionNotFoundError
 
@@ -78,8 +79,6 @@ class HttpBackend:
         return TableInfo.from_dict(self._get(f"/tables/{name}"))
 
     def snapshot(self, name: str, version: int | None, timestamp: Any, groups: Any = None) -> Snapshot:
-        from ordo.consumer.catalog import groups_to_json
-
         chosen = None if groups is None else groups_to_json(groups)
         return Snapshot.from_dict(
             self._get(f"/tables/{name}/snapshot", version=version, timestamp=_bound(timestamp), groups=chosen)

@@ -51,9 +51,10 @@ from ordo.consumer.store import ApplyResult, CatalogWriter, LogRecord
 from ordo.kernel.admin import fetch_waits
 from ordo.kernel.errors import BrokerUnavailableError
 from ordo.kernel.keys import reader_trust
-from ordo.kernel.logread import GapChecker, GapStats
+from ordo.kernel.logread import GapChecker, GapStats, decisions_follow
 from ordo.kernel.membership import GroupMembership
 from ordo.kernel.settings import Settings
+from ordo.kernel.validation import parse_shard
 from ordo.schemas import decisions_pattern, decisions_topic, parse_topic
 from ordo.schemas.signing import signature_of
 
@@ -149,7 +150,7 @@ class Materializer:
         self.batch_size = batch_size
         self.discovery_interval = discovery_interval
         self.poll_timeout = poll_timeout
-        self._shard = _parse_shard(settings.consumer_shard)
+        self._shard = parse_shard(settings.consumer_shard)
         # With a consumer group the group's assignment, not the shard, says which tables this consumer follows.
         self.group = settings.consumer_group or None
         if self.group is not None and self._shard != (0, 1):
@@ -179,6 +180,7 @@ class Materializer:
             consumer=self._consumer,
             name="consumer",
             stats=self.status.gaps,
+            follows=decisions_follow,  # a decision skipped inside a transaction breaks the hash chain: re-read
         )
         self._following = Following(
             self.settings, self.writer, self.status, self._trust, self._consumer, self._gaps, self._owns
@@ -379,15 +381,3 @@ class Materializer:
 
 
 __all__ = ["READY_MESSAGE", "ConsumerStatus", "Materializer"]
-
-
-def _parse_shard(text: str) -> tuple[int, int]:
-    """``I/N`` as ``(I, N)`` with ``0 <= I < N``; ``ValueError`` otherwise."""
-    index, sep, count = text.partition("/")
-    try:
-        shard = (int(index), int(count))
-    except ValueError:
-        shard = (-1, 0)
-    if not sep or not 0 <= shard[0] < shard[1]:
-        raise ValueError(f"consumer shard must look like I/N with 0 <= I < N (e.g. 0/2), got {text!r}")
-    return shard

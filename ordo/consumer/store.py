@@ -37,21 +37,18 @@ shift its readers. The writer reads ``tables`` rows the same way (``StreamRow``)
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from ordo.consumer.commits import apply_decision, insert_decision, partition_json
 from ordo.consumer.errors import repair_hint
-from ordo.consumer.models import datetime_to_ms, metadata_to_dict
 from ordo.consumer.stores import CatalogStore, Connection, open_store, scalar
-from ordo.schemas import CommitDecision, Outcome, TableMetadata
-from ordo.schemas.decisionlog import GENESIS_HASH, BrokenLogError, LogHead, already_live, check, not_live
-from ordo.schemas.operations import REGISTRY, CatalogEffect, ChangeRows
+from ordo.schemas import Outcome, TableMetadata
+from ordo.schemas.decisionlog import GENESIS_HASH, BrokenLogError, LogHead, check
 
 log = logging.getLogger("ordo.consumer.store")
 
@@ -292,21 +289,6 @@ class ApplyResult:
     touched: set[str] = field(default_factory=set)
 
 
-class _Applied(NamedTuple):
-    """What applying one decision wrote, and the stream-state fields to set once it is all written."""
-
-    files_added: int
-    files_removed: int
-    records_added: int
-    bytes_added: int
-    committed: bool
-    effective_ms: int | None
-    updates: dict[str, Any]
-
-
-_NOTHING = _Applied(0, 0, 0, 0, False, None, {})
-
-
 class _Retry(Exception):
     """Internal: the fast attempt at a batch met an inconsistent decision; apply it again, carefully."""
 
@@ -316,19 +298,74 @@ def connect(location: str | Path, *, readonly: bool = False) -> Connection:
     return open_store(location).connect(readonly=readonly)
 
 
-def partition_json(columns: tuple[str, ...], spec: Mapping[str, str]) -> str:
-    """Canonical JSON of a partition spec, in partition-column order; ``ValueError`` if it names other columns."""
-    if set(spec) != set(columns):
-        raise ValueError(f"partition {dict(spec)} does not match partition columns {list(columns)}")
-    return json.dumps({c: spec[c] for c in columns}, separators=(",", ":"), ensure_ascii=False)
+def init_schema(store: CatalogStore, conn: Connection, topic_prefix: str) -> None:
+    """Create or migrate the catalog's tables to ``SCHEMA_VERSION`` and claim it for ``topic_prefix``, at once."""
+    store.begin_write(conn)
+    try:
+        store.lock_schema(conn)
+        version = store.schema_version(conn)
+        if version not in (0, 1, 2, 3, 4, SCHEMA_VERSION):
+            raise RuntimeError(
+                f"catalog {store.describe()} has schema version {version}; this build reads {SCHEMA_VERSION}"
+            )
+        for statement in store.schema_statements(SCHEMA):
+            conn.execute(statement)
+        if version == 1:  # written before DataFile.bucket: every file it holds is in bucket 0
+            conn.execute("ALTER TABLE files ADD COLUMN bucket INTEGER NOT NULL DEFAULT 0")
+        if version in (1, 2, 3) and not _has_column(conn, "files", "seq_version"):
+            conn.execute("ALTER TABLE files ADD COLUMN seq_version INTEGER")  # before RESTORE (0.4): none re-added
+        if version in (1, 2, 3) and not _has_column(conn, "decisions", "restore_version"):
+            conn.execute("ALTER TABLE decisions ADD COLUMN restore_version INTEGER")
+        if version in (1, 2, 3, 4) and not _has_column(conn, "decisions", "operation_metrics"):
+            conn.execute("ALTER TABLE decisions ADD COLUMN operation_metrics TEXT")  # before 0.5: none
+        for statement in store.schema_statements(GROUP_INDEX):  # after the bucket column exists
+            conn.execute(statement)
+        store.set_schema_version(conn, SCHEMA_VERSION)
+        prefix = scalar(conn, "SELECT value FROM catalog_info WHERE key = 'topic_prefix'")
+        if prefix is None:
+            conn.execute("INSERT INTO catalog_info (key, value) VALUES ('topic_prefix', ?)", (topic_prefix,))
+        elif prefix != topic_prefix:
+            raise RuntimeError(
+                f"catalog {store.describe()} belongs to topic prefix {prefix!r}, not {topic_prefix!r}: "
+                "use one catalog per prefix"
+            )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
 
 
-def _metadata_json(metadata: TableMetadata) -> str:
-    return json.dumps(metadata_to_dict(metadata), separators=(",", ":"), ensure_ascii=False)
-
-
-def _ms(value: datetime | None) -> int | None:
-    return None if value is None else datetime_to_ms(value)
+def _copy_table_rows(fresh: Connection, conn: Connection, source_id: int, target_id: int) -> None:
+    """Replace the rows of table ``target_id`` in ``conn`` by those of ``source_id`` in ``fresh`` (a repair)."""
+    for name in ("decisions", "commits", "files", "table_metadata"):
+        columns = [c for c in _column_names(fresh, name) if c != "id"]
+        copied_columns = ", ".join("? AS table_id" if c == "table_id" else c for c in columns)
+        order = " ORDER BY id" if name == "files" else ""  # file ids keep their order (readers sort by id)
+        rows = fresh.execute(  # the rows as they are, but of the target table id
+            f"SELECT {copied_columns} FROM {name} WHERE table_id = ?{order}", (target_id, source_id)
+        ).fetchall()
+        conn.execute(f"DELETE FROM {name} WHERE table_id = ?", (target_id,))
+        if rows:
+            conn.executemany(
+                f"INSERT INTO {name} ({', '.join(columns)}) VALUES ({','.join('?' * len(columns))})",
+                rows,
+            )
+    copied = (
+        "next_offset",
+        "last_hash",
+        "decisions",
+        "metadata",
+        "created_time_ms",
+        "head_version",
+        "head_time_ms",
+        "error",
+        "error_offset",
+    )
+    values = fresh.execute(f"SELECT {', '.join(copied)} FROM tables WHERE id = ?", (source_id,)).fetchone()
+    conn.execute(
+        f"UPDATE tables SET {', '.join(f'{c} = ?' for c in copied)}, updated_ms = ? WHERE id = ?",
+        (*values, int(time.time() * 1000), target_id),
+    )
 
 
 class CatalogWriter:
@@ -346,49 +383,12 @@ class CatalogWriter:
         self._conn = self.store.connect()
         # A decision that cannot be applied: it breaks the log's invariants, or the database's constraints.
         self._refusals: tuple[type[BaseException], ...] = (BrokenLogError, *self.store.integrity_errors)
-        self._init_schema()
+        init_schema(self.store, self._conn, topic_prefix)
         self._streams: dict[str, StreamState] = {}
         self._batches = 0
         self._load_streams()
 
     # ------------------------------------------------------------------ setup
-
-    def _init_schema(self) -> None:
-        conn = self._conn
-        store = self.store
-        store.begin_write(conn)
-        try:
-            store.lock_schema(conn)
-            version = store.schema_version(conn)
-            if version not in (0, 1, 2, 3, 4, SCHEMA_VERSION):
-                raise RuntimeError(
-                    f"catalog {store.describe()} has schema version {version}; this build reads {SCHEMA_VERSION}"
-                )
-            for statement in store.schema_statements(SCHEMA):
-                conn.execute(statement)
-            if version == 1:  # written before DataFile.bucket: every file it holds is in bucket 0
-                conn.execute("ALTER TABLE files ADD COLUMN bucket INTEGER NOT NULL DEFAULT 0")
-            if version in (1, 2, 3) and not _has_column(conn, "files", "seq_version"):
-                conn.execute("ALTER TABLE files ADD COLUMN seq_version INTEGER")  # before RESTORE (0.4): none re-added
-            if version in (1, 2, 3) and not _has_column(conn, "decisions", "restore_version"):
-                conn.execute("ALTER TABLE decisions ADD COLUMN restore_version INTEGER")
-            if version in (1, 2, 3, 4) and not _has_column(conn, "decisions", "operation_metrics"):
-                conn.execute("ALTER TABLE decisions ADD COLUMN operation_metrics TEXT")  # before 0.5: none
-            for statement in store.schema_statements(GROUP_INDEX):  # after the bucket column exists
-                conn.execute(statement)
-            store.set_schema_version(conn, SCHEMA_VERSION)
-            prefix = scalar(conn, "SELECT value FROM catalog_info WHERE key = 'topic_prefix'")
-            if prefix is None:
-                conn.execute("INSERT INTO catalog_info (key, value) VALUES ('topic_prefix', ?)", (self.topic_prefix,))
-            elif prefix != self.topic_prefix:
-                raise RuntimeError(
-                    f"catalog {store.describe()} belongs to topic prefix {prefix!r}, not {self.topic_prefix!r}: "
-                    "use one catalog per prefix"
-                )
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
 
     def _load_streams(self) -> None:
         for row in _streams(self._conn):
@@ -474,35 +474,7 @@ class CatalogWriter:
                 self._claim([table])
                 known = self._streams.get(table)
                 target_id = known.table_id if known is not None else self._insert_stream(table, topic).table_id
-                for name in ("decisions", "commits", "files", "table_metadata"):
-                    columns = [c for c in _column_names(fresh, name) if c != "id"]
-                    copied_columns = ", ".join("? AS table_id" if c == "table_id" else c for c in columns)
-                    order = " ORDER BY id" if name == "files" else ""  # file ids keep their order (readers sort by id)
-                    rows = fresh.execute(  # the rows as they are, but of the target table id
-                        f"SELECT {copied_columns} FROM {name} WHERE table_id = ?{order}", (target_id, source_id)
-                    ).fetchall()
-                    conn.execute(f"DELETE FROM {name} WHERE table_id = ?", (target_id,))
-                    if rows:
-                        conn.executemany(
-                            f"INSERT INTO {name} ({', '.join(columns)}) VALUES ({','.join('?' * len(columns))})",
-                            rows,
-                        )
-                copied = (
-                    "next_offset",
-                    "last_hash",
-                    "decisions",
-                    "metadata",
-                    "created_time_ms",
-                    "head_version",
-                    "head_time_ms",
-                    "error",
-                    "error_offset",
-                )
-                values = fresh.execute(f"SELECT {', '.join(copied)} FROM tables WHERE id = ?", (source_id,)).fetchone()
-                conn.execute(
-                    f"UPDATE tables SET {', '.join(f'{c} = ?' for c in copied)}, updated_ms = ? WHERE id = ?",
-                    (*values, int(time.time() * 1000), target_id),
-                )
+                _copy_table_rows(fresh, conn, source_id, target_id)
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
@@ -656,8 +628,8 @@ class CatalogWriter:
         if changes_files:
             conn.execute("SAVEPOINT d")  # a commit writes several rows: all or none of them
         try:
-            applied = self._apply_decision(state, decision, record)
-            self._insert_decision(state, decision, record, step.head.chain, applied)
+            applied = apply_decision(conn, self.store.integrity_errors, state, decision, record)
+            insert_decision(conn, state, decision, record, step.head.chain, applied)
             if changes_files:
                 conn.execute("RELEASE SAVEPOINT d")
         except self._refusals as exc:
@@ -677,168 +649,6 @@ class CatalogWriter:
         result.applied += 1
         if applied.committed:
             result.commits += 1
-
-    def _insert_decision(
-        self,
-        state: StreamState,
-        decision: CommitDecision,
-        record: LogRecord,
-        record_hash: bytes,
-        applied: _Applied,
-    ) -> None:
-        partitions = decision.partitions
-        self._conn.execute(
-            "INSERT INTO decisions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (
-                state.table_id,
-                record.offset,
-                record.timestamp_ms,
-                decision.txn_id,
-                decision.outcome.value,
-                None if decision.operation is None else decision.operation.value,
-                decision.read_version,
-                decision.intent_offset,
-                decision.id_version,
-                _ms(decision.time_version),
-                applied.effective_ms,
-                decision.rebase.value,
-                decision.reason,
-                decision.message,
-                decision.conflicting_txn_id,
-                decision.conflicting_version,
-                decision.writer,
-                decision.app_id,
-                decision.batch_id,
-                decision.duplicate_of,
-                None if partitions is None else json.dumps([dict(p) for p in partitions], ensure_ascii=False),
-                applied.files_added,
-                applied.files_removed,
-                applied.records_added,
-                applied.bytes_added,
-                decision.prev_hash,
-                record_hash,
-                decision.restore_version,
-                _metrics_json(decision.operation_metrics),
-            ),
-        )
-
-    def _apply_decision(self, state: StreamState, decision: CommitDecision, record: LogRecord) -> _Applied:
-        """Write an accepted, non-duplicate decision's commit and file rows; return its counts and state changes.
-
-        ``decision`` passed ``schemas.decisionlog.check`` on ``state.head`` (versions, time versions, metadata
-        and partitions are in order); what only the catalog knows is checked here: every removed file is live
-        (``NOT_LIVE``), no added one is (``ALREADY_LIVE``, the database's unique index on live paths).
-        ``state`` is only read: the caller applies ``updates`` once every row is written.
-        """
-        if decision.outcome is not Outcome.ACCEPTED or decision.duplicate_of is not None:
-            return _NOTHING
-        operation = decision.operation
-        version = decision.id_version
-        assert operation is not None and version is not None  # decisionlog.check: INCOMPLETE
-        conn = self._conn
-        table_id = state.table_id
-        spec = REGISTRY[operation]  # what this operation does to the catalog (schemas.operations)
-        if spec.catalog is CatalogEffect.CREATE:
-            assert decision.metadata is not None and decision.time_version is not None  # decisionlog.check
-            millis = datetime_to_ms(decision.time_version)
-            conn.execute(
-                "INSERT INTO commits VALUES (?,?,?,?,?,?,?)",
-                (table_id, 0, record.offset, millis, millis, operation.value, 1),
-            )
-            created: dict[str, Any] = {"metadata_json": _metadata_json(decision.metadata), "created_time_ms": millis}
-            return _Applied(0, 0, 0, 0, True, millis, created)
-        metadata = state.metadata
-        assert metadata is not None and state.head_time_ms is not None  # decisionlog.check: NO_CREATE
-        if spec.data_change:
-            assert decision.time_version is not None  # decisionlog.check: TIME_VERSION
-            own_ms: int | None = datetime_to_ms(decision.time_version)
-            effective_ms = own_ms
-        else:
-            own_ms = None
-            effective_ms = state.head_time_ms
-        updates: dict[str, Any] = {}
-        # ALTER_TABLE, or a write that changed the schema with its data (since 0.5: mergeSchema, overwriteSchema):
-        # the metadata from this version on (older stays readable)
-        if spec.catalog is CatalogEffect.METADATA or decision.metadata is not None:
-            assert decision.metadata is not None  # decisionlog.check: NO_METADATA
-            new_json = _metadata_json(decision.metadata)
-            conn.execute(
-                "INSERT INTO table_metadata VALUES (?,?,?) ON CONFLICT (table_id, id_version) DO NOTHING",
-                (table_id, 0, state.metadata_json or _metadata_json(metadata)),
-            )
-            conn.execute("INSERT INTO table_metadata VALUES (?,?,?)", (table_id, version, new_json))
-            updates["metadata_json"] = new_json
-        removed = decision.removed_files
-        if removed:
-            cursor = conn.executemany(
-                "UPDATE files SET removed_version = ? WHERE table_id = ? AND path = ? AND removed_version IS NULL",
-                [(version, table_id, path) for path in removed],
-            )
-            if cursor.rowcount != len(removed):
-                raise not_live(decision, cursor.rowcount, record.offset)
-        columns = metadata.partition_columns
-        added = decision.added_files
-        data_change = 1 if spec.data_change else 0
-        # Whether the change feed reads a file's records as this commit's changes (a RESTORE's are its DIFF).
-        file_change = 1 if spec.change_rows in (ChangeRows.KEYED, ChangeRows.SCOPE) else 0
-        origins: dict[str, tuple[int, str]] = {}
-        if added and spec.catalog is CatalogEffect.RESTORE:
-            # A re-added file keeps what its first row says of its records: their sequence number (merge-on-read
-            # then orders them against the files that stayed exactly as at the version restored) and the
-            # operation that wrote them (readers decide from it whether a file's keys are unique).
-            wanted = {f.path for f in added}
-            for path, seq, origin in conn.execute(
-                "SELECT path, COALESCE(seq_version, added_version), operation FROM files"
-                " WHERE table_id = ? AND removed_version IS NOT NULL",
-                (table_id,),
-            ):
-                if path in wanted and (path not in origins or seq < origins[path][0]):
-                    origins[path] = (seq, origin)
-        if added:
-            rows = []
-            cache: dict[tuple[tuple[str, str], ...], str] = {}
-            for f in added:
-                spec_key = tuple(f.partition.items())
-                part = cache.get(spec_key)
-                if part is None:
-                    part = cache[spec_key] = partition_json(columns, f.partition)  # decisionlog.check: PARTITION
-                rows.append(
-                    (
-                        table_id,
-                        f.path,
-                        part,
-                        f.record_count,
-                        f.size_bytes,
-                        f.min_key,
-                        f.max_key,
-                        version,
-                        file_change,
-                        origins[f.path][1] if f.path in origins else operation.value,
-                        f.bucket,
-                        origins[f.path][0] if f.path in origins else None,
-                    )
-                )
-            try:
-                conn.executemany(
-                    "INSERT INTO files (table_id, path, partition, record_count, size_bytes, min_key, max_key,"
-                    " added_version, data_change, operation, bucket, seq_version) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                    rows,
-                )
-            except self.store.integrity_errors as exc:  # the unique index on live paths
-                raise already_live(decision, str(exc), record.offset) from None
-        conn.execute(
-            "INSERT INTO commits VALUES (?,?,?,?,?,?,?)",
-            (table_id, version, record.offset, own_ms, effective_ms, operation.value, data_change),
-        )
-        return _Applied(
-            len(added),
-            len(removed),
-            sum(f.record_count for f in added),
-            sum(f.size_bytes for f in added),
-            True,
-            effective_ms,
-            updates,
-        )
 
 
 # ---------------------------------------------------------------------- read queries
@@ -951,11 +761,6 @@ COMMIT_COLUMNS = ", ".join(f"d.{f}" if f in _DECISION_SIDE else f"c.{f}" for f i
 DECISION_COLUMNS = select_list(DecisionRow)
 _DECISION_COLUMNS_V3 = select_list(DecisionRow, restore_version="NULL", operation_metrics="NULL")  # before 0.4
 _DECISION_COLUMNS_V4 = select_list(DecisionRow, operation_metrics="NULL")  # before operation metrics (0.5)
-
-
-def _metrics_json(metrics: Mapping[str, int]) -> str | None:
-    """A decision's operation metrics as the catalog stores them: a JSON object in name order, NULL for none."""
-    return json.dumps(dict(sorted(metrics.items())), ensure_ascii=False) if metrics else None
 
 
 def _user_version(conn: Connection) -> int:

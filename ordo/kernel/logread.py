@@ -11,7 +11,11 @@ aborted records (on Kafka; Tansu returns them). So
 * every other jump (any jump in the intents logs, written by idempotent
   non-transactional producers; a jump of more than one in a decisions log; an
   end-of-partition event beyond the next expected offset) is unexplained and
-  is **re-read** before the reader goes on.
+  is **re-read** before the reader goes on;
+* in a chained log (the decisions logs: ``prev_hash``), a jump of one that
+  the chain says is no marker (``follows``: the two records do not link) is
+  re-read too: a record skipped inside a transaction looks like a marker to
+  the offsets alone (issue 32).
 
 A re-read fetches the partition again from the expected offset up to the
 offset already seen, with a short-lived second consumer of the same
@@ -70,6 +74,7 @@ class GapStats:
 class _Position:
     expected: int  # the offset the next record should have
     after_record: bool  # the offset before ``expected`` held a record (so a marker may follow)
+    last: Any = None  # the last record delivered (``follows`` checks the next one against it)
 
 
 class _Unresolved(Exception):
@@ -101,9 +106,11 @@ class GapChecker:
         reread_timeout: float = REREAD_TIMEOUT,
         keep_eof: bool = True,
         stats: GapStats | None = None,
+        follows: Callable[[Any, Any], bool] | None = None,
     ) -> None:
         self.config = {k: v for k, v in config.items() if k not in ("error_cb", "logger", "stats_cb")}
         self._transactional = transactional
+        self._follows = follows
         self.consumer = consumer
         self.name = name
         self.attempts = attempts
@@ -182,13 +189,14 @@ class GapChecker:
                 continue
             offset = message.offset()
             if position is None:
-                positions[key] = _Position(offset + 1, True)  # never expect()-ed: checked from here on
+                positions[key] = _Position(offset + 1, True, message)  # never expect()-ed: checked from here on
                 out.append(message)
                 continue
             expected = position.expected
             if offset == expected:
                 position.expected = offset + 1
                 position.after_record = True
+                position.last = message
                 out.append(message)
                 continue
             if offset < expected:
@@ -197,17 +205,42 @@ class GapChecker:
                 if not self._fill(key, position, offset, out):
                     held = (held or set()) | {key}
                     continue
+            elif self._chain_broken(position, message):
+                if not self._fill(key, position, offset, out, begin=position.last.offset() + 1, after_record=True):
+                    held = (held or set()) | {key}
+                    continue
             position.expected = offset + 1
             position.after_record = True
+            position.last = message
             out.append(message)
         return out
 
-    def _fill(self, key: tuple[str, int], position: _Position, seen: int, out: list[Any]) -> bool:
-        """Re-read ``[position.expected, seen)`` into ``out``; False when that failed (the partition is held)."""
+    def _chain_broken(self, position: _Position, message: Any) -> bool:
+        """True when offsets lie between the last record delivered and ``message`` and the chain says one is missing."""
+        last = position.last
+        if self._follows is None or last is None or message.offset() <= last.offset() + 1:
+            return False
+        return not self._follows(last, message)
+
+    def _fill(
+        self,
+        key: tuple[str, int],
+        position: _Position,
+        seen: int,
+        out: list[Any],
+        *,
+        begin: int | None = None,
+        after_record: bool | None = None,
+    ) -> bool:
+        """Re-read ``[begin, seen)`` (from ``position.expected`` unless told) into ``out``; False when that failed
+        (the partition is held)."""
         topic, partition = key
-        begin = position.expected
+        if begin is None:
+            begin = position.expected
+        if after_record is None:
+            after_record = position.after_record
         try:
-            found = self._reread(topic, partition, begin, seen, position.after_record)
+            found = self._reread(topic, partition, begin, seen, after_record)
         except _Unresolved as exc:
             self.close()
             self.stats.unresolved += 1
@@ -223,6 +256,7 @@ class GapChecker:
                 extra={"event": "unresolved_gap", "topic": topic, "offset": begin},
             )
             self._seek_back(topic, partition, begin)
+            position.expected, position.after_record = begin, after_record  # the records from there come again
             return False
         self.close()  # a short-lived re-reader: cheaper than re-assigning a kept one (~6 ms vs ~14 ms on Tansu)
         if found:
@@ -238,6 +272,7 @@ class GapChecker:
             out.extend(found)
             position.expected = found[-1].offset() + 1
             position.after_record = True
+            position.last = found[-1]
         return True
 
     def _reread(self, topic: str, partition: int, begin: int, end: int, after_record: bool) -> list[Any]:
@@ -339,6 +374,13 @@ class GapChecker:
             self._rereader = None
 
 
+def decisions_follow(previous: Any, message: Any) -> bool:
+    """``GapChecker``'s ``follows`` for a decisions log: ``message``'s ``prev_hash`` is the hash of ``previous``."""
+    from ordo.schemas.signing import links_to
+
+    return links_to(message.value(), previous.value())
+
+
 class LogReadError(OrdoError):
     """Raised when a log cannot be read to its end (timeout or a fatal client error)."""
 
@@ -369,6 +411,7 @@ def read_to_end(
     stats: GapStats | None = None,
     reader: tuple[Any, GapChecker] | None = None,
     stop: Callable[[], bool] | None = None,
+    follows: Callable[[Any, Any], bool] | None = None,
 ) -> Iterator[Any]:
     """Every record of ``topic`` from offset ``start`` to the end of the partition, gaps checked.
 
@@ -384,6 +427,8 @@ def read_to_end(
     closed, so a caller reading many logs pays for one consumer and its
     metadata once. ``stop``: checked between fetches; when it returns True
     the read ends early (the caller tells that from reaching the end).
+    ``follows``: the ``GapChecker``'s chain rule for the consumer made here
+    (``decisions_follow`` for a decisions log; a kept ``reader`` has its own).
     """
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
@@ -404,7 +449,9 @@ def read_to_end(
         own.setdefault("auto.offset.reset", "earliest")  # a start below the log's first offset reads from its first
         own.setdefault("fetch.wait.max.ms", 20)
         consumer = Consumer(own)
-        checker = GapChecker(own, transactional=transactional, consumer=consumer, name=f"reading {topic}")
+        checker = GapChecker(
+            own, transactional=transactional, consumer=consumer, name=f"reading {topic}", follows=follows
+        )
     try:
         if reader is None:
             consumer.list_topics(timeout=timeout)  # all topics: warms the metadata cache without naming one
@@ -444,6 +491,7 @@ __all__ = [
     "GapChecker",
     "GapStats",
     "LogReadError",
+    "decisions_follow",
     "read_to_end",
     "warm_metadata",
 ]

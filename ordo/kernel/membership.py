@@ -16,6 +16,16 @@ caller has stopped following it: what the two do meanwhile must be safe on
 its own (the consumer's catalog transactions adopt a newer stored offset; the
 arbiter's per-table transactional ids fence).
 
+Each table a member holds has a *tenure*: a number that changes whenever the
+group assigns it the table anew (``tenure()``), and None once revoked or lost.
+A caller that keeps something per table (the arbiter's transactional producer)
+records the tenure it took it under; a different one means the table was lost
+or revoked in between, even if the group has assigned it back since and the
+caller has not polled yet. A caller that cannot serve a table it holds gives it
+up with ``rejoin()``: the classic protocol cannot hand back one partition, so
+the member leaves the group (the others take its tables in one rebalance) and
+joins again as a new member.
+
 Why a thread: the classic group protocol's rebalance timeout is the client's
 ``max.poll.interval.ms``, and a member killed while a rebalance is under way
 holds the whole group (every table of every member) until it expires. Served
@@ -78,12 +88,20 @@ class GroupMembership:
         table_of: Callable[[str], str | None],
         *,
         stall_limit: float = DEFAULT_STALL_LIMIT_S,
+        on_release: Callable[[set[str]], None] | None = None,
     ) -> None:
-        """``config`` is the librdkafka base (servers, security, ``session.timeout.ms`` to tune the handover)."""
+        """``config`` is the librdkafka base (servers, security, ``session.timeout.ms`` to tune the handover).
+
+        ``on_release(tables)`` runs on the serving thread when tables are revoked or lost, after they left
+        ``owned``: a caller that must stop using a table before another member gets it (the table service:
+        a rewrite in flight) does so there. The group waits for a revoke's callback before it hands the tables
+        on, for up to the rebalance timeout (``max.poll.interval.ms``), so the callback should be brief.
+        """
         self.group = group
         self.pattern = pattern
         self.stall_limit = stall_limit
         self._table_of = table_of
+        self._on_release = on_release
         session = int(config.get("session.timeout.ms", DEFAULT_SESSION_TIMEOUT_MS))
         self._config = {
             "session.timeout.ms": DEFAULT_SESSION_TIMEOUT_MS,
@@ -102,9 +120,11 @@ class GroupMembership:
         self._lock = threading.Lock()
         self._pending = Changes()
         self._owned: set[str] = set()
+        self._tenure: dict[str, int] = {}  # held table -> the assignment it was given in (``rebalances``)
         self._assigned = threading.Event()
         self._closing = threading.Event()
         self._server: threading.Thread | None = None
+        self._rejoin = threading.Event()  # the caller gives its tables up: leave the group and join again
         self._stalled = threading.Event()  # the caller stopped calling poll(): the group is not served
         self._served = threading.Event()  # set after each round of serving
         self._asked = time.monotonic()  # when the caller last called poll()
@@ -120,6 +140,16 @@ class GroupMembership:
         """True when the group assigns ``table`` to this member now (cheaper than ``owned`` for one table)."""
         return table in self._owned
 
+    def tenure(self, table: str) -> int | None:
+        """Which assignment gave this member ``table`` (a new number each time it is assigned anew), or None when
+        it does not hold it now."""
+        return self._tenure.get(table)
+
+    @property
+    def session_timeout(self) -> float:
+        """The group's session timeout in seconds: how long a member that stopped answering still holds tables."""
+        return int(self._config["session.timeout.ms"]) / 1000.0
+
     @property
     def assigned_once(self) -> bool:
         """True once the group gave this member its first assignment (maybe empty)."""
@@ -127,12 +157,7 @@ class GroupMembership:
 
     def join(self, *, wait: bool, timeout: float = 120.0, stop: threading.Event | None = None) -> None:
         """Subscribe and start serving the group; with ``wait``, return at its first assignment (Tansu: seconds)."""
-        from confluent_kafka import Consumer
-
-        self._consumer = Consumer(self._config)
-        self._consumer.subscribe(
-            [self.pattern], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
-        )
+        self._consumer = self._subscribe()
         self._asked = time.monotonic()
         self._server = threading.Thread(target=self._serve, name=f"membership-{self.group}", daemon=True)
         self._server.start()
@@ -161,12 +186,33 @@ class GroupMembership:
             changes, self._pending = self._pending, Changes()
         return changes
 
+    def rejoin(self) -> None:
+        """Give up every table: leave the group (the others take them in one rebalance) and join it again as a new
+        member, which the group gives a share anew.
+
+        The tables are given up at once (``holds`` and ``tenure`` say so, ``poll`` reports them revoked), so the
+        caller never takes one again before the member has left; the serving thread leaves and joins."""
+        with self._lock:
+            given_up = set(self._owned)
+            self._owned.clear()
+            self._forget(given_up)
+            self._pending.revoked |= given_up
+            self._pending.assigned -= given_up
+        log.warning(
+            "group %s: giving up table(s) %s; leaving the group and joining again", self.group, _names(given_up)
+        )
+        self._rejoin.set()
+
     def close(self) -> None:
         """Leave the group: the other members take this one's tables at once."""
         self._closing.set()
         if self._server is not None:
             self._server.join()
             self._server = None
+        self._leave()
+
+    def _leave(self) -> None:
+        """Close the membership consumer: the member leaves the group."""
         if self._consumer is not None:
             try:
                 self._consumer.close()
@@ -174,9 +220,33 @@ class GroupMembership:
                 log.debug("closing the membership consumer of %s failed", self.group, exc_info=True)
             self._consumer = None
 
+    def _subscribe(self) -> Any:
+        from confluent_kafka import Consumer
+
+        consumer = Consumer(self._config)
+        consumer.subscribe([self.pattern], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost)
+        return consumer
+
+    def _leave_and_join(self) -> bool:
+        """``rejoin()``, on the serving thread: close the consumer (its revocation gives every table up), then
+        subscribe a new one; False (to be tried again) when that fails."""
+        if self._consumer is not None:
+            self._leave()
+            self._on_revoke(None, [], names=set(self._owned))  # whatever closing did not revoke
+        try:
+            self._consumer = self._subscribe()
+        except Exception:
+            log.exception("group %s: joining again failed; retrying", self.group)
+            return False
+        self._rejoin.clear()
+        return True
+
     def _serve(self) -> None:
         """The serving thread: answer the group (rebalances, callbacks) while the caller is alive."""
         while not self._closing.is_set():
+            if self._rejoin.is_set() and not self._leave_and_join():
+                self._closing.wait(SERVE_WAIT_S)
+                continue
             idle = time.monotonic() - self._asked
             if idle > self.stall_limit:
                 if not self._stalled.is_set():
@@ -214,6 +284,7 @@ class GroupMembership:
         with self._lock:
             self.rebalances += 1
             self._owned |= names
+            self._tenure.update(dict.fromkeys(names, self.rebalances))
             self._pending.assigned |= names
             self._pending.revoked -= names
             self._pending.lost -= names
@@ -221,23 +292,43 @@ class GroupMembership:
         if names:
             log.info("group %s assigned table(s) %s", self.group, ", ".join(sorted(names)))
 
-    def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
-        names = self._tables(partitions)
+    def _on_revoke(self, consumer: Any, partitions: list[Any], names: set[str] | None = None) -> None:
+        names = self._tables(partitions) if names is None else names
         with self._lock:
             self._owned -= names
+            self._forget(names)
             self._pending.revoked |= names
             self._pending.assigned -= names
         if names:
             log.info("group %s revoked table(s) %s", self.group, ", ".join(sorted(names)))
+            self._release(names)
 
     def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
         names = self._tables(partitions)
         with self._lock:
             self._owned -= names
+            self._forget(names)
             self._pending.lost |= names
             self._pending.assigned -= names
         if names:
             log.warning("group %s: lost table(s) %s (this member left the group)", self.group, ", ".join(sorted(names)))
+            self._release(names)
+
+    def _release(self, names: set[str]) -> None:
+        if self._on_release is None:
+            return
+        try:
+            self._on_release(set(names))
+        except Exception:  # the caller's trouble must not stop the group's serving
+            log.exception("group %s: releasing table(s) %s failed", self.group, ", ".join(sorted(names)))
+
+    def _forget(self, names: set[str]) -> None:
+        for name in names:
+            self._tenure.pop(name, None)
+
+
+def _names(tables: set[str]) -> str:
+    return ", ".join(sorted(tables)) or "(none)"
 
 
 __all__ = ["Changes", "GroupMembership", "MembershipError"]

@@ -11,7 +11,9 @@ paths from its FastAPI app, with the same bodies. One contract for all three:
   tables, ...); 503 when, once ready, the loop has not turned for
   ``stall_after`` seconds (a long rebuild at start-up is not a stall);
 * ``GET /readyz``: 200 ``{"ready": true}`` once the process does its work
-  (arbiter: tables rebuilt; consumer: caught up; compactor: Spark up), else 503.
+  (arbiter: tables rebuilt; consumer: caught up; compactor: Spark up), else 503;
+  also 503 while it holds work it cannot do, named in ``not_serving`` (a fleet
+  arbiter's table whose transactions it cannot end).
 
 Unauthenticated: bind it to loopback (the default) or a private network.
 """
@@ -50,7 +52,8 @@ class Health:
     """A process's liveness and readiness, set by its loop and read by the HTTP thread.
 
     ``beat()`` once per loop turn; ``ready`` once the process does its work;
-    ``degraded`` maps what is wrong (a stopped table -> why) for ``/healthz``.
+    ``degraded`` maps what is wrong (a stopped table -> why) for ``/healthz``;
+    ``not_serving`` what it holds but cannot serve now (a table -> why): not ready.
     """
 
     def __init__(self, process: str, stall_after: float = 120.0) -> None:
@@ -60,6 +63,7 @@ class Health:
         self.stall_after = stall_after
         self.ready = False
         self.degraded: dict[str, str] = {}
+        self.not_serving: dict[str, str] = {}
         self._clock = time.monotonic
         self._last_beat = self._clock()
 
@@ -81,7 +85,12 @@ class Health:
 
     def readyz(self) -> tuple[int, dict[str, Any]]:
         """Status code and body of ``/readyz``."""
-        return (200 if self.ready else 503), {"ready": self.ready}
+        not_serving = dict(self.not_serving)
+        ready = self.ready and not not_serving
+        body: dict[str, Any] = {"ready": ready}
+        if not_serving:
+            body["not_serving"] = not_serving
+        return (200 if ready else 503), body
 
 
 class ObservabilityServer:

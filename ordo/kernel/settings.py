@@ -7,7 +7,10 @@ and ``ORDO_KAFKA_CONFIG`` may name a properties file (``key=value`` lines) read 
 
 ``Settings`` is one typed model (a frozen pydantic dataclass): every value is
 validated on construction, from the environment or from arguments, and a bad
-one raises ``SettingsError`` naming the variable (or argument) and the value.
+one raises ``SettingsError`` naming the variable (or argument), the value and
+the form it accepts (``FORMS``). The pass-through settings are checked when
+they are read too: ``ORDO_KAFKA__*`` by librdkafka's own configuration check,
+``ORDO_TOPIC__*`` against Apache Kafka's topic configs (``kernel.validation``).
 ``ENV_VARS`` maps each field to its variable; ``effective_settings`` is what
 ``ordo config`` prints, secrets hidden.
 """
@@ -21,9 +24,20 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 from pydantic.dataclasses import dataclass
 
+from ordo.kernel.validation import (
+    DEFAULT_CHANGES_TOPIC,
+    bootstrap_problem,
+    catalog_problem,
+    host_problem,
+    librdkafka_problem,
+    master_problem,
+    parse_shard,
+    topic_config_problem,
+    topic_template_problem,
+)
 from ordo.schemas.errors import OrdoError
 from ordo.schemas.topics import validate_prefix
 
@@ -61,6 +75,7 @@ DEFAULT_CONSUMER_FETCH_WAIT_MS = None
 DEFAULT_METRICS_HOST = "127.0.0.1"
 DEFAULT_COMPACTOR_MASTER = "local[2]"
 DEFAULT_COMPACTOR_INTERVAL = 5.0
+DEFAULT_COMPACTOR_PARALLEL_TABLES = 2
 # Every long-running process serves /metrics, /healthz and /readyz, each on its own default port.
 DEFAULT_ARBITER_METRICS_PORT = 8767
 DEFAULT_COMPACTOR_METRICS_PORT = 8766
@@ -126,6 +141,10 @@ class Settings:
     compactor_master: str = DEFAULT_COMPACTOR_MASTER
     compactor_interval: Annotated[float, Field(ge=0.1)] = DEFAULT_COMPACTOR_INTERVAL
     compactor_metrics_port: Port | None = DEFAULT_COMPACTOR_METRICS_PORT
+    # ... how many tables it rewrites at once, and the Kafka consumer group a compactor fleet shares tables
+    # through ("" = no fleet unless --fleet, which uses <prefix>.compactors)
+    compactor_parallel_tables: Annotated[int, Field(ge=1)] = DEFAULT_COMPACTOR_PARALLEL_TABLES
+    compactor_group: str = ""
     # Consumer scale-out: I/N, follow only the tables with crc32(name) % N == I (one catalog, N consumers).
     consumer_shard: str = "0/1"
     # Arbiter fleet: the Kafka consumer group the arbiters share tables through ("" = <prefix>.arbiters).
@@ -147,6 +166,44 @@ class Settings:
     topic_min_insync_replicas: Annotated[int, Field(ge=0)] = 0
     topic_config: Mapping[str, str] = field(default_factory=dict)
     allow_lossy_logs: bool = False
+    # `ordo cdc`: each table's change topic, named from {prefix} and {table} (docs/change-topic.md).
+    changes_topic: str = DEFAULT_CHANGES_TOPIC
+    # `ordo cdc` (docs/change-topic.md): the change records' format ("json": Debezium's envelope alone;
+    # "connect-json": Kafka Connect's schema/payload wrapper, for JsonConverter with schemas.enable=true), and
+    # whether a tombstone (a null value under the row's key) follows each delete, as Debezium's tombstones.on.delete
+    changes_format: Literal["json", "connect-json"] = "json"
+    changes_tombstones: bool = True
+
+    @field_validator("consumer_shard")
+    @classmethod
+    def _shard(cls, value: str) -> str:
+        parse_shard(value)
+        return value
+
+    @field_validator("changes_topic")
+    @classmethod
+    def _changes_topic(cls, value: str) -> str:
+        return _checked(value, topic_template_problem)
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _servers(cls, value: str | None) -> str | None:
+        return value if value is None else _checked(value, bootstrap_problem)
+
+    @field_validator("catalog")
+    @classmethod
+    def _catalog(cls, value: str) -> str:
+        return _checked(value, catalog_problem)
+
+    @field_validator("http_host", "arbiter_metrics_host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        return _checked(value, host_problem)
+
+    @field_validator("compactor_master")
+    @classmethod
+    def _master(cls, value: str) -> str:
+        return _checked(value, master_problem)
 
     def kafka_config(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka configuration: bootstrap servers, pass-through settings, then ``overrides``."""
@@ -170,38 +227,91 @@ class Settings:
             raise settings_error(exc, {k: (k, v) for k, v in given.items()}) from None
 
 
+def _checked(value: str, problem_of: Callable[[str], str | None]) -> str:
+    problem = problem_of(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
 def settings_error(exc: ValidationError, sources: Mapping[str, tuple[str, Any]]) -> SettingsError:
-    """A ``SettingsError`` naming, for each invalid field, where its value came from (variable or argument)."""
+    """A ``SettingsError`` naming, for each invalid field, where its value came from (variable or argument), the
+    problem and the form the setting accepts."""
     problems = []
     for error in exc.errors():
         name = str(error["loc"][0]) if error["loc"] else ""
         where, value = sources.get(name, (name, error.get("input")))
-        problems.append(f"{where}={value!r}: {error['msg']}")
+        problems.append(problem_text(where, value, str(error["msg"]).removeprefix("Value error, "), FORMS.get(name)))
     return SettingsError("invalid setting " + "; ".join(problems))
 
 
+def problem_text(where: str, value: Any, problem: str, form: str | None) -> str:
+    """``ORDO_X='value': problem (accepted: form)``: one bad setting, as every settings error words it."""
+    return f"{where}={value!r}: {problem}" + (f" (accepted: {form})" if form else "")
+
+
 def _read_properties(path: str) -> dict[str, str]:
+    form = "a file of key=value lines (# or ! starts a comment)"
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SettingsError("invalid setting " + problem_text("ORDO_KAFKA_CONFIG", path, str(exc), form)) from None
     result: dict[str, str] = {}
-    for line in Path(path).read_text().splitlines():
+    for number, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line or line.startswith(("#", "!")):
             continue
         key, sep, value = line.partition("=")
         if not sep:
-            raise ValueError(f"{path}: expected key=value, got {line!r}")
+            problem = f"line {number} is {line!r}, not key=value"
+            raise SettingsError("invalid setting " + problem_text("ORDO_KAFKA_CONFIG", path, problem, form))
         result[key.strip()] = value.strip()
+    return result
+
+
+def kafka_sources(environ: Mapping[str, str]) -> dict[str, tuple[str, str]]:
+    """Each Kafka client setting as ``{property: (where it was set, value)}``: ``ORDO_KAFKA_CONFIG`` (a file), read
+    first, then the ``ORDO_KAFKA__*`` variables."""
+    result: dict[str, tuple[str, str]] = {}
+    path = environ.get("ORDO_KAFKA_CONFIG")
+    if path:
+        for key, value in _read_properties(path).items():
+            result[key] = (f"{key} in ORDO_KAFKA_CONFIG ({path})", value)
+    for key, value in environ.items():
+        if key.startswith("ORDO_KAFKA__"):
+            result[key[len("ORDO_KAFKA__") :].lower().replace("_", ".")] = (key, value)
     return result
 
 
 def kafka_passthrough(environ: Mapping[str, str]) -> dict[str, str]:
     """Kafka client settings from ``ORDO_KAFKA_CONFIG`` (a file) and ``ORDO_KAFKA__*`` variables."""
-    result: dict[str, str] = {}
-    if environ.get("ORDO_KAFKA_CONFIG"):
-        result.update(_read_properties(environ["ORDO_KAFKA_CONFIG"]))
-    for key, value in environ.items():
-        if key.startswith("ORDO_KAFKA__"):
-            result[key[len("ORDO_KAFKA__") :].lower().replace("_", ".")] = value
-    return result
+    return {key: value for key, (_where, value) in kafka_sources(environ).items()}
+
+
+def topic_sources(environ: Mapping[str, str]) -> dict[str, tuple[str, str]]:
+    """Each topic config override as ``{config: (variable, value)}``: ``ORDO_TOPIC__RETENTION_MS`` is ``retention.ms``
+    (an empty variable sets nothing)."""
+    return {
+        key[len("ORDO_TOPIC__") :].lower().replace("_", "."): (key, value)
+        for key, value in environ.items()
+        if key.startswith("ORDO_TOPIC__") and value
+    }
+
+
+def check_passthrough(kafka: Mapping[str, tuple[str, str]], topics: Mapping[str, tuple[str, str]]) -> None:
+    """``SettingsError`` naming every pass-through setting librdkafka (``kafka``) or Apache Kafka's topic configs
+    (``topics``) refuse, each with its variable and the form it accepts."""
+    problems = []
+    for name, (where, value) in kafka.items():
+        refused = librdkafka_problem(name, value)
+        if refused is not None:
+            problems.append(problem_text(where, value, *refused))
+    for name, (where, value) in topics.items():
+        refused = topic_config_problem(name, value)
+        if refused is not None:
+            problems.append(problem_text(where, value, *refused))
+    if problems:
+        raise SettingsError("invalid setting " + "; ".join(problems))
 
 
 def parse_bool(text: str) -> bool:
@@ -248,6 +358,8 @@ ENV_VARS: tuple[tuple[str, str, Callable[[str], Any]], ...] = (
     ("compactor_master", "ORDO_COMPACTOR_MASTER", str),
     ("compactor_interval", "ORDO_COMPACTOR_INTERVAL", float),
     ("compactor_metrics_port", "ORDO_COMPACTOR_METRICS_PORT", lambda text: parse_port(text)),
+    ("compactor_parallel_tables", "ORDO_COMPACTOR_PARALLEL_TABLES", int),
+    ("compactor_group", "ORDO_COMPACTOR_GROUP", str),
     ("consumer_shard", "ORDO_CONSUMER_SHARD", str),
     ("arbiter_group", "ORDO_ARBITER_GROUP", str),
     ("consumer_group", "ORDO_CONSUMER_GROUP", str),
@@ -257,7 +369,44 @@ ENV_VARS: tuple[tuple[str, str, Callable[[str], Any]], ...] = (
     ("topic_replication_factor", "ORDO_TOPIC_REPLICATION_FACTOR", int),
     ("topic_min_insync_replicas", "ORDO_TOPIC_MIN_INSYNC_REPLICAS", int),
     ("allow_lossy_logs", "ORDO_ALLOW_LOSSY_LOGS", parse_bool),
+    ("changes_topic", "ORDO_CHANGES_TOPIC", str),
+    ("changes_format", "ORDO_CHANGES_FORMAT", str.lower),
+    ("changes_tombstones", "ORDO_CHANGES_TOMBSTONES", parse_bool),
 )
+# The form each checked setting accepts, named in its error (a field left out takes any text: a path, a name).
+_PORT = "a port number 0-65535, 0 for any free port"
+_WAIT = "a whole number of milliseconds, at least 1"
+_HOST = "a host name or an IP address, e.g. 127.0.0.1 or 0.0.0.0"
+_BOOL = "true or false; also 1/0, yes/no, on/off"
+FORMS: dict[str, str] = {
+    "bootstrap_servers": "host:port, comma-separated, e.g. kafka-1:9092,kafka-2:9092",
+    "topic_prefix": "letters, digits, '_', '-' and dots, e.g. ordo or team.ordo",
+    "catalog": "a SQLite file path, or a postgresql://, http:// or https:// URL",
+    "http_host": _HOST,
+    "http_port": _PORT,
+    "require_signatures": _BOOL,
+    "resubmit_after": "a number of seconds above 0",
+    "broker_kind": "auto, kafka or tansu",
+    "fetch_wait_busy_ms": _WAIT,
+    "fetch_wait_idle_ms": _WAIT + ", not below ORDO_FETCH_WAIT_BUSY_MS",
+    "client_fetch_wait_ms": _WAIT,
+    "consumer_fetch_wait_ms": _WAIT,
+    "arbiter_metrics_port": _PORT + ", or off",
+    "arbiter_metrics_host": _HOST,
+    "compactor_master": "a Spark master: local, local[N], local[*], spark://..., yarn or k8s://...",
+    "compactor_interval": "a number of seconds, at least 0.1",
+    "compactor_parallel_tables": "a whole number of tables, at least 1",
+    "compactor_metrics_port": _PORT + ", or off",
+    "consumer_shard": "I/N with 0 <= I < N, e.g. 0/1, or 1/4 for the second of four",
+    "log_level": "debug, info, warning, error or critical",
+    "log_format": "text or json",
+    "topic_replication_factor": "a whole number, 0 or more; 0: min(3, brokers)",
+    "topic_min_insync_replicas": "a whole number, 0 or more; 0: the replication factor - 1, at least 1",
+    "allow_lossy_logs": _BOOL,
+    "changes_topic": "a topic name made from {prefix} and {table}, e.g. {prefix}.{table}.changes",
+    "changes_format": "json or connect-json",
+    "changes_tombstones": _BOOL,
+}
 
 
 def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -272,13 +421,11 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
                 values[name] = cast(env[key])
             except ValueError as exc:
                 why = {int: "expected an integer", float: "expected a number"}.get(cast, str(exc))  # type: ignore[call-overload]
-                raise SettingsError(f"invalid setting {key}={env[key]!r}: {why}") from None
-    values["kafka"] = kafka_passthrough(env)
-    values["topic_config"] = {
-        key[len("ORDO_TOPIC__") :].lower().replace("_", "."): value
-        for key, value in env.items()
-        if key.startswith("ORDO_TOPIC__") and value
-    }
+                raise SettingsError("invalid setting " + problem_text(key, env[key], why, FORMS.get(name))) from None
+    kafka, topics = kafka_sources(env), topic_sources(env)
+    check_passthrough(kafka, topics)
+    values["kafka"] = {name: value for name, (_where, value) in kafka.items()}
+    values["topic_config"] = {name: value for name, (_where, value) in topics.items()}
     try:
         settings = Settings(**values)
     except ValidationError as exc:
@@ -288,7 +435,9 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
         validate_prefix(settings.topic_prefix)
     except ValueError as exc:
         where = "ORDO_TOPIC_PREFIX" if "topic_prefix" not in overrides and "topic_prefix" in sources else "topic_prefix"
-        raise SettingsError(f"invalid setting {where}={settings.topic_prefix!r}: {exc}") from None
+        raise SettingsError(
+            "invalid setting " + problem_text(where, settings.topic_prefix, str(exc), FORMS["topic_prefix"])
+        ) from None
     busy, idle = settings.fetch_wait_busy_ms, settings.fetch_wait_idle_ms
     given = [w for w in (busy, settings.client_fetch_wait_ms, settings.consumer_fetch_wait_ms) if w is not None]
     if (given and min(given) < 1) or (busy is not None and idle is not None and idle < busy):
@@ -337,4 +486,6 @@ def effective_settings(settings: Settings) -> dict[str, str]:
     for key, value in sorted(settings.kafka.items()):
         secret = any(word in key.lower() for word in SECRET_WORDS)
         out["ORDO_KAFKA__" + key.replace(".", "_").upper()] = HIDDEN if secret else str(value)
+    for key, value in sorted(settings.topic_config.items()):
+        out["ORDO_TOPIC__" + key.replace(".", "_").upper()] = str(value)
     return out

@@ -38,6 +38,7 @@ from ordo.producer.data import (
     OP_COLUMN,
     OP_UPSERT,
     SEQ_COLUMN,
+    InvalidOperationError,
     Layout,
     PartitionValueError,
     PrimaryKeyError,
@@ -45,7 +46,7 @@ from ordo.producer.data import (
     Storage,
     key_stats,
 )
-from ordo.schemas import DataFile
+from ordo.schemas import CommitIntent, DataFile, Operation
 from ordo.schemas.models import parse_ddl
 from ordo.schemas.operations import ROW_ID_COLUMN
 from ordo.schemas.paths import data_file_path
@@ -205,6 +206,18 @@ class RecordWrite:
     bucketed: bool
     schema: Any  # the files' pyarrow schema: table columns, _ordo_op, _ordo_seq (all nullable)
     max_records: int
+    # The write id of each partition's files (partition values in column order), when one Spark job writes for
+    # several transactions (``producer.rewrites``: one per partition); None: ``write_id`` for every file.
+    write_ids: Mapping[tuple[str, ...], str] | None = None
+
+    def write_id_for(self, partition: Mapping[str, str]) -> str:
+        """The write id a file of ``partition`` is named by; a partition the write was not given fails it."""
+        if self.write_ids is None:
+            return self.write_id
+        key = tuple(partition[c] for c in self.partition_columns)
+        if key not in self.write_ids:
+            raise InvalidOperationError(f"the write produced a file in partition {partition}, which it was not given")
+        return self.write_ids[key]
 
     def write(self, batches: Iterator[pa.RecordBatch]) -> list[DataFile]:
         """Write the task's records (file columns plus the hidden ones); the files made."""
@@ -304,7 +317,7 @@ class _GroupFiles:
         write = self.write
         assert self.key is not None
         partition, _bucket = write.group(self.key)
-        self.relative = data_file_path(write.partition_columns, partition, write.write_id, self.number)
+        self.relative = data_file_path(write.partition_columns, partition, write.write_id_for(partition), self.number)
         self.number += 1
         self.storage.ensure_parent(self.relative)
         self.out = self.storage.fs.open_output_stream(self.storage.path(self.relative))
@@ -390,12 +403,33 @@ def delete_files(layout: Layout, relative_paths: Sequence[str]) -> int:
     return sum(1 for p in relative_paths if storage.delete_file(p))
 
 
+def insert_intent(
+    rows: pa.Table, layout: Layout, txn_id: str, read_version: int, writer: str | None = None
+) -> CommitIntent:
+    """INSERT INTO of ``rows`` without Spark: their files written now (``write_rows``, numbered from 0), and the
+    intent that commits them, scoped to the partitions written (benchmarks, tests and tools that write as a
+    stream's tasks do)."""
+    files = write_rows(rows, layout, txn_id, 0)
+    columns = layout.partition_columns
+    scope = {tuple(f.partition[c] for c in columns): dict(f.partition) for f in files} if columns else None
+    return CommitIntent(
+        txn_id=txn_id,
+        table=layout.name,
+        operation=Operation.INSERT_INTO,
+        read_version=read_version,
+        partitions=None if scope is None else tuple(scope[k] for k in sorted(scope)),
+        added_files=tuple(files),
+        writer=writer,
+    )
+
+
 __all__ = [
     "RecordWrite",
     "check_rows",
     "check_unique",
     "conform_batch",
     "delete_files",
+    "insert_intent",
     "task_first_number",
     "write_rows",
 ]

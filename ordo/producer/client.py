@@ -13,7 +13,10 @@ record closes its batch, in the same transaction); a forged or unsigned one is
 never taken as the answer.
 
 Every gap in the decisions log that is not a transaction marker is re-read
-(``kernel.logread``: Tansu's fetch can skip a stored record). And because the
+(``kernel.logread``: Tansu's fetch can skip a stored record), and so is a jump
+of one offset whose two records do not chain (``prev_hash``): a decision
+skipped inside a transaction, which the offsets alone take for a marker (and
+which cost the decisions before it in the batch their signature). And because the
 arbiter's fetch of the intents log can skip one too, an intent whose decision
 is overdue (``resubmit_after`` seconds, doubling each time) is published again,
 the same bytes under the same txn id: the arbiter answers a repeat with the
@@ -46,7 +49,7 @@ from ordo.kernel.admin import (
     topic_policy,
 )
 from ordo.kernel.errors import BrokerUnavailableError, CommitTimeoutError, OrdoError, TableNotFoundError
-from ordo.kernel.logread import GapChecker, GapStats, read_to_end, warm_metadata
+from ordo.kernel.logread import GapChecker, GapStats, decisions_follow, read_to_end, warm_metadata
 from ordo.kernel.settings import Settings, load_settings
 from ordo.schemas import CommitDecision, CommitIntent, Operation, decisions_topic, decode, encode, intents_topic
 from ordo.schemas.signing import GENESIS_HASH as GENESIS
@@ -132,6 +135,7 @@ class _DecisionReader:
             name=f"commit client {self.topic}",
             keep_eof=False,
             stats=self.client.gap_stats,
+            follows=decisions_follow,  # a decision skipped inside a transaction breaks the hash chain
         )
         warm_metadata(self._consumer, CONNECT_TIMEOUT)
         self._consumer.assign([TopicPartition(self.topic, 0, self.start)])
@@ -520,7 +524,13 @@ class CommitClient:
         verifier: ChainVerifier[bytes] = ChainVerifier(table, self._reader_trust(), anchor=None if start else GENESIS)
         try:
             for message in read_to_end(
-                config, topic, start=start, transactional=True, timeout=timeout, stats=self.gap_stats
+                config,
+                topic,
+                start=start,
+                transactional=True,
+                timeout=timeout,
+                stats=self.gap_stats,
+                follows=decisions_follow,
             ):
                 value = message.value() or b""
                 released, refused = verifier.push(message.offset(), value, signature_of(message.headers()), value)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from ordo.kernel.errors import OrdoError
 from ordo.schemas import DataFile, TableMetadata
 from ordo.schemas.operations import (
+    CONSTRAINT_PREFIX,
     OP_COLUMN,
     OP_DELETE,
     OP_UPSERT,
@@ -43,6 +45,7 @@ from ordo.schemas.operations import (
     SEQ_COLUMN,
     is_keyless,
 )
+from ordo.schemas.paths import write_id_of
 
 if TYPE_CHECKING:
     from pyarrow.fs import FileSystem
@@ -81,6 +84,11 @@ class PartitionValueError(WriteRefusedError):
 
 class InvalidOperationError(WriteRefusedError):
     """Raised when an operation's arguments are invalid for this table (unknown columns, key updates, modes)."""
+
+
+class ConstraintViolationError(WriteRefusedError):
+    """Raised when rows a write adds (or a RESTORE, or the table when a constraint is added) violate one of the
+    table's CHECK constraints: its expression is false or null for them. Nothing is committed."""
 
 
 class InvalidTableError(OrdoError, ValueError):
@@ -145,6 +153,11 @@ class Layout:
             cached = parse_schema(self.schema_ddl)
             object.__setattr__(self, "_schema", cached)
         return cached
+
+    @property
+    def constraints(self) -> dict[str, str]:
+        """The table's CHECK constraints (since 0.6): name -> SQL expression, by name (``delta.constraints.*``)."""
+        return table_constraints(self.properties)
 
     def int_property(self, key: str, default: int) -> int:
         try:
@@ -566,6 +579,102 @@ def validate_records(
     )
 
 
+# --------------------------------------------------------------------------- CHECK constraints (since 0.6)
+
+# Starts the message a write stopped by a constraint fails with (``enforce_constraints``, ``_violation``).
+_VIOLATION_MARK = "ordo: CHECK constraint "
+_CONSTRAINT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
+
+def table_constraints(properties: Mapping[str, str]) -> dict[str, str]:
+    """The CHECK constraints among a table's properties: name -> SQL expression, by name."""
+    return {k[len(CONSTRAINT_PREFIX) :]: v for k, v in sorted(properties.items()) if k.startswith(CONSTRAINT_PREFIX)}
+
+
+def constraint_key(name: str) -> str:
+    """The property a constraint named ``name`` is (Delta's: names are case-insensitive, kept lower-case)."""
+    if not isinstance(name, str) or _CONSTRAINT_NAME.fullmatch(name) is None:
+        raise InvalidOperationError(
+            f"constraint name {str(name)[:200]!r}: letters, digits and '_', not starting with a digit, at most 128"
+        )
+    return CONSTRAINT_PREFIX + name.lower()
+
+
+def _holds(expression: str) -> Column:
+    """True where the constraint holds: its expression is true (false and null violate it, as in Delta)."""
+    from pyspark.sql import functions as F
+
+    return F.coalesce(F.expr(expression), F.lit(False))
+
+
+def check_constraint(rows: DataFrame, name: str, expression: str) -> None:
+    """``expression`` must be a boolean SQL expression of ``rows``' columns a filter takes (no aggregate, no window):
+    ``InvalidOperationError`` saying why not."""
+    try:
+        _ = rows.where(_holds(expression)).schema  # analysed: its columns, its type, where it may stand
+    except Exception as exc:  # Spark's ParseException, AnalysisException
+        raise InvalidOperationError(
+            f"CHECK constraint {name} ({expression}) is not a condition on the rows: {exc}"
+        ) from None
+
+
+def check_rows(rows: DataFrame, constraints: Mapping[str, str], what: str) -> None:
+    """``ConstraintViolationError`` unless every row of ``rows`` satisfies every constraint: one Spark job."""
+    from pyspark.sql import functions as F
+
+    if not constraints:
+        return
+    counts = [
+        F.sum(F.when(_holds(expression), 0).otherwise(1)).alias(f"c{i}")
+        for i, expression in enumerate(constraints.values())
+    ]
+    found = rows.select(*counts).collect()[0]
+    broken = [(name, expression, int(found[i] or 0)) for i, (name, expression) in enumerate(constraints.items())]
+    broken = [b for b in broken if b[2]]
+    if broken:
+        shown = "; ".join(f"{n} rows violate CHECK constraint {name} ({expression})" for name, expression, n in broken)
+        raise ConstraintViolationError(f"{what}: {shown}; nothing was committed")
+
+
+def enforce_constraints(records: DataFrame, layout: Layout) -> DataFrame:
+    """``records`` whose write stops at the first new row a CHECK constraint of the table does not hold for.
+
+    Checked as the files are written (Spark's ``raise_error`` in a filter that
+    keeps every row), so a write costs no scan more. A new row is an upsert
+    record with no sequence number of its own: a delete record carries no row,
+    and a rewrite's records keep theirs (they were checked when first written).
+    ``FileWriter.write`` turns the failure into ``ConstraintViolationError``.
+    """
+    constraints = layout.constraints
+    if not constraints:
+        return records
+    from pyspark.sql import functions as F
+
+    new_row = (F.col(OP_COLUMN) == F.lit(OP_UPSERT)) & F.col(SEQ_COLUMN).isNull()
+    shown = F.to_json(F.struct(*[F.col(f"`{f.name}`") for f in layout.user_schema().fields]))
+    for name, expression in constraints.items():
+        try:
+            violated = F.when(new_row, ~_holds(expression)).otherwise(F.lit(False))  # evaluated on new rows only
+            message = F.concat(F.lit(f"{_VIOLATION_MARK}{name} ({expression}) violated by row with values "), shown)
+            records = records.where(F.when(violated, F.raise_error(message)).isNull())
+        except Exception as exc:  # Spark's ParseException, AnalysisException
+            raise WriteRefusedError(
+                f"CHECK constraint {name} ({expression}) of table {layout.name} cannot be evaluated: {exc}"
+            ) from None
+    return records
+
+
+def _violation(error: BaseException) -> ConstraintViolationError | None:
+    """The constraint violation a failed write reports (``enforce_constraints``' message), if it is one."""
+    text = str(error)
+    start = text.find(_VIOLATION_MARK)
+    if start < 0:
+        return None
+    line = text[start + len("ordo: ") :].splitlines()[0]
+    line = re.sub(r"\s*SQLSTATE: \w+\s*$", "", line).rstrip(" .'\"")
+    return ConstraintViolationError(f"{line}; nothing was written")
+
+
 # --------------------------------------------------------------------------- records
 
 
@@ -676,16 +785,39 @@ def file_schema(layout: Layout) -> StructType:
     )
 
 
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+
+
 def read_files(spark: SparkSession, layout: Layout, files: Iterable[tuple[str, int]]) -> DataFrame:
-    """Records of ``files`` ((absolute path, added ID version) pairs) with their effective sequence number."""
+    """Records of ``files`` ((absolute path, added ID version) pairs) with their effective sequence number.
+
+    One scan of every file when their names are distinct and plain (what ordo's writers make: ``<txn id>-<n>``):
+    each record's added version comes from its file's name (Spark's ``_metadata.file_name``, a broadcast join
+    with the names), so a rewrite of many small files is one read, not one per version (each a file listing and
+    a scan of its own). Otherwise, one scan per added version.
+    """
     from pyspark.sql import functions as F
 
     from ordo.kernel.objectstore import spark_path
 
+    files = [(spark_path(path), version) for path, version in files]
+    schema = file_schema(layout)
     by_version: dict[int, list[str]] = {}
     for path, version in files:
-        by_version.setdefault(version, []).append(spark_path(path))
-    schema = file_schema(layout)
+        by_version.setdefault(version, []).append(path)
+    names = [path.rsplit("/", 1)[-1] for path, _ in files]
+    if len(by_version) > 1 and len(set(names)) == len(names) and all(_PLAIN_NAME.fullmatch(n) for n in names):
+        versions = spark.createDataFrame(
+            [(name, version) for name, (_, version) in zip(names, files, strict=True)],
+            "_ordo_file STRING, _ordo_version BIGINT",
+        )
+        scan = spark.read.schema(schema).parquet(*[path for path, _ in files])
+        joined = scan.withColumn("_ordo_file", F.col("_metadata.file_name")).join(
+            F.broadcast(versions), "_ordo_file", "left"
+        )
+        unknown = F.raise_error(F.concat(F.lit("a record of an unknown file: "), F.col("_ordo_file")))
+        sequence = F.coalesce(F.col(SEQ_COLUMN), F.col("_ordo_version"), unknown)  # never a record without one
+        return joined.withColumn(SEQ_COLUMN, sequence).select(*[F.col(f"`{f.name}`") for f in schema.fields])
     frames = [
         spark.read.schema(schema)
         .parquet(*paths)
@@ -752,10 +884,21 @@ class FileWriter:
        is an orphan for ``ordo vacuum --orphans``.
     """
 
-    def __init__(self, spark: SparkSession, layout: Layout, txn_id: str) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        layout: Layout,
+        txn_id: str,
+        *,
+        write_ids: Mapping[tuple[str, ...], str] | None = None,
+    ) -> None:
+        """``write_ids``: the write id of each partition's files (partition values in column order), when one
+        Spark job writes for several transactions (``producer.rewrites``: one per partition); a file of a
+        partition it does not name fails the write. Default: ``txn_id`` for every file."""
         self.spark = spark
         self.layout = layout
         self.txn_id = txn_id
+        self.write_ids = write_ids
         self.storage = Storage(layout.location)
         self.written: list[str] = []  # relative paths at their final place, for cleanup
 
@@ -783,6 +926,7 @@ class FileWriter:
             hidden,
             layout.buckets > 1,
             layout.int_property(MAX_RECORDS_PER_FILE_PROPERTY, DEFAULT_MAX_RECORDS_PER_FILE),
+            self.write_ids,
         )
         records_source.register(self.spark)
         handle, result = tempfile.mkstemp(prefix=f"ordo-write-{self.txn_id}-", suffix=".jsonl")
@@ -795,8 +939,11 @@ class FileWriter:
             started = time.perf_counter()
             with open(result, encoding="utf-8") as lines:
                 files = [DataFile.model_validate_json(line) for line in lines if line.strip()]
-        except BaseException:
+        except BaseException as exc:
             self._delete_left_by_failed_job()
+            violation = _violation(exc)  # a CHECK constraint the rows broke: the job's error, named
+            if violation is not None:
+                raise violation from None
             raise
         finally:
             os.unlink(result)
@@ -813,7 +960,7 @@ class FileWriter:
 
         layout = self.layout
         hidden = [f"_ordo_p{i}" for i in range(len(layout.partition_columns))]
-        df = records
+        df = enforce_constraints(records, layout)
         for name, column in zip(hidden, layout.partition_columns, strict=True):
             df = df.withColumn(name, F.col(f"`{column}`").cast("string"))
         if layout.buckets > 1:
@@ -835,8 +982,6 @@ class FileWriter:
 
     def _delete_left_by_failed_job(self) -> None:
         """Delete the files of this write id that are not this writer's (what the failed job's tasks left)."""
-        from ordo.schemas.paths import write_id_of
-
         kept = set(self.written)
         try:
             for relative, _size in self.storage.list_files():
@@ -844,6 +989,13 @@ class FileWriter:
                     self.storage.delete_file(relative)
         except OSError:
             pass  # orphans then: no commit names them
+
+    def hand_over(self, write_id: str) -> FileWriter:
+        """A writer that owns (and cleans up) the files of ``write_id`` this one put in place; they leave this one."""
+        taken = FileWriter(self.spark, self.layout, write_id)
+        taken.written = [path for path in self.written if write_id_of(path) == write_id]
+        self.written = [path for path in self.written if write_id_of(path) != write_id]
+        return taken
 
     def cleanup(self) -> int:
         """Delete every file this writer put in place; the number deleted."""

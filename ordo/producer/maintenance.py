@@ -42,8 +42,17 @@ def vacuum(table: TableHandle, hours: float, dry_run: bool) -> list[str]:
 
 
 def restore(table: DeltaTable, target: Any) -> CommitResult:
-    """One RESTORE commit of ``table`` to the snapshot ``target``: re-add its files not live now (metadata only)."""
+    """One RESTORE commit of ``table`` to the snapshot ``target``: re-add its files not live now (metadata only).
+
+    The table's CHECK constraints stay (a RESTORE keeps the metadata): when it has some, the rows of ``target``
+    are checked against them first, in one Spark job (``ConstraintViolationError``: a constraint added since).
+    """
+    from ordo.producer.data import check_rows, table_constraints
+
     head = table.catalog.snapshot(table.name)
+    constraints = table_constraints(table.catalog.table(table.name).metadata.properties)
+    if constraints:
+        check_rows(table.read(version=target.id_version), constraints, f"version {target.id_version} of {table.name}")
     live = {f.path for f in head.files}
     added = tuple(
         DataFile(

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +71,7 @@ class RecordsWriter(DataSourceArrowWriter):
             bucketed=bool(spec["bucketed"]),
             schema=pa.schema([f.with_nullable(True) for f in arrow_schema(columns)]),
             max_records=int(spec["max_records"]),
+            write_ids={tuple(values): write_id for values, write_id in spec.get("write_ids") or ()} or None,
         )
         self.result = result
 
@@ -104,6 +105,7 @@ def write_options(
     hidden: Sequence[str],
     bucketed: bool,
     max_records: int,
+    write_ids: Mapping[tuple[str, ...], str] | None = None,
 ) -> str:
     """The ``write`` option."""
     return json.dumps(
@@ -115,6 +117,7 @@ def write_options(
             "hidden": list(hidden),
             "bucketed": bucketed,
             "max_records": max_records,
+            "write_ids": [[list(values), write_id] for values, write_id in (write_ids or {}).items()],
         },
         separators=(",", ":"),
     )

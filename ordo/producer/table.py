@@ -6,6 +6,7 @@ the arbiter's decision. The writer API's files, one idea each:
 
 * ``producer.handle``: which table and how it is reached; create, open, find;
 * ``producer.table``: ``DeltaTable``, the operations (writes, DML, maintenance, reads);
+* ``producer.metadata``: the metadata-only commits (ALTER TABLE) and how such a commit is made;
 * ``producer.transaction``: ``Transaction`` (``begin()``), the operations that stage data;
 * ``producer.lifecycle``: a transaction's state and commit protocol;
 * ``producer.delta``: Delta's MERGE and OPTIMIZE builders and history rows;
@@ -18,8 +19,6 @@ Importing this module imports neither Spark nor Kafka: both are loaded on use.
 from __future__ import annotations
 
 import copy
-import time
-import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -34,83 +33,30 @@ from ordo.producer.data import (
     SchemaMismatchError,
     WriteRefusedError,
 )
-from ordo.producer.handle import TableHandle, altered_metadata
 from ordo.producer.maintenance import DEFAULT_RETENTION_HOURS, restore, vacuum
+from ordo.producer.metadata import MetadataCommits
 from ordo.producer.results import (
     CatalogLagError,
     CommitResult,
     TableExistsError,
     TransactionStateError,
-    conflict_error,
 )
 from ordo.producer.transaction import Transaction
-from ordo.schemas import CommitIntent, Operation
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
-    from pyspark.sql.types import StructType
 
 
-class DeltaTable(TableHandle):
+class DeltaTable(MetadataCommits):
     """A table (``producer.handle``) and what can be done with it: writes, each one transaction (``begin()``
-    for one of your own), maintenance and reads."""
+    for one of your own), metadata changes (``producer.metadata``), maintenance and reads."""
 
     # ------------------------------------------------------------------ writes (each one transaction)
-
-    def alter(
-        self,
-        add_columns: str | StructType | None = None,
-        *,
-        set_properties: Mapping[str, Any] | None = None,
-    ) -> CommitResult:
-        """ALTER TABLE: append nullable columns (Spark DDL ``"note STRING"`` or a StructType) and/or set properties.
-
-        Metadata only: no file is read or written. Files written before the
-        change read the added columns as NULL; reads at older versions keep the
-        older schema. A commit whose snapshot predates the change is rejected
-        (``SCHEMA_CHANGED``), and the change itself fails against any commit
-        made since its snapshot. Dropping, renaming or retyping columns,
-        unsetting properties and changing ``ordo.*`` properties are not
-        supported (``UNSUPPORTED_ALTER``). Raises ``CommitConflictError`` with
-        the arbiter's reason when it is rejected.
-        """
-
-        info = self._conn.catalog.table(self.name)
-        metadata = altered_metadata(info.metadata, add_columns, set_properties)
-        intent = CommitIntent(
-            txn_id=uuid.uuid4().hex,
-            table=self.name,
-            operation=Operation.ALTER_TABLE,
-            read_version=int(info.head_version),
-            metadata=metadata,
-            writer=self._writer,
-        )
-        result = self._commit_now(intent, f"ALTER TABLE {self.name}")
-        self._set_metadata(metadata)
-        return result
 
     def _run(self, stage: Any, retries: int = 0) -> CommitResult | None:
         with self.begin() as txn:
             stage(txn)
             return txn.commit(retries=retries)
-
-    def _commit_now(self, intent: CommitIntent, what: str) -> CommitResult:
-        """Commit an intent that needs no Spark work (metadata, file actions the catalog knows): the decision, or
-        ``CommitConflictError`` naming ``what``; returns once the catalog shows the version."""
-        started = time.perf_counter()
-        decision = self._conn.client.commit(intent, timeout=self.commit_timeout)
-        if not decision.accepted or decision.id_version is None:
-            raise conflict_error(decision, what)
-        result = CommitResult(
-            txn_id=intent.txn_id,
-            id_version=decision.id_version,
-            time_version=decision.time_version,
-            operation=intent.operation,
-            commit_seconds=time.perf_counter() - started,
-            decision=decision,
-        )
-        self._wait_for_catalog(decision.id_version, result)
-        return result
 
     # ------------------------------------------------------------------ internals
 

@@ -22,10 +22,16 @@ The invariants, in the order ``check`` tests them (``LogProblem`` names each):
    once (``SECOND_CREATE``); ID versions run 0, 1, 2, ... (``VERSION_GAP``
    when some are missing, ``VERSION_REUSED`` when one repeats or goes back);
    a decision has a time version exactly when its operation changes data, and
-   time versions strictly increase (``TIME_VERSION``); ``CREATE_TABLE`` and
-   ``ALTER_TABLE`` carry metadata (``NO_METADATA``); an added file's partition
-   names exactly the partition columns (``PARTITION``); no file is removed or
-   added twice in one decision (``NOT_LIVE``, ``ALREADY_LIVE``).
+   time versions strictly increase (``TIME_VERSION``, one problem when both
+   rules fail); ``CREATE_TABLE`` and ``ALTER_TABLE`` carry metadata
+   (``NO_METADATA``); an added file's partition names exactly the partition
+   columns of the metadata before the record (``PARTITION``); no file is
+   removed or added twice in one decision (``NOT_LIVE``, ``ALREADY_LIVE``).
+   Every accepted commit that carries metadata sets the table's metadata.
+
+A record naming another table is checked no further than the chain: its
+intent offset counts in that table's intents topic. Every other problem a
+record has is reported (``fold(collect=True)``), each kind once.
 
 Which files are live is each reader's own state (the arbiter's memory, the
 catalog's rows): a removed file that is not live raises ``not_live`` and an
@@ -39,21 +45,22 @@ so that a stop reason stored as text still tells it (``LogProblem.of``).
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import NamedTuple
 
 from ordo.schemas.codec import chain_hash, decode
+from ordo.schemas.dispatch import OperationTable
 from ordo.schemas.errors import CodecError, OrdoError
 from ordo.schemas.models import CommitDecision, Outcome, TableMetadata, datetime_to_millis
-from ordo.schemas.operations import REGISTRY, Check
+from ordo.schemas.operations import REGISTRY, Operation
 
 GENESIS_HASH = bytes(32)  # the prev_hash of a table's first decision
 
 _ACCEPTED = Outcome.ACCEPTED
+_CREATE = Operation.CREATE_TABLE
 _DATA_CHANGES = frozenset(op for op, t in REGISTRY.items() if t.data_change)
-_CARRIES_METADATA = frozenset(op for op, t in REGISTRY.items() if t.metadata)
-_CREATES = frozenset(op for op, t in REGISTRY.items() if Check.CREATE in t.checks)
 
 
 class LogProblem(enum.StrEnum):
@@ -253,7 +260,7 @@ def _inspect(
         if operation is None or id_version is None:
             _add(problems, LogProblem.INCOMPLETE, "accepted decision without operation or ID version")
         else:
-            if operation in _CREATES:
+            if operation is _CREATE:
                 if head.metadata is not None:
                     _add(problems, LogProblem.SECOND_CREATE, "a second CREATE_TABLE was accepted")
             elif head.metadata is None:
@@ -265,44 +272,75 @@ def _inspect(
                     f"ID version {id_version} does not follow the head version {version}",
                 )
             own = decision.time_version
-            changes = operation in _DATA_CHANGES
-            if changes and own is None:
-                _add(
-                    problems, LogProblem.TIME_VERSION, f"{operation.value} at version {id_version} has no time version"
-                )
-            elif not changes and own is not None:
-                _add(
-                    problems,
-                    LogProblem.TIME_VERSION,
-                    f"{operation.value} at version {id_version} carries a time version",
-                )
+            time_problems = _time_problems(operation, id_version, own, time_ms)
+            if time_problems:  # both rules may fail: one problem, both named (a verdict names each kind once)
+                _add(problems, LogProblem.TIME_VERSION, "; ".join(time_problems))
             if own is not None:
-                own_ms = datetime_to_millis(own)
-                if time_ms is not None and own_ms <= time_ms:
-                    _add(
-                        problems,
-                        LogProblem.TIME_VERSION,
-                        f"time version {own.isoformat()} does not increase over the previous one",
-                    )
-                time_ms = own_ms
-            if operation in _CARRIES_METADATA:
-                if decision.metadata is None:
-                    _add(
-                        problems,
-                        LogProblem.NO_METADATA,
-                        f"{operation.value} at version {id_version} carries no metadata",
-                    )
-                else:
-                    metadata = decision.metadata
-            elif decision.metadata is not None:  # a write that changed the schema with its data (since 0.5)
-                metadata = decision.metadata
+                time_ms = datetime_to_millis(own)
+            metadata = _METADATA_STEPS[operation](problems, decision, metadata)
             if decision.added_files or decision.removed_files:
+                # Against the metadata in force before this record: none for a table's first CREATE_TABLE, whose
+                # files (no reader adds them) are then not checked; a write's new metadata keeps the partitions.
                 _check_files(problems, decision, head.metadata)
             version = id_version
     after = LogHead(head.table, chain, intent, version, time_ms, metadata, head.decisions + 1)
     return decision, _located(problems, offset, intent) if problems else problems, after
 
 
+def _time_problems(operation: Operation, id_version: int, own: datetime | None, last_ms: int | None) -> list[str]:
+    """What is wrong with an accepted commit's time version: it has one exactly when its operation changes data,
+    and it is above the last one (two rules, checked separately)."""
+    found = []
+    changes = operation in _DATA_CHANGES
+    if changes and own is None:
+        found.append(f"{operation.value} at version {id_version} has no time version")
+    elif not changes and own is not None:
+        found.append(f"{operation.value} at version {id_version} carries a time version")
+    if own is not None and last_ms is not None and datetime_to_millis(own) <= last_ms:
+        found.append(f"time version {own.isoformat()} does not increase over the previous one")
+    return found
+
+
+MetadataStep = Callable[[list[BrokenLogError], CommitDecision, "TableMetadata | None"], "TableMetadata | None"]
+# The table's metadata after an accepted decision, per operation (the fold's step: ``schemas.dispatch``).
+METADATA_STEP: OperationTable[MetadataStep] = OperationTable("the log's fold", "ordo.schemas.decisionlog")
+
+
+@METADATA_STEP.register(Operation.CREATE_TABLE, Operation.ALTER_TABLE)
+def _sets_metadata(
+    problems: list[BrokenLogError], decision: CommitDecision, metadata: TableMetadata | None
+) -> TableMetadata | None:
+    """CREATE_TABLE and ALTER_TABLE carry the table's metadata from their version on (``NO_METADATA`` without)."""
+    if decision.metadata is None:
+        assert decision.operation is not None
+        _add(
+            problems,
+            LogProblem.NO_METADATA,
+            f"{decision.operation.value} at version {decision.id_version} carries no metadata",
+        )
+        return metadata
+    return decision.metadata
+
+
+@METADATA_STEP.register(
+    Operation.INSERT_INTO,
+    Operation.INSERT_OVERWRITE,
+    Operation.TRUNCATE,
+    Operation.UPDATE,
+    Operation.DELETE,
+    Operation.MINOR_COMPACT,
+    Operation.MAJOR_COMPACT,
+    Operation.CLUSTER,
+    Operation.RESTORE,
+)
+def _may_change_schema(
+    problems: list[BrokenLogError], decision: CommitDecision, metadata: TableMetadata | None
+) -> TableMetadata | None:
+    """A commit of files keeps the metadata, unless it changed the schema with its data (since 0.5)."""
+    return metadata if decision.metadata is None else decision.metadata
+
+
+_METADATA_STEPS = METADATA_STEP.resolved()  # the hot path's dispatch: a plain dict
 _STOP_THERE = frozenset({LogProblem.WRONG_TABLE, *_SKIPPABLE})  # no further check of such a record
 _COLUMN_SETS: dict[tuple[str, ...], frozenset[str]] = {}
 

@@ -198,7 +198,7 @@ class CommitIntent(_Frozen):
     writer: Annotated[str, Field(max_length=MAX_ID_LENGTH)] | None = None
     restore_version: Version | None = None  # RESTORE (since 0.4): the version whose live files it re-adds
     # (since 0.5) Delta's operationMetrics the writer counted (MERGE's, UPDATE's, DELETE's rows): a claim the
-    # arbiter checks (INVALID_METRICS: arbiter.core._check_metrics), not a model limit beyond names and count
+    # arbiter checks (INVALID_METRICS: arbiter.rules.check_metrics), not a model limit beyond names and count
     operation_metrics: Annotated[Mapping[Id, int], Field(max_length=MAX_METRICS)] = Field(default_factory=dict)
 
     @field_validator("table")

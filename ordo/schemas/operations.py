@@ -2,13 +2,13 @@
 
 ``Operation`` is the wire enum (its members in ``Operation.avsc`` order: the
 codec writes a member's position). ``REGISTRY`` declares each operation once
-(``OperationSpec``): its conflict-matrix class, what a commit of it does to
-files and metadata, the arbiter's checks for it and the rejections they give,
-its effect on the catalog and its change-feed rows. ``CLASSES`` declares the
-matrix's rows and columns (and which of them no policy may choose). The
-arbiter, the fold, the consumer, the change feed, the conflict report and the
-docs' matrix table read these instead of listing operations again
-(docs/architecture.md "The operation registry").
+(``OperationSpec``): its conflict-matrix class and what a decision of it
+shows on the wire (files added and removed, a time version, metadata), the
+rejections its rules give, its history name. ``CLASSES`` declares the
+matrix's rows and columns (and which of them no policy may choose). What
+each part does with an operation is a handler it registers for it
+(``schemas.dispatch``, docs/architecture.md "Operations as registered
+behaviour"), never a branch over operations.
 ``Reason`` holds the rejection codes a decision carries (a string on the wire).
 ``OP_COLUMN``/``SEQ_COLUMN`` and their values are the record columns every data
 file carries (docs/writer.md).
@@ -37,6 +37,8 @@ class Operation(str, enum.Enum):
     CLUSTER = "CLUSTER"
     ALTER_TABLE = "ALTER_TABLE"  # since 0.3: add columns, set properties (metadata only)
     RESTORE = "RESTORE"  # since 0.4: make an earlier version's live files the table's again (no data written)
+    ADD_CONSTRAINT = "ADD_CONSTRAINT"  # since 0.6: a CHECK constraint every later write satisfies (metadata only)
+    DROP_CONSTRAINT = "DROP_CONSTRAINT"  # since 0.6: remove a CHECK constraint (metadata only)
 
     @property
     def traits(self) -> OperationTraits:
@@ -100,6 +102,9 @@ class Reason(enum.StrEnum):
     FILE_VACUUMED = "FILE_VACUUMED"
     # (since 0.5) an operation metric the operation cannot claim, a negative count, or rows beyond what it wrote
     INVALID_METRICS = "INVALID_METRICS"
+    # (since 0.6) an ADD_CONSTRAINT or DROP_CONSTRAINT whose metadata is not the table's with exactly that constraint
+    # added (a valid name not in use, an expression) or dropped (one it has), or an ALTER_TABLE that sets a constraint
+    INVALID_CONSTRAINT = "INVALID_CONSTRAINT"
 
 
 Reason.ALL = tuple(Reason)
@@ -127,40 +132,6 @@ class Removes(enum.Enum):
     RESTORE = "restore"  # every file live at the head that was not live at the restore version (RESTORE)
 
 
-class Check(enum.Enum):
-    """The operation-specific checks the arbiter runs, in this order (docs/architecture.md "Pure core")."""
-
-    CREATE = "create"  # TABLE_EXISTS, INVALID_METADATA (arbiter.core._create)
-    ALTER = "alter"  # the metadata after the change (arbiter.core._check_alter)
-    FILES = "files"  # added and removed files against the scope, layout and write ids (arbiter.core._check_files)
-    BATCH = "batch"  # a streaming batch at most once (arbiter.core._check_batch)
-    MATRIX = "matrix"  # the conflict matrix (arbiter.core._check_conflicts)
-    LINEAGE = "lineage"  # a rewrite's inputs rebased through lineage (arbiter.core._resolve_inputs)
-    REWRITE = "rewrite"  # a rewrite stays in its scope and rewrites whole partitions (arbiter.core._check_rewrite)
-    RESTORE = "restore"  # re-added files were live at the restore version and are not vacuumed (arbiter.core._restore)
-    # since 0.5: a write's new metadata, when it carries one: added nullable columns (mergeSchema), or a new schema
-    # with a whole-table overwrite (overwriteSchema) (arbiter.core._check_schema_change)
-    SCHEMA = "schema"
-
-
-class CatalogEffect(enum.Enum):
-    """What an accepted commit does to the consumer's catalog (consumer.store ``_apply_decision``)."""
-
-    CREATE = "create"  # the table's first commit and its metadata
-    METADATA = "metadata"  # a new metadata version; no file
-    FILES = "files"  # files added and removed at the new version
-    RESTORE = "restore"  # files as FILES; a re-added file keeps the sequence number its records had
-
-
-class ChangeRows(enum.Enum):
-    """Which rows a commit gives in the change feed (consumer.arrow, consumer.spark, ordo.services.files)."""
-
-    NONE = "none"  # no logical change: compaction, clustering, CREATE_TABLE, ALTER_TABLE
-    KEYED = "keyed"  # per key of the files it added: insert, update pre/post-image, delete
-    SCOPE = "scope"  # every row its scope held is deleted, every row it wrote inserted
-    DIFF = "diff"  # the rows that differ between the snapshot before it and the one after (RESTORE)
-
-
 @dataclass(frozen=True, slots=True)
 class ClassSpec:
     """One row and column of the conflict matrix: what the docs call it, and whether a policy may choose its cells."""
@@ -172,11 +143,16 @@ class ClassSpec:
 
 @dataclass(frozen=True, slots=True)
 class OperationSpec:
-    """Everything ordo knows about one operation, declared once (``REGISTRY``); docs/architecture.md "The registry".
+    """What the contract says of one operation, declared once (``REGISTRY``; docs/architecture.md, "The operation
+    registry").
 
-    Readers ask this row instead of listing operations: the arbiter (its checks
-    and what it removes), the fold (time versions, metadata), the consumer's
-    catalog, the change feed, the conflict report and the docs' matrix table.
+    These are facts a decision of the operation shows on the wire, which
+    every reader and the log's auditors agree on: its matrix class, whether
+    it adds and removes files, changes data (a time version) and carries
+    metadata, its history name. What each part *does* with the operation is
+    not declared here: it is a handler the part registers for it
+    (``schemas.dispatch.OperationTable``): the arbiter's rules, the folds, the
+    catalog writer, the change-row reader.
     """
 
     operation: Operation
@@ -184,21 +160,15 @@ class OperationSpec:
     adds_files: bool  # the intent may add data files
     removes: Removes  # which files the commit removes
     data_change: bool  # logical data changes (the commit gets a time version and shows in the change feed)
-    metadata: bool  # the intent carries table metadata and no files
-    checks: tuple[Check, ...]  # the arbiter's operation-specific checks, in order
-    reasons: tuple[Reason, ...]  # the rejections only this operation's checks give (besides every intent's)
-    catalog: CatalogEffect  # its effect on the consumer's catalog
-    change_rows: ChangeRows  # its change-feed rows
+    metadata: bool  # the intent and decision carry the table's metadata and no files
+    reasons: tuple[Reason, ...]  # the rejections only this operation's rules give (besides every intent's)
     since: str = "0.1"  # the release whose wire schema first carries it
     delta_name: str = ""  # what Delta Lake's DESCRIBE HISTORY calls such a commit (``DeltaTable.history``)
     # the Delta operationMetrics a writer may claim (since 0.5): row counts no reader can derive from the files
     metrics: tuple[str, ...] = ()
-
-    @property
-    def evolves_schema(self) -> bool:
-        """A write whose intent may carry the table's metadata after a schema change, with its files (since 0.5:
-        ``mergeSchema``, ``overwriteSchema``); the decision carries it and it holds from that version on."""
-        return Check.SCHEMA in self.checks
+    # The operation whose handlers readers of decisions use where this one registers none of its own (the folds,
+    # the catalog, the change feed; never the arbiter's rules): ADD_CONSTRAINT is read as an ALTER_TABLE.
+    extends: Operation | None = None
 
     @property
     def removes_files(self) -> bool:
@@ -228,8 +198,6 @@ class OperationSpec:
 
 OperationTraits = OperationSpec  # the name before the registry (issue 22)
 
-_WRITE = (Check.FILES, Check.BATCH, Check.MATRIX)
-_REWRITE = (Check.FILES, Check.BATCH, Check.MATRIX, Check.LINEAGE, Check.REWRITE)
 _WRITE_REASONS = (
     Reason.INVALID_PARTITION,
     Reason.INVALID_PATH,
@@ -247,10 +215,7 @@ _REWRITE_REASONS = (
     Reason.FILE_OUTSIDE_SCOPE,
     Reason.INCOMPLETE_REWRITE,
 )
-
-
-# A write that may change the schema with its data (mergeSchema, overwriteSchema; since 0.5): its metadata first.
-_EVOLVING_WRITE = (Check.SCHEMA, *_WRITE)
+# A write that may change the schema with its data (mergeSchema, overwriteSchema; since 0.5) may also give these.
 _EVOLVING_REASONS = (Reason.INVALID_METADATA, Reason.UNSUPPORTED_ALTER, *_WRITE_REASONS)
 
 
@@ -258,16 +223,21 @@ def _write(
     operation: Operation,
     op_class: OpClass,
     removes: Removes,
-    rows: ChangeRows,
     delta: str,
     metrics: tuple[str, ...] = (),
     evolves: bool = False,
 ) -> OperationSpec:
     return OperationSpec(
-        operation, op_class, operation is not Operation.TRUNCATE, removes, True, False,
-        _EVOLVING_WRITE if evolves else _WRITE, _EVOLVING_REASONS if evolves else _WRITE_REASONS,
-        CatalogEffect.FILES, rows, delta_name=delta, metrics=metrics,
-    )  # fmt: skip
+        operation,
+        op_class,
+        adds_files=operation is not Operation.TRUNCATE,
+        removes=removes,
+        data_change=True,
+        metadata=False,
+        reasons=_EVOLVING_REASONS if evolves else _WRITE_REASONS,
+        delta_name=delta,
+        metrics=metrics,
+    )
 
 
 # Delta's MERGE metrics a writer claims (DeltaTable.merge(...).execute()'s num_inserted/updated/deleted_rows): an
@@ -278,11 +248,43 @@ MERGE_METRICS = ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRows
 
 
 def _rewrite(operation: Operation, op_class: OpClass, reasons: tuple[Reason, ...] = _REWRITE_REASONS) -> OperationSpec:
-    checks = _REWRITE
     return OperationSpec(
-        operation, op_class, True, Removes.NAMED, False, False, checks, reasons, CatalogEffect.FILES, ChangeRows.NONE,
+        operation,
+        op_class,
+        adds_files=True,
+        removes=Removes.NAMED,
+        data_change=False,
+        metadata=False,
+        reasons=reasons,
         delta_name="OPTIMIZE",
-    )  # fmt: skip
+    )
+
+
+def _metadata_change(
+    operation: Operation, reasons: tuple[Reason, ...], since: str, delta: str, constraint: bool = False
+) -> OperationSpec:
+    """A change of the table's metadata alone, carried whole by the intent and the decision. Class ALTER: it fails
+    against every concurrent commit, and every commit that read an older version fails after it
+    (``SCHEMA_CHANGED``). A CHECK constraint added or dropped (since 0.6) is the table's metadata with one
+    ``delta.constraints.<name>`` property more or less, read as an ALTER_TABLE by every reader of decisions."""
+    return OperationSpec(
+        operation,
+        OpClass.ALTER,
+        adds_files=False,
+        removes=Removes.NOTHING,
+        data_change=True,
+        metadata=True,
+        reasons=(
+            *reasons,
+            Reason.INVALID_METADATA,
+            Reason.INVALID_PARTITION,
+            Reason.INVALID_OPERATION,
+            Reason.CONFLICT_LATER_FAILS,
+        ),
+        since=since,
+        delta_name=delta,
+        extends=Operation.ALTER_TABLE if constraint else None,
+    )
 
 
 # The matrix's rows and columns, in ``OpClass`` order. ALTER's cells are not a policy's choice (docs/conflicts.md).
@@ -302,44 +304,53 @@ REGISTRY: Mapping[Operation, OperationSpec] = MappingProxyType(
         spec.operation: spec
         for spec in (
             OperationSpec(
-                Operation.CREATE_TABLE, None, False, Removes.NOTHING, True, True, (Check.CREATE,),
-                (Reason.TABLE_EXISTS, Reason.INVALID_METADATA, Reason.INVALID_OPERATION), CatalogEffect.CREATE,
-                ChangeRows.NONE, delta_name="CREATE TABLE",
+                Operation.CREATE_TABLE,
+                None,
+                adds_files=False,
+                removes=Removes.NOTHING,
+                data_change=True,
+                metadata=True,
+                reasons=(Reason.TABLE_EXISTS, Reason.INVALID_METADATA, Reason.INVALID_OPERATION),
+                delta_name="CREATE TABLE",
             ),
-            _write(Operation.INSERT_INTO, OpClass.INSERT, Removes.NOTHING, ChangeRows.KEYED, "WRITE", evolves=True),
-            _write(
-                Operation.INSERT_OVERWRITE, OpClass.OVERWRITE, Removes.SCOPE, ChangeRows.SCOPE, "WRITE", evolves=True
-            ),
-            _write(Operation.TRUNCATE, OpClass.OVERWRITE, Removes.SCOPE, ChangeRows.SCOPE, "TRUNCATE"),
-            _write(
-                Operation.UPDATE, OpClass.UPDATE, Removes.NOTHING, ChangeRows.KEYED, "UPDATE", MERGE_METRICS
-            ),  # MERGE too
-            _write(Operation.DELETE, OpClass.UPDATE, Removes.NOTHING, ChangeRows.KEYED, "DELETE"),
+            _write(Operation.INSERT_INTO, OpClass.INSERT, Removes.NOTHING, "WRITE", evolves=True),
+            _write(Operation.INSERT_OVERWRITE, OpClass.OVERWRITE, Removes.SCOPE, "WRITE", evolves=True),
+            _write(Operation.TRUNCATE, OpClass.OVERWRITE, Removes.SCOPE, "TRUNCATE"),
+            _write(Operation.UPDATE, OpClass.UPDATE, Removes.NOTHING, "UPDATE", MERGE_METRICS),  # MERGE too
+            _write(Operation.DELETE, OpClass.UPDATE, Removes.NOTHING, "DELETE"),
             _rewrite(Operation.MINOR_COMPACT, OpClass.MINOR_COMPACT, _REWRITE_REASONS[:-1]),
             _rewrite(Operation.MAJOR_COMPACT, OpClass.MAJOR_COMPACT),
             _rewrite(Operation.CLUSTER, OpClass.CLUSTER),
-            OperationSpec(
-                Operation.ALTER_TABLE, OpClass.ALTER, False, Removes.NOTHING, True, True, (Check.ALTER, Check.MATRIX),
-                (
-                    Reason.UNSUPPORTED_ALTER, Reason.INVALID_METADATA, Reason.INVALID_PARTITION,
-                    Reason.INVALID_OPERATION, Reason.CONFLICT_LATER_FAILS,
-                ),
-                CatalogEffect.METADATA, ChangeRows.NONE, since="0.3", delta_name="ALTER TABLE",
+            _metadata_change(
+                Operation.ALTER_TABLE, (Reason.UNSUPPORTED_ALTER, Reason.INVALID_CONSTRAINT), "0.3", "ALTER TABLE"
             ),
             # A whole-table overwrite made of files the table already had: class OVERWRITE (docs/conflicts.md).
             OperationSpec(
-                Operation.RESTORE, OpClass.OVERWRITE, True, Removes.RESTORE, True, False,
-                (Check.RESTORE, Check.BATCH, Check.MATRIX),
-                (
-                    Reason.INVALID_RESTORE_VERSION, Reason.NOT_LIVE_AT_VERSION, Reason.FILE_VACUUMED,
-                    Reason.INVALID_PARTITION, Reason.INVALID_BUCKET, Reason.INVALID_OPERATION,
-                    Reason.BATCH_ALREADY_COMMITTED, Reason.CONFLICT_LATER_FAILS,
+                Operation.RESTORE,
+                OpClass.OVERWRITE,
+                adds_files=True,
+                removes=Removes.RESTORE,
+                data_change=True,
+                metadata=False,
+                reasons=(
+                    Reason.INVALID_RESTORE_VERSION,
+                    Reason.NOT_LIVE_AT_VERSION,
+                    Reason.FILE_VACUUMED,
+                    Reason.INVALID_PARTITION,
+                    Reason.INVALID_BUCKET,
+                    Reason.INVALID_OPERATION,
+                    Reason.BATCH_ALREADY_COMMITTED,
+                    Reason.CONFLICT_LATER_FAILS,
                 ),
-                CatalogEffect.RESTORE, ChangeRows.DIFF, since="0.4", delta_name="RESTORE",
+                since="0.4",
+                delta_name="RESTORE",
             ),
+            # Delta's CHECK constraints: read as an ALTER_TABLE by every reader of decisions (docs/conflicts.md).
+            _metadata_change(Operation.ADD_CONSTRAINT, (Reason.INVALID_CONSTRAINT,), "0.6", "ADD CONSTRAINT", True),
+            _metadata_change(Operation.DROP_CONSTRAINT, (Reason.INVALID_CONSTRAINT,), "0.6", "DROP CONSTRAINT", True),
         )
     }
-)  # fmt: skip
+)
 # schemas.signing.prev_hash_of reads a decision's link from its tail: a metrics map must not end like one
 assert all(len(name.encode()) != 32 for spec in REGISTRY.values() for name in spec.metrics), "a 32-byte metric name"
 TRAITS = REGISTRY  # the name before the registry: every "is this operation ..." question is asked here
@@ -358,6 +369,9 @@ OP_COLUMN = "_ordo_op"
 SEQ_COLUMN = "_ordo_seq"
 OP_UPSERT = "upsert"
 OP_DELETE = "delete"
+# A CHECK constraint (since 0.6) is the table property ``delta.constraints.<name>`` (Delta's key; a lower-case
+# name) whose value is its SQL boolean expression: writers refuse a row for which it is not true.
+CONSTRAINT_PREFIX = "delta.constraints."
 # Column names a table may not use (compared lower-cased): ordo's record columns and the change feed's.
 RESERVED_PREFIX = "_ordo_"
 RESERVED_COLUMNS = frozenset({"_change_type", "_commit_version", "_commit_timestamp"})
@@ -385,6 +399,7 @@ def is_keyless(primary_key: tuple[str, ...] | list[str]) -> bool:
 __all__ = [
     "CLASSES",
     "COMMON_REASONS",
+    "CONSTRAINT_PREFIX",
     "LINEAGE_REASONS",
     "MATRIX_FAIL_REASONS",
     "MERGE_METRICS",
@@ -402,9 +417,6 @@ __all__ = [
     "SEQ_COLUMN",
     "TRAITS",
     "TRUNCATING_OPERATIONS",
-    "CatalogEffect",
-    "ChangeRows",
-    "Check",
     "ClassSpec",
     "OpClass",
     "Operation",

@@ -270,6 +270,21 @@ def prev_hash_of(record: bytes) -> bytes | None:
     return event.prev_hash if isinstance(event, CommitDecision) else None
 
 
+def links_to(record: bytes | None, previous: bytes | None) -> bool:
+    """False only when decision ``record`` names a ``prev_hash`` that is not the hash of ``previous``.
+
+    The hash chain of a decisions log links each decision to the one before it
+    in the log, across transactions; a break between two records read in turn
+    means a decision lies between them (or an aborted batch visible on Tansu,
+    or a re-synchronized chain: a re-read tells). Records without a link
+    (not decisions, or written before ``prev_hash`` existed) never break it.
+    """
+    if record is None or previous is None:
+        return True
+    link = prev_hash_of(record)
+    return link is None or link == _sha256(previous)
+
+
 @dataclass(frozen=True, slots=True)
 class Refusal:
     """A record a reader will never act on: its log offset and why."""
@@ -430,6 +445,7 @@ __all__ = [
     "SigningError",
     "Trust",
     "key_id",
+    "links_to",
     "load_public_key",
     "prev_hash_of",
     "signature_of",

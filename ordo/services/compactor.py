@@ -1,37 +1,38 @@
 """``ordo compactor``: the table service that compacts and clusters tables while writers keep committing.
 
-It follows the catalog (the consumer's SQLite file or HTTP service) and, each
-round, plans per partition (and per bucket for MINOR) of every table's head
-snapshot:
+It follows the catalog (the consumer's SQLite file, PostgreSQL or HTTP service)
+and rewrites the tables it owns: every table, or its share of a compactor
+fleet (``services.compactor_fleet``). What a table needs is planned by
+``services.compaction_plan`` (MINOR COMPACT in hot groups, MAJOR COMPACT or
+CLUSTER in cold ones) whenever the table is idle and ``interval`` seconds have
+passed since its last rewrite.
 
-* MAJOR COMPACT (or CLUSTER when ``ordo.cluster_by`` is set) in a **cold**
-  group, one without an INSERT or UPDATE committed in it for
-  ``ordo.compaction.cold_seconds``: by the matrix a MAJOR fails when an INSERT
-  or UPDATE commits in its partition meanwhile, so it only runs where none is
-  expected. It runs when small files pile up (``min_files`` counts the
-  small files beyond one per bucket, since a rewrite leaves one file per
-  bucket at least), when files that may hold delete
-  records or superseded versions pile up (the cheap signal, below), or when
-  ``ordo.cluster_by`` is set and the group has unclustered files.
-* CLUSTER in a group that only INSERTs write (cluster completes beside an
-  INSERT, fails beside an UPDATE) when ``ordo.cluster_by`` is set and at least
-  ``ordo.compaction.min_files`` files are unclustered.
-* MINOR COMPACT of the small files in a **hot** group once at least
-  ``ordo.compaction.min_files`` of them pile up (MINOR completes beside an
-  INSERT or UPDATE).
+How it keeps up with many partitions:
 
-The signal for delete records and superseded versions is the operation that
-added each live file (the catalog keeps it): files written by UPDATE, DELETE or
-MERGE hold upserts of existing keys or delete records, and MINOR COMPACT output
-keeps delete records and versions other files supersede. When such files hold at
-least ``ordo.compaction.major_ratio`` of the group's records, the group is
-dirty. INSERT INTO files that upsert existing keys are not seen by this signal
-(they are small files, so MINOR and later MAJOR still reach them).
+* **One Spark job per batch, not per group.** A table's planned actions are
+  gathered per operation (``compaction_plan.by_partition``); each operation's
+  groups, across all partitions, are rewritten by one Spark job: one read,
+  each (partition, bucket) group's output written (``producer.rewrites``).
+* **A commit per partition.** The conflict matrix's scope is the partition,
+  so each partition's rewrite is its own transaction, all pinned to the plan's
+  version and published together: a conflict (an INSERT into a partition
+  being MAJOR-compacted) loses that partition's work only, which is backed off
+  alone (the interval, doubled per consecutive failure, at most 5 minutes).
+* **Tables in parallel.** Up to ``parallel_tables`` tables are rewritten at
+  once, each in a worker thread with its own Spark job group; the main loop
+  only plans which table goes next (the one waiting longest) and serves the
+  fleet's group.
 
-A writer is never blocked or failed by the service: INSERT INTO and UPDATE
-win against every compaction by the matrix. The service's own rejected commits
-are counted by operation and reason and their group is retried with
-exponential backoff. ``ordo.compaction.enabled=false`` turns a table off.
+Stopping (SIGTERM, SIGINT) abandons the rewrites in flight: their Spark jobs
+are cancelled and their staged files deleted; intents already published are
+decided and waited for. Spark's JVM runs in a session of its own
+(``spark.session.launch_detached``), so a signal to the whole process group
+does not kill it under a running rewrite. A process killed outright (SIGKILL)
+leaves files no commit names: ``ordo vacuum --orphans`` removes them.
+
+A writer is never blocked or failed by the service: INSERT INTO and UPDATE win
+against every compaction by the matrix. The service's own rejections are
+counted by operation and reason.
 """
 
 from __future__ import annotations
@@ -40,218 +41,47 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ordo.kernel.settings import Settings, parse_bool
-from ordo.schemas import Operation
-from ordo.schemas.operations import REWRITING_OPERATIONS
+from ordo.kernel.settings import Settings
+from ordo.services.compaction_plan import (
+    CLUSTER,
+    MAJOR,
+    MINOR,
+    REWRITE_OPERATIONS,
+    Action,
+    GroupKey,
+    Heat,
+    PartitionValues,
+    Policy,
+    by_partition,
+    plan,
+    recent_heat,
+)
+from ordo.services.compactor_fleet import Claims
+from ordo.services.compactor_metrics import Metrics
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from ordo.consumer.catalog import Catalog
-    from ordo.consumer.models import Commit, FileEntry, Snapshot
+    from ordo.consumer.models import Snapshot
 
 log = logging.getLogger("ordo.compactor")
 
-ENABLED_PROPERTY = "ordo.compaction.enabled"
-MIN_FILES_PROPERTY = "ordo.compaction.min_files"
-MAJOR_RATIO_PROPERTY = "ordo.compaction.major_ratio"
-COLD_SECONDS_PROPERTY = "ordo.compaction.cold_seconds"
-SMALL_FILE_BYTES_PROPERTY = "ordo.compaction.small_file_bytes"
-CLUSTER_BY_PROPERTY = "ordo.cluster_by"
-
-DEFAULT_MIN_FILES = 8
-DEFAULT_MAJOR_RATIO = 0.2
-DEFAULT_COLD_SECONDS = 30.0
-DEFAULT_SMALL_FILE_BYTES = 32 * 1024 * 1024
 DEFAULT_INTERVAL = 5.0
+DEFAULT_PARALLEL_TABLES = 2
 MAX_BACKOFF = 300.0
-HEAT_LOOKBACK = 200  # versions read at start-up to learn which groups are hot
-
-MINOR, MAJOR, CLUSTER = "MINOR_COMPACT", "MAJOR_COMPACT", "CLUSTER"
-REWRITE_OPERATIONS = REWRITING_OPERATIONS
-DIRTY_OPERATIONS = frozenset({"UPDATE", "DELETE", "MERGE", MINOR})
-INSERT_OPERATIONS = frozenset({Operation.INSERT_INTO.value})
-
-PartitionValues = tuple[str, ...]
-GroupKey = tuple[PartitionValues, int]  # (partition values, bucket); bucket -1: every bucket of the partition
-
-
-# --------------------------------------------------------------------------- policy and plan (pure)
-
-
-@dataclass(frozen=True)
-class Policy:
-    """A table's compaction settings, from its properties (``ordo.compaction.*``, ``ordo.cluster_by``)."""
-
-    enabled: bool = True
-    min_files: int = DEFAULT_MIN_FILES
-    major_ratio: float = DEFAULT_MAJOR_RATIO
-    cold_seconds: float = DEFAULT_COLD_SECONDS
-    small_file_bytes: int = DEFAULT_SMALL_FILE_BYTES
-    cluster_by: tuple[str, ...] = ()
-
-    @classmethod
-    def of(cls, properties: Mapping[str, str]) -> Policy:
-        """The policy of a table with these properties; ``ValueError`` naming the property when one is bad."""
-
-        def get(key: str, cast: Callable[[str], Any], default: Any) -> Any:
-            if key not in properties:
-                return default
-            try:
-                return cast(properties[key])
-            except ValueError as exc:
-                raise ValueError(f"table property {key}={properties[key]!r}: {exc}") from exc
-
-        policy = cls(
-            enabled=get(ENABLED_PROPERTY, parse_bool, True),
-            min_files=get(MIN_FILES_PROPERTY, int, DEFAULT_MIN_FILES),
-            major_ratio=get(MAJOR_RATIO_PROPERTY, float, DEFAULT_MAJOR_RATIO),
-            cold_seconds=get(COLD_SECONDS_PROPERTY, float, DEFAULT_COLD_SECONDS),
-            small_file_bytes=get(SMALL_FILE_BYTES_PROPERTY, int, DEFAULT_SMALL_FILE_BYTES),
-            cluster_by=tuple(c.strip() for c in properties.get(CLUSTER_BY_PROPERTY, "").split(",") if c.strip()),
-        )
-        if policy.min_files < 2:
-            raise ValueError(f"table property {MIN_FILES_PROPERTY} must be at least 2, not {policy.min_files}")
-        if not 0 <= policy.major_ratio <= 1:
-            raise ValueError(f"table property {MAJOR_RATIO_PROPERTY} must be in [0, 1], not {policy.major_ratio}")
-        return policy
-
-
-@dataclass
-class Heat:
-    """When INSERTs and other data changes last committed, per partition and table-wide (epoch seconds).
-
-    Per partition, not per bucket: the matrix's scope is the partition, so an
-    INSERT into any bucket of a partition fails a MAJOR COMPACT of another.
-    """
-
-    inserts: dict[PartitionValues, float] = field(default_factory=dict)
-    updates: dict[PartitionValues, float] = field(default_factory=dict)
-    table_insert: float = 0.0
-    table_update: float = 0.0
-
-    def observe(self, commit: Commit, partition_columns: Sequence[str]) -> None:
-        """Account one logical commit (its added files' partitions; a table-wide scope heats every partition)."""
-        when = commit.timestamp.timestamp()
-        insert = commit.operation.value in INSERT_OPERATIONS
-        target = self.inserts if insert else self.updates
-        for f in commit.added_files:
-            key = group_key(f, partition_columns)[0]
-            target[key] = max(target.get(key, 0.0), when)
-        for scope in commit.partitions or ():
-            key = tuple(str(scope.get(c, "")) for c in partition_columns)
-            target[key] = max(target.get(key, 0.0), when)
-        if commit.partitions is None and commit.operation.value not in REWRITE_OPERATIONS:
-            if insert:
-                self.table_insert = max(self.table_insert, when)
-            else:
-                self.table_update = max(self.table_update, when)
-
-    def last_insert(self, key: PartitionValues) -> float:
-        """Newest INSERT INTO touching the partition."""
-        return max(self.inserts.get(key, 0.0), self.table_insert)
-
-    def last_update(self, key: PartitionValues) -> float:
-        """Newest other data change touching the partition (UPDATE, DELETE, MERGE, OVERWRITE, ...)."""
-        return max(self.updates.get(key, 0.0), self.table_update)
-
-
-@dataclass(frozen=True)
-class Action:
-    """One planned rewrite of one group: the operation, its inputs and why."""
-
-    operation: str
-    partition: Mapping[str, str]
-    bucket: int | None  # None: every bucket of the partition
-    files: tuple[str, ...]
-    input_bytes: int
-    reason: str
-
-    @property
-    def key(self) -> GroupKey:
-        """The group (partition values, bucket; -1 for every bucket)."""
-        return (tuple(self.partition.values()), -1 if self.bucket is None else self.bucket)
-
-
-def group_key(entry: Any, partition_columns: Sequence[str]) -> GroupKey:
-    """(partition values in column order, bucket) of a file entry."""
-    return (tuple(entry.partition.get(c, "") for c in partition_columns), int(getattr(entry, "bucket", 0)))
-
-
-def group_files(files: Iterable[FileEntry], partition_columns: Sequence[str]) -> dict[GroupKey, list[FileEntry]]:
-    """Live files by (partition, bucket)."""
-    groups: dict[GroupKey, list[FileEntry]] = {}
-    for f in files:
-        groups.setdefault(group_key(f, partition_columns), []).append(f)
-    return groups
-
-
-def plan(snapshot: Snapshot, policy: Policy, heat: Heat, now: float) -> list[Action]:
-    """The rewrites worth doing in ``snapshot`` now: per partition, one MAJOR/CLUSTER or a MINOR per bucket.
-
-    MAJOR COMPACT and CLUSTER drop delete records, so they rewrite every live
-    file of what they cover; the arbiter checks that per partition, hence they
-    cover one bucket only when the partition's live files are all in it.
-    """
-    if not policy.enabled:
-        return []
-    columns = tuple(snapshot.metadata.partition_columns)
-    by_partition: dict[PartitionValues, dict[int, list[FileEntry]]] = {}
-    for (values, bucket), files in group_files(snapshot.files, columns).items():
-        by_partition.setdefault(values, {})[bucket] = files
-    actions = []
-    for values, buckets in sorted(by_partition.items()):
-        partition = {c: v for c, v in zip(columns, values, strict=True)}
-        everything = [f for _, files in sorted(buckets.items()) for f in files]
-        whole_bucket = next(iter(buckets)) if len(buckets) == 1 else None
-        insert_hot = now - heat.last_insert(values) < policy.cold_seconds
-        update_hot = now - heat.last_update(values) < policy.cold_seconds
-        rewrite = _plan_rewrite(everything, policy, insert_hot, update_hot)
-        if rewrite is not None:
-            operation, reason = rewrite
-            paths = tuple(sorted(f.path for f in everything))
-            size = sum(f.size_bytes for f in everything)
-            actions.append(Action(operation, partition, whole_bucket, paths, size, reason))
-            continue
-        for bucket, files in sorted(buckets.items()):
-            small = [f for f in files if f.size_bytes < policy.small_file_bytes]
-            if len(small) >= policy.min_files:
-                inputs = tuple(sorted(f.path for f in small))
-                size = sum(f.size_bytes for f in small)
-                actions.append(Action(MINOR, partition, bucket, inputs, size, f"{len(small)} small files"))
-    return actions
-
-
-def _plan_rewrite(files: list[FileEntry], policy: Policy, insert_hot: bool, update_hot: bool) -> tuple[str, str] | None:
-    """MAJOR COMPACT or CLUSTER of a whole partition, with the reason, or None (then MINOR per bucket may run)."""
-    small = [f for f in files if f.size_bytes < policy.small_file_bytes]
-    unclustered = [f for f in files if f.operation != CLUSTER] if policy.cluster_by else []
-    if not insert_hot and not update_hot:  # cold: nothing expected to commit in it, a MAJOR will complete
-        rewrite = CLUSTER if policy.cluster_by else MAJOR
-        records = sum(f.record_count for f in files) or 1
-        dirty = [f for f in files if f.operation in DIRTY_OPERATIONS]
-        # MAJOR COMPACT rewrites the partition when a bucket of it holds two files or more and is a no-op
-        # otherwise (``Transaction.compact``): a partition of one file per bucket has nothing for it to do.
-        buckets = [f.bucket for f in files]
-        if rewrite == MAJOR and len(set(buckets)) == len(buckets):
-            return None
-        if dirty and sum(f.record_count for f in dirty) / records >= policy.major_ratio:
-            return rewrite, f"{len(dirty)} files may hold deletes or superseded versions"
-        # A rewrite leaves at least one file per bucket: only small files beyond that are worth one (else a
-        # table with as many buckets as min_files would rewrite its cold partitions forever).
-        extra = len(small) - len({f.bucket for f in small})
-        if extra >= policy.min_files - 1:
-            return rewrite, f"{len(small)} small files"
-        if unclustered:
-            return CLUSTER, f"{len(unclustered)} unclustered files"
-        return None
-    if not update_hot and policy.cluster_by and len(unclustered) >= policy.min_files:
-        return CLUSTER, f"{len(unclustered)} unclustered files (INSERT-only writes)"
-    return None
+TICK = 0.5  # the main loop's turn: pick tables to rewrite, serve the fleet's group
+SHUTDOWN_WAIT = 60.0  # on stop, how long the abandoned rewrites get to end (cancelled jobs, intents in flight)
+JOB_GROUP = "ordo-compactor:"  # + table: the Spark job group of a table's rewrites (cancelled to abandon them)
+# The service's Spark settings: a rewrite names its input files, and Spark lists more than 32 paths with a
+# job of its own (on a 2-core machine it cost as much as the rewrite); up to this many, the driver lists them.
+SPARK_CONF = {"spark.sql.sources.parallelPartitionDiscovery.threshold": "4096"}
 
 
 # --------------------------------------------------------------------------- what `ordo tables` and HTTP show
@@ -301,85 +131,259 @@ def table_layout(catalog: Catalog, name: str, now: float | None = None) -> dict[
     }
 
 
-def recent_heat(catalog: Catalog, name: str, head: int, lookback: int = HEAT_LOOKBACK) -> Heat:
-    """The heat of ``name``'s groups from its last ``lookback`` versions."""
-    heat = Heat()
-    columns = catalog.table(name).metadata.partition_columns
-    for commit in catalog.commits(name, max(0, head - lookback), head):
-        heat.observe(commit, columns)
-    return heat
+# --------------------------------------------------------------------------- one table's rewrites
+
+
+@dataclass
+class _TableState:
+    """What the service keeps per table between its rewrites (one worker at a time touches it)."""
+
+    cursor: int | None = None  # next version to account in ``heat`` (None: not read yet)
+    heat: Heat = field(default_factory=Heat)
+    failures: dict[GroupKey, int] = field(default_factory=dict)
+    retry_at: dict[GroupKey, float] = field(default_factory=dict)
+    rewrite_seconds: float = 0.0  # recent time from plan to commits landed (a moving average)
+    next_at: float = 0.0  # not planned again before this (the interval after its last turn)
+    problem: str | None = None  # the bad property last logged
+    abandon: threading.Event = field(default_factory=threading.Event)
+
+
+class TableRewriter:
+    """Plans one table and runs its batches: per operation one Spark job, one commit per partition."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        settings: Settings,
+        catalog: Catalog,
+        metrics: Metrics,
+        claims: Claims,
+        *,
+        interval: float,
+        clock: Callable[[], float],
+    ) -> None:
+        self.spark = spark
+        self.settings = settings
+        self.catalog = catalog
+        self.metrics = metrics
+        self.claims = claims
+        self.interval = interval
+        self.clock = clock
+        self._handles: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def compact(self, name: str, state: _TableState) -> int:
+        """Plan ``name`` and run what is due; the number of (partition, bucket) groups committed."""
+        info = self.catalog.table(name)
+        try:
+            policy = Policy.of(info.metadata.properties)
+        except ValueError as exc:
+            if state.problem != str(exc):
+                log.warning("table %s: %s; not compacting it", name, exc)
+                state.problem = str(exc)
+            return 0
+        state.problem = None
+        self._follow(name, state, info.head_version, info.metadata.partition_columns)
+        if not policy.enabled:
+            self.metrics.forget(name)
+            return 0
+        started = time.perf_counter()
+        snapshot = self.catalog.snapshot(name)
+        self.metrics.observe_layout(name, snapshot)
+        now = self.clock()
+        lead = self.interval + state.rewrite_seconds
+        actions = [a for a in plan(snapshot, policy, state.heat, now, lead) if state.retry_at.get(a.key, 0.0) <= now]
+        self.metrics.pending.labels(name).set(len(actions))
+        if not actions:
+            return 0
+        done = 0
+        for operation, partitions in by_partition(actions).items():
+            if state.abandon.is_set() or not self.claims.holds(name):
+                break
+            done += self._batch(name, policy, state, snapshot, operation, partitions)
+        seconds = time.perf_counter() - started
+        state.rewrite_seconds = seconds if not state.rewrite_seconds else (state.rewrite_seconds + seconds) / 2
+        return done
+
+    def _follow(self, name: str, state: _TableState, head: int, columns: Sequence[str]) -> None:
+        """Account the commits since the last turn in the table's heat (the last 200 versions at first)."""
+        if state.cursor is None:
+            state.heat = recent_heat(self.catalog, name, head)
+        elif head >= state.cursor:
+            for commit in self.catalog.commits(name, state.cursor, head):
+                state.heat.observe(commit, columns)
+        state.cursor = max(head + 1, state.cursor or 0)
+
+    def table(self, name: str) -> Any:
+        """The table's handle (opened once)."""
+        from ordo.producer.table import DeltaTable
+
+        with self._lock:
+            handle = self._handles.get(name)
+            if handle is None:
+                handle = self._handles[name] = DeltaTable.open(self.spark, name, settings=self.settings)
+            return handle
+
+    def _batch(
+        self,
+        name: str,
+        policy: Policy,
+        state: _TableState,
+        snapshot: Snapshot,
+        operation: str,
+        partitions: dict[PartitionValues, list[Action]],
+    ) -> int:
+        """One Spark job rewriting ``partitions`` by ``operation``, then a commit per partition; groups committed."""
+        from ordo.producer.rewrites import PartitionRewrite, commit_each, stage_rewrites
+        from ordo.schemas import Operation
+
+        rewrites = [
+            PartitionRewrite(
+                dict(actions[0].partition),
+                tuple(sorted({p for a in actions for p in a.files})) if operation == MINOR else None,
+            )
+            for actions in partitions.values()
+        ]
+        log.info(
+            "%s %s: rewriting %d file(s) of %d partition(s) in one Spark job",
+            name,
+            operation,
+            sum(len(a.files) for actions in partitions.values() for a in actions),
+            len(rewrites),
+        )
+        started = time.perf_counter()
+        try:
+            staged = stage_rewrites(
+                self.table(name),
+                Operation(operation),
+                rewrites,
+                read_version=snapshot.id_version,
+                sort_by=policy.cluster_by if operation == CLUSTER else (),
+            )
+        except Exception as exc:
+            if state.abandon.is_set():
+                self._abandoned(name, operation, len(rewrites), "its Spark job was cancelled")
+                return 0
+            self.metrics.failed.labels(name, operation).inc()
+            delay = self._backoff(state, [a.key for actions in partitions.values() for a in actions])
+            log.warning(
+                "%s %s of %d partition(s) failed: %s; retrying in %.0f s",
+                name,
+                operation,
+                len(rewrites),
+                _first_line(exc),
+                delay,
+            )
+            return 0
+        if state.abandon.is_set() or not self.claims.holds(name):
+            for txn in staged:
+                txn.abort()
+            self._abandoned(name, operation, len(staged), "staged, not published")
+            return 0
+        spark_seconds = time.perf_counter() - started
+        results = commit_each(staged)
+        seconds = time.perf_counter() - started
+        self.metrics.batch_seconds.labels(operation).observe(seconds)
+        outcomes = list(zip(staged, results, strict=True))
+        return self._record(name, state, operation, partitions, snapshot, outcomes, (spark_seconds, seconds))
+
+    def _record(
+        self,
+        name: str,
+        state: _TableState,
+        operation: str,
+        partitions: dict[PartitionValues, list[Action]],
+        snapshot: Snapshot,
+        outcomes: list[tuple[Any, Any]],
+        seconds: tuple[float, float],
+    ) -> int:
+        """Count and log each partition's outcome; back off the rejected ones; the groups committed."""
+        from ordo.kernel.errors import CommitConflictError
+
+        files = {f.path: f for f in snapshot.files}
+        groups = files_in = files_out = 0
+        versions: list[int] = []
+        rejected: dict[str, int] = {}
+        for txn, result in outcomes:
+            values = tuple(txn.partitions[0].values()) if txn.partitions else ()
+            keys = [a.key for a in partitions.get(values, [])]
+            if isinstance(result, CommitConflictError):
+                reason = result.reason or "UNKNOWN"
+                rejected[reason] = rejected.get(reason, 0) + 1
+                self.metrics.rejected.labels(name, operation, reason).inc()
+                delay = self._backoff(state, keys)
+                log.info(
+                    "%s %s of %s rejected (%s, conflicting %s); retrying it in %.0f s",
+                    name,
+                    operation,
+                    dict(txn.partitions[0]) if txn.partitions else "the table",
+                    reason,
+                    result.conflicting_txn_id,
+                    delay,
+                )
+                continue
+            if isinstance(result, BaseException):
+                self.metrics.failed.labels(name, operation).inc()
+                delay = self._backoff(state, keys)
+                log.warning(
+                    "%s %s of %s failed: %s; retrying in %.0f s", name, operation, values, _first_line(result), delay
+                )
+                continue
+            for key in keys:
+                state.failures.pop(key, None)
+                state.retry_at.pop(key, None)
+            rewritten = [files[p] for p in txn.removed_files if p in files]
+            count = len({f.bucket for f in rewritten})
+            groups += count
+            files_in += len(txn.removed_files)
+            files_out += len(txn.added_files)
+            versions.append(result.id_version)
+            self.metrics.committed.labels(name, operation).inc()
+            self.metrics.groups.labels(name, operation).inc(count)
+            self.metrics.bytes_rewritten.labels(name, operation).inc(sum(f.size_bytes for f in rewritten))
+        log.info(
+            "%s %s: %d partition(s), %d group(s), %d -> %d files committed%s%s in %.1f s (Spark %.1f s)",
+            name,
+            operation,
+            len(versions),
+            groups,
+            files_in,
+            files_out,
+            f" (v{min(versions)}..v{max(versions)})" if versions else "",
+            f"; rejected {rejected}" if rejected else "",
+            seconds[1],
+            seconds[0],
+        )
+        return groups
+
+    def _abandoned(self, name: str, operation: str, partitions: int, how: str) -> None:
+        self.metrics.abandoned.labels(name, operation).inc(partitions)
+        log.info("%s %s of %d partition(s) abandoned (%s): nothing of it stays", name, operation, partitions, how)
+
+    def _backoff(self, state: _TableState, keys: Iterable[GroupKey]) -> float:
+        """Hold ``keys`` back: the interval, doubled per consecutive failure, at most ``MAX_BACKOFF``; the delay."""
+        longest = 0.0
+        for key in keys:
+            failures = state.failures.get(key, 0) + 1
+            state.failures[key] = failures
+            delay = min(MAX_BACKOFF, self.interval * 2 ** (failures - 1))
+            state.retry_at[key] = self.clock() + delay
+            longest = max(longest, delay)
+        return longest
+
+
+def _first_line(exc: BaseException) -> str:
+    """An exception as one line (a Spark error's first line, not its JVM stack)."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]
 
 
 # --------------------------------------------------------------------------- the service
 
 
-class Metrics:
-    """The service's Prometheus counters (own registry; served on ``--metrics-port``)."""
-
-    def __init__(self) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Gauge
-
-        from ordo.kernel.observe import Health, register_build_info
-
-        self.registry = CollectorRegistry()
-        register_build_info(self.registry, "compactor")
-        self.health = Health("compactor", stall_after=600.0)  # a round may rewrite for minutes
-        self.rounds = Counter("ordo_compactor_rounds", "Planning rounds run", registry=self.registry)
-        self.committed = Counter(
-            "ordo_compactor_commits",
-            "Compactions and clusterings the arbiter accepted",
-            ["table", "operation"],
-            registry=self.registry,
-        )
-        self.rejected = Counter(
-            "ordo_compactor_rejections",
-            "Compactions and clusterings the arbiter rejected, by reason",
-            ["table", "operation", "reason"],
-            registry=self.registry,
-        )
-        self.failed = Counter(
-            "ordo_compactor_errors",
-            "Rewrites that failed before a decision",
-            ["table", "operation"],
-            registry=self.registry,
-        )
-        self.bytes_rewritten = Counter(
-            "ordo_compactor_rewritten_bytes",
-            "Bytes of input files replaced by accepted rewrites",
-            ["table", "operation"],
-            registry=self.registry,
-        )
-        self.pending = Gauge(
-            "ordo_compactor_pending", "Rewrites planned but not yet done", ["table"], registry=self.registry
-        )
-
-    def samples(self) -> dict[str, float]:
-        """Every non-zero sample as ``name{labels}: value`` (for logs and test messages)."""
-        out = {}
-        for family in self.registry.collect():
-            for sample in family.samples:
-                if sample.value and not sample.name.endswith("_created"):
-                    labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
-                    out[f"{sample.name}{{{labels}}}"] = sample.value
-        return out
-
-    def value(self, counter: Any, **labels: str) -> float:
-        """Current value of one labelled counter (0 when never incremented)."""
-        name = counter._name + "_total"
-        got = self.registry.get_sample_value(name, labels)
-        return 0.0 if got is None else got
-
-
-@dataclass
-class _TableState:
-    cursor: int
-    heat: Heat
-    failures: dict[GroupKey, int] = field(default_factory=dict)
-    retry_at: dict[GroupKey, float] = field(default_factory=dict)
-
-
 class Compactor:
-    """Plans and commits rewrites for the followed tables, one round at a time (``round()``; ``run()`` loops)."""
+    """Schedules the owned tables onto at most ``parallel_tables`` workers (``run()`` loops; ``round()`` is one
+    synchronous pass over every table)."""
 
     def __init__(
         self,
@@ -388,143 +392,158 @@ class Compactor:
         *,
         tables: Sequence[str] = (),
         interval: float = DEFAULT_INTERVAL,
+        parallel_tables: int = DEFAULT_PARALLEL_TABLES,
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.time,
+        claims: Claims | None = None,
     ) -> None:
         from ordo.consumer.catalog import Catalog
 
+        if parallel_tables < 1:
+            raise ValueError(f"parallel_tables must be at least 1, not {parallel_tables}")
         self.spark = spark
         self.settings = settings
         self.only = tuple(tables)
         self.interval = interval
+        self.parallel_tables = parallel_tables
         self.metrics = metrics or Metrics()
         self.clock = clock
+        self.claims = claims or Claims(settings, None)
         self.catalog = Catalog(settings.catalog)
-        self._state: dict[str, _TableState] = {}
-        self._handles: dict[str, Any] = {}
+        self.rewriter = TableRewriter(
+            spark, settings, self.catalog, self.metrics, self.claims, interval=interval, clock=clock
+        )
         self.rounds = 0
+        self.groups = 0  # groups committed since start
+        self._state: dict[str, _TableState] = {}
+        self._busy: dict[str, Future[int]] = {}
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(parallel_tables, thread_name_prefix="ordo-compactor")
 
-    def _follow(self, name: str, head: int, columns: Sequence[str]) -> _TableState:
-        state = self._state.get(name)
-        if state is None:
-            state = self._state[name] = _TableState(head + 1, recent_heat(self.catalog, name, head))
-            return state
-        if head >= state.cursor:
-            for commit in self.catalog.commits(name, state.cursor, head):
-                state.heat.observe(commit, columns)
-            state.cursor = head + 1
-        return state
+    # ------------------------------------------------------------------ scheduling
 
-    def _table(self, name: str) -> Any:
-        from ordo.producer.table import DeltaTable
+    def _owned(self) -> list[str]:
+        """The tables to compact: followed (``--tables``), readable and held (fleet)."""
+        return [
+            info.name
+            for info in self.catalog.tables()
+            if (not self.only or info.name in self.only) and info.error is None and self.claims.holds(info.name)
+        ]
 
-        handle = self._handles.get(name)
-        if handle is None:
-            handle = self._handles[name] = DeltaTable.open(self.spark, name, settings=self.settings)
-        return handle
-
-    def round(self) -> int:
-        """One pass over every followed table; the number of rewrites committed."""
+    def tick(self, *, due_only: bool = True, among: set[str] | None = None) -> None:
+        """One turn of the loop: serve the group, then start the tables that are due (of ``among`` when given),
+        longest waiting first."""
         self.rounds += 1
         self.metrics.rounds.inc()
         self.metrics.health.beat()
-        done = 0
-        for info in self.catalog.tables():
-            if (self.only and info.name not in self.only) or info.error is not None:
-                continue
-            try:
-                policy = Policy.of(info.metadata.properties)
-            except ValueError as exc:
-                log.warning("table %s: %s; not compacting it", info.name, exc)
-                continue
-            state = self._follow(info.name, info.head_version, info.metadata.partition_columns)
-            if not policy.enabled:
-                continue
-            now = self.clock()
-            actions = [
-                a
-                for a in plan(self.catalog.snapshot(info.name), policy, state.heat, now)
-                if state.retry_at.get(a.key, 0.0) <= now
-            ]
-            self.metrics.pending.labels(info.name).set(len(actions))
-            for action in actions:
-                done += self._apply(info.name, policy, state, action)
-        return done
+        changes = self.claims.poll()
+        for name in changes.revoked | changes.lost:
+            self._state.pop(name, None)
+            self.metrics.forget(name)
+        owned = self._owned()
+        self.metrics.tables.set(len(owned))
+        now = self.clock()
+        with self._lock:
+            idle = [n for n in owned if n not in self._busy and (among is None or n in among)]
+            free = self.parallel_tables - len(self._busy)
+        states = {n: self._state.setdefault(n, _TableState()) for n in idle}
+        due = sorted((s.next_at, n) for n, s in states.items() if not due_only or s.next_at <= now)
+        for _, name in due[: max(0, free)]:
+            self._start(name, states[name])
 
-    def _apply(self, name: str, policy: Policy, state: _TableState, action: Action) -> int:
-        from ordo.kernel.errors import CommitConflictError
+    def _start(self, name: str, state: _TableState) -> None:
+        state.abandon.clear()
+        with self._lock:
+            future = self._pool.submit(self._work, name, state)
+            self._busy[name] = future
+            self.metrics.busy.set(len(self._busy))
+        future.add_done_callback(lambda f: self._finished(name, state, f))
 
-        table = self._table(name)
-        started = time.perf_counter()
-        try:
-            txn = table.begin()
-            if action.operation == CLUSTER:
-                txn.cluster(policy.cluster_by, action.partition or None, bucket=action.bucket)
-            elif action.operation == MAJOR:
-                txn.compact("major", action.partition or None, bucket=action.bucket)
-            else:
-                txn.compact("minor", action.partition or None, bucket=action.bucket, files=action.files)
-            result = txn.commit()
-        except CommitConflictError as exc:
-            reason = exc.reason or "UNKNOWN"
-            self.metrics.rejected.labels(name, action.operation, reason).inc()
-            delay = self._backoff(state, action.key)
-            log.info(
-                "%s %s %s bucket %s rejected (%s, conflicting %s); retrying in %.0f s",
-                name,
-                action.operation,
-                action.partition,
-                action.bucket,
-                reason,
-                exc.conflicting_txn_id,
-                delay,
-            )
-            return 0
-        except Exception as exc:  # a bad rewrite must not stop the service
-            self.metrics.failed.labels(name, action.operation).inc()
-            delay = self._backoff(state, action.key)
-            log.warning("%s %s %s failed: %s; retrying in %.0f s", name, action.operation, action.partition, exc, delay)
-            return 0
-        state.failures.pop(action.key, None)
-        state.retry_at.pop(action.key, None)
-        if result is None:
-            return 0
-        rewritten = action.input_bytes
-        self.metrics.committed.labels(name, action.operation).inc()
-        self.metrics.bytes_rewritten.labels(name, action.operation).inc(rewritten)
-        log.info(
-            "%s v%d %s %s bucket %s: %d -> %d files (%s) in %.1f s",
-            name,
-            result.id_version,
-            action.operation,
-            action.partition or "(table)",
-            action.bucket,
-            len(result.removed_files),
-            len(result.added_files),
-            action.reason,
-            time.perf_counter() - started,
-        )
-        return 1
-
-    def _backoff(self, state: _TableState, key: GroupKey) -> float:
-        failures = state.failures.get(key, 0) + 1
-        state.failures[key] = failures
-        delay = min(MAX_BACKOFF, self.interval * 2 ** (failures - 1))
-        state.retry_at[key] = self.clock() + delay
-        return delay
-
-    def run(self, stop: threading.Event, rounds: int | None = None) -> None:
-        """Run rounds every ``interval`` seconds until ``stop`` is set (or ``rounds`` ran)."""
+    def _work(self, name: str, state: _TableState) -> int:
+        """A worker's turn on one table (its Spark jobs in the table's job group, so they can be cancelled)."""
         from ordo.consumer.errors import CatalogUnavailableError
 
-        while not stop.is_set():
+        self.spark.sparkContext.setJobGroup(JOB_GROUP + name, f"ordo compactor: {name}", interruptOnCancel=True)
+        try:
+            return self.rewriter.compact(name, state)
+        except CatalogUnavailableError as exc:
+            log.info("table %s: waiting for the catalog: %s", name, exc)
+        except Exception as exc:  # a table's trouble must not stop the service
+            if not state.abandon.is_set():
+                log.warning("table %s: %s", name, _first_line(exc), exc_info=log.isEnabledFor(logging.DEBUG))
+        return 0
+
+    def _finished(self, name: str, state: _TableState, future: Future[int]) -> None:
+        state.next_at = self.clock() + self.interval
+        with self._lock:
+            self._busy.pop(name, None)
+            self.metrics.busy.set(len(self._busy))
+            if not future.cancelled() and future.exception() is None:
+                self.groups += future.result()
+
+    def round(self) -> int:
+        """Plan and rewrite every owned table once (``parallel_tables`` at a time); the groups committed."""
+        before = self.groups
+        pending = set(self._owned())
+        while pending:
+            self.tick(due_only=False, among=pending)
+            with self._lock:
+                running = {n: f for n, f in self._busy.items() if n in pending}
+            if not running:
+                break
+            wait_futures(running.values())
+            pending -= set(running)
+        return self.groups - before
+
+    def run(self, stop: threading.Event) -> None:
+        """Turn the loop until ``stop`` is set, then abandon the rewrites in flight (``shutdown``)."""
+        from ordo.consumer.errors import CatalogUnavailableError
+
+        try:
+            while not stop.is_set():
+                try:
+                    self.tick()
+                except CatalogUnavailableError as exc:
+                    log.info("waiting for the catalog: %s", exc)
+                stop.wait(min(TICK, self.interval))
+        finally:
+            self.shutdown()
+
+    # ------------------------------------------------------------------ stopping
+
+    def _abandon(self, names: Iterable[str]) -> list[Future[int]]:
+        """Abandon the rewrites in flight of ``names``: flag them, cancel their Spark jobs; their futures."""
+        with self._lock:
+            running = {n: self._busy[n] for n in names if n in self._busy}
+        for name in running:
+            state = self._state.get(name)
+            if state is not None:
+                state.abandon.set()
             try:
-                self.round()
-            except CatalogUnavailableError as exc:
-                log.info("waiting for the catalog: %s", exc)
-            if rounds is not None and self.rounds >= rounds:
-                return
-            stop.wait(self.interval)
+                self.spark.sparkContext.cancelJobGroup(JOB_GROUP + name)
+            except Exception as exc:  # Spark already stopping: its jobs end with it
+                log.debug("cancelling the Spark jobs of %s: %s", name, exc)
+        return list(running.values())
+
+    def release(self, tables: set[str], wait: float | None = None) -> None:
+        """The fleet's group takes ``tables`` away: abandon their rewrites and wait for them (bounded)."""
+        from ordo.services.compactor_fleet import RELEASE_WAIT_S
+
+        futures = self._abandon(tables)
+        if futures:
+            _, late = wait_futures(futures, timeout=RELEASE_WAIT_S if wait is None else wait)
+            if late:
+                log.warning("table(s) %s: a rewrite still runs after the release wait", ", ".join(sorted(tables)))
+
+    def shutdown(self, wait: float = SHUTDOWN_WAIT) -> None:
+        """Abandon every rewrite in flight and wait for the workers (intents already published get decided)."""
+        with self._lock:
+            names = list(self._busy)
+        futures = self._abandon(names)
+        if futures:
+            log.info("stopping: abandoning the rewrites of %s", ", ".join(sorted(names)))
+            wait_futures(futures, timeout=wait)
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     def close(self) -> None:
         """Release the catalog connection."""
@@ -533,15 +552,45 @@ class Compactor:
 
 def spark_session(master: str | None) -> SparkSession:
     """The service's Spark session: local (``local[N]``, the default ``local[2]``) or any master (the driver runs
-    here; the executors' Python and S3A come from Spark's settings: docs/operations.md, "Production")."""
+    here; the executors' Python and S3A come from Spark's settings: docs/operations.md, "Production"); its JVM in a
+    session of its own (``spark.session.launch_detached``)."""
     import re
 
-    from ordo.spark import cluster_spark_session, local_spark_session
+    from ordo.kernel.streams import child_output
+    from ordo.spark import local_spark_session, register
+    from ordo.spark.session import launch_detached, object_store_settings, use_session_object_store
 
     match = re.fullmatch(r"local\[(\d+)\]", master or "local[2]")
     if match:
-        return local_spark_session("ordo-compactor", cores=int(match.group(1)))
-    return cluster_spark_session(str(master), "ordo-compactor")
+        return local_spark_session("ordo-compactor", cores=int(match.group(1)), config=SPARK_CONF, detached=True)
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master(str(master)).appName("ordo-compactor")
+    for key, value in object_store_settings(SPARK_CONF).items():
+        builder = builder.config(key, value)
+    with child_output():  # the JVM's lines: records of ordo.jvm under --log-format json
+        launch_detached(builder._options)  # type: ignore[attr-defined]
+        spark = builder.getOrCreate()
+    use_session_object_store(spark)
+    register(spark)
+    return spark
+
+
+def py4j_in_one_line(record: logging.LogRecord) -> bool:
+    """A root-logger filter: Py4J logs its connection retries (``Exception while sending command.``, at INFO) on
+    the root logger with a traceback; the service keeps the line, without the traceback. When Spark's JVM is
+    stopped under the service (a supervisor that signals every process of the service), this is all it says."""
+    if record.module in ("java_gateway", "clientserver"):
+        record.exc_info, record.exc_text = None, None
+    return True
+
+
+def stop_spark(spark: SparkSession) -> None:
+    """Stop Spark without a traceback: a JVM that is gone already (killed on its own) is logged in one line."""
+    try:
+        spark.stop()
+    except Exception as exc:
+        log.info("Spark had stopped already: %s", _first_line(exc))
 
 
 READY_LINE = "compactor ready"
@@ -553,13 +602,17 @@ def run_compactor(
     master: str | None = None,
     tables: Sequence[str] = (),
     interval: float = DEFAULT_INTERVAL,
+    parallel_tables: int = DEFAULT_PARALLEL_TABLES,
+    group: str | None = None,
     metrics_port: int | None = None,
     metrics_host: str = "127.0.0.1",
 ) -> int:
     """Run the service until SIGINT/SIGTERM; returns the exit code."""
+    started = time.monotonic()
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, frame: stop.set())
+    logging.getLogger().addFilter(py4j_in_one_line)
     metrics = Metrics()
     server = None
     if metrics_port is not None:
@@ -567,35 +620,61 @@ def run_compactor(
 
         server = ObservabilityServer(metrics.registry, metrics.health, metrics_host, metrics_port).start()
         log.info("compactor metrics at %s/metrics (and /healthz, /readyz)", server.url)
-    spark = spark_session(master)
-    compactor = Compactor(spark, settings, tables=tables, interval=interval, metrics=metrics)
-    metrics.health.ready = True
-    log.info("%s: catalog %s, every %g s, tables %s", READY_LINE, settings.catalog, interval, list(tables) or "all")
+    claims = Claims(settings, group)
+    spark = compactor = None
     try:
+        claims.join()  # the group's first assignment comes while Spark starts
+        spark_started = time.monotonic()
+        spark = spark_session(master)
+        spark_seconds = time.monotonic() - spark_started
+        compactor = Compactor(
+            spark,
+            settings,
+            tables=tables,
+            interval=interval,
+            parallel_tables=parallel_tables,
+            metrics=metrics,
+            claims=claims,
+        )
+        claims.on_release(compactor.release)
+        claims.wait_assigned(_tables_exist(compactor), stop)
+        metrics.health.ready = True
+        log.info(
+            "%s in %.1f s (Spark %.1f s): catalog %s, every %g s, %d table(s) at once, %s, tables %s",
+            READY_LINE,
+            time.monotonic() - started,
+            spark_seconds,
+            settings.catalog,
+            interval,
+            parallel_tables,
+            claims.describe(),
+            list(tables) or "all",
+        )
         compactor.run(stop)
     finally:
-        compactor.close()
+        if compactor is not None:
+            compactor.shutdown()
+        claims.close()
+        if compactor is not None:
+            compactor.close()
         from ordo.producer.table import close_connections
 
         close_connections()
-        spark.stop()
+        if spark is not None:
+            stop_spark(spark)
         if server is not None:
             server.close()
+    log.info("compactor stopped")
     return 0
 
 
-__all__ = [
-    "Action",
-    "Compactor",
-    "Heat",
-    "Metrics",
-    "Policy",
-    "plan",
-    "run_compactor",
-    "spark_session",
-    "table_layout",
-    "writer_rejections_by_service",
-]
+def _tables_exist(compactor: Compactor) -> bool:
+    from ordo.consumer.errors import CatalogUnavailableError
+
+    try:
+        return bool(compactor.catalog.tables())
+    except CatalogUnavailableError:
+        return False
 
 
 def writer_rejections_by_service(decisions: Iterable[Any]) -> list[Any]:
@@ -610,3 +689,21 @@ def writer_rejections_by_service(decisions: Iterable[Any]) -> list[Any]:
         and d.operation.value not in REWRITE_OPERATIONS
         and d.conflicting_txn_id in rewrites
     ]
+
+
+__all__ = [
+    "CLUSTER",
+    "MAJOR",
+    "MINOR",
+    "Action",
+    "Compactor",
+    "Heat",
+    "Metrics",
+    "Policy",
+    "TableRewriter",
+    "plan",
+    "run_compactor",
+    "spark_session",
+    "table_layout",
+    "writer_rejections_by_service",
+]

@@ -58,6 +58,8 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "ORDO_TOPIC_REPLICATION_FACTOR": str(settings.topic_replication_factor),
         "ORDO_TOPIC_MIN_INSYNC_REPLICAS": str(settings.topic_min_insync_replicas),
         "ORDO_ALLOW_LOSSY_LOGS": "true" if settings.allow_lossy_logs else "false",
+        "ORDO_CHANGES_FORMAT": settings.changes_format,
+        "ORDO_CHANGES_TOMBSTONES": "true" if settings.changes_tombstones else "false",
     }
     for key, wait in (
         ("ORDO_FETCH_WAIT_BUSY_MS", settings.fetch_wait_busy_ms),
@@ -305,7 +307,7 @@ class ProcessGroup:
         self.stop()
 
 
-ARBITER_METRICS = r"arbiter metrics at (\S+)/metrics"
+ARBITER_METRICS = r"arbiter metrics at ([^\s\"]+)/metrics"
 
 
 def owned_tables(process: ManagedProcess) -> set[str]:
@@ -355,7 +357,7 @@ def start_arbiter(
     return process
 
 
-CONSUMER_URL = r"ORDO_CATALOG_URL=(\S+)"
+CONSUMER_URL = r"ORDO_CATALOG_URL=([^\s\"]+)"  # a plain line, or the message of a JSON one
 
 
 def start_consumer(
@@ -392,7 +394,7 @@ def start_consumer(
     return process, url
 
 
-COMPACTOR_METRICS = r"compactor metrics at (\S+)"
+COMPACTOR_METRICS = r"compactor metrics at ([^\s\"]+)"
 
 
 def start_compactor(

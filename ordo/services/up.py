@@ -1,38 +1,41 @@
 """``ordo up``: the whole stack on one machine, in the foreground.
 
-``EmbeddedStack`` starts, in this order, the broker (the embedded Tansu, a
-local Apache Kafka, or an existing Kafka), an ``ordo arbiter`` process and an
+``EmbeddedStack`` starts, in this order, the broker (a local Apache Kafka, the
+embedded Tansu, or an existing Kafka), an ``ordo arbiter`` process and an
 ``ordo consumer`` process (with its HTTP service), waiting for each to be ready
 before the next, then, unless turned off, the table service ``ordo compactor``
 (Spark in local mode). The demo uses it too.
 
-Tansu (the default) keeps everything in memory: when the stack stops, every
-table's log is gone, so a catalog left by an earlier run no longer matches any
-log and is discarded at start. ``broker="kafka"`` runs a single-node Apache
-Kafka (``ordo.broker.kafka.KafkaCluster``) with its data under the stack's directory
-(``kafka/``): tables, catalog, keys and checkpoints survive a restart on the
-same directory.
+``broker="kafka"`` (the default) runs a single-node Apache Kafka
+(``ordo.broker.kafka.KafkaCluster``, KRaft) with its data under the stack's
+directory (``kafka/``): tables, catalog, keys and checkpoints survive a restart
+on the same directory. ``broker="tansu"`` runs Tansu, which needs no Java but
+keeps everything in memory and differs from Kafka where ordo needs workarounds
+(docs/tansu.md): when the stack stops every table's log is gone, so a catalog
+left by an earlier run no longer matches any log and is discarded at start.
+
+The children log in the stack's log format and level (``log_format``,
+``log_level``): with ``json`` every line in ``logs/`` is one JSON object.
 """
 
 from __future__ import annotations
 
-import contextlib
+import logging
 import os
 import re
 import shutil
 import signal
-import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
 from ordo.kernel.errors import BrokerUnavailableError, OrdoError
 from ordo.kernel.keys import embedded_keys
-from ordo.kernel.settings import Settings, load_settings
+from ordo.kernel.settings import Settings, SettingsError, load_settings
 from ordo.services.stack import ARBITER_METRICS
 
 if TYPE_CHECKING:
@@ -40,7 +43,8 @@ if TYPE_CHECKING:
     from ordo.broker.tansu import EmbeddedBroker
     from ordo.services.stack import ManagedProcess
 
-BROKERS = ("tansu", "kafka")
+BROKERS = ("kafka", "tansu")
+kafka_log = logging.getLogger("ordo.kafka")  # librdkafka's own log lines
 
 
 def default_kafka_data() -> Path:
@@ -54,21 +58,6 @@ Echo = Callable[[str], None]
 
 class StackError(OrdoError):
     """Raised when a part of the embedded stack fails to start or dies while running."""
-
-
-@contextlib.contextmanager
-def _quiet_stderr() -> Iterator[None]:
-    """Send file descriptor 2 to /dev/null for the block (C libraries write there directly)."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
 
 
 def java_available() -> bool:
@@ -90,18 +79,24 @@ def check_broker(settings: Settings, timeout: float = 10.0) -> None:
         raise BrokerUnavailableError(
             "no Kafka broker configured: set ORDO_BOOTSTRAP_SERVERS or pass --bootstrap-servers"
         )
-    admin = AdminClient(
-        settings.kafka_config(
-            **{"socket.connection.setup.timeout.ms": 2000, "client.id": f"{settings.topic_prefix}.up.admin"}
-        )
+    config = settings.kafka_config(
+        **{
+            "socket.connection.setup.timeout.ms": 2000,
+            "client.id": f"{settings.topic_prefix}.up.admin",
+            "logger": kafka_log,  # never raw on stderr: served only by a poll, which this check never makes
+        }
     )
+    try:
+        admin = AdminClient(config)
+    except KafkaException as exc:
+        raise client_refusal(settings, str(exc.args[0].str())) from None
     deadline = time.monotonic() + timeout
     while True:
         try:
             if admin.list_topics(timeout=min(5.0, max(0.5, deadline - time.monotonic()))).brokers:
                 return
         except KafkaException:
-            pass
+            pass  # librdkafka's own lines (each refused connection) stay queued: the error below says it once
         if time.monotonic() >= deadline:
             raise BrokerUnavailableError(
                 f"no Kafka broker reachable at {settings.bootstrap_servers} within {timeout:g} s "
@@ -110,16 +105,29 @@ def check_broker(settings: Settings, timeout: float = 10.0) -> None:
         time.sleep(0.5)
 
 
+def client_refusal(settings: Settings, message: str) -> SettingsError:
+    """The error for Kafka client settings librdkafka takes one by one but refuses when it makes a client (a
+    certificate it cannot read, ...): it names the variables librdkafka's message names (else all of them)."""
+    named = [key for key in settings.kafka if key in message] or sorted(settings.kafka)
+    variables = ", ".join("ORDO_KAFKA__" + key.replace(".", "_").upper() for key in named)
+    return SettingsError(
+        f"invalid setting {variables or 'ORDO_KAFKA__*'} (or ORDO_KAFKA_CONFIG): librdkafka cannot make a client "
+        f"with them: {message} (accepted: settings librdkafka can use here: files it can read, mechanisms it "
+        "was built with)"
+    )
+
+
 class EmbeddedStack:
     """Broker + arbiter + consumer for development and the demo; a context manager.
 
     ``directory`` holds the catalog (``catalog.db``), the warehouse and the
     process logs; default: a fresh temporary directory, removed at ``stop()``.
-    ``broker`` is the broker the stack starts: ``"tansu"`` (in memory) or
-    ``"kafka"`` (Apache Kafka, data in ``directory/kafka``; give a directory to
-    keep it). ``bootstrap_servers`` uses that Kafka instead of starting one.
+    ``broker`` is the broker the stack starts: ``"kafka"`` (Apache Kafka, data
+    in ``directory/kafka``; give a directory to keep it) or ``"tansu"`` (in
+    memory). ``bootstrap_servers`` uses that Kafka instead of starting one.
     ``http_port`` 0 picks a free port. ``compactor`` also starts the table
     service (``compactor_args`` are its extra command-line arguments).
+    ``log_format`` and ``log_level`` are the children's (``--log-format``).
     """
 
     def __init__(
@@ -135,7 +143,9 @@ class EmbeddedStack:
         echo: Echo | None = None,
         compactor: bool = False,
         compactor_args: tuple[str, ...] = (),
-        broker: str = "tansu",
+        broker: str = "kafka",
+        log_format: str = "text",
+        log_level: str | None = None,
     ) -> None:
         if broker not in BROKERS:
             raise StackError(f"unknown broker {broker!r}: expected one of {', '.join(BROKERS)}")
@@ -158,6 +168,8 @@ class EmbeddedStack:
         self.compactor_metrics: str | None = None
         self.url: str | None = None
         self.settings: Settings | None = None
+        self.log_format = log_format
+        self.log_level = log_level
 
     @property
     def catalog_path(self) -> Path:
@@ -201,14 +213,12 @@ class EmbeddedStack:
             if self.external is None and self.broker_kind == "kafka":
                 from ordo.broker.kafka import KafkaCluster
 
-                with _quiet_stderr():  # librdkafka logs every refused connection while Kafka starts
-                    cluster = self.broker = KafkaCluster(1, self.directory / "kafka", echo=self.echo).start()
+                cluster = self.broker = KafkaCluster(1, self.directory / "kafka", echo=self.echo).start()
                 bootstrap = cluster.bootstrap_servers
                 kafka: dict[str, str] = {}
             elif self.external is None:
                 self._discard_stale_catalog()
-                with _quiet_stderr():  # librdkafka logs every refused connection while Tansu starts
-                    broker = self.broker = EmbeddedBroker(port=self.broker_port).start()
+                broker = self.broker = EmbeddedBroker(port=self.broker_port).start()
                 bootstrap = broker.bootstrap_servers
                 kafka = {}
             else:
@@ -223,6 +233,8 @@ class EmbeddedStack:
                 http_port=self.http_port,
                 kafka=kafka,
                 state_dir=str(self.directory / "state"),
+                log_format=self.log_format,  # type: ignore[arg-type]
+                log_level=self.log_level,  # type: ignore[arg-type]
             )
             # Signed decisions with no setup: the stack's own key, trusted by its own readers.
             self.settings = embedded_keys(self.settings, self.directory / "keys")
@@ -316,15 +328,22 @@ def run_up(
     http_host: str,
     echo: Echo = print,
     compactor: bool = True,
-    broker: str = "tansu",
+    broker: str | None = None,
+    log_format: str = "text",
+    log_level: str | None = None,
 ) -> int:
-    """Run the stack until SIGINT/SIGTERM; returns the exit code (1 when a part died)."""
+    """Run the stack until SIGINT/SIGTERM; returns the exit code (1 when a part died).
+
+    ``broker`` None: Apache Kafka, unless ``kafka_servers`` names an existing one."""
+    from ordo.broker.kafka import KafkaSetupError
     from ordo.broker.tansu import MEMORY_WARNING
 
-    if broker == "kafka" and kafka_servers is not None:
-        echo("error: --broker kafka starts a local Apache Kafka; --kafka uses an existing one: pass one of them")
+    if broker is not None and kafka_servers is not None:
+        name = "Apache Kafka" if broker == "kafka" else "Tansu"
+        echo(f"error: --broker {broker} starts a local {name}; --kafka uses an existing one: pass one of them")
         return 2
-    if broker == "kafka" and directory is None:
+    broker = broker or "kafka"
+    if broker == "kafka" and kafka_servers is None and directory is None:
         directory = str(default_kafka_data())
 
     stop = threading.Event()
@@ -344,6 +363,8 @@ def run_up(
         echo=echo,
         compactor=compactor,
         broker=broker,
+        log_format=log_format,
+        log_level=log_level,
     )
     if compactor and not java_available():
         echo("compactor off: Spark needs Java 17+ and none was found (install it, or pass --no-compactor)")
@@ -362,8 +383,13 @@ def run_up(
         elif broker == "kafka":
             echo(f"starting the local stack on Apache Kafka in {stack.directory} ...")
         else:
-            echo("starting the embedded stack ...")
-        stack.start()
+            echo("starting the embedded stack on Tansu ...")
+        try:
+            stack.start()
+        except KafkaSetupError as exc:
+            echo(f"error: {exc}")
+            echo("(`ordo up --broker tansu` needs neither Java nor Maven: an in-memory broker, for a first look)")
+            return 1
         assert stack.settings is not None and stack.arbiter is not None and stack.consumer is not None
         if stack.in_memory:
             assert stack.broker is not None

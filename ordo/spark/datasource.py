@@ -875,7 +875,7 @@ class _Writing:
     def _setup(self, table: _Table, schema: StructType, options: Mapping[str, str], overwrite: bool) -> None:
         import dataclasses
 
-        from ordo.producer.data import evolved_metadata
+        from ordo.producer.data import WriteRefusedError, evolved_metadata
         from ordo.schemas import Operation
 
         # mergeSchema: the columns the table lacks are added in the same commit as the rows; overwriteSchema: the
@@ -900,6 +900,11 @@ class _Writing:
         self.table = table
         self.arrow_schema, self.absent = _check_write_schema(table, schema)
         self.layout = table.layout()
+        if self.layout.constraints:  # its tasks write rows with pyarrow: no Spark SQL to evaluate them with
+            raise WriteRefusedError(
+                f"table {table.name} has CHECK constraints {sorted(self.layout.constraints)}, which format('ordo') "
+                "writes do not check: write with DeltaTable or a Transaction (they do); nothing was written"
+            )
         self.overwrite = overwrite
         if not overwrite and ("partition" in options or "replacewhere" in options):
             raise DataSourceOptionError("partition/replaceWhere apply to mode('overwrite') only")

@@ -7,7 +7,10 @@ style, the AWS SDK's credentials chain), unless the session's own
 for a session built elsewhere. S3A's jars are not Spark's own: put
 ``hadoop-aws`` (of PySpark's Hadoop release) and its AWS SDK bundle on the
 classpath (``tools/spark_s3a.py`` fetches them; docs/operations.md,
-"Production"). Spark is imported lazily: importing this module costs nothing.
+"Production"). Spark is imported lazily: importing this module costs nothing. The JVM a
+session starts writes its banner and log4j lines to the process's stdout and
+stderr; in the ``ordo`` program with ``--log-format json`` they become records
+of the ``ordo.jvm`` logger (``kernel.streams.child_output``).
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from __future__ import annotations
 import os
 import sys
 from typing import TYPE_CHECKING
+
+from ordo.kernel.streams import child_output
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -25,12 +30,18 @@ if TYPE_CHECKING:
 
 
 def local_spark_session(
-    app_name: str = "ordo", cores: int = 2, warehouse: str | None = None, config: Mapping[str, str] | None = None
+    app_name: str = "ordo",
+    cores: int = 2,
+    warehouse: str | None = None,
+    config: Mapping[str, str] | None = None,
+    *,
+    detached: bool = False,
 ) -> SparkSession:
     """Get or create a small local-mode SparkSession (UI off, few shuffle partitions, quiet logs).
 
     ``config``: more Spark settings, applied last (e.g. delta-spark's packages and extensions, to run
-    ``format("delta")`` and ``format("ordo")`` in one session).
+    ``format("delta")`` and ``format("ordo")`` in one session). ``detached``: start Spark's JVM in a session of
+    its own (``launch_detached``), for a service that stops Spark itself on SIGTERM.
     """
     from pyspark.sql import SparkSession
 
@@ -55,7 +66,10 @@ def local_spark_session(
         builder = builder.config("spark.sql.warehouse.dir", warehouse)
     for key, value in object_store_settings(config).items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with child_output():  # the JVM starts here and keeps these descriptors
+        if detached:
+            launch_detached(builder._options)  # type: ignore[attr-defined]
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     use_session_object_store(spark)
     if id(spark) not in _REGISTERED:  # keep the settings a DeltaTable registered with an existing session
@@ -76,7 +90,8 @@ def cluster_spark_session(master: str, app_name: str = "ordo", config: Mapping[s
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in object_store_settings(config).items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with child_output():  # the JVM's lines: records of ordo.jvm under --log-format json
+        spark = builder.getOrCreate()
     use_session_object_store(spark)
     if id(spark) not in _REGISTERED:
         register(spark)
@@ -107,6 +122,29 @@ def use_session_object_store(spark: SparkSession) -> None:
     prefix = "spark.hadoop."
     hadoop = {k[len(prefix) :]: v for k, v in conf if k.startswith(prefix + "fs.s3a.")}
     use_options(S3Options.resolve(hadoop=hadoop))
+
+
+def launch_detached(options: Mapping[str, str]) -> None:
+    """Start Spark's JVM (the Py4J gateway, with ``options`` as its Spark conf) in a new session, unless one runs.
+
+    A supervisor that stops a service by signalling its process group (systemd's
+    default ``KillMode=control-group``, a shell's job control, ``kill -TERM -PGID``)
+    would otherwise stop the JVM at the same moment as Python: the rewrite in
+    flight then fails half-way and ``spark.stop()`` raises from Py4J. Detached,
+    the JVM gets no signal; Python cancels its jobs and stops it in order. The
+    JVM still dies with Python: it exits when the pipe to its stdin closes.
+    """
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    with SparkContext._lock:
+        if SparkContext._gateway is not None:
+            return
+        conf = SparkConf(loadDefaults=False)
+        conf.setAll(list(options.items()))
+        gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True})
+        SparkContext._gateway = gateway
+        SparkContext._jvm = gateway.jvm
 
 
 def register(spark: SparkSession, settings: Settings | None = None) -> None:

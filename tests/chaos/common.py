@@ -18,6 +18,7 @@ from ordo.schemas import (
     decode,
     intents_topic,
 )
+from ordo.schemas.signing import Trust
 from ordo.services.audit import audit, read_partition
 from ordo.settings import Settings
 
@@ -80,15 +81,14 @@ class Logs:
 
 
 def read_logs(settings: Settings, table: str, timeout: float = 60.0) -> Logs:
-    """Read the intents and decisions topics of ``table`` to their ends."""
+    """Read the intents and decisions topics of ``table`` to their ends (decisions with their signatures)."""
     intents = [
         IntentRecord(o, t, v)
         for o, t, v in read_partition(settings, intents_topic(settings.topic_prefix, table), timeout)
     ]
-    decisions = [
-        DecisionRecord(o, v)
-        for o, _, v in read_partition(settings, decisions_topic(settings.topic_prefix, table), timeout)
-    ]
+    signatures: dict[int, bytes] = {}
+    records = read_partition(settings, decisions_topic(settings.topic_prefix, table), timeout, signatures=signatures)
+    decisions = [DecisionRecord(o, v, signatures.get(o)) for o, _, v in records]
     return Logs(table, intents, decisions)
 
 
@@ -118,9 +118,13 @@ def first_decisions(logs: Logs) -> tuple[dict[int, CommitDecision], int]:
     return first, later
 
 
-def check_exactly_once(logs: Logs, *, replay: bool = True) -> ExactlyOnce:
+def check_exactly_once(logs: Logs, *, replay: bool = True, trust: Trust | None = None) -> ExactlyOnce:
     """Every intent has exactly one decision, ID versions are contiguous and unique, and (with ``replay``) the
-    decisions log is exactly what the pure core derives from the intents log."""
+    decisions log is exactly what the pure core derives from the intents log.
+
+    With ``trust`` the replay is of the records its keys vouch for, as every reader folds the log: on Tansu an
+    aborted transaction stays visible, unsigned, and the next owner re-decides its intents to the same bytes
+    (docs/tansu.md); without, every record is replayed and such a log fails."""
     first, later = first_decisions(logs)
     offsets = [record.offset for record in logs.intents]
     assert offsets == list(range(len(offsets))), "intents log offsets are not contiguous"
@@ -132,7 +136,7 @@ def check_exactly_once(logs: Logs, *, replay: bool = True) -> ExactlyOnce:
     assert versions == list(range(len(versions))), "ID versions not contiguous from 0 in log order"
     assert len(set(versions)) == len(versions), "an ID version was assigned twice"
     if replay:
-        result = audit(logs.table, logs.intents, logs.decisions, verify=True)
+        result = audit(logs.table, logs.intents, logs.decisions, verify=True, trust=trust)
         assert result.ok, f"audit replay diverges: {result.first}"
     return ExactlyOnce(
         intents=len(offsets),

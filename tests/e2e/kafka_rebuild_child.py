@@ -5,7 +5,8 @@
 A Spark session of its own (the connector must be on the classpath when the
 JVM starts; ``tools/spark_kafka.py`` fetches it), ``format("kafka")`` with
 read_committed, ``from_json`` with Debezium's envelope over the table's
-schema, the last record per key wins and a ``d`` drops the key. Writes the
+schema, the last record per key wins and a ``d`` drops the key; every
+tombstone (a null value) must follow its ``d`` at once, under its key. Writes the
 rebuilt rows, ordo's snapshot of the table (``consumer.spark.read``) and
 counts to OUT.json.
 """
@@ -76,11 +77,30 @@ def main(bootstrap: str, topic: str, catalog: str, table: str, out: str) -> None
         .option("kafka.isolation.level", "read_committed")
         .load()
     )
-    events = raw.select(
-        "offset",
-        F.col("key").cast("string").alias("key"),
-        F.from_json(F.col("value").cast("string"), envelope).alias("e"),
-    ).cache()
+    events = (
+        raw.where(F.col("value").isNotNull())  # tombstones: checked below
+        .select(
+            "offset",
+            F.col("key").cast("string").alias("key"),
+            F.from_json(F.col("value").cast("string"), envelope).alias("e"),
+        )
+        .cache()
+    )
+    # every record in offset order: (key, op or None for a tombstone); a tombstone must follow its delete at once
+    sequence = [
+        (r["key"], r["op"])
+        for r in raw.select(
+            "offset",
+            F.col("key").cast("string").alias("key"),
+            F.get_json_object(F.col("value").cast("string"), "$.op").alias("op"),
+        )
+        .orderBy("offset")
+        .collect()
+    ]
+    tombstones = [i for i, (_, op) in enumerate(sequence) if op is None]
+    entombed = all(i > 0 and sequence[i - 1] == (sequence[i][0], "d") for i in tombstones)
+    deletes = [i for i, (_, op) in enumerate(sequence) if op == "d"]
+    entombed = entombed and all(i + 1 < len(sequence) and sequence[i + 1] == (sequence[i][0], None) for i in deletes)
     image = F.coalesce(F.col("e.after"), F.col("e.before"))
     keyed = events.select(
         "offset", "key", "e.op", "e.after", image.getField("id").alias("kid"), image.getField("dt").alias("kdt")
@@ -98,6 +118,8 @@ def main(bootstrap: str, topic: str, catalog: str, table: str, out: str) -> None
         "ops": ops,
         "unparsed": unparsed,
         "ordered": versions == sorted(versions),
+        "tombstones": len(tombstones),
+        "each_delete_then_its_tombstone": entombed,
     }
     Path(out).write_text(json.dumps(result))
     spark.stop()

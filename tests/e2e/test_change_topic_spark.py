@@ -7,7 +7,8 @@ deletes, overwrites, a truncate, compactions). A child process
 (``kafka_rebuild_child.py``) starts Spark with ``spark-sql-kafka-0-10``
 (fetched from Maven Central by ``tools/spark_kafka.py``), reads the topic
 with ``format("kafka")`` and ``from_json`` and folds it; the rows must equal
-``consumer.spark.read`` of the table, column by column and type by type.
+``consumer.spark.read`` of the table, column by column and type by type, and
+each delete must be followed by its tombstone (tombstones are on by default).
 """
 
 from __future__ import annotations
@@ -120,6 +121,7 @@ def test_spark_kafka_source_rebuilds_the_table_from_the_change_topic(
     print(f"{result['records']} records {result['ops']}; {len(result['snapshot'])} rows rebuilt")
     assert result["records"] == expected and result["unparsed"] == 0 and result["ordered"]
     assert set(result["ops"]) == {"c", "u", "d"}
+    assert result["tombstones"] == result["ops"]["d"] and result["each_delete_then_its_tombstone"]
     assert result["columns"] == SCHEMA.names
     assert result["snapshot"], "an empty table proves nothing"
     assert result["rebuilt"] == result["snapshot"]

@@ -1,18 +1,25 @@
 """The table service beside a streaming writer and concurrent UPDATEs, end to end (real broker, arbiter, Spark).
 
-A Structured Streaming query inserts micro-batches into partitions ``0`` and
-``1`` while a thread UPDATEs the seed rows of partition ``s`` and the service
-(``ordo.services.compactor.Compactor``, on the same Spark session in a thread) compacts.
-Afterwards: no writer decision was rejected because of the service, the
-service's commits were accepted, the data equals the model (every streamed id
-once, the seed rows updated once per accepted UPDATE), and files per partition
-went down.
+A Structured Streaming query inserts micro-batches into partitions ``0`` to
+``3`` while a thread UPDATEs the seed rows of partition ``s`` and the service
+(``ordo.services.compactor.Compactor``, on the same Spark session in a thread) compacts:
+its batches rewrite many (partition, bucket) groups in one Spark job and commit
+per partition. Afterwards: no writer decision was rejected because of the
+service, the service's commits were accepted, the data equals the model (every
+streamed id once, the seed rows updated once per accepted UPDATE), and files
+per partition went down.
+
+Then the batches themselves (``producer.rewrites``): one Spark job for every
+partition of a batch, and a conflict that loses one partition's rewrite only;
+and the service's scheduling: every partition of a table in one batch, tables
+in parallel up to the limit, a fleet that splits the tables.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -26,7 +33,8 @@ from tests.e2e.stack import writer_stack  # noqa: F401
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
 SCHEMA = "id BIGINT, v STRING, n BIGINT, part STRING"
-ROWS_PER_BATCH = 10
+ROWS_PER_BATCH = 100
+STREAM_PARTITIONS = 4
 SEEDS = 20
 REWRITES = {"MINOR_COMPACT", "MAJOR_COMPACT", "CLUSTER"}
 COLD_SECONDS = 4  # ordo.compaction.cold_seconds of the table
@@ -57,7 +65,7 @@ def test_service_beside_a_stream_and_updates(spark: Any, writer_stack: Any, tmp_
         F.col("value").alias("id"),
         F.concat(F.lit("r"), F.col("value").cast("string")).alias("v"),
         F.lit(0).cast("bigint").alias("n"),
-        (F.col("value") % 2).cast("string").alias("part"),
+        (F.col("value") % STREAM_PARTITIONS).cast("string").alias("part"),
     )
     committer = foreach_batch_committer(table, retries=5)
     query = (
@@ -153,7 +161,7 @@ def test_service_beside_a_stream_and_updates(spark: Any, writer_stack: Any, tmp_
     last = max(d.batch_id for d in decisions if d.accepted and d.batch_id is not None)
     streamed = (last + 1) * ROWS_PER_BATCH
     got = {r.id: (r.v, r.n, r.part) for r in table.read().collect()}
-    expected = {i: (f"r{i}", 0, str(i % 2)) for i in range(streamed)}
+    expected = {i: (f"r{i}", 0, str(i % STREAM_PARTITIONS)) for i in range(streamed)}
     expected.update({-i: (f"s{i}", len(updates), "s") for i in range(1, SEEDS + 1)})
     assert got == expected
     assert table.snapshot().record_count == len(expected), "a rewrite left superseded records behind"
@@ -162,3 +170,196 @@ def test_service_beside_a_stream_and_updates(spark: Any, writer_stack: Any, tmp_
     # one base file and one stream file per bucket at most (writers split files by bucket)
     assert layout["max_files_per_partition"] <= 2 * table.layout.buckets < peak, (layout, peak)
     assert layout["last_compaction"] is not None
+
+
+# --------------------------------------------------------------------------- batches: one job, a commit per partition
+
+BATCH_PARTITIONS = ("0", "1", "2", "3")
+
+
+def _filled(spark: Any, settings: Any, name: str, partitions: Sequence[str], inserts: int, **properties: str) -> Any:
+    """A table of ``partitions`` (4 buckets) with ``inserts`` INSERT INTOs: about one file per group each."""
+    table = DeltaTable.create(
+        spark,
+        name,
+        schema=SCHEMA,
+        primary_key="id",
+        partitioned_by="part",
+        properties={"ordo.compaction.cold_seconds": "3600", **properties},
+        settings=settings,
+    )
+    for n in range(inserts):
+        rows = [(i, f"v{n}", n, p) for k, p in enumerate(partitions) for i in range(k * 1000, k * 1000 + 40)]
+        table.insert_into(spark.createDataFrame(rows, SCHEMA))
+    return table
+
+
+def _spark_jobs(spark: Any, group: str, stage: Callable[[], Any]) -> tuple[Any, int]:
+    """``stage()``'s result and the Spark jobs it ran (in job group ``group``)."""
+    spark.sparkContext.setJobGroup(group, group)
+    try:
+        return stage(), len(spark.sparkContext.statusTracker().getJobIdsForGroup(group))
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+
+
+def test_one_spark_job_rewrites_every_partition_and_a_conflict_loses_only_its_partition(
+    spark: Any,
+    writer_stack: Any,  # noqa: F811
+) -> None:
+    from ordo.producer.rewrites import PartitionRewrite, commit_each, stage_rewrites
+    from ordo.schemas import Operation
+    from ordo.schemas.paths import write_id_of
+    from ordo.services.compactor import SPARK_CONF
+
+    table = _filled(
+        spark, writer_stack.settings, "batched", BATCH_PARTITIONS, 3, **{"ordo.compaction.enabled": "false"}
+    )
+    version = table.version
+    before = table.read().collect()
+    listing = next(iter(SPARK_CONF))
+    spark.conf.set(listing, SPARK_CONF[listing])  # the service's session: no listing job of its own
+    try:
+        one, jobs_one = _spark_jobs(
+            spark,
+            "batch-one",
+            lambda: stage_rewrites(
+                table, Operation.MAJOR_COMPACT, [PartitionRewrite({"part": "0"})], read_version=version
+            ),
+        )
+        for txn in one:
+            txn.abort()
+        staged, jobs_all = _spark_jobs(
+            spark,
+            "batch-all",
+            lambda: stage_rewrites(
+                table,
+                Operation.MAJOR_COMPACT,
+                [PartitionRewrite({"part": p}) for p in BATCH_PARTITIONS],
+                read_version=version,
+            ),
+        )
+    finally:
+        spark.conf.unset(listing)
+    assert jobs_all == jobs_one > 0, "the Spark work of a batch grows with its partitions"
+    assert [t.partitions for t in staged] == [({"part": p},) for p in BATCH_PARTITIONS]
+    assert len({t.txn_id for t in staged}) == len(BATCH_PARTITIONS)
+    for txn in staged:  # each partition's output in its partition, named by its own transaction (the write id)
+        assert txn.read_version == version
+        assert txn.added_files and {f.partition["part"] for f in txn.added_files} == {txn.partitions[0]["part"]}
+        assert {write_id_of(f.path) for f in txn.added_files} == {txn.txn_id}
+        assert len(txn.added_files) == len({f.bucket for f in txn.added_files}) == table.layout.buckets
+
+    # an INSERT into partition 2 commits meanwhile: INSERT -> MAJOR is "later fails" there, nowhere else
+    table.insert_into(spark.createDataFrame([(2000, "late", 9, "2")], SCHEMA))
+    outcomes = dict(zip(BATCH_PARTITIONS, commit_each(staged), strict=True))
+    assert isinstance(outcomes.pop("2"), CommitConflictError)
+    assert all(not isinstance(r, BaseException) for r in outcomes.values()), outcomes
+    lost = next(t for t in staged if t.partitions[0]["part"] == "2")
+    assert not any((writer_stack.warehouse / "batched" / f.path).exists() for f in lost.added_files)
+
+    layout = table_layout(table.catalog, "batched")
+    assert layout["files_per_partition"]["2"] == 3 * table.layout.buckets + 1  # untouched, plus the insert
+    assert all(layout["files_per_partition"][p] == table.layout.buckets for p in ("0", "1", "3"))
+    expected = {r.id: (r.v, r.n, r.part) for r in before} | {2000: ("late", 9, "2")}
+    assert {r.id: (r.v, r.n, r.part) for r in table.read().collect()} == expected
+
+
+def test_the_service_rewrites_a_table_in_one_batch_and_tables_in_parallel_up_to_the_limit(
+    spark: Any,
+    writer_stack: Any,  # noqa: F811
+) -> None:
+    names = ["par_a", "par_b", "par_c"]
+    tables = [
+        _filled(spark, writer_stack.settings, n, BATCH_PARTITIONS, 3, **{"ordo.compaction.min_files": "3"})
+        for n in names
+    ]
+    groups = sum(len({(f.partition["part"], f.bucket) for f in t.snapshot().files}) for t in tables)
+    service = Compactor(spark, writer_stack.settings, tables=names, interval=INTERVAL, parallel_tables=2)
+    busy: list[float] = []
+    sampling = threading.Event()
+
+    def sample() -> None:
+        while not sampling.is_set():
+            busy.append(service.metrics.value(service.metrics.busy))
+            time.sleep(0.05)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        committed = service.round()
+    finally:
+        sampling.set()
+        sampler.join(10)
+        service.shutdown()
+        service.close()
+    assert committed == groups, service.metrics.samples()
+    assert max(busy) == 2, "never two tables at once, or more than the limit"
+    for table in tables:
+        rewrites = [d for d in table.decisions() if d.operation is not None and d.operation.value in REWRITES]
+        assert len(rewrites) == len(BATCH_PARTITIONS) and all(d.accepted for d in rewrites)
+        assert {d.operation.value for d in rewrites} == {MINOR}
+        assert len({d.read_version for d in rewrites}) == 1, "one batch: every partition read at one version"
+        assert service.metrics.value(service.metrics.committed, table=table.name, operation=MINOR) == 4
+        assert table_layout(table.catalog, table.name)["max_files_per_partition"] == table.layout.buckets
+
+
+def test_a_fleet_splits_the_tables_and_hands_them_over(spark: Any, writer_stack: Any) -> None:  # noqa: F811
+    """Two members of one group: each table compacted by one of them; when one leaves, the other takes over."""
+    from ordo.services.compactor_fleet import Claims
+
+    settings = writer_stack.settings
+    names = [f"fleet_{i}" for i in range(4)]
+    tables = [_filled(spark, settings, n, ("0", "1"), 0, **{"ordo.compaction.min_files": "3"}) for n in names]
+    group = f"{settings.topic_prefix}.compactors"
+    members = []
+    for _ in range(2):
+        claims = Claims(settings, group)
+        member = Compactor(spark, settings, tables=names, interval=INTERVAL, claims=claims)
+        claims.on_release(member.release)
+        claims.join()
+        members.append(member)
+
+    def split() -> bool:
+        for member in members:
+            member.claims.poll()
+        owned = [set(filter(member.claims.holds, names)) for member in members]
+        return all(owned) and not owned[0] & owned[1] and owned[0] | owned[1] == set(names)
+
+    deadline = time.monotonic() + 120
+    while not split():
+        assert time.monotonic() < deadline, "the group did not split the tables"
+        time.sleep(0.2)
+    owners = {n: i for i, member in enumerate(members) for n in names if member.claims.holds(n)}
+    for table in tables:
+        for n in range(3):
+            rows = [(i, f"v{n}", n, p) for k, p in enumerate(("0", "1")) for i in range(k * 1000, k * 1000 + 40)]
+            table.insert_into(spark.createDataFrame(rows, SCHEMA))
+    try:
+        for member in members:
+            member.round()
+        for name in names:  # each table by its owner alone
+            counts = [m.metrics.value(m.metrics.committed, table=name, operation=MINOR) for m in members]
+            assert counts[owners[name]] == 2 and counts[1 - owners[name]] == 0, (name, counts)
+        leaving, staying = members
+        leaving.shutdown()
+        leaving.claims.close()
+        deadline = time.monotonic() + 120
+        while not all(staying.claims.holds(n) for n in names):
+            assert time.monotonic() < deadline, "the tables did not move to the member left"
+            staying.claims.poll()
+            time.sleep(0.2)
+        for table in tables:
+            for n in range(3, 6):
+                table.insert_into(spark.createDataFrame([(i, f"v{n}", n, "0") for i in range(40)], SCHEMA))
+        staying.round()
+        for name in names:
+            assert staying.metrics.value(staying.metrics.committed, table=name, operation=MINOR) >= 1, name
+    finally:
+        for member in members:
+            member.shutdown()
+            member.claims.close()
+            member.close()
+    for table in tables:
+        rejected = [d for d in table.decisions() if not d.accepted]
+        assert rejected == [], "a rewrite met another rewrite"

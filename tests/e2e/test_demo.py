@@ -1,4 +1,4 @@
-"""``ordo demo`` (what ``make demo`` runs), end to end: its own stack, real Spark, real conflicts.
+"""``ordo demo`` (what ``make demo`` runs), end to end: its own stack on Apache Kafka, real Spark, real conflicts.
 
 It runs in this process through the click CLI (the session's Spark is reused,
 so the test costs no second JVM). The conflict summary is checked twice: the
@@ -65,6 +65,8 @@ def test_demo_agrees_with_the_matrix(spark: Any) -> None:
     for section in SECTIONS:
         assert section in output, f"missing section {section!r}:\n{output}"
     assert "matrix agreement" in output and "DISAGREE" not in output
+    assert re.search(r"Apache Kafka \(1 node, KRaft\) ready in \d+\.\d s", output), "the default broker is Kafka"
+    assert "Tansu" not in output
 
     with POLICY.open() as handle:
         matrix = {(r["earlier"], r["later"]): r["outcome"] for r in csv.DictReader(handle)}

@@ -1,7 +1,8 @@
-"""A real Prometheus server scrapes a real arbiter, consumer and table service, and evaluates ordo's alert rules.
+"""A real Prometheus server scrapes a real arbiter, consumer, table service and change-topic publisher, and
+evaluates ordo's alert rules.
 
-The processes are ``ordo arbiter``, ``ordo consumer`` and ``ordo compactor`` (Spark in local mode) on a
-real broker; Prometheus is Debian's package (``make prometheus``). What is checked: each process is a healthy
+The processes are ``ordo arbiter``, ``ordo consumer``, ``ordo compactor`` (Spark in local mode) and ``ordo
+cdc`` on a real broker; Prometheus is Debian's package (``make prometheus``). What is checked: each process is a healthy
 target and reports ``ordo_build_info``; ``/healthz`` and ``/readyz`` of each answer; every rule of
 ``deploy/prometheus/alerts.yml`` evaluates without error; a forged decision record makes
 ``OrdoUnsignedDecisionsRefused`` fire; stopping the arbiter makes ``OrdoArbiterDown`` pending; every query of
@@ -131,7 +132,14 @@ def test_prometheus_scrapes_every_process_and_evaluates_the_alert_rules(
     compactor, compactor_url = start_compactor(settings, args=["--master", "local[1]", "--interval", "1"])
     processes.add(compactor)
     compactor_url = compactor_url.removesuffix("/metrics")
-    hosts = {"ordo-arbiter": arbiter_url, "ordo-consumer": consumer_url, "ordo-compactor": compactor_url}
+    cdc = processes.start_ordo(settings, "cdc", "--metrics-port", "0", name="cdc")
+    cdc_url = cdc.wait_for_line(r"cdc metrics at ([^\s\"]+)/metrics", timeout=60).group(1)
+    hosts = {
+        "ordo-arbiter": arbiter_url,
+        "ordo-consumer": consumer_url,
+        "ordo-compactor": compactor_url,
+        "ordo-cdc": cdc_url,
+    }
     table = "watched"
     with CommitClient(settings=settings) as client:
         assert client.commit(create_intent(table), timeout=30).accepted
@@ -142,11 +150,12 @@ def test_prometheus_scrapes_every_process_and_evaluates_the_alert_rules(
     # 1. Every process is a healthy target, reports its build, and answers /healthz and /readyz.
     def all_up() -> bool:
         active = prometheus.api("targets")["activeTargets"]
-        return len(active) == 3 and all(t["health"] == "up" for t in active)
+        return len(active) == 4 and all(t["health"] == "up" for t in active)
 
-    wait_until(all_up, 60, "three healthy targets")
-    builds = wait_until(lambda: prometheus.query("ordo_build_info"), 30, "ordo_build_info")
-    assert {b["metric"]["process"] for b in builds} == {"arbiter", "consumer", "compactor"}
+    wait_until(all_up, 60, "four healthy targets")
+    builds = wait_until(lambda: len(prometheus.query("ordo_build_info")) == 4, 30, "ordo_build_info of each")
+    builds = prometheus.query("ordo_build_info")
+    assert {b["metric"]["process"] for b in builds} == {"arbiter", "consumer", "compactor", "cdc"}
     assert {b["metric"]["job"] for b in builds} == set(hosts)
     compactor.wait_for_line("compactor ready", timeout=120)
     for job, url in hosts.items():
@@ -156,6 +165,15 @@ def test_prometheus_scrapes_every_process_and_evaluates_the_alert_rules(
         lambda: prometheus.query(f'sum(ordo_arbiter_decisions_total{{table="{table}"}})'), 30, "decisions counted"
     )
     assert float(decided[0]["value"][1]) == 2.0
+    # The change-topic publisher follows the table, whose commits name files that were never written (the intents
+    # above): it holds the table back, says why in one JSON line, and OrdoCdcTableHeld is pending.
+    held = wait_until(lambda: prometheus.query(f'ordo_cdc_tables_held{{table="{table}"}} == 1'), 60, "held")
+    assert held[0]["metric"]["job"] == "ordo-cdc"
+    pending = wait_until(lambda: prometheus.alerts("OrdoCdcTableHeld"), 30, "OrdoCdcTableHeld pending")
+    assert pending[0]["labels"]["table"] == table and pending[0]["state"] == "pending"
+    logged = json_lines(cdc.log_text())
+    assert any(e["message"] == "cdc ready" for e in logged), cdc.tail()
+    assert any(e["level"] == "error" and e["message"].startswith(f"{table}: cannot publish") for e in logged)
 
     # 2. Every rule evaluates without error.
     def evaluated() -> list[dict[str, Any]]:
@@ -164,6 +182,7 @@ def test_prometheus_scrapes_every_process_and_evaluates_the_alert_rules(
 
     rules = wait_until(evaluated, 30, "the rules evaluated")
     assert {r["name"] for r in rules} >= {"OrdoArbiterDown", "OrdoUnsignedDecisionsRefused", "OrdoTableStopped"}
+    assert {r["name"] for r in rules} >= {"OrdoCdcDown", "OrdoCdcTableHeld", "OrdoCdcStuck"}
     assert all(r["health"] == "ok" for r in rules), [(r["name"], r.get("lastError")) for r in rules]
     assert prometheus.alerts("OrdoUnsignedDecisionsRefused") == [] and prometheus.alerts("OrdoArbiterDown") == []
 

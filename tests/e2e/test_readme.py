@@ -1,7 +1,9 @@
 """README.md, run as written: ``ordo up``, then the Python quick start on Spark, then the ``ordo`` commands.
 
 The settings come only from what ``ordo up`` printed (its ``export`` lines),
-as for a user who copies them into a second terminal.
+as for a user who copies them into a second terminal. ``ordo up`` runs as the
+README writes it, so on its default broker, Apache Kafka, whose data goes to
+``$XDG_DATA_HOME/ordo/up-kafka``: the test's own directory.
 """
 
 from __future__ import annotations
@@ -51,7 +53,9 @@ def test_readme_runs_as_written(spark: Any, tmp_path: Path, monkeypatch: pytest.
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("ORDO_")}
     env.update(PYTHONUNBUFFERED="1", ORDO_HTTP_PORT="0", COLUMNS="200")  # any free port: 8765 may be taken
+    env["XDG_DATA_HOME"] = str(tmp_path / "xdg")  # a fresh ~/.local/share: the flow creates the table events
     process, lines = start_up(up_line, env)
+    assert any(line.startswith("broker    Apache Kafka ") for line in lines), "".join(lines)  # the default broker
     namespace: dict[str, Any] = {}
     try:
         exports = dict(re.findall(r"^export (ORDO_\w+)=(\S+)$", "".join(lines), re.M))

@@ -23,6 +23,7 @@ from ordo.producer.predicate import PredicateError, parse_predicate
 from ordo.producer.table import DeltaTable
 from ordo.spark.datasource import settings_options
 from tests.e2e.stack import writer_stack  # noqa: F401
+from tests.profiles import examples
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
@@ -152,7 +153,7 @@ def condition() -> st.SearchStrategy[str]:
     )
 
 
-@settings(max_examples=50, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(50), deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(
     st.lists(condition(), min_size=6, max_size=6),
     st.lists(st.one_of(string_value(), int_value(), date_value()), min_size=6, max_size=6),

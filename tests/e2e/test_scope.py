@@ -24,6 +24,7 @@ from ordo.producer.data import Layout
 from ordo.producer.scope import condition_scope
 from ordo.producer.table import DeltaTable
 from tests.e2e.stack import writer_stack  # noqa: F401
+from tests.profiles import examples
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
@@ -170,7 +171,11 @@ def table_rows(spark: Any) -> Any:
     return spark.createDataFrame(ROWS, SCHEMA).cache()
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=examples(80),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(cond=CONDITIONS)
 def test_scope_covers_every_row_the_condition_matches(spark: Any, table_rows: Any, cond: Cond) -> None:
     expected = model_matches(cond)

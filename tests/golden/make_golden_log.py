@@ -8,7 +8,9 @@ It starts the embedded stack (Tansu, arbiter, consumer), commits a fixed story
 of hand-built intents through ``producer.CommitClient`` on three tables (one
 unpartitioned, one with two partition columns): every operation, accepted
 conflicts with each rebase kind, and rejections (a conflict, a malformed
-record, a repeated txn id, a batch already committed, a second CREATE_TABLE).
+record, a repeated txn id, a batch already committed, a second CREATE_TABLE);
+each release adds what it brought (ALTER_TABLE, RESTORE, operation metrics,
+CHECK constraints).
 It then dumps each table's intents and decisions topics record by record
 (offset, timestamp, key, headers, value) and the catalog the consumer built.
 Data files are named ``<partition path>/<txn_id>-<n>.parquet``; they need not
@@ -350,6 +352,38 @@ def run_story(client: Any) -> None:
         metrics={"numDeletedRows": -1}, expect=R, reason="INVALID_METRICS",
     )  # fmt: skip
     s.commit("customers", "c-del2", Operation.DELETE, 8, added=files("c-del2", {}))  # v9: derived metrics only
+    if not hasattr(Operation, "ADD_CONSTRAINT"):
+        return  # releases before 0.6
+    # events: a CHECK constraint added (its writer checked the rows of v9), the commits it makes fail, then dropped
+    checked = altered.model_copy(
+        update={"properties": {**altered.properties, "delta.constraints.known_kind": "kind IS NOT NULL"}}
+    )
+    s.commit("events", "e-check", Operation.ADD_CONSTRAINT, 9, metadata=checked)  # v10
+    s.commit(
+        "events", "e-ins-before-check", Operation.INSERT_INTO, 9, partitions=[d1], added=files("e-ins-bc", d1),
+        expect=R, reason="SCHEMA_CHANGED",
+    )  # fmt: skip
+    sneaked = checked.model_copy(update={"properties": {**checked.properties, "delta.constraints.sneaked": "id > 0"}})
+    s.commit(
+        "events", "e-alter-check", Operation.ALTER_TABLE, 10, metadata=sneaked, expect=R, reason="INVALID_CONSTRAINT"
+    )
+    again = altered.model_copy(
+        update={"properties": {**altered.properties, "delta.constraints.known_kind": "kind <> ''"}}
+    )
+    s.commit(
+        "events", "e-check-again", Operation.ADD_CONSTRAINT, 10, metadata=again, expect=R, reason="INVALID_CONSTRAINT"
+    )
+    s.commit("events", "e-ins5", Operation.INSERT_INTO, 10, partitions=[d1], added=files("e-ins5", d1))  # v11
+    positive = checked.model_copy(update={"properties": {**checked.properties, "delta.constraints.positive": "id > 0"}})
+    s.commit(
+        "events", "e-check-stale", Operation.ADD_CONSTRAINT, 10, metadata=positive,
+        expect=R, reason="CONFLICT_LATER_FAILS",
+    )  # fmt: skip
+    s.commit("events", "e-uncheck", Operation.DROP_CONSTRAINT, 11, metadata=altered)  # v12
+    s.commit(
+        "events", "e-uncheck-again", Operation.DROP_CONSTRAINT, 12, metadata=altered,
+        expect=R, reason="INVALID_CONSTRAINT",
+    )  # fmt: skip
 
 
 def dump_topic(settings: Settings, topic: str, timeout: float = 60.0) -> list[LoggedRecord]:

@@ -86,13 +86,24 @@ class TableWriter:
     def _txn(self) -> str:
         return f"w{self.serial + 1}x{random.getrandbits(24):06x}"
 
-    def upsert(self, rows: list[Row], operation: Operation = Operation.INSERT_INTO) -> int:
-        """INSERT INTO or UPDATE: each row replaces its key's row or adds one."""
+    def upsert(self, rows: list[Row], operation: Operation = Operation.INSERT_INTO, *, merge: bool = False) -> int:
+        """INSERT INTO or UPDATE: each row replaces its key's row or adds one; ``merge``: an UPDATE that claims
+        MERGE's metrics (``DeltaTable.merge``'s commit)."""
         txn = self._txn()
         files = write_rows(pa.Table.from_pylist(rows, self.schema), self.layout, txn, 0)
         parts = sorted({r["dt"] for r in rows})
+        metrics = {}
+        if merge:
+            operation = Operation.UPDATE
+            updated = sum(key_of(r) in self.live for r in rows)
+            metrics = {"numTargetRowsInserted": len(rows) - updated, "numTargetRowsUpdated": updated}
+            metrics["numTargetRowsDeleted"] = 0
         version = self._commit(
-            operation, txn_id=txn, partitions=tuple({"dt": p} for p in parts), added_files=tuple(files)
+            operation,
+            txn_id=txn,
+            partitions=tuple({"dt": p} for p in parts),
+            added_files=tuple(files),
+            operation_metrics=metrics,
         )
         changes: list[Change] = []
         for row in rows:
@@ -197,15 +208,40 @@ class TableWriter:
         return {"id": key, "v": f"v{rng.randint(0, 10**6)}", "n": rng.random() * 100, "dt": dt}
 
 
-def read_change_topic(bootstrap_config: Mapping[str, Any], topic: str) -> list[tuple[bytes | None, dict[str, Any]]]:
-    """Every record of ``topic`` a read_committed reader sees, in offset order: ``(key, value as JSON)``."""
+Record = tuple[bytes | None, dict[str, Any]]  # (key, value as JSON); a tombstone's value: TOMBSTONE
+
+
+TOMBSTONE: dict[str, Any] = {}
+
+
+def read_change_topic(bootstrap_config: Mapping[str, Any], topic: str, *, tombstones: bool = False) -> list[Record]:
+    """Every record of ``topic`` a read_committed reader sees, in offset order: ``(key, value as JSON)``; with
+    ``tombstones`` a tombstone (null value) is ``(key, TOMBSTONE)``, else it is left out."""
     from ordo.kernel.logread import read_to_end
 
     config = {**bootstrap_config, "group.id": "test.changes", "isolation.level": "read_committed"}
-    return [(m.key(), json.loads(m.value())) for m in read_to_end(config, topic, transactional=True, timeout=30)]
+    return [
+        (m.key(), TOMBSTONE if m.value() is None else json.loads(m.value()))
+        for m in read_to_end(config, topic, transactional=True, timeout=30)
+        if tombstones or m.value() is not None
+    ]
 
 
-def check_topic(records: list[tuple[bytes | None, dict[str, Any]]], writer: TableWriter) -> dict[str, int]:
+def check_tombstones(records: list[Record]) -> int:
+    """Assert that every ``d`` is followed at once by a tombstone with its key, and nothing else is one (the
+    records as ``read_change_topic(..., tombstones=True)`` gives them); returns the tombstones' count."""
+    count = 0
+    for index, (key, value) in enumerate(records):
+        if value is TOMBSTONE:
+            assert index > 0 and records[index - 1][1] is not TOMBSTONE, f"a tombstone at {index} after no delete"
+            assert records[index - 1][1]["op"] == "d" and records[index - 1][0] == key, index
+            count += 1
+        elif value["op"] == "d":
+            assert index + 1 < len(records) and records[index + 1] == (key, TOMBSTONE), f"no tombstone after {index}"
+    return count
+
+
+def check_topic(records: list[Record], writer: TableWriter) -> dict[str, int]:
     """Assert the topic is the model's changes exactly once in version order; returns counts per op."""
     by_version: dict[int, list[Change]] = {}
     position = (0, -1)
@@ -231,7 +267,7 @@ def check_topic(records: list[tuple[bytes | None, dict[str, Any]]], writer: Tabl
     return counts
 
 
-def fold(records: list[tuple[bytes | None, dict[str, Any]]]) -> dict[tuple[str, int], Row]:
+def fold(records: list[Record]) -> dict[tuple[str, int], Row]:
     """The rows a Debezium reader holds after applying ``records`` in order."""
     state: dict[tuple[str, int], Row] = {}
     for _key, value in records:

@@ -31,7 +31,7 @@ from tests.unit.test_matrix import reference_rows
 pytestmark = pytest.mark.timeout(180)
 
 REPO = Path(__file__).resolve().parents[2]
-POLICY_MATRIX = REPO / "arbiter" / "policies" / "maxcompute.csv"
+POLICY_MATRIX = REPO / "ordo" / "arbiter" / "policies" / "maxcompute.csv"
 
 OPERATION_OF_CLASS = {
     "OVERWRITE": Operation.INSERT_OVERWRITE,

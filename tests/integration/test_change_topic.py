@@ -9,6 +9,7 @@ kills land inside one) and checks the same.
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections.abc import Callable
@@ -20,11 +21,12 @@ from confluent_kafka import KafkaError, KafkaException
 from ordo.consumer.changetopic import ChangePublisher, TablePublisher, topic_name
 from ordo.kernel.observe import ordo_version
 from ordo.producer import CommitClient
+from ordo.schemas import Operation
 from ordo.services.stack import ManagedProcess, ProcessGroup
 from ordo.settings import Settings
 
 from ..fencing import take_over
-from .changes_model import TableWriter, check_topic, fold, read_change_topic
+from .changes_model import TOMBSTONE, TableWriter, check_tombstones, check_topic, fold, read_change_topic
 from .conftest import ConsumerProcess
 
 pytestmark = pytest.mark.timeout(300)
@@ -86,6 +88,8 @@ def test_topic_is_the_row_changes_of_every_commit_exactly_once(
         writer.upsert(
             [writer.row(1, "a", rng), writer.row(7, "a", rng)],
         )
+        merged = writer.upsert([writer.row(4, "a", rng), writer.row(8, "a", rng)], merge=True)
+        updated = writer.upsert([writer.row(0, "b", rng)], Operation.UPDATE)
         writer.delete("a", [2, 3, 99])
         writer.compact(catalog, "a")  # a rewrite: no records
         writer.overwrite("b", [writer.row(0, "b", rng), writer.row(9, "b", rng)])
@@ -109,10 +113,50 @@ def test_topic_is_the_row_changes_of_every_commit_exactly_once(
     assert counts["c"] and counts["u"] and counts["d"], counts
     assert fold(records) == writer.live
     assert head == writer.head
+    operations = {r[1]["source"]["id_version"]: r[1]["source"]["operation"] for r in records}
+    assert (operations[merged], operations[updated]) == ("MERGE", "UPDATE")  # as DESCRIBE HISTORY names them
+    with_tombstones = read_change_topic(settings.kafka_config(), topic, tombstones=True)
+    assert check_tombstones(with_tombstones) == counts["d"]  # Debezium's default: one after each delete
     first = records[0][1]
     assert first["op"] == "c" and first["before"] is None and first["source"]["id_version"] == 1
     assert set(first) == {"before", "after", "source", "op", "ts_ms", "transaction"}
     assert set(first["after"]) == {"id", "v", "n", "dt"}
+
+
+def test_connect_json_wraps_every_key_and_value_and_no_tombstones_is_a_setting(
+    settings: Settings, arbiter: Callable[..., Any], consumer: Callable[..., ConsumerProcess], processes: ProcessGroup
+) -> None:
+    """``--format connect-json`` (Kafka Connect's schema/payload form) with ``ORDO_CHANGES_TOMBSTONES=false``:
+    every record is ``{"schema", "payload"}``, the payloads are the same row changes exactly once, no tombstone.
+    (Kafka Connect's own JsonConverter reads them in tests/e2e/test_change_topic_connect.py.)"""
+    arbiter()
+    handle = consumer(http=False)
+    rng = random.Random(31)
+    cdc_settings = settings.with_overrides(changes_tombstones=False)
+    with CommitClient(settings=settings) as client, handle.catalog() as catalog:
+        writer = TableWriter(client, "events", f"{settings.warehouse}/events")
+        start_cdc(processes, cdc_settings, "--format", "connect-json", "--max-records", "3")
+        for _ in range(12):
+            writer.random_step(rng, catalog)
+        writer.delete("a", sorted(k for dt, k in writer.live if dt == "a")[:2])
+        writer.wait(catalog)
+    topic = topic_name("{prefix}.{table}.changes", settings.topic_prefix, "events")
+    deadline = time.monotonic() + 60
+    while True:
+        wrapped = read_change_topic(settings.kafka_config(), topic, tombstones=True)
+        unwrapped = [
+            (json.dumps(json.loads(k or b"")["payload"]).encode(), TOMBSTONE if v is TOMBSTONE else v["payload"])
+            for k, v in wrapped
+        ]
+        records = [r for r in unwrapped if r[1] is not TOMBSTONE]
+        if published_all(records, writer) or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    assert records and all(set(json.loads(k or b"")) == set(v) == {"schema", "payload"} for k, v in wrapped)
+    assert {v["schema"]["name"] for _, v in wrapped} == {f"{settings.topic_prefix}.events.Envelope"}
+    counts = check_topic(records, writer)
+    assert counts["d"] > 0 and not any(v is TOMBSTONE for _, v in unwrapped)  # deletes, and no tombstone
+    assert fold(records) == writer.live
 
 
 def test_kill_9_of_the_publisher_mid_stream_loses_and_repeats_no_row(
@@ -157,6 +201,7 @@ def test_kill_9_of_the_publisher_mid_stream_loses_and_repeats_no_row(
     records = wait_published(settings, topic, writer, timeout=120)
     counts = check_topic(records, writer)
     assert fold(records) == writer.live
+    assert check_tombstones(read_change_topic(settings.kafka_config(), topic, tombstones=True)) == counts["d"]
     print(f"resumed at {resumed}; {mid_stream} of 8 kills before catching up; {len(records)} records {counts}")
     assert any(row > 0 for _, row in resumed), resumed  # at least one restart went on inside a commit
     assert mid_stream >= 2, mid_stream
@@ -188,6 +233,43 @@ def test_a_newer_publisher_fences_the_older_which_exits_and_no_row_is_repeated(
     records = wait_published(settings, topic, writer)
     check_topic(records, writer)
     assert fold(records) == writer.live
+
+
+def test_a_delete_left_without_its_tombstone_gets_it_first_when_the_publisher_resumes(
+    settings: Settings, arbiter: Callable[..., Any], consumer: Callable[..., ConsumerProcess]
+) -> None:
+    """The topic ends with a ``d`` and no tombstone (a run with tombstones off here; on Tansu, a transaction cut
+    short between the two): a publisher with tombstones on writes that tombstone before anything else."""
+    arbiter()
+    handle = consumer(http=False)
+    rng = random.Random(41)
+    topic = topic_name("{prefix}.{table}.changes", settings.topic_prefix, "events")
+
+    def publish_all(tombstones: bool) -> None:
+        publisher = ChangePublisher(settings.with_overrides(changes_tombstones=tombstones), retry_interval=0.0)
+        while publisher.round(catalog) or publisher.status.errors:
+            assert not publisher.status.errors, publisher.status.errors
+        publisher.close()
+
+    with CommitClient(settings=settings) as client, handle.catalog() as catalog:
+        writer = TableWriter(client, "events", f"{settings.warehouse}/events")
+        writer.upsert([writer.row(i, "a", rng) for i in range(6)])
+        writer.delete("a", [1, 2])
+        writer.wait(catalog)
+        publish_all(tombstones=False)
+        assert not any(v is TOMBSTONE for _, v in read_change_topic(settings.kafka_config(), topic, tombstones=True))
+        publish_all(tombstones=True)
+        resumed = read_change_topic(settings.kafka_config(), topic, tombstones=True)
+        assert [v["op"] if v is not TOMBSTONE else None for _, v in resumed][-3:] == ["d", "d", None]
+        assert resumed[-1][0] == resumed[-2][0]  # the last delete's key: only the topic's last record was due
+        writer.delete("a", [3])
+        writer.wait(catalog)
+        publish_all(tombstones=True)
+    records = read_change_topic(settings.kafka_config(), topic, tombstones=True)
+    assert [v["op"] if v is not TOMBSTONE else None for _, v in records][-5:] == ["d", "d", None, "d", None]
+    changes = [r for r in records if r[1] is not TOMBSTONE]
+    check_topic(changes, writer)
+    assert fold(changes) == writer.live
 
 
 class FailingCommit:

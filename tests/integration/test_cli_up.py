@@ -1,14 +1,17 @@
 """``ordo up`` as a user runs it: a foreground process that prints its settings and stops cleanly on Ctrl-C.
 
-Everything is real: the broker ``ordo up`` starts (the embedded Tansu, or a
-local Apache Kafka with ``--broker kafka``), ``ordo arbiter`` and ``ordo
-consumer`` child processes, a commit published with ``CommitClient`` using the
-printed settings, and the read commands (``ordo tables``, ``ordo tail``) run
-as separate processes against the printed ``ORDO_CATALOG``.
+Everything is real: the broker ``ordo up`` starts (a local Apache Kafka, its
+default, or the embedded Tansu with ``--broker tansu``), ``ordo arbiter`` and
+``ordo consumer`` child processes, a commit published with ``CommitClient``
+using the printed settings, and the read commands (``ordo tables``, ``ordo
+tail``) run as separate processes against the printed ``ORDO_CATALOG``. With
+``--log-format json`` every line it and its children write (the compactor's
+Spark JVM included) is one JSON object.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -89,7 +92,8 @@ def up(tmp_path: Path) -> Iterator[Any]:
     started: list[Up] = []
 
     def start(*args: str, **env: str) -> Up:
-        handle = Up(list(args), clean_env(**env))
+        # without --data, Kafka's stack would live in ~/.local/share/ordo/up-kafka: this test's own instead
+        handle = Up(list(args), clean_env(XDG_DATA_HOME=str(tmp_path / "xdg"), **env))
         started.append(handle)
         return handle
 
@@ -112,7 +116,8 @@ def test_up_serves_a_client_and_stops_on_ctrl_c(up: Any, tmp_path: Path, broker_
     if broker_kind == "tansu":
         # a stale catalog of an earlier run (its log died with the in-memory broker) is discarded
         (data / "catalog.db").write_bytes(b"stale")
-    stack = up("--broker", broker_kind, "--dir", str(data), "--http-port", "0", ORDO_BOOTSTRAP_SERVERS="127.0.0.1:1")
+    chosen = ["--broker", "tansu"] if broker_kind == "tansu" else []  # Apache Kafka is the default
+    stack = up(*chosen, "--dir", str(data), "--http-port", "0", ORDO_BOOTSTRAP_SERVERS="127.0.0.1:1")
     stack.wait_for(r"^ordo is up")
     if broker_kind == "tansu":
         assert "discarded the catalog of an earlier run" in stack.output
@@ -259,3 +264,38 @@ def test_up_refuses_a_busy_http_port(up: Any) -> None:
         lines[-1]
         == f"error: port {port} on 127.0.0.1 is in use (another `ordo up`?): pass --http-port 0 for any free port"
     )
+
+
+def json_records(text: str, where: str) -> list[dict[str, Any]]:
+    """Every line of ``text`` as a JSON object with the log fields (the assertion names the first that is not)."""
+    found = []
+    for line in text.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            raise AssertionError(f"{where}: not a JSON line: {line!r}") from None
+        assert isinstance(entry, dict) and {"ts", "level", "logger", "message"} <= set(entry), (where, line)
+        found.append(entry)
+    return found
+
+
+def test_up_log_format_json_is_json_everywhere(up: Any, tmp_path: Path, broker_kind: str) -> None:
+    """``ordo up --log-format json``: its own lines, its children's logs and the compactor's JVM are JSON lines."""
+    data = tmp_path / "data"
+    stack = up("--broker", broker_kind, "--dir", str(data), "--http-port", "0", "--log-format", "json")
+    stack.wait_for(r'"message":"ordo is up')
+    deadline = time.monotonic() + START_TIMEOUT
+    while not any("compactor ready" in p.read_text() for p in (data / "logs").glob("compactor-*.log")):
+        assert time.monotonic() < deadline, "the compactor's Spark did not start"
+        time.sleep(0.5)
+    assert stack.interrupt() == 0, stack.output
+    own = json_records(stack.output, "ordo up")
+    messages = [e["message"] for e in own]
+    assert any(m.startswith("export ORDO_BOOTSTRAP_SERVERS=") for m in messages) and messages[-1] == "stopped"
+    logs = {p.name.split("-", 1)[0]: json_records(p.read_text(), p.name) for p in (data / "logs").glob("*.log")}
+    assert set(logs) == {"arbiter", "consumer", "compactor"}, sorted(logs)
+    assert any(e["message"].startswith("arbiter ready") for e in logs["arbiter"])
+    assert any(e["message"].startswith("ORDO_CATALOG_URL=http://") for e in logs["consumer"])
+    jvm = [e for e in logs["compactor"] if e["logger"] == "ordo.jvm"]
+    assert jvm, "the Spark JVM's lines (its banner, its log4j warnings) are records of ordo.jvm"
+    assert any("log4j" in e["message"] or "Spark" in e["message"] for e in jvm), jvm

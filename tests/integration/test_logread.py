@@ -52,6 +52,37 @@ def _produce_transactions(bootstrap_servers: str, topic: str, plan: list[tuple[i
             producer.abort_transaction(30)
 
 
+def _produce_chain(bootstrap_servers: str, topic: str, plan: list[tuple[list[str], bool]]) -> None:
+    """One transaction per ``(names, commit)`` of ``plan``; each record is ``name/previous committed name``.
+
+    A chain like the decisions logs' ``prev_hash``: an aborted transaction's
+    records link to the committed record before them, and so does the next
+    committed record (the arbiter re-decides them after an abort).
+    """
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "transactional.id": f"t-{uuid.uuid4().hex[:8]}"})
+    producer.init_transactions(30)
+    previous = "-"
+    for names, commit in plan:
+        producer.begin_transaction()
+        link = previous
+        for name in names:
+            producer.produce(topic, f"{name}/{link}".encode())
+            link = name
+        if commit:
+            producer.commit_transaction(30)
+            previous = link
+        else:
+            producer.flush(10)
+            producer.abort_transaction(30)
+
+
+def _chained(previous: Any, message: Any) -> bool:
+    """``GapChecker``'s ``follows`` for ``_produce_chain``'s records."""
+    return bool(message.value().split(b"/")[1] == previous.value().split(b"/")[0])
+
+
 def _config(bootstrap_servers: str) -> dict[str, Any]:
     return {
         "bootstrap.servers": bootstrap_servers,
@@ -64,7 +95,7 @@ def _config(bootstrap_servers: str) -> dict[str, Any]:
 
 
 def _follow(
-    bootstrap_servers: str, topic: str, *, drop: Any, transactional: bool | None
+    bootstrap_servers: str, topic: str, *, drop: Any, transactional: bool | None, follows: Any = None
 ) -> tuple[list[Any], GapChecker | None, LossyConsumer]:
     """Read ``topic`` to its first end through a lossy consumer; ``transactional=None`` reads without a checker."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
@@ -72,7 +103,11 @@ def _follow(
     config = _config(bootstrap_servers)
     real = Consumer(config)
     lossy = LossyConsumer(real, drop)
-    checker = None if transactional is None else GapChecker(config, transactional=transactional, consumer=real)
+    checker = (
+        None
+        if transactional is None
+        else GapChecker(config, transactional=transactional, consumer=real, follows=follows)
+    )
     lossy.assign([TopicPartition(topic, 0, 0)])
     if checker is not None:
         checker.expect(topic, 0)
@@ -151,6 +186,44 @@ def test_transaction_markers_and_aborted_records_are_proven_gaps_not_re_deliveri
     assert len(lossy.dropped) == 2
     assert [m.offset() for m in records] == plain_offsets
     assert checker.stats.recovered == 2
+
+
+def test_a_record_skipped_inside_a_transaction_is_re_read_when_the_chain_breaks(
+    bootstrap_servers: str, broker_kind: str
+) -> None:
+    """Issue 32: a skipped record followed by another of its transaction is a jump of one, like a marker.
+
+    The offset rule alone loses it; a reader told how records chain re-reads
+    the jump when the chain breaks there. A break across an aborted
+    transaction (visible on Tansu) is re-read too, and proven empty.
+    """
+    topic = _topic(bootstrap_servers, DECISIONS_CONFIG)
+    _produce_chain(bootstrap_servers, topic, [(["a", "b", "c", "d"], True), (["x", "y"], False), (["e", "f"], True)])
+    plain, _, _ = _follow(bootstrap_servers, topic, drop=lambda m: False, transactional=None)
+    plain_offsets = [m.offset() for m in plain]
+    names = [m.value().split(b"/")[0].decode() for m in plain]
+    assert names == (list("abcdxyef") if broker_kind == "tansu" else list("abcdef"))
+    inner = plain_offsets[1]  # b: between a and c of one transaction
+
+    # The offset rule alone takes the jump from a to c for a marker: b is lost.
+    records, checker, lossy = _follow(bootstrap_servers, topic, drop=drop_offsets_once({inner}), transactional=True)
+    assert checker is not None and lossy.dropped == [(topic, inner)]
+    assert [m.offset() for m in records] == [o for o in plain_offsets if o != inner]
+
+    # The chain says c does not follow a: the jump is re-read and b put back in its place.
+    records, checker, lossy = _follow(
+        bootstrap_servers, topic, drop=drop_offsets_once({inner}), transactional=True, follows=_chained
+    )
+    assert checker is not None and lossy.dropped == [(topic, inner)]
+    assert [m.offset() for m in records] == plain_offsets
+    assert checker.stats.recovered == 1 and checker.stats.unresolved == 0
+
+    # Nothing skipped: only the break at the aborted transaction is re-read (on Kafka it is a wider jump anyway).
+    records, checker, _ = _follow(bootstrap_servers, topic, drop=lambda m: False, transactional=True, follows=_chained)
+    assert checker is not None
+    assert [m.offset() for m in records] == plain_offsets
+    assert checker.stats.rereads == checker.stats.proven_gaps == 1
+    assert checker.stats.recovered == 0
 
 
 def test_read_to_end_reads_a_transactional_log_without_re_reads(bootstrap_servers: str) -> None:

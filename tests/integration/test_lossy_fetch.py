@@ -19,7 +19,7 @@ from ordo.schemas import CommitDecision, Outcome, decode, intents_topic
 from ordo.services.stack import ManagedProcess
 from ordo.settings import Settings
 from tests.integration.test_arbiter_service import InProcessArbiter, check_log, create_intent, insert_intent
-from tests.lossy import LossyConsumer, drop_offsets_once
+from tests.lossy import LateConsumer, LossyConsumer, drop_offsets_once
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -223,3 +223,110 @@ def test_consumer_materializes_decisions_its_live_fetch_skipped(
         assert len(catalog.history(table)) == 5
     finally:
         catalog.close()
+
+
+def test_commit_client_rereads_a_decision_its_fetch_skipped_inside_a_transaction(
+    settings: Settings, arbiter: Callable[..., ManagedProcess], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A decision skipped between two records of one transaction is a jump of one offset, like a marker.
+
+    The offset rule alone took it for a marker: the skipped decision was never
+    read, and the records of the transaction before it were refused for want of
+    a signature that vouches for them (the signed last record does not chain to
+    them). Their commits then waited for a resubmit, or timed out without one.
+    The hash chain tells the two apart: the reader re-reads and answers every
+    commit at once.
+    """
+    from ordo.schemas import decisions_topic
+    from ordo.services.audit import read_partition
+
+    table = "chained"
+    client_group = f"{settings.topic_prefix}.commit-client"
+    left = {"c"}
+
+    def lose_inner_decision(message: Any) -> bool:
+        decision = decode(message.value() or b"")
+        if isinstance(decision, CommitDecision) and decision.txn_id in left:
+            left.discard(decision.txn_id)
+            return True
+        return False
+
+    # The live decision reader loses c's decision once; its re-reader (group ``...reread-N``) does not.
+    lossy = _wrap_consumers(
+        monkeypatch,
+        lambda config, n: lose_inner_decision if config.get("group.id") == client_group else None,
+    )
+    client = CommitClient(settings=settings, resubmit_after=300.0)  # no resubmit: the reader alone must find it
+    try:
+        # Published before the arbiter starts, the six intents are decided in one transaction.
+        futures = {"create": client.submit(create_intent(table), timeout=60)}
+        for txn in ("a", "b", "c", "d", "e"):
+            futures[txn] = client.submit(insert_intent(table, txn, txn), timeout=60)
+        client._producer.flush(30)
+        began = time.monotonic()
+        arbiter()
+        answers = {txn: future.result(timeout=60) for txn, future in futures.items()}
+        waited = time.monotonic() - began
+        monkeypatch.undo()
+        log = client.decisions(table)
+    finally:
+        client.close()
+    assert [o for lc in lossy for _, o in lc.dropped] == [3], "c's decision (offset 3) was not lost as planned"
+    offsets = [o for o, _, _ in read_partition(settings, decisions_topic(settings.topic_prefix, table))]
+    assert offsets[:6] == [0, 1, 2, 3, 4, 5], f"not one transaction: decisions at {offsets}"
+    assert all(d.outcome is Outcome.ACCEPTED and d.duplicate_of is None for d in answers.values())
+    assert [answers[t].intent_offset for t in ("create", "a", "b", "c", "d", "e")] == [0, 1, 2, 3, 4, 5]
+    assert waited < 30, f"the answers took {waited:.1f} s"
+    assert client.resubmits == 0
+    assert client.gap_stats.recovered == 1, client.gap_stats
+    check_log(log, 6)
+
+
+def test_arbiter_woken_from_idle_waits_for_intents_that_come_late_after_its_assignment(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 32: an arbiter woken by its doorbell must read what woke it, however long the first fetch takes.
+
+    It went back to sleep after ``IDLE_AFTER`` seconds without a record since
+    the wake-up. On a loaded machine the first records after the intents
+    consumer's ``assign()`` took up to 1.1 s, so it slept again before reading
+    them, the doorbell rang at once, and so on: minutes without a decision while
+    every writer waited and timed out. Asleep only once every intents log was
+    read to its end, it reads them, however late they come.
+    """
+    import confluent_kafka
+
+    from ordo.arbiter.intents import IDLE_AFTER
+
+    real_class = confluent_kafka.Consumer
+    late: list[LateConsumer] = []
+
+    def factory(config: dict[str, Any]) -> Any:
+        consumer = real_class(config)
+        if config.get("client.id") != f"{settings.topic_prefix}.arbiter.intents":
+            return consumer
+        late.append(LateConsumer(consumer, delay=1.5 * IDLE_AFTER))
+        return late[-1]
+
+    monkeypatch.setattr(confluent_kafka, "Consumer", factory)
+    table = "woken"
+    client = CommitClient(settings=settings, resubmit_after=300.0)
+    try:
+        with InProcessArbiter(settings) as running:
+            metrics = running.service.metrics
+            client.commit(create_intent(table), timeout=30)
+            for round_, txn in enumerate(("a", "b")):
+                deadline = time.monotonic() + 20
+                while metrics.sleeps <= round_:  # idle: the doorbell watches the intents logs
+                    assert time.monotonic() < deadline and running.error is None, "the arbiter never went idle"
+                    time.sleep(0.05)
+                assignments = late[0].assignments
+                began = time.monotonic()
+                decision = client.commit(insert_intent(table, txn, txn, read_version=round_), timeout=20)
+                waited = time.monotonic() - began
+                assert decision.outcome is Outcome.ACCEPTED and decision.duplicate_of is None
+                assert waited < 10, f"the decision took {waited:.1f} s"
+                assert late[0].assignments == assignments + 1, "not woken exactly once"
+            assert running.error is None
+    finally:
+        client.close()

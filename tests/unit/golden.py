@@ -24,6 +24,14 @@ FILES = (
         max_key="3",
     ),
 )
+# The sales table's metadata once a CHECK constraint is added (since 0.6).
+CONSTRAINED = TableMetadata(
+    location="/warehouse/sales",
+    schema="id BIGINT, amount DOUBLE, dt STRING, `note` string",
+    primary_key=("id",),
+    partition_columns=("dt",),
+    properties={"owner": "team-b", "delta.constraints.positive_amount": "amount > 0"},
+)
 EVENTS: dict[str, CommitIntent | CommitDecision] = {
     "intent_create": CommitIntent(
         txn_id="create-sales",
@@ -165,11 +173,32 @@ EVENTS: dict[str, CommitIntent | CommitDecision] = {
         prev_hash=bytes(range(96, 128)),
         operation_metrics={"numTargetRowsInserted": 1, "numTargetRowsUpdated": 2, "numTargetRowsDeleted": 0},
     ),
+    "intent_constraint": CommitIntent(
+        txn_id="constraint-sales",
+        table="sales",
+        operation=Operation.ADD_CONSTRAINT,
+        read_version=5,
+        metadata=CONSTRAINED,
+        writer="spark-app-1",
+    ),
+    "decision_constraint": CommitDecision(
+        txn_id="constraint-sales",
+        table="sales",
+        intent_offset=7,
+        outcome=Outcome.ACCEPTED,
+        id_version=6,
+        time_version=datetime(2024, 1, 1, 12, 11, 0, tzinfo=UTC),
+        operation=Operation.ADD_CONSTRAINT,
+        read_version=5,
+        metadata=CONSTRAINED,
+        writer="spark-app-1",
+        prev_hash=bytes(range(128, 160)),
+    ),
 }
 
-BINS = {"v1": "0.1", "v2": "0.2", "v3": "0.3", "v4": "0.4", "v5": "0.5"}  # file suffix -> the release that wrote it
-CURRENT = "v5"
-# Events a release could not write before (ALTER_TABLE: 0.3, RESTORE: 0.4, operation metrics: 0.5).
+BINS = {"v1": "0.1", "v2": "0.2", "v3": "0.3", "v4": "0.4", "v5": "0.5", "v6": "0.6"}  # suffix -> the release
+CURRENT = "v6"
+# Events a release could not write before (ALTER_TABLE: 0.3, RESTORE: 0.4, operation metrics: 0.5, constraints: 0.6).
 SINCE = {
     "intent_alter": "v3",
     "decision_alter": "v3",
@@ -177,6 +206,8 @@ SINCE = {
     "decision_restore": "v4",
     "intent_merge": "v5",
     "decision_merge": "v5",
+    "intent_constraint": "v6",
+    "decision_constraint": "v6",
 }
 GOLDEN_BINS = [(name, suffix) for name in sorted(EVENTS) for suffix in sorted(BINS) if suffix >= SINCE.get(name, "v1")]
 

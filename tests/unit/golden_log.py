@@ -28,7 +28,7 @@ from ordo.schemas.signing import Trust, signature_of
 from ordo.services.audit import AuditResult, audit
 
 GOLDEN_DIR = Path(__file__).resolve().parents[1] / "golden"
-RELEASES = ("0.1", "0.2", "0.3", "0.4", "0.5")  # every release that committed a golden log
+RELEASES = ("0.1", "0.2", "0.3", "0.4", "0.5", "0.6")  # every release that committed a golden log
 
 
 @dataclass(frozen=True)

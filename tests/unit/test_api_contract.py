@@ -24,6 +24,7 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 from ordo.consumer import Catalog
 from ordo.consumer.http import HttpServer, create_app
 from ordo.consumer.materializer import ConsumerStatus
+from tests.profiles import examples
 
 from .test_catalog import build
 from .test_catalog_model import Script
@@ -46,7 +47,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @schema.parametrize()
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=list(HealthCheck))
 def test_every_operation_keeps_the_contract(case: schemathesis.Case, service: str) -> None:
     if case.path.endswith("/changes/stream"):
         case.path_parameters = {"table": "no-such-table"}  # a stream of a real table never ends

@@ -167,7 +167,7 @@ def test_data_source_option_parsing_needs_no_spark_session() -> None:
     probe = (
         "import sys\n"
         "from ordo.spark.datasource import ddl_columns, replace_where\n"
-        "from schemas import TableMetadata\n"
+        "from ordo.schemas import TableMetadata\n"
         "assert ddl_columns('`id` bigint NOT NULL, `a,b<` decimal(10,2), `m``x` map<string,int>') == "
         "[('id', 'bigint'), ('a,b<', 'decimal(10,2)'), ('m`x', 'map<string,int>')]\n"
         "meta = TableMetadata(location='/t', schema='id bigint, dt string, region string', primary_key=('id',),"
@@ -186,7 +186,7 @@ def test_data_source_option_parsing_needs_no_spark_session() -> None:
 def test_the_arrow_readers_and_writers_import_no_spark() -> None:
     probe = (
         "import sys\n"
-        "import consumer.arrow, producer.arrow\n"
+        "import ordo.consumer.arrow, ordo.producer.arrow\n"
         "assert not [m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j')], 'spark imported'\n"
         "print('ok')\n"
     )

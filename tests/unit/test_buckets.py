@@ -29,6 +29,7 @@ from ordo.producer.buckets import (
     key_texts,
     table_buckets,
 )
+from tests.profiles import examples
 
 # (canonical text, bucket of 4, of 7, of 1024): fixed forever (Spark gives the same: tests/e2e/test_buckets.py)
 VECTORS = [
@@ -158,7 +159,7 @@ def newest(records: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     return best
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(buckets=st.integers(1, 4), steps=st.lists(step, min_size=1, max_size=14))
 def test_bucketed_merge_on_read_matches_model(buckets: int, steps: list[tuple[Any, ...]]) -> None:
     model: dict[tuple[str, int], str] = {}
@@ -205,7 +206,7 @@ _key_value = st.one_of(st.none(), st.integers(0, 3))
 _float_key = st.one_of(st.none(), st.sampled_from([0.0, 1.5, float("nan")]))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     rows=st.lists(
         st.tuples(_key_value, _float_key, st.integers(0, 4), st.sampled_from(["upsert", "delete"])),

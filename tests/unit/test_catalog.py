@@ -714,7 +714,7 @@ def test_reading_the_catalog_imports_neither_kafka_nor_spark_nor_the_web_stack()
     import sys
 
     code = (
-        "import sys, consumer, consumer.spark, consumer.materializer, consumer.service, consumer.store\n"
+        "import sys, ordo.consumer, ordo.consumer.spark, ordo.consumer.materializer, ordo.consumer.service, ordo.consumer.store\n"
         "heavy = [m for m in ('confluent_kafka', 'pyspark', 'fastapi', 'uvicorn', 'httpx') if m in sys.modules]\n"
         "assert not heavy, heavy\n"
     )

@@ -27,7 +27,7 @@ from typing import Any
 
 import fastavro
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
@@ -43,10 +43,11 @@ from ordo.schemas import CodecError, CommitDecision, CommitIntent, DataFile, Ope
 from ordo.schemas.codec import DEFAULT_CODEC, HEADER_LEN, WireTuple, _summarize, _to_record
 from ordo.schemas.errors import UnknownSchemaError
 from ordo.schemas.models import MAX_BUCKET, MAX_ID_LENGTH, MAX_METRICS, MAX_PATH_LENGTH, MAX_VERSION
+from tests.profiles import examples
 
 from .helpers import Table
 
-EXAMPLES = int(os.environ.get("HYPOTHESIS_CODEC_EXAMPLES", "150"))
+EXAMPLES = int(os.environ.get("HYPOTHESIS_CODEC_EXAMPLES", examples(150)))
 CHECK = settings(
     max_examples=EXAMPLES,
     deadline=None,
@@ -167,12 +168,16 @@ class Drawer:
     """Draws the values of one record: all valid, or all but one (the ``k``-th value drawn) at its limits.
 
     One bad value per record, so that a wrong limit on the fast path cannot
-    hide behind another value the reference refuses anyway.
+    hide behind another value the reference refuses anyway. With ``valid``
+    every value is in bounds (still at its limits): the strategies of valid
+    records draw them so, instead of drawing one bad value and filtering the
+    record out (four records in five were, and the filter failed Hypothesis's
+    ``filter_too_much`` health check about one run in ten).
     """
 
-    def __init__(self, draw: Any) -> None:
+    def __init__(self, draw: Any, valid: bool = False) -> None:
         self.draw = draw
-        self.k = draw(st.integers(-1, 24))  # -1: a valid record
+        self.k = -1 if valid else draw(st.integers(-1, 24))  # -1: a valid record
         self.n = 0
 
     def bad(self) -> bool:
@@ -249,8 +254,8 @@ class Drawer:
 
 
 @st.composite
-def intent_records(draw: Any) -> dict[str, Any]:
-    d = Drawer(draw)
+def intent_records(draw: Any, valid: bool = False) -> dict[str, Any]:
+    d = Drawer(draw, valid)
     return {
         "txn_id": d.text(1, MAX_ID_LENGTH),
         "table": draw(BAD_TABLES if d.bad() else TABLES),
@@ -462,17 +467,12 @@ def test_non_canonical_encodings_are_read_by_the_reference_path() -> None:
 
 @st.composite
 def valid_intents(draw: Any) -> CommitIntent:
-    record = draw(intent_records())
-    try:
-        return CommitIntent.model_validate(record)
-    except ValidationError:
-        assume(False)
-        raise
+    return CommitIntent.model_validate(draw(intent_records(valid=True)))
 
 
 @st.composite
 def decisions(draw: Any) -> CommitDecision:
-    d = Drawer(draw)
+    d = Drawer(draw, valid=True)
     opt_long = st.none() | LONGS
     record = {
         "txn_id": d.text(0, MAX_ID_LENGTH),
@@ -507,11 +507,7 @@ def decisions(draw: Any) -> CommitDecision:
         "restore_version": draw(opt_long),
         "operation_metrics": d.metrics(),
     }
-    try:
-        return CommitDecision.model_validate(record)
-    except ValidationError:
-        assume(False)
-        raise
+    return CommitDecision.model_validate(record)
 
 
 def timezone_plus_2() -> Any:
@@ -537,13 +533,12 @@ def test_decisions_encode_to_the_bytes_fastavro_writes_and_decode_back(decision:
 
 
 @CHECK
-@given(intent_records(), st.integers(0, 10**13))
+@given(intent_records(valid=True), st.integers(0, 10**13))
 def test_a_decision_re_using_its_intents_bytes_encodes_as_fastavro_would(record: dict[str, Any], ts: int) -> None:
     """The accepted decision carries the intent's own file and partition tuples; their bytes are re-used."""
     data = write_intent(record)
     intent = DEFAULT_CODEC.read_intent(data)
-    assume(intent is not None)
-    assert intent is not None
+    assert intent is not None, "a valid record takes the fast reader's path"
     decision = CommitDecision(
         txn_id=intent.txn_id,
         table=intent.table,

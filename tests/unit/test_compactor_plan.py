@@ -8,7 +8,9 @@ import pytest
 
 from ordo.consumer.models import Commit, FileEntry, Snapshot
 from ordo.schemas import Operation, Rebase, TableMetadata
+from ordo.services.compaction_plan import RATE_WINDOW, by_partition
 from ordo.services.compactor import CLUSTER, MAJOR, MINOR, Heat, Policy, plan, writer_rejections_by_service
+from ordo.services.compactor_metrics import Metrics
 
 NOW = 1_000_000.0
 META = TableMetadata(location="/t", schema="id BIGINT, part STRING", primary_key=("id",), partition_columns=("part",))
@@ -160,3 +162,74 @@ def test_writer_rejections_by_service_names_only_rewrite_conflicts() -> None:
         D("m", "MAJOR_COMPACT", False, "i1"),  # the service's own rejection
     ]
     assert [d.txn_id for d in writer_rejections_by_service(decisions)] == ["u"]
+
+
+def streamed(seconds: float, *, every: float = 2.0, buckets: int = 1) -> Heat:
+    """The heat of a stream adding a file to each bucket of partition ``a`` every ``every`` seconds."""
+    heat = Heat()
+    n = 0
+    at = NOW - seconds + every
+    while at <= NOW:
+        heat.observe(commit(Operation.INSERT_INTO, tuple(entry(n + b, bucket=b) for b in range(buckets)), at), ["part"])
+        n += buckets
+        at += every
+    return heat
+
+
+def test_a_group_rate_counts_the_files_writers_added_over_the_window() -> None:
+    heat = streamed(RATE_WINDOW, every=2.0, buckets=2)
+    assert heat.rate((("a",), 0), NOW) == pytest.approx(0.5)
+    assert heat.rate((("a",), 1), NOW) == pytest.approx(0.5)
+    assert heat.rate((("b",), 0), NOW) == 0.0
+    assert heat.rate((("a",), 0), NOW + RATE_WINDOW) == 0.0  # the stream stopped a window ago
+    rewrite = Heat()  # a compaction's output is not an arrival
+    rewrite.observe(commit(Operation.MINOR_COMPACT, (entry(1), entry(2)), NOW - 1), ["part"])
+    assert rewrite.rate((("a",), 0), NOW) == 0.0
+
+
+def test_a_minor_starts_early_enough_to_land_before_its_bucket_passes_min_files() -> None:
+    """Files arriving at 0.5/s while a rewrite takes 8 s: 4 more land meanwhile, so 4 small files start it."""
+    files = [entry(i) for i in range(4)]
+    heat = streamed(RATE_WINDOW)
+    assert plan(snap(*files), Policy(), heat, NOW) == []  # without a lead: 4 < min_files
+    actions = plan(snap(*files), Policy(), heat, NOW, lead=8.0)
+    assert [(a.operation, len(a.files)) for a in actions] == [(MINOR, 4)]
+    assert "4 more due within 8 s" in actions[0].reason
+    assert plan(snap(*files[:3]), Policy(), heat, NOW, lead=8.0) == []
+    # however long the rewrites take, a MINOR merges two files at least
+    assert plan(snap(files[0]), Policy(), heat, NOW, lead=600.0) == []
+    assert len(plan(snap(*files[:2]), Policy(), heat, NOW, lead=600.0)) == 1
+    # a group that got one file this minute waits for min_files: less than one more is due within 30 s
+    assert plan(snap(*files), Policy(), hot(Operation.INSERT_INTO, files[0]), NOW, lead=30.0) == []
+
+
+def test_the_bound_of_a_partition_is_min_files_per_bucket_and_one_output_each() -> None:
+    assert Policy().bound(4) == 36
+    assert Policy(min_files=2).bound(1) == 3
+
+
+def test_actions_gather_per_operation_then_partition() -> None:
+    """What one Spark job rewrites (an operation) and what one commit publishes (a partition)."""
+    files = [entry(i, part=p, bucket=i % 2) for p in "ab" for i in range(16)] + [entry(i, part="c") for i in range(8)]
+    heat = hot(Operation.INSERT_INTO, files[0], files[16])  # a and b hot, c cold
+    batches = by_partition(plan(snap(*files), Policy(), heat, NOW))
+    assert sorted(batches) == [MAJOR, MINOR]
+    assert {k: [(a.bucket, len(a.files)) for a in v] for k, v in batches[MINOR].items()} == {
+        ("a",): [(0, 8), (1, 8)],
+        ("b",): [(0, 8), (1, 8)],
+    }
+    assert {k: len(v) for k, v in batches[MAJOR].items()} == {("c",): 1}
+
+
+def test_layout_gauges_show_live_files_per_partition_and_the_backlog() -> None:
+    metrics = Metrics()
+    files = [entry(i, part="a", bucket=i % 4) for i in range(10)] + [entry(i, part="b", bucket=0) for i in range(3)]
+    metrics.observe_layout("t", snap(*files))
+    assert metrics.value(metrics.live_files, table="t", partition="part=a") == 10
+    assert metrics.value(metrics.live_files, table="t", partition="part=b") == 3
+    assert metrics.value(metrics.backlog, table="t") == (10 - 4) + (3 - 1)  # beyond one file per group
+    metrics.observe_layout("t", snap(*files[:4]))  # b compacted away, a down to one file per bucket
+    assert metrics.value(metrics.backlog, table="t") == 0
+    assert metrics.registry.get_sample_value("ordo_compactor_live_files", {"table": "t", "partition": "part=b"}) is None
+    metrics.forget("t")
+    assert metrics.registry.get_sample_value("ordo_compactor_backlog_files", {"table": "t"}) is None

@@ -31,6 +31,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from ordo.arbiter.core import Reason, TableState, apply, evaluate, new_state, rebuild
 from ordo.schemas import CommitIntent, DataFile, Operation, encode
+from tests.profiles import examples
 
 from .helpers import metadata
 
@@ -304,4 +305,4 @@ class ConcurrentTransactions(RuleBasedStateMachine):
 
 
 TestConcurrentTransactions = ConcurrentTransactions.TestCase
-TestConcurrentTransactions.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+TestConcurrentTransactions.settings = settings(max_examples=examples(150), stateful_step_count=40, deadline=None)

@@ -453,3 +453,39 @@ def test_new_reason_codes_are_listed() -> None:
         "INVALID_BUCKET",
     ):
         assert getattr(Reason, code) == code and code in Reason.ALL
+
+
+def test_an_incomplete_rewrite_names_the_same_file_whatever_the_string_hashing() -> None:
+    """The partition's live files are a set: a message naming "the first" file left must not depend on
+    PYTHONHASHSEED, or replaying the intents log would not reproduce the decisions log byte for byte."""
+    import json
+    import subprocess
+    import sys
+
+    probe = (
+        "import json\n"
+        "from tests.unit.helpers import Table\n"
+        "from ordo.schemas import Operation\n"
+        "table = Table()\n"
+        "for i in range(12):\n"
+        "    table.commit(Operation.INSERT_INTO, 'a', txn=f'w{i:02d}')\n"
+        "read = table.state.head_version\n"
+        "done = table.submit(table.intent(Operation.MAJOR_COMPACT, read, 'a', removed=('dt=a/w05-0.parquet',)))\n"
+        "print(json.dumps([done.reason, done.message]))\n"
+    )
+    root = __import__("pathlib").Path(__file__).resolve().parents[2]
+    answers = set()
+    for seed in ("1", "2", "3", "4"):
+        done = subprocess.run(
+            [sys.executable, "-c", probe],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=root,
+            env={**__import__("os").environ, "PYTHONHASHSEED": seed},
+        )
+        assert done.returncode == 0, done.stderr
+        answers.add(done.stdout.strip())
+    assert len(answers) == 1, answers
+    reason, message = json.loads(answers.pop())
+    assert reason == Reason.INCOMPLETE_REWRITE and "dt=a/w00-0.parquet" in message

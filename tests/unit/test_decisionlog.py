@@ -178,6 +178,17 @@ def test_collecting_reports_every_problem_once_where_it_is() -> None:
     assert [(p.kind, p.offset) for p in folded.problems] == [(LogProblem.UNDECODABLE, 2)]
 
 
+def test_a_record_breaking_both_time_rules_is_one_time_version_problem_naming_both() -> None:
+    """A compaction carrying a time version that does not increase: one problem (a verdict names each kind once)."""
+    _, values = genuine()
+    earlier = _decision(values, 1).time_version
+    log = _rechained(values, 4, time_version=earlier)[:5]
+    folded = fold(LogHead("t"), records(list(log)), collect=True)
+    assert [(p.kind, p.offset) for p in folded.problems] == [(LogProblem.TIME_VERSION, 4)]
+    assert "carries a time version" in folded.problems[0].message
+    assert "does not increase" in folded.problems[0].message
+
+
 def test_a_head_from_a_checkpoint_continues_the_fold() -> None:
     """A reader resuming mid-log (a checkpoint, a catalog) folds the tail from the head it kept."""
     table, values = genuine()

@@ -30,10 +30,11 @@ from hypothesis import strategies as st
 from ordo.arbiter.core import Reason, TableState, apply, evaluate_record, invalid_path_reason, new_state
 from ordo.schemas import CodecError, CommitDecision, CommitIntent, DataFile, Operation, Outcome, decode, encode
 from ordo.schemas.codec import DEFAULT_CODEC
+from tests.profiles import examples
 
 from .helpers import Table
 
-EXAMPLES = int(os.environ.get("HYPOTHESIS_FUZZ_EXAMPLES", "300"))
+EXAMPLES = int(os.environ.get("HYPOTHESIS_FUZZ_EXAMPLES", examples(300)))
 FUZZ = settings(
     max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )

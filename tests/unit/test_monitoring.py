@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from ordo.arbiter.metrics import ArbiterMetrics
 from ordo.arbiter.prom import ArbiterPrometheus
 from ordo.consumer.catalog import Catalog
+from ordo.consumer.changetopic import PublisherStatus, publisher_registry
 from ordo.consumer.http import render_metrics
 from ordo.consumer.materializer import ConsumerStatus
 from ordo.consumer.store import CatalogWriter
@@ -55,6 +56,7 @@ def expositions(tmp_path: Path) -> dict[str, str]:
         "arbiter": generate_latest(ArbiterPrometheus(ArbiterMetrics(), set).registry).decode(),
         "consumer": consumer,
         "compactor": generate_latest(CompactorMetrics().registry).decode(),
+        "cdc": generate_latest(publisher_registry(PublisherStatus())).decode(),
     }
 
 
@@ -88,7 +90,8 @@ def test_alert_rules_are_valid() -> None:
 
 
 def test_alert_rules_fire_on_their_series_and_stay_quiet_otherwise() -> None:
-    """``promtool test rules``: arbiter down, intent lag growing, internal errors, unsigned records, stopped tables."""
+    """``promtool test rules``: arbiter down, intent lag growing, internal errors, unsigned records, stopped tables,
+    the change-topic publisher down, holding a table back, or stuck behind the catalog."""
     done = subprocess.run(
         [promtool(), "test", "rules", ALERT_TESTS.name],
         cwd=ALERT_TESTS.parent,
@@ -101,6 +104,8 @@ def test_alert_rules_fire_on_their_series_and_stay_quiet_otherwise() -> None:
     for must in ("OrdoArbiterDown", "OrdoIntentLagGrowing", "OrdoInternalErrors", "OrdoUnsignedDecisionsRefused"):
         assert must in tested
     assert "OrdoTableStopped" in tested
+    assert {"OrdoCdcDown", "OrdoCdcTableHeld", "OrdoCdcStuck"} <= tested
+    assert "OrdoCompactionBacklogGrowing" in tested
 
 
 def test_the_example_scrape_config_is_valid_and_names_the_jobs_the_rules_use() -> None:
@@ -110,7 +115,7 @@ def test_the_example_scrape_config_is_valid_and_names_the_jobs_the_rules_use() -
     assert done.returncode == 0, done.stdout + done.stderr
     jobs = {job["job_name"] for job in yaml.safe_load(SCRAPE_CONFIG.read_text())["scrape_configs"]}
     used = {job for expr in expressions_of_rules() for job in re.findall(r'job="([^"]+)"', expr)}
-    assert used <= jobs == {"ordo-arbiter", "ordo-consumer", "ordo-compactor"}
+    assert used <= jobs == {"ordo-arbiter", "ordo-consumer", "ordo-compactor", "ordo-cdc"}
 
 
 def test_alert_rules_use_only_exported_metrics(tmp_path: Path) -> None:
@@ -135,6 +140,7 @@ def test_every_dashboard_panel_queries_exported_metrics(tmp_path: Path) -> None:
             used |= metrics
     for must in ("ordo_arbiter_intents_lag", "ordo_consumer_lag_records", "ordo_build_info"):
         assert must in used
+    assert {"ordo_cdc_records_total", "ordo_cdc_published_version", "ordo_cdc_tables_held"} <= used
 
 
 def test_each_process_exports_build_info_and_counters_are_counters(tmp_path: Path) -> None:
@@ -158,14 +164,21 @@ def test_each_process_exports_build_info_and_counters_are_counters(tmp_path: Pat
         "ordo_consumer_lag_records": "gauge",
         "ordo_consumer_errors": "counter",
         "ordo_compactor_errors": "counter",
+        "ordo_cdc_records": "counter",
+        "ordo_cdc_tables_held": "gauge",
+        "ordo_cdc_published_version": "gauge",
+        "ordo_compactor_backlog_files": "gauge",
+        "ordo_compactor_live_files": "gauge",
     }
     assert {name: found.get(name, ("missing",))[0] for name in problems} == problems
 
 
 def test_compose_checks_and_scrapes_every_long_running_process() -> None:
-    """Each arbiter, consumer and compactor of docker-compose.yml: healthcheck on /healthz and /readyz of the port it
-    serves (the default port of its kind unless its command names one), and a target of the example scrape config."""
+    """Each arbiter, consumer, compactor and change-topic publisher of docker-compose.yml: healthcheck on /healthz
+    and /readyz of the port it serves (the default port of its kind unless its command names one), and a target of
+    the example scrape config."""
     from ordo.cli import main
+    from ordo.consumer.changetopic import DEFAULT_METRICS_PORT as DEFAULT_CDC_METRICS_PORT
     from ordo.kernel.settings import DEFAULT_ARBITER_METRICS_PORT, DEFAULT_COMPACTOR_METRICS_PORT, DEFAULT_HTTP_PORT
 
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
@@ -177,7 +190,8 @@ def test_compose_checks_and_scrapes_every_long_running_process() -> None:
     assert "./deploy/prometheus:/etc/prometheus" in compose_file
     defaults = {"arbiter": DEFAULT_ARBITER_METRICS_PORT, "consumer": DEFAULT_HTTP_PORT}
     defaults["compactor"] = DEFAULT_COMPACTOR_METRICS_PORT
-    assert len(set(defaults.values())) == 3, "each kind of process has its own default port"
+    defaults["cdc"] = DEFAULT_CDC_METRICS_PORT
+    assert len(set(defaults.values())) == 4, "each kind of process has its own default port"
     seen = set()
     for name, service in compose["services"].items():
         command = service.get("command") or []

@@ -40,6 +40,11 @@ def test_metrics_healthz_readyz_and_a_stall() -> None:
         health.beat()
         status, _, body = get(f"{server.url}/readyz")
         assert status == 200 and json.loads(body) == {"ready": True}
+        health.not_serving = {"t": "its transactions cannot be ended"}  # held work it cannot do: not ready
+        status, _, body = get(f"{server.url}/readyz")
+        assert status == 503 and json.loads(body) == {"ready": False, "not_serving": health.not_serving}
+        health.not_serving = {}
+        assert get(f"{server.url}/readyz")[0] == 200
         health.degraded = {"t": "left undecided until restart"}
         status, _, body = get(f"{server.url}/healthz")
         assert (

@@ -40,6 +40,8 @@ def test_the_traits_say_what_each_operation_does() -> None:
         "CLUSTER": ("CLUSTER", True, True, False, False, False),
         "RESTORE": ("OVERWRITE", True, True, False, True, False),
         "ALTER_TABLE": ("ALTER", False, False, False, True, True),
+        "ADD_CONSTRAINT": ("ALTER", False, False, False, True, True),
+        "DROP_CONSTRAINT": ("ALTER", False, False, False, True, True),
     }
     assert TRUNCATING_OPERATIONS == {"INSERT_OVERWRITE", "TRUNCATE"}
     assert REWRITING_OPERATIONS == {"MINOR_COMPACT", "MAJOR_COMPACT", "CLUSTER"}

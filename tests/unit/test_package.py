@@ -7,6 +7,7 @@ interpreter that sees that directory (``.pth`` files included) before this venv'
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -18,6 +19,8 @@ from pathlib import Path
 import pytest
 
 import ordo
+
+pytestmark = pytest.mark.slow  # builds a wheel and installs it with pip: make test runs it, make test-fast does not
 
 ROOT = Path(__file__).resolve().parents[2]
 OLD = ("producer", "arbiter", "consumer", "schemas", "kernel")
@@ -70,6 +73,7 @@ def run_installed(site: Path, code: str, *extra_paths: Path) -> dict:
         text=True,
         timeout=120,
         cwd=site.parent,  # not the checkout
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},  # a developer's checkout would come first
     )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])

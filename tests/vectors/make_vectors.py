@@ -32,7 +32,7 @@ import fastavro
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from ordo.arbiter.core import apply, evaluate_record, new_state
-from ordo.schemas import CommitDecision, CommitIntent, DataFile, Operation, TableMetadata, encode
+from ordo.schemas import CommitDecision, CommitIntent, DataFile, Operation, Outcome, TableMetadata, encode
 from ordo.schemas.codec import MAGIC, _to_record, chain_hash, decode
 from ordo.schemas.history import HISTORY_DIR, wire_fingerprint
 from ordo.schemas.signing import SIGNATURE_HEADER, Signer
@@ -66,9 +66,15 @@ def data_file(name: str, dt: str) -> DataFile:
     )
 
 
-def metadata(schema: str = "id BIGINT, amount DOUBLE, dt STRING") -> TableMetadata:
+def metadata(
+    schema: str = "id BIGINT, amount DOUBLE, dt STRING", partitions: tuple[str, ...] = ("dt",)
+) -> TableMetadata:
     return TableMetadata(
-        location=LOCATION, schema=schema, primary_key=("id",), partition_columns=("dt",), properties={"owner": "audit"}
+        location=LOCATION,
+        schema=schema,
+        primary_key=("id",),
+        partition_columns=partitions,
+        properties={"owner": "audit"},
     )
 
 
@@ -106,6 +112,14 @@ INTENTS: list[bytes | None] = [
         added_files=(data_file("merge1", DAY3),),
         operation_metrics={"numTargetRowsInserted": 6, "numTargetRowsUpdated": 3, "numTargetRowsDeleted": 1},
     ),  # v6: a MERGE with its metrics (since 0.5)
+    intent(
+        "check1",
+        Operation.ADD_CONSTRAINT,
+        6,
+        metadata=metadata("id BIGINT, amount DOUBLE, dt STRING, note STRING").model_copy(
+            update={"properties": {"owner": "audit", "delta.constraints.positive_amount": "amount > 0"}}
+        ),
+    ),  # v7: a CHECK constraint (since 0.6)
 ]
 
 
@@ -168,7 +182,7 @@ def decide(transactions: list[tuple[str, list[int]]]) -> tuple[list[Record], lis
     return records, decisions
 
 
-BATCHES = [("0.5", [0]), ("0.5", [1, 2, 3]), ("0.5", [4, 5]), ("0.5", [6, 7])]  # decisions at 0 | 2 3 4 | 6 7 | 9 10
+BATCHES = [("0.6", [0]), ("0.6", [1, 2, 3]), ("0.6", [4, 5]), ("0.6", [6, 7])]  # decisions at 0 | 2 3 4 | 6 7 | 9 10
 SIGNED, DECIDED = decide(BATCHES)
 LAST = SIGNED[-1].offset  # 10
 
@@ -196,74 +210,75 @@ def forged(template: CommitDecision, prev: bytes, **changes: Any) -> bytes:
     return encode(template.model_copy(update={"prev_hash": chain_hash(prev), **changes}))
 
 
+def at_ms(i: float) -> datetime:
+    """The time version of intent ``i`` (its CreateTime)."""
+    return datetime.fromtimestamp((T0 + 1000 * i) / 1000, tz=UTC)
+
+
+# The template of the records the key holder forges after the faithful log: its last decision (merge1, an UPDATE).
+FORGED = DECIDED[-1].model_copy(update={"txn_id": "forged", "message": "signed by the key holder"})
+
+
+def appended(base: list[Record], variants: list[dict[str, Any]], *, sign: bool = True) -> list[Record]:
+    """``base`` and after it one record per variant (``FORGED`` changed by it), each chaining to the one before
+    (a ``prev_hash`` in the variant overrides the link) and, with ``sign``, signed by the trusted key as its own
+    batch. A variant's ``release`` picks the writer schema (default: the current one)."""
+    records, prev, offset = list(base), base[-1].value, base[-1].offset + 2
+    for variant in variants:
+        changes = dict(variant)
+        release = changes.pop("release", None)
+        assert prev is not None
+        decision = FORGED.model_copy(update={"prev_hash": chain_hash(prev), **changes})
+        value = encode(decision) if release is None else encode_as(decision, release)
+        records.append(Record(offset, value, b"forged", sig(SIGNER, value) if sign else None))
+        prev, offset = value, offset + 2
+    return records
+
+
 def signed_invalid() -> list[Record]:
     """After the faithful log, records the key holder signed (each its own batch), each breaking one invariant.
 
     A signature vouches for authorship, not correctness: each is released, and the fold names its problem.
     """
-    last = DECIDED[-1]  # merge1: intent 7, version 6
-    at_ms = lambda i: datetime.fromtimestamp((T0 + 1000 * i) / 1000, tz=UTC)  # noqa: E731
-    insert = last.model_copy(update={"txn_id": "forged", "message": "signed by the key holder"})
-    variants: list[tuple[str, dict[str, Any]]] = [
-        ("wrong_table", {"table": "other", "intent_offset": 8}),
-        ("repeated_intent", {"intent_offset": 7}),
-        ("reordered", {"intent_offset": 5}),
-        ("version_gap", {"intent_offset": 8, "id_version": 8, "time_version": at_ms(8)}),
-        ("version_reused", {"intent_offset": 9, "id_version": 8, "time_version": at_ms(9)}),
-        ("time_version", {"intent_offset": 10, "id_version": 9, "time_version": None}),
-        (
-            "no_metadata",
-            {"intent_offset": 11, "id_version": 10, "operation": Operation.ALTER_TABLE, "time_version": at_ms(11)},
-        ),
-        (
-            "partition",
-            {
-                "intent_offset": 12,
-                "id_version": 11,
-                "time_version": at_ms(12),
-                "added_files": (data_file("insx", DAY3).model_copy(update={"partition": {"region": "eu"}}),),
-            },
-        ),
-        (
-            "already_live",
-            {
-                "intent_offset": 13,
-                "id_version": 12,
-                "time_version": at_ms(13),
-                "added_files": (data_file("insy", DAY3),) * 2,
-            },
-        ),
-        (
-            "not_live",
-            {
-                "intent_offset": 14,
-                "id_version": 13,
-                "time_version": None,
-                "operation": Operation.MINOR_COMPACT,
-                "added_files": (),
-                "removed_files": (f"dt={DAY3}/merge1-0.parquet",) * 2,
-            },
-        ),
-        (
-            "second_create",
-            {
-                "intent_offset": 15,
-                "id_version": 14,
-                "time_version": at_ms(15),
-                "operation": Operation.CREATE_TABLE,
-                "added_files": (),
-                "metadata": metadata(),
-            },
-        ),
-        ("incomplete", {"intent_offset": 16, "id_version": None, "time_version": at_ms(16)}),
+    variants: list[dict[str, Any]] = [
+        {"table": "other", "intent_offset": 8},
+        {"intent_offset": 7},
+        {"intent_offset": 5},
+        {"intent_offset": 8, "id_version": 8, "time_version": at_ms(8)},
+        {"intent_offset": 9, "id_version": 8, "time_version": at_ms(9)},
+        {"intent_offset": 10, "id_version": 9, "time_version": None},
+        {"intent_offset": 11, "id_version": 10, "operation": Operation.ALTER_TABLE, "time_version": at_ms(11)},
+        {
+            "intent_offset": 12,
+            "id_version": 11,
+            "time_version": at_ms(12),
+            "added_files": (data_file("insx", DAY3).model_copy(update={"partition": {"region": "eu"}}),),
+        },
+        {
+            "intent_offset": 13,
+            "id_version": 12,
+            "time_version": at_ms(13),
+            "added_files": (data_file("insy", DAY3),) * 2,
+        },
+        {
+            "intent_offset": 14,
+            "id_version": 13,
+            "time_version": None,
+            "operation": Operation.MINOR_COMPACT,
+            "added_files": (),
+            "removed_files": (f"dt={DAY3}/merge1-0.parquet",) * 2,
+        },
+        {
+            "intent_offset": 15,
+            "id_version": 14,
+            "time_version": at_ms(15),
+            "operation": Operation.CREATE_TABLE,
+            "added_files": (),
+            "metadata": metadata(),
+        },
+        {"intent_offset": 16, "id_version": None, "time_version": at_ms(16)},
     ]
-    records, prev, offset = list(SIGNED), SIGNED[-1].value, LAST + 2
-    for _, changes in variants:
-        assert prev is not None
-        value = forged(insert, prev, **changes)
-        records.append(Record(offset, value, b"forged", sig(SIGNER, value)))
-        prev, offset = value, offset + 2
-    return records
+    return appended(SIGNED, variants)
 
 
 @dataclass
@@ -302,7 +317,17 @@ def vectors() -> list[Vector]:
     """Every vector: the faithful logs, then one forgery of each kind the verifier tells apart."""
     NS, NC = "unsigned:no_signature", "unsigned:not_chained"
     upgrade, _ = decide(
-        [("0.1", [0]), ("0.1", [1]), ("0.1", [2]), ("0.2", [3]), ("0.2", [4]), ("0.3", [5]), ("0.4", [6]), ("0.5", [7])]
+        [
+            ("0.1", [0]),
+            ("0.1", [1]),
+            ("0.1", [2]),
+            ("0.2", [3]),
+            ("0.2", [4]),
+            ("0.3", [5]),
+            ("0.4", [6]),
+            ("0.5", [7]),
+            ("0.6", [8]),
+        ]
     )
     v1_log, v1_decisions = decide([("0.1", [i]) for i in range(6)])  # decisions at 0 2 4 6 8 10
     bad = {**chain_of([2, 3, 4, 6, 9], NS), **chain_of([7, 10], NC)}  # a bad claim on 4 stops every later walk
@@ -323,7 +348,8 @@ def vectors() -> list[Vector]:
         Vector(
             "upgrade",
             "One table's log across releases: 0.1 decisions (v1 schema, unsigned), 0.2 (v2, signed), 0.3 (v3), 0.4 "
-            "(v4), 0.5 (v5: a MERGE with its operation metrics). The first signed record vouches for the unsigned "
+            "(v4), 0.5 (v5: a MERGE with its operation metrics), 0.6 (v6: an ADD_CONSTRAINT). The first signed record "
+            "vouches for the unsigned "
             "history behind it.",
             upgrade,
         ),
@@ -473,7 +499,7 @@ def vectors() -> list[Vector]:
             "The 0.1 log with signatures not required, and broken: offset 6's prev_hash replaced (a chain break "
             "there, and at 8, which chains to the original), then an empty record (12), a record without the C3 01 "
             "marker (13), an unknown schema fingerprint (14), a decision with a trailing byte (15), an intent in the "
-            "decisions topic (16). The malformed ordo-sig header of offset 2 is not looked at: ok.",
+            "decisions topic (16), a zero-length value (17: a value, released, and not Avro; only a record with no value is refused as empty). The malformed ordo-sig header of offset 2 is not looked at: ok.",
             [
                 *with_record(
                     with_record(v1_log, 6, value=encode_as(v1_edit, "0.1")), 2, headers=[(SIGNATURE_HEADER, bytes(5))]
@@ -483,12 +509,224 @@ def vectors() -> list[Vector]:
                 Record(14, b"\xc3\x01" + bytes(8) + (at(v1_log, 10).value or b"")[10:]),
                 Record(15, trailing),
                 Record(16, INTENTS[1]),
+                Record(17, b""),
             ],
             {6: "chain", 8: "chain", 12: "unsigned:empty", 13: "undecodable", 14: "undecodable", 15: "undecodable"}
-            | {16: "not_decision"},
+            | {16: "not_decision", 17: "undecodable"},
             require_signatures=False,
             intents=6,
         ),
+        *fold_rule_vectors(),
+    ]
+
+
+def on_region(name: str, region: str = "eu") -> DataFile:
+    """A data file of a table partitioned by ``region`` instead of ``dt``."""
+    return data_file(name, DAY3).model_copy(
+        update={"path": f"region={region}/{name}-0.parquet", "partition": {"region": region}}
+    )
+
+
+BY_REGION = metadata("id BIGINT, amount DOUBLE, dt STRING, note STRING, region STRING", ("region",))
+BY_DAY = metadata("id BIGINT, amount DOUBLE, dt STRING, note STRING, region STRING")
+
+
+def fold_rule_vectors() -> list[Vector]:
+    """The fold's rules the faithful logs do not reach: combined verdicts, the time rules, ``incomplete``, which
+    metadata the ``partition`` check uses, and the rules of empty values and headers (docs/log-format.md)."""
+    NS, NC, NV = "unsigned:no_signature", "unsigned:not_chained", "unsigned:not_vouched"
+    files = lambda *made: {"added_files": made, "removed_files": ()}  # noqa: E731
+    write = lambda i, version, *made, **more: {  # noqa: E731
+        "intent_offset": i, "id_version": version, "time_version": at_ms(i), **files(*made), **more
+    }  # fmt: skip
+    rec4, rec7, rec10 = at(SIGNED, 4), at(SIGNED, 7), at(SIGNED, LAST)
+    empty_signed = Record(LAST + 2, b"", None, sig(SIGNER, b""))
+    bogus = b"\x11" * 32
+    create_with_files = encode(DECIDED[0].model_copy(update={"added_files": (on_region("c0"),), "time_version": None}))
+    rejected = {"outcome": Outcome.REJECTED, "operation": None, "id_version": None, "time_version": None}
+    return [
+        Vector(
+            "combined_verdicts",
+            "Records signed by the trusted key after the faithful log, with several problems each: the verdict names "
+            "every problem, in the fold's order. A record naming another table is checked no further (its intent "
+            "offset counts in that table's intents topic): 12 (intent offset below the last) and 14 (the last one) "
+            "are wrong_table alone. 16: an ALTER_TABLE with a gap, no time version and no metadata. 18: a file "
+            "removed twice, one added twice, outside the partition columns. 20: an accepted repeat "
+            "(duplicate_of) is not checked further, whatever its version.",
+            appended(
+                SIGNED,
+                [
+                    {"table": "other", "intent_offset": 3},
+                    {"table": "other", "intent_offset": 7},
+                    {"intent_offset": 8, "id_version": 8, "operation": Operation.ALTER_TABLE, "time_version": None}
+                    | files(),
+                    write(9, 9, on_region("insx"), on_region("insx"))
+                    | {"removed_files": (f"dt={DAY3}/merge1-0.parquet",) * 2},
+                    {"intent_offset": 10, "id_version": 2, "time_version": None, "duplicate_of": 2} | files(),
+                ],
+            ),
+            {12: "wrong_table", 14: "wrong_table", 16: "version_gap+time_version+no_metadata"}
+            | {18: "not_live+already_live+partition"},
+        ),
+        Vector(
+            "time_rules",
+            "The two time-version rules, signed after the faithful log. 12: a compaction carrying a time version "
+            "(above the last). 14: a time version below the last one, which the head takes all the same (the fold "
+            "re-synchronizes on the record), so 16's, between the two, is ok. 18: a compaction carrying a time "
+            "version below the last: both rules fail, one time_version. 20: a data change without one. 22: an "
+            "accepted decision without an operation: incomplete, and neither its version nor its time version "
+            "(far ahead) moves the head, so 24 is ok.",
+            appended(
+                SIGNED,
+                [
+                    write(8, 7, operation=Operation.MINOR_COMPACT),
+                    write(9, 8) | {"time_version": at_ms(7.5)},
+                    write(10, 9) | {"time_version": at_ms(7.8)},
+                    write(11, 10, operation=Operation.MINOR_COMPACT) | {"time_version": at_ms(7)},
+                    write(12, 11) | {"time_version": None},
+                    write(13, 12, operation=None) | {"time_version": at_ms(99)},
+                    write(14, 12),
+                ],
+            ),
+            {12: "time_version", 14: "time_version", 18: "time_version", 20: "time_version", 22: "incomplete"},
+        ),
+        Vector(
+            "incomplete",
+            "Accepted decisions without an operation (12) or an ID version (14), signed after the faithful log: "
+            "incomplete, and the head's version and time version stay where they were (16 is ok). Not checked "
+            "further, so ok: a rejected decision with neither (18), an accepted repeat naming an old version (20).",
+            appended(
+                SIGNED,
+                [
+                    write(8, 7, operation=None) | {"time_version": at_ms(50)},
+                    write(9, None),
+                    write(10, 7),
+                    {"intent_offset": 11, "reason": "CONFLICT_LATER_FAILS"} | rejected | files(),
+                    {"intent_offset": 12, "id_version": 3, "time_version": at_ms(3), "duplicate_of": 4} | files(),
+                ],
+            ),
+            {12: "incomplete", 14: "incomplete"},
+        ),
+        Vector(
+            "metadata_from_write",
+            "Every accepted commit that carries metadata sets the table's metadata, whatever its operation and "
+            "writer schema; the partition check of a record uses the metadata before it. 12: a second CREATE_TABLE "
+            "partitioned by region, its file checked against the table's dt. 14: a file by region is then ok. 16: "
+            "an INSERT_INTO carrying metadata partitioned by dt again, its own file (by region) checked against "
+            "the metadata before it: ok; so 18's file by dt is ok and 20's by region is not. 22: an UPDATE in the "
+            "0.4 writer schema carrying the region metadata: 24's file by region is ok.",
+            appended(
+                SIGNED,
+                [
+                    write(8, 7, on_region("c2"), operation=Operation.CREATE_TABLE, metadata=BY_REGION),
+                    write(9, 8, on_region("i9")),
+                    write(10, 9, on_region("i10"), operation=Operation.INSERT_INTO, metadata=BY_DAY),
+                    write(11, 10, data_file("i11", DAY3), operation=Operation.INSERT_INTO),
+                    write(12, 11, on_region("i12"), operation=Operation.INSERT_INTO),
+                    write(13, 12, data_file("u13", DAY3), metadata=BY_REGION, operation_metrics={}, release="0.4"),
+                    write(14, 13, on_region("i14")),
+                ],
+            ),
+            {12: "second_create+partition", 20: "partition"},
+        ),
+        Vector(
+            "create_adds_files",
+            "A table's first CREATE_TABLE (signed) that adds a file outside its own partition columns and has no "
+            "time version: the partition check uses the metadata before the record, none here, so the verdict is "
+            "time_version alone (no reader adds a CREATE_TABLE's files; the re-derivation reports it edited).",
+            [Record(0, create_with_files, b"create", sig(SIGNER, create_with_files))],
+            {0: "time_version"},
+            intents=1,
+        ),
+        Vector(
+            "empty_headers",
+            "Header forms, all ok. The first ordo-sig header is the one a reader takes: at 4 it has no value, which "
+            "counts as no header (the valid ordo-sig after it is not looked at); a later signature (7) vouches for "
+            "the batch, as without a header. At 7 another header comes first (ignored); at 10 a second ordo-sig "
+            "with no value follows the valid one. At 3 an empty header list.",
+            with_record(
+                with_record(
+                    with_record(
+                        with_record(SIGNED, 4, headers=[(SIGNATURE_HEADER, None), *sig(SIGNER, rec4.value or b"")]),
+                        7,
+                        headers=[("ordo-trace", bytes(72)), *sig(SIGNER, rec7.value or b"")],
+                    ),
+                    LAST,
+                    headers=[*sig(SIGNER, rec10.value or b""), (SIGNATURE_HEADER, None)],
+                ),
+                3,
+                headers=[],
+            ),
+        ),
+        Vector(
+            "empty_signature_header",
+            "The ordo-sig header of offset 4 has a zero-length value: a header that is there, so malformed (not "
+            "'none'), and a barrier like any header that does not verify.",
+            with_record(SIGNED, 4, headers=[(SIGNATURE_HEADER, b"")]),
+            {**chain_of([2, 3, 4, 6, 9], NS), **chain_of([7, 10], NC)},
+        ),
+        Vector(
+            "empty_value",
+            "No value and a zero-length value are two things. 5 has no value (null): refused at once. 1 and 13 have "
+            "a zero-length value: held like any unsigned record (1 is not on the signed record 4's path; nothing "
+            "vouches for 13). 12 is a zero-length value the trusted key signed: it has no link, so it chains to "
+            "nothing.",
+            sorted(
+                [*SIGNED, Record(1, b""), Record(5, None), empty_signed, Record(LAST + 3, b"")],
+                key=lambda r: r.offset,
+            ),
+            {1: NV, 5: "unsigned:empty", LAST + 2: NC, LAST + 3: NS},
+        ),
+        Vector(
+            "duplicates_in_batch",
+            "The same bytes twice in one batch: the copy kept for the walk is the earlier one, unless the earlier "
+            "carries a header that does not verify (a barrier) and the later one does not. The other is refused, "
+            "and as an exact copy of an authentic record its verdict is copy. 3 (malformed header) and 4: the walk "
+            "takes 4. 7 and 8 (malformed header): it takes 7. 11 and 12 (no header either): it takes 11.",
+            duplicated(),
+            {3: "copy", 8: "copy", 12: "copy"},
+        ),
+        Vector(
+            "combined_unsigned",
+            "With signatures not required, records with a broken chain and another problem each, after the faithful "
+            "log: chain first, then the rest. 12: reordered. 14: repeated_intent. 16: another table (nothing more "
+            "checked). 18: incomplete. 20: a version gap. 22 chains to 20 and follows its version: ok (the fold "
+            "re-synchronizes on each record).",
+            appended(
+                SIGNED,
+                [
+                    {"intent_offset": 3, "prev_hash": bogus},
+                    {"intent_offset": 7, "prev_hash": bogus},
+                    {"table": "other", "intent_offset": 2, "prev_hash": bogus},
+                    write(8, None) | {"prev_hash": bogus},
+                    write(9, 9) | {"prev_hash": bogus},
+                    write(10, 10),
+                ],
+                sign=False,
+            ),
+            {12: "chain+reordered", 14: "chain+repeated_intent", 16: "chain+wrong_table", 18: "chain+incomplete"}
+            | {20: "chain+version_gap"},
+            require_signatures=False,
+        ),
+    ]
+
+
+def duplicated() -> list[Record]:
+    """The faithful log with an unsigned record repeated inside each of three batches (``duplicates_in_batch``)."""
+    bad = [(SIGNATURE_HEADER, bytes(71))]
+    create, ins1, ins2, upd1, rejection, compact1, alter1, merge1 = SIGNED
+    return [
+        create,
+        replace(ins1, offset=2),
+        replace(ins2, offset=3, headers=bad),
+        replace(ins2, offset=4),
+        replace(upd1, offset=5),
+        replace(rejection, offset=7),
+        replace(rejection, offset=8, headers=bad),
+        replace(compact1, offset=9),
+        replace(alter1, offset=11),
+        replace(alter1, offset=12),
+        replace(merge1, offset=13),
     ]
 
 
