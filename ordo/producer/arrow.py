@@ -6,7 +6,7 @@ under the writer contract (ordo/producer/data.py):
 
 * ``write_rows``, for the ``format("ordo")`` sink: a task's user rows become
   upsert records (``_ordo_op`` = ``upsert``, a null ``_ordo_seq``);
-* ``RecordWrite``, for ``producer.data.FileWriter`` (``DeltaTable``, UPDATE,
+* ``RecordWrite``, for ``producer.filewriter.FileWriter`` (``DeltaTable``, UPDATE,
   DELETE, MERGE, compaction; through ``producer.records_source``): a task's
   records, already in file form and sorted by (partition, bucket), streamed
   into one file per group.

@@ -36,7 +36,8 @@ from ordo.schemas.operations import ROW_ID_COLUMN
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from ordo.producer.data import FileWriter, Layout
+    from ordo.producer.data import Layout
+    from ordo.producer.filewriter import FileWriter
     from ordo.producer.handle import TableHandle
 
 log = logging.getLogger("ordo.producer")
@@ -151,7 +152,7 @@ class Lifecycle:
         return with_row_ids(conform(df, layout.user_schema(), fill=fillable(layout)), layout, self.row_id_prefix())
 
     def _file_writer(self) -> FileWriter:
-        from ordo.producer.data import FileWriter
+        from ordo.producer.filewriter import FileWriter
 
         if self._writer is None:
             self._writer = FileWriter(self.table.spark, self.layout, self.txn_id)

@@ -1,4 +1,4 @@
-"""The ``ordo_records`` Spark data source: ``producer.data.FileWriter``'s writes, in Spark's tasks.
+"""The ``ordo_records`` Spark data source: ``producer.filewriter.FileWriter``'s writes, in Spark's tasks.
 
 Internal to ``FileWriter``, which registers it and writes a transaction's
 records with ``df.write.format("ordo_records").mode("append").save()``. Each

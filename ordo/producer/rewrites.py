@@ -67,7 +67,8 @@ def stage_rewrites(
     no bucket with two files or more) gets no transaction. When the job fails,
     nothing stays on storage and the exception propagates.
     """
-    from ordo.producer.data import FileWriter, read_files, rewrite_records, target_file_count
+    from ordo.producer.data import read_files, rewrite_records, target_file_count
+    from ordo.producer.filewriter import FileWriter
 
     mode = MODES.get(operation)
     if mode is None:
