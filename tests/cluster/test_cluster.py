@@ -19,7 +19,7 @@ import pytest
 from ordo.producer.table import DeltaTable
 from tests.cluster.conftest import BUCKET, ROOT, Topology
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.timeout(900)]
 
 SCHEMA = "id BIGINT, name STRING, score INT, dt STRING"
 

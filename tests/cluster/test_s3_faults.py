@@ -21,7 +21,7 @@ from ordo.broker.s3proxy import S3ProxyServer
 from ordo.kernel.objectstore import filesystem, use_options
 from ordo.producer.arrow import RecordWrite
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
 SCHEMA = pa.schema([("id", pa.int64()), ("payload", pa.string()), ("_ordo_op", pa.string()), ("_ordo_seq", pa.int64())])
 ROWS = 200_000  # ~30 MB of barely compressible text per batch: several multipart parts
