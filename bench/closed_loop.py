@@ -202,7 +202,9 @@ def _measure(kind: str, rounds: int, commits: int) -> dict[str, Any]:
                 writers = loop.round(Job(f"loop{r}", commits))
                 done.append(writers)
                 figures = summary([writers])
-                figures.update(seconds=round(time.monotonic() - began, 1), load_average=list(os.getloadavg()))
+                figures.update(
+                    seconds=round(time.monotonic() - began, 1), load_average=[round(x, 2) for x in os.getloadavg()]
+                )
                 per_round.append(figures)
                 print(f"  {kind} round {r}: {figures}", flush=True)
     return {"total": summary(done), "rounds": per_round}

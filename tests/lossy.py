@@ -104,6 +104,24 @@ class LateConsumer:
         return getattr(self._real, name)
 
 
+def late_arbiter_intents(monkeypatch: Any, prefix: str, delay: float) -> list[LateConsumer]:
+    """Make the intents consumer of ``prefix``'s arbiters (in this process) a ``LateConsumer``; the ones made."""
+    import confluent_kafka
+
+    real_class = confluent_kafka.Consumer
+    made: list[LateConsumer] = []
+
+    def factory(config: dict[str, Any]) -> Any:
+        consumer = real_class(config)
+        if config.get("client.id") != f"{prefix}.arbiter.intents":
+            return consumer
+        made.append(LateConsumer(consumer, delay))
+        return made[-1]
+
+    monkeypatch.setattr(confluent_kafka, "Consumer", factory)
+    return made
+
+
 def lossy_decision_reader(settings: Any, every: int) -> None:
     """In a writer process: its commit clients' live decision readers lose every ``every``-th offset once.
 

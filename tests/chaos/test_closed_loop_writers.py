@@ -32,14 +32,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 
 from bench.closed_loop import ClosedLoop, Job, summary
 from ordo.settings import Settings
 from tests.integration.test_arbiter_service import InProcessArbiter
-from tests.lossy import LateConsumer, lossy_decision_reader
+from tests.lossy import late_arbiter_intents, lossy_decision_reader
 
 from . import figures
 from .common import check_exactly_once, read_logs, wait_until
@@ -55,22 +54,10 @@ pytestmark = [pytest.mark.chaos, pytest.mark.timeout(figures.pick(300, 3600))]
 def test_closed_loop_writers_get_every_decision_in_time_round_after_round(
     make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import confluent_kafka
-
     from ordo.arbiter.intents import IDLE_AFTER
 
     settings = make_settings()
-    real_class = confluent_kafka.Consumer
-    late: list[LateConsumer] = []
-
-    def factory(config: dict[str, Any]) -> Any:
-        consumer = real_class(config)
-        if config.get("client.id") != f"{settings.topic_prefix}.arbiter.intents":
-            return consumer
-        late.append(LateConsumer(consumer, delay=1.5 * IDLE_AFTER))
-        return late[-1]
-
-    monkeypatch.setattr(confluent_kafka, "Consumer", factory)
+    late = late_arbiter_intents(monkeypatch, settings.topic_prefix, delay=1.5 * IDLE_AFTER)
     rounds = []
     lossy_readers = functools.partial(lossy_decision_reader, every=LOST_EVERY)
     with InProcessArbiter(settings) as running, ClosedLoop(settings, prepare=lossy_readers) as loop:

@@ -19,7 +19,7 @@ from ordo.schemas import CommitDecision, Outcome, decode, intents_topic
 from ordo.services.stack import ManagedProcess
 from ordo.settings import Settings
 from tests.integration.test_arbiter_service import InProcessArbiter, check_log, create_intent, insert_intent
-from tests.lossy import LateConsumer, LossyConsumer, drop_offsets_once
+from tests.lossy import LossyConsumer, drop_offsets_once, late_arbiter_intents
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -294,21 +294,9 @@ def test_arbiter_woken_from_idle_waits_for_intents_that_come_late_after_its_assi
     every writer waited and timed out. Asleep only once every intents log was
     read to its end, it reads them, however late they come.
     """
-    import confluent_kafka
-
     from ordo.arbiter.intents import IDLE_AFTER
 
-    real_class = confluent_kafka.Consumer
-    late: list[LateConsumer] = []
-
-    def factory(config: dict[str, Any]) -> Any:
-        consumer = real_class(config)
-        if config.get("client.id") != f"{settings.topic_prefix}.arbiter.intents":
-            return consumer
-        late.append(LateConsumer(consumer, delay=1.5 * IDLE_AFTER))
-        return late[-1]
-
-    monkeypatch.setattr(confluent_kafka, "Consumer", factory)
+    late = late_arbiter_intents(monkeypatch, settings.topic_prefix, delay=1.5 * IDLE_AFTER)
     table = "woken"
     client = CommitClient(settings=settings, resubmit_after=300.0)
     try:
