@@ -30,6 +30,7 @@ BAD = {
     "ORDO_CLIENT_FETCH_WAIT_MS": ("x", "expected an integer"),
     "ORDO_CONSUMER_FETCH_WAIT_MS": ("-5", "greater than or equal to 1"),
     "ORDO_COMPACTOR_INTERVAL": ("0", "greater than or equal to 0.1"),
+    "ORDO_COMPACTOR_PARALLEL_TABLES": ("0", "greater than or equal to 1"),
     "ORDO_LOG_LEVEL": ("loud", "'debug', 'info', 'warning', 'error' or 'critical'"),
     "ORDO_LOG_FORMAT": ("xml", "'text' or 'json'"),
     "ORDO_TOPIC_PREFIX": ("bad prefix!", "ORDO_TOPIC_PREFIX"),
