@@ -552,24 +552,25 @@ class Compactor:
 
 def spark_session(master: str | None) -> SparkSession:
     """The service's Spark session: local (``local[N]``, the default ``local[2]``) or any master; its JVM in a
-    session of its own (``spark.session.launch_detached``)."""
+    session of its own (``spark.session.launch_detached``). The ``format("ordo")`` source is registered by the
+    first table the service opens, not before it is ready."""
     import re
 
-    from ordo.spark import local_spark_session, register
+    from ordo.spark import local_spark_session
     from ordo.spark.session import launch_detached
 
     match = re.fullmatch(r"local\[(\d+)\]", master or "local[2]")
     if match:
-        return local_spark_session("ordo-compactor", cores=int(match.group(1)), config=SPARK_CONF, detached=True)
+        return local_spark_session(
+            "ordo-compactor", cores=int(match.group(1)), config=SPARK_CONF, detached=True, source=False
+        )
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(str(master)).appName("ordo-compactor")
     for key, value in SPARK_CONF.items():
         builder = builder.config(key, value)
     launch_detached(builder._options)  # type: ignore[attr-defined]
-    spark = builder.getOrCreate()
-    register(spark)
-    return spark
+    return builder.getOrCreate()
 
 
 def py4j_in_one_line(record: logging.LogRecord) -> bool:
