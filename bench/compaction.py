@@ -34,7 +34,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench.common import Result, cpu_seconds, machine, pick, stack
+from bench.common import Result, cpu_seconds, machine, pending, pick, stack
 
 BENCHMARK = "table service capacity"
 BUCKETS = 4
@@ -349,6 +349,15 @@ def run() -> list[Result]:
                 machine=machine(),
             )
         )
+    results.append(
+        pending(
+            BENCHMARK,
+            "the same figures on a Spark standalone cluster with object storage",
+            "groups/min",
+            "measured on local Spark only: the cluster of the cluster-and-object-store issue does not exist in the "
+            "tests yet (run this benchmark with --master spark://... once it does)",
+        )
+    )
     shutil.rmtree(work, ignore_errors=True)
     return results
 
