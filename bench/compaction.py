@@ -245,7 +245,7 @@ def _figures(run: dict[str, Any], ready_s: float) -> list[Result]:
     load = run["load_average"]
     notes = (
         f"load average {load['start']} at the start, {load['end']} at the end; {run['batches']} micro-batches "
-        f"({run['batches_late']} late) in {run['write_seconds']} s; `ordo compactor` local[2], interval "
+        f"({run['batches_late']} late) in {run['write_seconds']} s; `ordo compactor` {run['master']}, interval "
         f"{COMPACTOR_INTERVAL} s, ready after {ready_s} s"
     )
     steady_ok = run["steady_worst_max_files"] is not None and run["steady_worst_max_files"] <= BOUND
@@ -306,8 +306,12 @@ def run() -> list[Result]:
     with stack("compaction") as bench_stack:
         settings, work = bench_stack.settings, bench_stack.work
         started = time.monotonic()
+        master = os.environ.get("BENCH_COMPACTION_MASTER", "local[2]")
         compactor = bench_stack.group.start_ordo(
-            settings, "compactor", "--interval", COMPACTOR_INTERVAL, "--metrics-port", "0", name="compactor"
+            settings,
+            "compactor",
+            *("--master", master, "--interval", COMPACTOR_INTERVAL, "--metrics-port", "0"),
+            name="compactor",
         )
         metrics_url = compactor.wait_for_line(r"compactor metrics at (\S+)/metrics", timeout=120).group(1) + "/metrics"
         ready = compactor.wait_for_line(r"compactor ready in ([\d.]+) s \(Spark ([\d.]+) s\)", timeout=300)
@@ -318,6 +322,7 @@ def run() -> list[Result]:
             for partitions in counts:
                 print(f"  {partitions} partitions ...", flush=True)
                 measured = _measure(settings, metrics_url, partitions, write_seconds, warm)
+                measured["master"] = master
                 batches = measured["batches_of_the_service"] = _batches(compactor.log_text(), f"stream_{partitions}p")
                 print(
                     f"  the service's batches (operation, groups, s, Spark s): {[tuple(b.values()) for b in batches]}"
@@ -355,7 +360,7 @@ def run() -> list[Result]:
             "the same figures on a Spark standalone cluster with object storage",
             "groups/min",
             "measured on local Spark only: the cluster of the cluster-and-object-store issue does not exist in the "
-            "tests yet (run this benchmark with --master spark://... once it does)",
+            "tests yet (BENCH_COMPACTION_MASTER=spark://... runs the service on one once it does)",
         )
     )
     shutil.rmtree(work, ignore_errors=True)
