@@ -1,6 +1,6 @@
 """The table service's capacity: groups compacted per minute and the backlog left beside a stream, by partitions.
 
-``python -m bench compaction`` (quick: about 8 minutes; ``BENCH_PROFILE=full``: about 20). One stack on
+``python -m bench compaction`` (quick: about 9 minutes; ``BENCH_PROFILE=full``: about 20). One stack on
 loopback (broker, ``ordo arbiter``, ``ordo consumer``) and one ``ordo compactor`` process, the service as
 operators run it (Spark ``local[2]``, ``--interval 1``, the default of 2 tables at once), following every
 table. For each of 1, 16 and 64 partitions (``BENCH_COMPACTION_PARTITIONS`` chooses), a fresh table
@@ -11,9 +11,10 @@ group). The stream's files are written with pyarrow in this process (``producer.
 ``format("ordo")`` sink's tasks run), so the service has Spark to itself. Every 2 s: the live files of
 each partition (catalog) and the service's counters (its ``/metrics``).
 
-The stream runs ``WRITE_SECONDS`` (quick 60 s, full 300 s), then stops; the backlog is then followed for
+The stream runs 90 s (quick) or 300 s (full; ``BENCH_COMPACTION_WRITE_SECONDS`` sets it), then stops; the backlog is then followed for
 ``DRAIN_SECONDS`` (60 s). Figures per partition count: groups compacted per minute while the stream runs
-(``ordo_compactor_groups_total`` over the steady state, which starts ``WARM_SECONDS`` after the stream);
+(``ordo_compactor_groups_total`` over the steady state, which starts with the first rewrite landed: a
+table's first Spark job pays class loading and JIT);
 live files per partition at steady state (the median and the worst of each sample's most-filled
 partition), against the table's bound ``min_files x buckets + buckets`` = 36; the same 60 s after the
 writes stopped; the time the backlog took to drain (every partition back to one file per bucket). The
@@ -33,7 +34,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench.common import Result, cpu_seconds, machine, pick, stack
+from bench.common import Result, cpu_seconds, machine, pending, pick, stack
 
 BENCHMARK = "table service capacity"
 BUCKETS = 4
@@ -165,6 +166,22 @@ def _files_per_partition(settings: Any, name: str) -> list[int]:
     return list(counts.values())
 
 
+def _batches(log: str, table: str) -> list[dict[str, float]]:
+    """The service's batches of ``table`` from its log: groups, seconds in all and in Spark."""
+    found = []
+    pattern = rf"{table} (\w+): \d+ partition\(s\), (\d+) group\(s\), .* in ([\d.]+) s \(Spark ([\d.]+) s\)"
+    for match in re.finditer(pattern, log):
+        found.append(
+            {
+                "operation": match.group(1),
+                "groups": int(match.group(2)),
+                "s": float(match.group(3)),
+                "spark_s": float(match.group(4)),
+            }
+        )
+    return found
+
+
 def _measure(settings: Any, metrics_url: str, partitions: int, write_seconds: float, warm: float) -> dict[str, Any]:
     name = f"stream_{partitions}p"
     layout = create_table(settings, name)
@@ -199,7 +216,9 @@ def _measure(settings: Any, metrics_url: str, partitions: int, write_seconds: fl
     finally:
         stream.stop()
     assert stopped_at is not None
-    steady = [s for s in samples if warm <= s["t"] <= stopped_at]
+    # steady state: from the first rewrite landed (the first Spark job of a table pays class loading and JIT)
+    first = next((s["t"] for s in samples if s["groups"] > 0), stopped_at)
+    steady = [s for s in samples if max(warm, first) <= s["t"] <= stopped_at]
     minutes = (steady[-1]["t"] - steady[0]["t"]) / 60 if len(steady) > 1 else 0
     after = [s for s in samples if s["t"] >= stopped_at + DRAIN_SECONDS - SAMPLE_SECONDS]
     return {
@@ -226,7 +245,7 @@ def _figures(run: dict[str, Any], ready_s: float) -> list[Result]:
     load = run["load_average"]
     notes = (
         f"load average {load['start']} at the start, {load['end']} at the end; {run['batches']} micro-batches "
-        f"({run['batches_late']} late) in {run['write_seconds']} s; `ordo compactor` local[2], interval "
+        f"({run['batches_late']} late) in {run['write_seconds']} s; `ordo compactor` {run['master']}, interval "
         f"{COMPACTOR_INTERVAL} s, ready after {ready_s} s"
     )
     steady_ok = run["steady_worst_max_files"] is not None and run["steady_worst_max_files"] <= BOUND
@@ -259,11 +278,18 @@ def _figures(run: dict[str, Any], ready_s: float) -> list[Result]:
             f"live files per partition 60 s after the writes stopped (fullest partition) [{label}]",
             "files",
             run["max_files_60s_after"],
-            peer="seconds to drain (one file per bucket)",
-            peer_value=drained,
-            target=f"drained (<= {BUCKETS}) within 60 s" if p == 16 else None,
-            met=(drained is not None and drained <= DRAIN_SECONDS) if p == 16 else None,
             notes=notes,
+            machine=machine(),
+        ),
+        Result(
+            BENCHMARK,
+            f"seconds from the writes' end until every partition holds one file per bucket [{label}]",
+            "s",
+            drained,
+            target=f"<= {DRAIN_SECONDS:g} s" if p == 16 else None,
+            met=(drained is not None and drained <= DRAIN_SECONDS) if p == 16 else None,
+            notes=f"the partitions turn cold {30} s after their last write (ordo.compaction.cold_seconds), then "
+            "get their MAJOR COMPACT; " + notes,
             machine=machine(),
         ),
     ]
@@ -272,7 +298,7 @@ def _figures(run: dict[str, Any], ready_s: float) -> list[Result]:
 def run() -> list[Result]:
     from ordo.producer.table import close_connections
 
-    write_seconds = float(os.environ.get("BENCH_COMPACTION_WRITE_SECONDS") or pick(60.0, 300.0))
+    write_seconds = float(os.environ.get("BENCH_COMPACTION_WRITE_SECONDS") or pick(90.0, 300.0))
     warm = pick(20.0, 60.0)
     chosen = os.environ.get("BENCH_COMPACTION_PARTITIONS")
     counts = [int(p) for p in chosen.split(",")] if chosen else list(PARTITIONS)
@@ -280,8 +306,12 @@ def run() -> list[Result]:
     with stack("compaction") as bench_stack:
         settings, work = bench_stack.settings, bench_stack.work
         started = time.monotonic()
+        master = os.environ.get("BENCH_COMPACTION_MASTER", "local[2]")
         compactor = bench_stack.group.start_ordo(
-            settings, "compactor", "--interval", COMPACTOR_INTERVAL, "--metrics-port", "0", name="compactor"
+            settings,
+            "compactor",
+            *("--master", master, "--interval", COMPACTOR_INTERVAL, "--metrics-port", "0"),
+            name="compactor",
         )
         metrics_url = compactor.wait_for_line(r"compactor metrics at (\S+)/metrics", timeout=120).group(1) + "/metrics"
         ready = compactor.wait_for_line(r"compactor ready in ([\d.]+) s \(Spark ([\d.]+) s\)", timeout=300)
@@ -292,6 +322,11 @@ def run() -> list[Result]:
             for partitions in counts:
                 print(f"  {partitions} partitions ...", flush=True)
                 measured = _measure(settings, metrics_url, partitions, write_seconds, warm)
+                measured["master"] = master
+                batches = measured["batches_of_the_service"] = _batches(compactor.log_text(), f"stream_{partitions}p")
+                print(
+                    f"  the service's batches (operation, groups, s, Spark s): {[tuple(b.values()) for b in batches]}"
+                )
                 print(
                     f"  {partitions} partitions: {measured['groups_per_minute']} groups/min, files per partition "
                     f"steady {measured['steady_median_max_files']} (worst {measured['steady_worst_max_files']}), "
@@ -319,6 +354,15 @@ def run() -> list[Result]:
                 machine=machine(),
             )
         )
+    results.append(
+        pending(
+            BENCHMARK,
+            "the same figures on a Spark standalone cluster with object storage",
+            "groups/min",
+            "measured on local Spark only: the cluster of the cluster-and-object-store issue does not exist in the "
+            "tests yet (BENCH_COMPACTION_MASTER=spark://... runs the service on one once it does)",
+        )
+    )
     shutil.rmtree(work, ignore_errors=True)
     return results
 

@@ -553,16 +553,19 @@ class Compactor:
 def spark_session(master: str | None) -> SparkSession:
     """The service's Spark session: local (``local[N]``, the default ``local[2]``) or any master (the driver runs
     here; the executors' Python and S3A come from Spark's settings: docs/operations.md, "Production"); its JVM in a
-    session of its own (``spark.session.launch_detached``)."""
+    session of its own (``spark.session.launch_detached``). The ``format("ordo")`` source is registered by the
+    first table the service opens, not before it is ready."""
     import re
 
     from ordo.kernel.streams import child_output
-    from ordo.spark import local_spark_session, register
+    from ordo.spark import local_spark_session
     from ordo.spark.session import launch_detached, object_store_settings, use_session_object_store
 
     match = re.fullmatch(r"local\[(\d+)\]", master or "local[2]")
     if match:
-        return local_spark_session("ordo-compactor", cores=int(match.group(1)), config=SPARK_CONF, detached=True)
+        return local_spark_session(
+            "ordo-compactor", cores=int(match.group(1)), config=SPARK_CONF, detached=True, source=False
+        )
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(str(master)).appName("ordo-compactor")
@@ -572,7 +575,6 @@ def spark_session(master: str | None) -> SparkSession:
         launch_detached(builder._options)  # type: ignore[attr-defined]
         spark = builder.getOrCreate()
     use_session_object_store(spark)
-    register(spark)
     return spark
 
 

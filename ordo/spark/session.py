@@ -36,12 +36,14 @@ def local_spark_session(
     config: Mapping[str, str] | None = None,
     *,
     detached: bool = False,
+    source: bool = True,
 ) -> SparkSession:
     """Get or create a small local-mode SparkSession (UI off, few shuffle partitions, quiet logs).
 
     ``config``: more Spark settings, applied last (e.g. delta-spark's packages and extensions, to run
     ``format("delta")`` and ``format("ordo")`` in one session). ``detached``: start Spark's JVM in a session of
-    its own (``launch_detached``), for a service that stops Spark itself on SIGTERM.
+    its own (``launch_detached``), for a service that stops Spark itself on SIGTERM. ``source=False``: do not
+    register the ``format("ordo")`` source now (a ``DeltaTable`` registers it when it opens, with its settings).
     """
     from pyspark.sql import SparkSession
 
@@ -72,7 +74,7 @@ def local_spark_session(
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     use_session_object_store(spark)
-    if id(spark) not in _REGISTERED:  # keep the settings a DeltaTable registered with an existing session
+    if source and id(spark) not in _REGISTERED:  # keep the settings a DeltaTable registered with an existing session
         register(spark)
     return spark
 
