@@ -87,7 +87,6 @@ def main(argv: list[str] | None = None) -> int:
         conf = write_spark_defaults(work / "spark-conf", driver_config(classpath, s3.hadoop_settings()))
         spark_env = {"PYSPARK_PYTHON": str(python), "SPARK_CONF_DIR": str(conf), "SPARK_LOCAL_IP": "127.0.0.1"}
         os.environ.update(spark_env)
-        os.environ.pop("PYTHONPATH", None)
         group.start_ordo(drivers, "compactor", "--master", cluster.url, "--no-metrics", name="compactor")
         env = settings_env(drivers) | s3.environment() | spark_env
         print(f"\nready: Spark master {cluster.url}, S3 {s3.endpoint} (bucket {BUCKET}), catalog {drivers.catalog}")
