@@ -138,7 +138,8 @@ def test_up_serves_a_client_and_stops_on_ctrl_c(up: Any, tmp_path: Path, broker_
     assert Path(exports["ORDO_TRUSTED_KEYS"]).is_file()
     assert exports["ORDO_BOOTSTRAP_SERVERS"] != "127.0.0.1:1", "ordo up must start its own broker"
     assert exports["ORDO_CATALOG"] == str(data / "catalog.db")
-    pids = [int(p) for p in re.findall(r"pid (\d+)", stack.output)]
+    # each service once (a log line, e.g. the broker's ready line, may name a pid again)
+    pids = list(dict.fromkeys(int(p) for p in re.findall(r"pid (\d+)", stack.output)))
     assert len(pids) == 4, stack.output  # broker, arbiter, consumer, compactor (the table service)
     url = re.search(r"HTTP (http://\S+)", stack.output).group(1)  # type: ignore[union-attr]
     with urllib.request.urlopen(f"{url}/readyz", timeout=10) as response:
