@@ -36,7 +36,8 @@ from ordo.settings import Settings
 
 from ..integration.changes_model import TableWriter, read_change_topic
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
+# Its subject is a Kafka client (Spark's Kafka source) reading the broker: it runs on each broker (tests/README.md).
+pytestmark = [pytest.mark.spark, pytest.mark.each_broker, pytest.mark.timeout(600)]
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = pa.schema(
