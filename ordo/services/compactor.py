@@ -220,9 +220,11 @@ class TableRewriter:
 
         with self._lock:
             handle = self._handles.get(name)
-            if handle is None:
-                handle = self._handles[name] = DeltaTable.open(self.spark, name, settings=self.settings)
-            return handle
+        if handle is None:  # opened outside the lock: the first open registers the data source (seconds)
+            opened = DeltaTable.open(self.spark, name, settings=self.settings)
+            with self._lock:
+                handle = self._handles.setdefault(name, opened)
+        return handle
 
     def _batch(
         self,
