@@ -174,6 +174,8 @@ class TableRewriter:
 
     def compact(self, name: str, state: _TableState) -> int:
         """Plan ``name`` and run what is due; the number of (partition, bucket) groups committed."""
+        if not self.claims.holds(name):  # the fleet moved it since the loop picked it
+            return 0
         info = self.catalog.table(name)
         try:
             policy = Policy.of(info.metadata.properties)
