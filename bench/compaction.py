@@ -11,14 +11,16 @@ group). The stream's files are written with pyarrow in this process (``producer.
 ``format("ordo")`` sink's tasks run), so the service has Spark to itself. Every 2 s: the live files of
 each partition (catalog) and the service's counters (its ``/metrics``).
 
-The stream runs 90 s (quick) or 300 s (full; ``BENCH_COMPACTION_WRITE_SECONDS`` sets it), then stops; the backlog is then followed for
-``DRAIN_SECONDS`` (60 s). Figures per partition count: groups compacted per minute while the stream runs
-(``ordo_compactor_groups_total`` over the steady state, which starts with the first rewrite landed: a
-table's first Spark job pays class loading and JIT);
-live files per partition at steady state (the median and the worst of each sample's most-filled
-partition), against the table's bound ``min_files x buckets + buckets`` = 36; the same 60 s after the
-writes stopped; the time the backlog took to drain (every partition back to one file per bucket). The
-load average at the start and the end of each run is recorded: the machine is shared.
+The stream runs 90 s (quick) or 300 s (full; ``BENCH_COMPACTION_WRITE_SECONDS`` sets it), then stops;
+the backlog is then followed for ``DRAIN_SECONDS`` (60 s). Figures per partition count: groups compacted
+per minute while the stream runs (``ordo_compactor_groups_total`` over the steady state, which starts with
+the first rewrite landed: a table's first Spark job pays class loading and JIT); live files per partition
+at steady state (the median and the worst of each sample's most-filled partition), against the table's
+bound ``min_files x buckets + buckets`` = 36; the same 60 s after the writes stopped; the time the backlog
+took to drain (every partition back to one file per bucket, which needs the partitions to turn cold: 30 s).
+The service's batches (groups, seconds, Spark's part) are kept with the figures, and the time from the
+service's start to ready with its CPU seconds. The load average at the start and the end of each run is
+recorded: the machine is shared. ``BENCH_COMPACTION_MASTER`` runs the service on another Spark master.
 """
 
 from __future__ import annotations

@@ -174,6 +174,8 @@ class TableRewriter:
 
     def compact(self, name: str, state: _TableState) -> int:
         """Plan ``name`` and run what is due; the number of (partition, bucket) groups committed."""
+        if not self.claims.holds(name):  # the fleet moved it since the loop picked it
+            return 0
         info = self.catalog.table(name)
         try:
             policy = Policy.of(info.metadata.properties)
@@ -220,9 +222,11 @@ class TableRewriter:
 
         with self._lock:
             handle = self._handles.get(name)
-            if handle is None:
-                handle = self._handles[name] = DeltaTable.open(self.spark, name, settings=self.settings)
-            return handle
+        if handle is None:  # opened outside the lock: the first open registers the data source (seconds)
+            opened = DeltaTable.open(self.spark, name, settings=self.settings)
+            with self._lock:
+                handle = self._handles.setdefault(name, opened)
+        return handle
 
     def _batch(
         self,
