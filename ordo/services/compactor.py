@@ -79,6 +79,7 @@ MAX_BACKOFF = 300.0
 TICK = 0.5  # the main loop's turn: pick tables to rewrite, serve the fleet's group
 SHUTDOWN_WAIT = 60.0  # on stop, how long the abandoned rewrites get to end (cancelled jobs, intents in flight)
 JOB_GROUP = "ordo-compactor:"  # + table: the Spark job group of a table's rewrites (cancelled to abandon them)
+WARM_UP = "(warm-up)"  # the job group of the warm-up (no table has this name: it is not a valid table name)
 # The service's Spark settings: a rewrite names its input files, and Spark lists more than 32 paths with a
 # job of its own (on a 2-core machine it cost as much as the rewrite); up to this many, the driver lists them.
 SPARK_CONF = {"spark.sql.sources.parallelPartitionDiscovery.threshold": "4096"}
@@ -485,6 +486,23 @@ class Compactor:
             if not future.cancelled() and future.exception() is None:
                 self.groups += future.result()
 
+    def warm_up(self) -> Future[None]:
+        """Warm Spark up in a worker (``producer.rewrites.warm_up``) while no table needs it yet."""
+
+        def run() -> None:
+            from ordo.producer.rewrites import warm_up
+
+            self.spark.sparkContext.setJobGroup(JOB_GROUP + WARM_UP, "ordo compactor: warm-up", interruptOnCancel=True)
+            started = time.perf_counter()
+            try:
+                warm_up(self.spark)
+            except Exception as exc:  # only a head start: the service works without it
+                log.info("Spark warm-up failed: %s", _first_line(exc))
+                return
+            log.info("Spark warmed up in %.1f s", time.perf_counter() - started)
+
+        return self._pool.submit(run)
+
     def round(self) -> int:
         """Plan and rewrite every owned table once (``parallel_tables`` at a time); the groups committed."""
         before = self.groups
@@ -543,6 +561,10 @@ class Compactor:
         """Abandon every rewrite in flight and wait for the workers (intents already published get decided)."""
         with self._lock:
             names = list(self._busy)
+        try:
+            self.spark.sparkContext.cancelJobGroup(JOB_GROUP + WARM_UP)
+        except Exception as exc:  # Spark already stopping
+            log.debug("cancelling the warm-up: %s", exc)
         futures = self._abandon(names)
         if futures:
             log.info("stopping: abandoning the rewrites of %s", ", ".join(sorted(names)))
@@ -643,6 +665,7 @@ def run_compactor(
             claims=claims,
         )
         claims.on_release(compactor.release)
+        compactor.warm_up()
         claims.wait_assigned(_tables_exist(compactor), stop)
         metrics.health.ready = True
         log.info(
