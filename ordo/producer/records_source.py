@@ -121,10 +121,16 @@ def write_options(
 
 
 def register(spark: Any) -> None:
-    """Register ``ordo_records`` with ``spark`` once."""
-    if id(spark) not in _REGISTERED:
-        spark.dataSource.register(RecordsDataSource)
-        _REGISTERED.add(id(spark))
+    """Register ``ordo_records`` with ``spark`` unless its session knows it already.
 
-
-_REGISTERED: set[int] = set()
+    Asked of the session each time: a streaming query's micro-batches run in
+    a clone of the session, and a session's Python object id may be reused by
+    a later one, so a cache of ids would skip sessions that lack it.
+    """
+    try:
+        manager = spark._jsparkSession.sessionState().dataSourceManager()
+        if manager.dataSourceExists(NAME):
+            return
+    except Exception:
+        pass
+    spark.dataSource.register(RecordsDataSource)
