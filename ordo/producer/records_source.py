@@ -131,6 +131,6 @@ def register(spark: Any) -> None:
         manager = spark._jsparkSession.sessionState().dataSourceManager()
         if manager.dataSourceExists(NAME):
             return
-    except Exception:
+    except Exception:  # Spark Connect or another Spark's internals: registering again is harmless
         pass
     spark.dataSource.register(RecordsDataSource)
