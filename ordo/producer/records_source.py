@@ -121,16 +121,12 @@ def write_options(
 
 
 def register(spark: Any) -> None:
-    """Register ``ordo_records`` with ``spark`` unless its session knows it already.
+    """Register ``ordo_records`` with ``spark``, right before each write.
 
-    Asked of the session each time: a streaming query's micro-batches run in
-    a clone of the session, and a session's Python object id may be reused by
-    a later one, so a cache of ids would skip sessions that lack it.
+    Not cached: a streaming query's micro-batches run in a clone of the
+    session, a session's Python object id may be reused by a later one, and
+    beside a running stream the session's own look-up did not find a source
+    it reported registered (tests/e2e/test_compactor.py); registering costs
+    a JVM call and a warning in Spark's log that it replaced the source.
     """
-    try:
-        manager = spark._jsparkSession.sessionState().dataSourceManager()
-        if manager.dataSourceExists(NAME):
-            return
-    except Exception:  # Spark Connect or another Spark's internals: registering again is harmless
-        pass
     spark.dataSource.register(RecordsDataSource)
