@@ -63,10 +63,11 @@ def main(argv: list[str] | None = None) -> int:
     s3 = S3ProxyServer(data_dir=work / "s3", echo=print)
     kafka = KafkaCluster(data_dir=work / "kafka")
     group = ProcessGroup(log_dir=work / "logs")
-    cluster = SparkStandalone(work / "spark", env=s3.environment())
+    cluster: SparkStandalone | None = None
     try:
         s3.start()
         s3.create_bucket(BUCKET)
+        cluster = SparkStandalone(work / "spark", env=s3.environment())  # the nodes reach S3 at its port
         os.environ.update(s3.environment())
         kafka.start()
         port = free_port()
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         spark_env = {"PYSPARK_PYTHON": str(python), "SPARK_CONF_DIR": str(conf), "SPARK_LOCAL_IP": "127.0.0.1"}
         os.environ.update(spark_env)
         group.start_ordo(drivers, "compactor", "--master", cluster.url, "--no-metrics", name="compactor")
-        env = settings_env(drivers) | s3.environment() | spark_env
+        env = {k: v for k, v in settings_env(drivers).items() if k != "ORDO_ARBITER_KEY"} | s3.environment() | spark_env
         print(f"\nready: Spark master {cluster.url}, S3 {s3.endpoint} (bucket {BUCKET}), catalog {drivers.catalog}")
         print("# a driver of yours (in this shell: export these, then use master " + cluster.url + "):")
         for key in sorted(env):
@@ -102,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     finally:
         group.stop()
-        cluster.stop()
+        if cluster is not None:
+            cluster.stop()
         kafka.stop()
         s3.stop()
         postgres.cleanup()

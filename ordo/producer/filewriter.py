@@ -100,7 +100,7 @@ class FileWriter:
             layout.int_property(MAX_RECORDS_PER_FILE_PROPERTY, DEFAULT_MAX_RECORDS_PER_FILE),
             self.write_ids,
         )
-        records_source.register(self.spark)
+        records_source.register(df.sparkSession)  # the session the write runs in (a stream's clone, maybe)
         handle, result = tempfile.mkstemp(prefix=f"ordo-write-{self.txn_id}-", suffix=".jsonl")
         os.close(handle)
         started = time.perf_counter()

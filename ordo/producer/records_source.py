@@ -124,10 +124,12 @@ def write_options(
 
 
 def register(spark: Any) -> None:
-    """Register ``ordo_records`` with ``spark`` once."""
-    if id(spark) not in _REGISTERED:
-        spark.dataSource.register(RecordsDataSource)
-        _REGISTERED.add(id(spark))
+    """Register ``ordo_records`` with ``spark``, right before each write.
 
-
-_REGISTERED: set[int] = set()
+    Not cached: a streaming query's micro-batches run in a clone of the
+    session, a session's Python object id may be reused by a later one, and
+    beside a running stream the session's own look-up did not find a source
+    it reported registered (tests/e2e/test_compactor.py); registering costs
+    a JVM call and a warning in Spark's log that it replaced the source.
+    """
+    spark.dataSource.register(RecordsDataSource)
