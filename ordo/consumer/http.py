@@ -61,7 +61,18 @@ ERROR_STATUS: dict[type[Exception], int] = {
     CatalogError: 500,
     ValueError: 400,
     TypeError: 400,
+    Exception: 500,  # anything else is a bug, still answered with the documented JSON body
 }
+
+
+INT64_MAX = 2**63 - 1  # versions, offsets and page sizes are 64-bit in the log and in SQL
+
+
+def _int64(number: int, what: str) -> int:
+    """``number`` if it fits a signed 64-bit integer, else a ValueError (a 400) naming ``what``."""
+    if not -INT64_MAX - 1 <= number <= INT64_MAX:
+        raise ValueError(f"{what} must fit a signed 64-bit integer, got {number}")
+    return number
 
 
 def parse_bound(value: str | None, by: str) -> int | str | None:
@@ -70,12 +81,13 @@ def parse_bound(value: str | None, by: str) -> int | str | None:
         return None
     if by == "id":
         try:
-            return int(value)
+            number = int(value)
         except ValueError:
             raise ValueError(f"by=id needs integer versions, got {value!r}") from None
+        return _int64(number, "an ID version")
     stripped = value.strip()
     if stripped.lstrip("-").isdigit():
-        return int(stripped)
+        return _int64(int(stripped), "epoch milliseconds")
     return stripped
 
 
@@ -179,7 +191,7 @@ def create_app(
     )
     def snapshot(
         table: str,
-        version: int | None = Query(None, ge=0, description="ID version"),
+        version: int | None = Query(None, ge=0, le=INT64_MAX, description="ID version"),
         timestamp: str | None = Query(None, description="ISO-8601 time or epoch milliseconds"),
         groups: str | None = Query(
             None, description='only these groups\' files: [{"partition": {...}, "bucket": n or null}, ...]'
@@ -197,7 +209,7 @@ def create_app(
     )
     def history(
         table: str,
-        limit: int | None = Query(None, ge=1, description="page size (default: everything)"),
+        limit: int | None = Query(None, ge=1, le=INT64_MAX, description="page size (default: everything)"),
         accepted_only: bool = Query(False, description="only accepted decisions (DESCRIBE HISTORY)"),
         cursor: str | None = Query(None, description="next_cursor of the previous page"),
     ) -> JSONResponse:
@@ -219,7 +231,7 @@ def create_app(
         end: str | None = Query(None, description="inclusive; default: the head"),
         by: str = Query("id", pattern="^(id|time)$"),
         include_rewrites: bool = Query(False, description="also compaction and clustering commits"),
-        limit: int | None = Query(None, ge=1, description="page size (default: the whole range)"),
+        limit: int | None = Query(None, ge=1, le=INT64_MAX, description="page size (default: the whole range)"),
         cursor: str | None = Query(None, description="by=id: next_cursor of the previous page (instead of start)"),
     ) -> JSONResponse:
         low = parse_bound(start, by)
@@ -247,14 +259,14 @@ def create_app(
     async def stream(
         request: Request,
         table: str,
-        from_version: int = Query(0, ge=0, description="first ID version to send"),
+        from_version: int = Query(0, ge=0, le=INT64_MAX, description="first ID version to send"),
         include_rewrites: bool = Query(False),
         last_event_id: str | None = Header(None, alias="Last-Event-ID"),
     ) -> StreamingResponse:
         cursor = from_version
         if last_event_id is not None and last_event_id.strip():
             try:
-                cursor = int(last_event_id) + 1
+                cursor = _int64(int(last_event_id), "Last-Event-ID") + 1
             except ValueError:
                 raise ValueError(f"Last-Event-ID must be an ID version, got {last_event_id!r}") from None
         await run_in_threadpool(catalog.table, table)  # 404 before the stream starts
@@ -338,7 +350,7 @@ def _cursor(cursor: str | None) -> int | None:
         return None
     if not cursor.isdigit():
         raise ValueError(f"cursor must be the next_cursor of a previous page, got {cursor!r}")
-    return int(cursor)
+    return _int64(int(cursor), "cursor")
 
 
 def _event(kind: str, data: dict[str, Any], event_id: int | None = None) -> str:

@@ -82,6 +82,11 @@ def test_http_endpoints_status_codes_and_bodies(served: tuple[Catalog, Catalog, 
     assert httpx.get(f"{url}/tables/t/snapshot", params={"version": 999}).status_code == 404
     assert httpx.get(f"{url}/tables/t/commits", params={"by": "id", "start": "x"}).status_code == 400
     assert httpx.get(f"{url}/tables/t/snapshot", params={"timestamp": "not a time"}).status_code == 400
+    beyond = str(2**63)  # no version, offset or page size is that large: refused, not an overflow inside
+    assert httpx.get(f"{url}/tables/t/history", params={"limit": beyond}).status_code == 422
+    assert httpx.get(f"{url}/tables/t/history", params={"cursor": beyond}).status_code == 400
+    assert httpx.get(f"{url}/tables/t/commits", params={"start": beyond}).status_code == 400
+    assert httpx.get(f"{url}/tables/t/commits", params={"by": "time", "end": beyond}).status_code == 400
     snapshot = httpx.get(f"{url}/tables/t/snapshot", params={"version": 5}).json()
     assert snapshot["id_version"] == 5 and {f["path"] for f in snapshot["files"]} == set(script.model.live(5))
     assert httpx.get(f"{url}/openapi.json").json()["paths"].keys() >= {"/tables/{table}/changes/stream", "/metrics"}
@@ -172,6 +177,7 @@ def test_layout_endpoint_answers_like_the_local_function(
         (CatalogError("odd"), 500),
         (ValueError("bad"), 400),
         (TypeError("worse"), 400),
+        (ZeroDivisionError("a bug"), 500),  # still the documented JSON body, not Starlette's text/plain
     ],
 )
 def test_each_catalog_error_has_its_status(raised: Exception, status: int) -> None:
@@ -181,6 +187,6 @@ def test_each_catalog_error_has_its_status(raised: Exception, status: int) -> No
 
     from fastapi.testclient import TestClient
 
-    response = TestClient(create_app(Failing())).get("/tables")  # type: ignore[arg-type]
+    response = TestClient(create_app(Failing()), raise_server_exceptions=False).get("/tables")  # type: ignore[arg-type]
     assert response.status_code == status
     assert response.json() == {"error": type(raised).__name__, "message": str(raised)}
