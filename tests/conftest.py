@@ -233,6 +233,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         for name in sorted(needs(item)):
             item.add_marker(name)
+    # tests/cluster runs last: its driver is the one SparkContext a process may have, so it stops the local
+    # session of tests/e2e (and any Spark test after it would find that session stopped)
+    cluster = Path(__file__).parent / "cluster"
+    items.sort(key=lambda item: Path(str(item.path)).is_relative_to(cluster))
 
 
 @pytest.fixture(scope="session")
