@@ -47,13 +47,16 @@ s3: check-java check-mvn $(STAMP) ## Fetch S3Proxy and Spark's S3A jars once (Ma
 cluster: setup kafka s3 ## The production topology on one machine until Ctrl-C: S3, Kafka, PostgreSQL, arbiter, consumer, a Spark standalone cluster, the compactor on it
 	$(BIN)/python tools/cluster_up.py
 
-# The test tiers (tests/README.md). TEST_REPORTS=DIR makes each test target write its JUnit XML (every test's
-# duration) to DIR/<target>.xml; .ci/run sets it and prints a summary of them at the end of the CI log.
+# The test tiers (tests/README.md). make test runs them in TEST_WORKERS pytest-xdist workers, each module whole on
+# one worker, all of tests/e2e on one (one Spark session), tests/cluster last (TEST_WORKERS=0: one process).
+# TEST_REPORTS=DIR makes each test target write its JUnit XML (every test's duration) to DIR/<target>.xml; .ci/run
+# sets it and prints a summary of them at the end of the CI log.
 FAST := not broker and not spark and not postgres and not slow
+TEST_WORKERS ?= 2
 junit = $(if $(TEST_REPORTS),--junitxml=$(TEST_REPORTS)/$(1).xml)
 
 test: setup prometheus kafka s3 ## Run the whole test suite (unit; integration and chaos on Tansu and on Apache Kafka; Spark end to end on Kafka; a Spark cluster with tables on S3)
-	$(BIN)/pytest -q --durations=30 $(call junit,test)
+	$(BIN)/pytest -q --durations=30 -n $(TEST_WORKERS) --dist loadscope $(call junit,test)
 
 test-fast: setup ## The fast tier: the tests that need no broker, Spark or PostgreSQL (a few minutes)
 	$(BIN)/pytest -q --durations=15 -m "$(FAST)" tests/unit $(call junit,test-fast)

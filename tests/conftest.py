@@ -187,6 +187,8 @@ def selected_brokers(config: pytest.Config) -> list[str]:
 
 def pytest_configure(config: pytest.Config) -> None:
     selected_brokers(config)  # a wrong --broker/ORDO_TEST_BROKERS is one usage error, before collection
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(XdistTiers(), "ordo-xdist-tiers")
 
 
 TESTS = Path(__file__).resolve().parent
@@ -228,6 +230,7 @@ def needs(item: pytest.Item) -> set[str]:
     return found
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m selects by these markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark every test with the services it needs, so that ``-m "not broker and ..."`` selects a tier."""
     for item in items:
@@ -237,6 +240,52 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # session of tests/e2e (and any Spark test after it would find that session stopped)
     cluster = Path(__file__).parent / "cluster"
     items.sort(key=lambda item: Path(str(item.path)).is_relative_to(cluster))
+
+
+def xdist_scope(nodeid: str) -> str:
+    """The unit of work of a pytest-xdist worker (``--dist loadscope``): all of tests/e2e is one (one Spark
+    session and one Kafka, on one worker), any other module is one (its module fixtures start once)."""
+    path = nodeid.split("::", 1)[0]
+    return "tests/e2e" if path.startswith("tests/e2e/") else path
+
+
+class XdistTiers:
+    """Registered when pytest-xdist is installed: ``make test``'s scheduling, and the chaos figures of the workers."""
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
+        if config.getoption("dist") != "loadscope":
+            return None
+        from xdist.scheduler import LoadScopeScheduling
+
+        class TierScheduling(LoadScopeScheduling):
+            def _split_scope(self, nodeid: str) -> str:
+                return xdist_scope(nodeid)
+
+        return TierScheduling(config, log)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        from tests.chaos import figures
+
+        output = getattr(session.config, "workeroutput", None)
+        if output is not None:  # on a worker: hand its figures to the controller
+            output["chaos_figures"] = figures.export()
+
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        from tests.chaos import figures
+
+        figures.merge(getattr(node, "workeroutput", {}).get("chaos_figures"))
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """The chaos suite's figures (kills survived, intents checked, ...), when chaos tests ran."""
+    from tests.chaos import figures
+
+    lines = figures.summary()
+    if lines:
+        terminalreporter.section(f"chaos summary (profile {figures.PROFILE})")
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")

@@ -6,12 +6,17 @@ from collections.abc import Iterator
 
 import pytest
 
+# The session's JVM compiles with C1 only and collects with the serial GC (the Kafka launcher's JVMs do the
+# same): a test's queries are small and short, and on 2 cores C2's compile threads and G1's concurrent threads
+# cost more CPU than they save (tests/e2e/test_writer_matrix.py and test_reads.py: 148 s of CPU instead of 176 s).
+TEST_JVM_OPTIONS = "-Dderby.system.home=/tmp/ordo-derby -XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     """A local SparkSession shared by the whole run (startup costs ~10 s)."""
     from ordo.spark import local_spark_session
 
-    session = local_spark_session("ordo-tests")
+    session = local_spark_session("ordo-tests", config={"spark.driver.extraJavaOptions": TEST_JVM_OPTIONS})
     yield session
     session.stop()
