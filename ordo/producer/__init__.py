@@ -6,6 +6,7 @@ Spark is imported on first use.
 
 from ordo.producer.client import ClientClosedError, CommitClient
 from ordo.producer.data import (
+    ConstraintViolationError,
     InvalidOperationError,
     InvalidTableError,
     PartitionValueError,
@@ -30,6 +31,7 @@ __all__ = [
     "ClientClosedError",
     "CommitClient",
     "CommitResult",
+    "ConstraintViolationError",
     "DeltaTable",
     "InvalidOperationError",
     "InvalidTableError",
