@@ -114,7 +114,7 @@ def test_repair_through_the_running_consumer_serves_the_table_again(
     # the running consumer does it (asked through a request file next to the catalog)
     answer = cli(settings, path, "repair", "hurt", "--json")
     assert answer.exit_code == 0, answer.output
-    result = json.loads(answer.output)
+    result = json.loads(answer.stdout)
     assert result["served"] and result["head_version"] == 6 and result["error"] is None
 
     # served again: same history and snapshots as a catalog built from the log by a fresh consumer
@@ -186,7 +186,7 @@ def test_a_bad_record_still_in_the_log_stops_the_table_again_and_the_message_nam
     running.terminate()
     offline = cli(settings, path, "repair", "bad", "--json")
     assert offline.exit_code == 1
-    data = json.loads(offline.output)
+    data = json.loads(offline.stdout)
     assert (data["error"], data["error_offset"]) == (before.error, bad_offset)
 
 
@@ -232,7 +232,7 @@ def test_repair_of_a_postgresql_catalog_runs_where_it_is_called_and_the_consumer
         assert len(catalog.snapshot("hurt").files) == 4
     answer = cli(settings, url, "repair", "hurt", "--json")
     assert answer.exit_code == 0, answer.output
-    result = json.loads(answer.output)
+    result = json.loads(answer.stdout)
     assert result["served"] and result["head_version"] == 5 and result["error"] is None
     fresh = consumer(catalog=tmp_path / "fresh.db", http=False)
     with Catalog(url) as repaired, Catalog(fresh.catalog_path) as rebuilt:

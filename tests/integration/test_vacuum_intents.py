@@ -48,7 +48,7 @@ def vacuum(settings: Settings, catalog: str, *args: str) -> dict[str, Any]:
     }
     result = CliRunner().invoke(main, ["vacuum", "t", *args, "--json", "--force"], env=env, catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    return json.loads(result.output)
+    return json.loads(result.stdout)
 
 
 def wait_head(handle: ConsumerProcess, version: int, timeout: float = 60.0) -> None:

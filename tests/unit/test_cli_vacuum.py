@@ -39,7 +39,7 @@ def live(builder: Builder, version: int | None = None) -> set[str]:
 def vacuum(builder: Builder, *args: str, env: dict[str, str] | None = None) -> dict:
     result = run(builder, "vacuum", "events", *args, "--json", "--force", env=env)  # below ordo.retention_hours
     assert result.exit_code == 0, result.output
-    return json.loads(result.output)
+    return json.loads(result.stdout)
 
 
 @pytest.fixture

@@ -190,7 +190,7 @@ def test_ordo_config_prints_the_effective_settings() -> None:
     assert lines["ORDO_HTTP_PORT"] == "9100" and lines["ORDO_KAFKA__SASL_PASSWORD"] == "***"
     assert lines["ORDO_CATALOG"] == "postgresql://u:***@h/d" and "s3cret" not in result.output
     as_json = CliRunner().invoke(main, ["config", "--json"], env=env)
-    assert json.loads(as_json.output)["ORDO_HTTP_PORT"] == "9100"
+    assert json.loads(as_json.stdout)["ORDO_HTTP_PORT"] == "9100"
     bad = CliRunner().invoke(main, ["config"], env={"ORDO_HTTP_PORT": "eighty"})
     assert bad.exit_code != 0 and "ORDO_HTTP_PORT='eighty'" in bad.output
 
