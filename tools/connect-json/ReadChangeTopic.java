@@ -73,7 +73,9 @@ public class ReadChangeTopic {
             long end = until >= 0 ? until : consumer.endOffsets(List.of(partition)).get(partition);
             while (consumer.position(partition) < end) {
                 for (ConsumerRecord<byte[], byte[]> record : consumer.poll(Duration.ofSeconds(1))) {
-                    records.add(new Raw(record.offset(), record.key(), record.value()));
+                    if (record.offset() < end) { // a poll may bring what was written after the end was taken
+                        records.add(new Raw(record.offset(), record.key(), record.value()));
+                    }
                 }
             }
         }
