@@ -126,7 +126,8 @@ class RunPostgres:
         except psycopg.OperationalError as error:
             log = Path(self.server.log)
             tail = log.read_text(errors="replace")[-2000:] if log.exists() else "(no log)"
-            warnings.warn(f"the run's PostgreSQL does not answer ({error}); starting another. Its log:\n{tail}")
+            message = f"the run's PostgreSQL does not answer ({error}); starting another. Its log:\n{tail}"
+            warnings.warn(message, stacklevel=2)
         self.server = self._start()
 
     def cleanup(self) -> None:

@@ -363,3 +363,11 @@ def test_a_fleet_splits_the_tables_and_hands_them_over(spark: Any, writer_stack:
     for table in tables:
         rejected = [d for d in table.decisions() if not d.accepted]
         assert rejected == [], "a rewrite met another rewrite"
+
+
+def test_the_services_warm_up_rewrite_runs_end_to_end(spark: Any) -> None:
+    """``warm_up`` (the service's first, scratch rewrite) writes and rewrites; the service would only log a
+    failure of it, so it is run here directly."""
+    from ordo.producer.rewrites import warm_up
+
+    warm_up(spark)  # raises on any error in the write, the scan or the rewrite
