@@ -7,11 +7,11 @@ Importing this module imports neither Spark nor Kafka: both are loaded on use.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Self
 
 from ordo.kernel.settings import Settings
+from ordo.producer.commit import Change, Committer
 from ordo.producer.connection import (
     absolute_location,
     register_source,
@@ -20,9 +20,9 @@ from ordo.producer.connection import (
     writer_identity,
 )
 from ordo.producer.data import InvalidOperationError, InvalidTableError, Layout
-from ordo.producer.results import CatalogLagError, CommitResult, TableExistsError, conflict_error
+from ordo.producer.results import TableExistsError
 from ordo.producer.transaction import Transaction
-from ordo.schemas import CommitIntent, Operation, TableMetadata, validate_table_name
+from ordo.schemas import Operation, TableMetadata, validate_table_name
 from ordo.schemas.operations import ROW_ID_COLUMN, ROW_ID_DDL, ROW_ID_KEY
 from ordo.schemas.topics import table_identifier
 
@@ -231,18 +231,8 @@ class TableHandle:
             commit_timeout=commit_timeout,
             catalog_timeout=catalog_timeout,
         )
-        intent = CommitIntent(
-            txn_id=uuid.uuid4().hex,
-            table=name,
-            operation=Operation.CREATE_TABLE,
-            read_version=0,
-            metadata=metadata,
-            writer=table._writer,
-        )
-        decision = table._conn.client.commit(intent, timeout=commit_timeout)
-        if not decision.accepted:
-            raise conflict_error(decision, f"CREATE TABLE {name}")
-        table._wait_for_catalog(0, None)
+        change = Change(name, Operation.CREATE_TABLE, metadata=metadata, writer=table._writer)
+        table._committer().commit(change, f"CREATE TABLE {name}", read_version=0)
         return table
 
     @classmethod
@@ -421,13 +411,10 @@ class TableHandle:
         self.metadata = metadata
         self.layout = Layout.of(self.name, metadata)
 
-    def _wait_for_catalog(self, version: int, result: CommitResult | None) -> None:
-        try:
-            self._conn.catalog.wait_for_version(self.name, version, timeout=self.catalog_timeout)
-        except TimeoutError as exc:
-            raise CatalogLagError(
-                f"table {self.name} committed version {version}, but the catalog {self.settings.catalog!r} did not "
-                f"show it within {self.catalog_timeout:g} s (is `ordo consumer` running for prefix "
-                f"{self.settings.topic_prefix!r}?)",
-                result,
-            ) from exc
+    def _committer(self, timeout: float | None = None) -> Committer:
+        """The one commit path (``producer.commit``), waiting ``timeout`` (default ``commit_timeout``) per decision."""
+        return Committer(
+            self._conn,
+            timeout=self.commit_timeout if timeout is None else timeout,
+            catalog_timeout=self.catalog_timeout,
+        )
