@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from ordo.producer.commit import Change
 from ordo.producer.data import InvalidOperationError
-from ordo.producer.handle import TableHandle, altered_metadata
+from ordo.producer.definition import altered_metadata
+from ordo.producer.handle import TableHandle
 from ordo.producer.results import CommitResult
 from ordo.schemas import Operation, TableMetadata
 from ordo.schemas.models import MAX_PATH_LENGTH

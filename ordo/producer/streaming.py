@@ -29,15 +29,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ordo.kernel.errors import CommitConflictError
+from ordo.producer.connection import QUERY_ID_PROPERTY
 from ordo.producer.results import BATCH_ALREADY_COMMITTED, CommitResult
-from ordo.producer.table import DeltaTable
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+    from ordo.producer.table import DeltaTable
+
 log = logging.getLogger("ordo.producer.streaming")
 
-QUERY_ID_PROPERTY = "sql.streaming.queryId"
 DEFAULT_STREAM_RETRIES = 5
 
 

@@ -262,7 +262,7 @@ class DeltaTable(MetadataCommits):
         from ordo.consumer.arrow import DELTA_FORM, check_form
 
         if check_form(form) == DELTA_FORM:
-            from ordo.spark.datasource import settings_options
+            from ordo.producer.connection import settings_options
 
             reader = self.spark.read.format("ordo").options(**settings_options(self.settings))
             reader = reader.option("readChangeFeed", "true")

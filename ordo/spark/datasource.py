@@ -65,6 +65,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 from ordo.consumer.arrow import CHANGE_COLUMNS
 from ordo.kernel.errors import OrdoError
 from ordo.kernel.settings import Settings, load_settings, parse_bool
+from ordo.producer.connection import settings_options
 from ordo.schemas.models import ddl_columns as _ddl_columns
 from ordo.schemas.operations import ROW_ID_COLUMN, Reason
 from ordo.schemas.topics import table_identifier
@@ -240,19 +241,6 @@ def check_options(options: Mapping[str, Any], use: str) -> None:
     if problems:
         allowed = ", ".join(o.name for o in OPTIONS if use in o.uses)
         raise DataSourceOptionError(f"format('ordo') {use}: {'; '.join(problems)}. Its options: {allowed}")
-
-
-def settings_options(settings: Settings) -> dict[str, str]:
-    """The data source options that carry ``settings`` (broker, prefix, catalog, warehouse)."""
-    values = {
-        "ordo.bootstrapServers": settings.bootstrap_servers,
-        "ordo.topicPrefix": settings.topic_prefix,
-        "ordo.catalog": settings.catalog,
-        "ordo.warehouse": settings.warehouse,
-        "ordo.trustedKeys": settings.trusted_keys or None,
-        "ordo.requireSignatures": str(settings.require_signatures).lower(),
-    }
-    return {k: str(v) for k, v in values.items() if v is not None}
 
 
 def _truthy(value: str | None) -> bool:
@@ -946,7 +934,7 @@ class _Writing:
         batch_id = query_id = None
         if context is not None and self.streaming:
             batch_id = context.getLocalProperty(BATCH_ID_PROPERTY)
-            from ordo.producer.streaming import QUERY_ID_PROPERTY  # the query id (kept in the checkpoint)
+            from ordo.producer.connection import QUERY_ID_PROPERTY  # the query id (kept in the checkpoint)
 
             query_id = context.getLocalProperty(QUERY_ID_PROPERTY)
         txn_id = self._txn_for(batch_id)
@@ -1177,7 +1165,7 @@ def create_for_write(name: str, schema: StructType, options: Mapping[str, str], 
     """
     from ordo.producer.commit import Change, Committer, new_txn_id
     from ordo.producer.connection import shared_connection
-    from ordo.producer.handle import table_metadata
+    from ordo.producer.definition import table_metadata
     from ordo.producer.results import conflict_error
     from ordo.schemas import Operation, Reason
 
