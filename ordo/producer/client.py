@@ -24,6 +24,11 @@ first decision (``duplicate_of`` set, the original outcome and versions), and
 whichever decision comes first answers the commit. Nothing is resubmitted once
 a decision is known.
 
+A table's topics are made or checked before its first intent, and the end of
+its decisions log read, by ``producer.topics.TableTopics``; ``read_decisions``
+reads a table's history. Writers do not call ``commit`` themselves: they go
+through the one commit path, ``producer.commit``.
+
 Kafka clients are created on first use, never in ``__init__``.
 """
 

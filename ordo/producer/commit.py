@@ -21,8 +21,8 @@ The retry policy (docs/writer.md, "Retries"), one for every writer, at two level
 2. **Conflict** (here): a rejection is final, except ``CONFLICT_LATER_FAILS`` of an INSERT INTO (it reads nothing)
    when the writer asked for retries: the catalog is waited for up to the conflicting version, and the same files
    are published again under a new txn id, pinned to the head, after ``RETRY_BACKOFF`` seconds. The writer API
-   asks with ``retries=`` (0 by default, 5 for ``foreach_batch_committer``), the ``format("ordo")`` sink with
-   ``SINK_RETRIES`` per micro-batch; every other commit takes 0.
+   asks with ``retries=`` (0 by default; ``STREAM_RETRIES`` for ``foreach_batch_committer``), the
+   ``format("ordo")`` sink with ``STREAM_RETRIES`` per micro-batch; every other commit takes 0.
 
 Importing this module imports neither Spark nor Kafka.
 """
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("ordo.producer")
 
 RETRY_BACKOFF = 0.05  # seconds between a CONFLICT_LATER_FAILS rejection and the retry on the new head
-SINK_RETRIES = 5  # conflict retries of a format("ordo") micro-batch (as foreach_batch_committer's default)
+STREAM_RETRIES = 5  # conflict retries of a stream's micro-batch: foreach_batch_committer's default, the sink's
 RETRYABLE = frozenset({Operation.INSERT_INTO})  # the operations that read nothing: their files stay valid on any head
 
 
@@ -220,4 +220,4 @@ class Committer:
         return new_txn_id(), max(read_version, head)
 
 
-__all__ = ["RETRY_BACKOFF", "SINK_RETRIES", "Change", "Committer", "Decided", "check_retries", "new_txn_id"]
+__all__ = ["RETRY_BACKOFF", "STREAM_RETRIES", "Change", "Committer", "Decided", "check_retries", "new_txn_id"]

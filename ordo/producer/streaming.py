@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ordo.kernel.errors import CommitConflictError
+from ordo.producer.commit import STREAM_RETRIES
 from ordo.producer.connection import QUERY_ID_PROPERTY
 from ordo.producer.results import BATCH_ALREADY_COMMITTED, CommitResult
 
@@ -38,8 +39,6 @@ if TYPE_CHECKING:
     from ordo.producer.table import DeltaTable
 
 log = logging.getLogger("ordo.producer.streaming")
-
-DEFAULT_STREAM_RETRIES = 5
 
 
 @dataclass
@@ -52,7 +51,7 @@ class BatchCommitter:
 
     table: DeltaTable
     app_id: str | None = None
-    retries: int = DEFAULT_STREAM_RETRIES
+    retries: int = STREAM_RETRIES
     persist: bool = True
     on_commit: Callable[[int, CommitResult | None], None] | None = None
     committed: list[int] = field(default_factory=list)
@@ -108,7 +107,7 @@ def foreach_batch_committer(
     table: DeltaTable,
     *,
     app_id: str | None = None,
-    retries: int = DEFAULT_STREAM_RETRIES,
+    retries: int = STREAM_RETRIES,
     persist: bool = True,
     on_commit: Callable[[int, CommitResult | None], None] | None = None,
 ) -> BatchCommitter:

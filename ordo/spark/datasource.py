@@ -994,7 +994,7 @@ class _Writing:
     def _publish(self, messages: Sequence[Any], app_id: str | None = None, batch_id: int | None = None) -> Any:
         """Check keys across tasks, publish the one intent, wait for the decision and the catalog (numbered steps)."""
         from ordo.producer.arrow import check_unique, delete_files
-        from ordo.producer.commit import SINK_RETRIES, Change, Committer
+        from ordo.producer.commit import STREAM_RETRIES, Change, Committer
         from ordo.producer.connection import shared_connection
         from ordo.producer.results import conflict_error
         from ordo.schemas import Operation
@@ -1046,7 +1046,7 @@ class _Writing:
             writer=f"ordo-datasource/{self.table.name}",
         )
         committer = Committer(connection, timeout=self.wait, catalog_timeout=self.wait, reconnect=True)
-        retries = SINK_RETRIES if self.streaming else 0
+        retries = STREAM_RETRIES if self.streaming else 0
         decision = committer.decide(change, txn_id, read_version, retries=retries).decision
         if not decision.accepted:
             delete_files(self.layout, [f.path for f in files])
