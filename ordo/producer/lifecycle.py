@@ -1,7 +1,8 @@
 """A transaction's lifecycle: pinned to a snapshot, one operation staged, then published or given up.
 
 ``Lifecycle`` holds the state machine (open, staged, committed, aborted,
-failed, unknown), the staged files and the commit protocol;
+failed, unknown) and the staged files, and commits them through the one
+commit path (``producer.commit``: what it staged is a ``Change``);
 ``producer.transaction.Transaction`` adds the operations that stage data.
 
 1. ``begin()`` pins the catalog's head version: the snapshot the transaction
@@ -11,7 +12,8 @@ failed, unknown), the staged files and the commit protocol;
 3. ``commit()`` publishes a ``CommitIntent`` and waits for the arbiter's
    decision. Accepted: it waits until the catalog has the new version, so a
    ``read()`` right after sees it. Rejected: the staged files are deleted and
-   ``CommitConflictError`` is raised.
+   ``CommitConflictError`` is raised. A retry follows the one policy
+   (``producer.commit``; docs/writer.md, "Retries").
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ _OPEN, _STAGED, _COMMITTED, _ABORTED, _FAILED, _UNKNOWN = "open", "staged", "com
 
 
 class Lifecycle:
-    """A transaction's state, pinned snapshot, staged files and commit protocol (``Transaction`` stages data).
+    """A transaction's state, pinned snapshot, staged files and commit (``Transaction`` stages data).
 
     Leaving a ``with`` block without commit, or ``abort()``, deletes the staged
     files. When ``commit()`` times out the outcome is unknown: the files are
