@@ -26,6 +26,8 @@ The service is made of named parts, each in its module:
   follow), dropping and reloading one;
 * ``arbiter.decider.Decider``: one intent record in, its decision out (the
   pure core's adapter);
+* ``arbiter.batch.DecisionBatch``: the decisions since the last commit, held in
+  their tables' transactions, and the commit that publishes them;
 * this module: the loop, and the order of things.
 
 A table is taken in a fixed order (``_take``): its producer is initialised
@@ -53,6 +55,7 @@ import threading
 import time
 from typing import Any
 
+from ordo.arbiter.batch import DecisionBatch
 from ordo.arbiter.checkpointer import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHECKPOINT_INTERVAL, Checkpointer, freeze_state
 from ordo.arbiter.core import TableState
 from ordo.arbiter.decider import Decider, Rebuild
@@ -155,7 +158,7 @@ class ArbiterService:
         self._reader_gaps: Any = None
         self._admin: Any = None
         self._started_at = time.monotonic()
-        self._batch: dict[str, tuple[int, int]] = {}  # table -> first and last intent offset of the open batch
+        self.batch = DecisionBatch(self.owned, self.sink, self.decider, self.metrics, self.prom)
 
     @property
     def transactional_id(self) -> str:
@@ -341,51 +344,19 @@ class ArbiterService:
             self._abort_and_rebuild()
 
     def _process(self, messages: list[Any]) -> None:
-        from confluent_kafka import KafkaError
-
-        tables = self.owned.by_topic
-        sink, decider = self.sink, self.decider
-        for message in messages:
-            error = message.error()
-            if error is not None:
-                if error.code() != KafkaError._PARTITION_EOF:
-                    log.warning("intents consumer: %s", error)
-                continue
-            table = tables.get(message.topic())
-            if table is None:
-                continue
-            offset = message.offset()
-            if offset < table.state.next_offset:
-                continue  # already decided (a re-fetch after a seek)
-            sink.begin(table.name)
-            decision, data = decider.decide(table, message, offset)
-            sink.hold(table.name, table.decisions, data, decision.txn_id.encode() if decision.txn_id else None)
-            decider.count(table.name, decision, offset)
-            span = self._batch.get(table.name)
-            self._batch[table.name] = (offset if span is None else span[0], offset)
+        self.batch.process(messages)
 
     def _commit(self) -> None:
-        """Commit each open table transaction (retrying what librdkafka says is retriable)."""
-        if not self.sink.in_txn:
-            return
-        started = self.sink.started
-        records = self.sink.commit()
-        dropped = {name for name, _ in self.sink.failed}  # not committed: ``owned.settle`` tells the tables why
-        batch, self._batch = {name: span for name, span in self._batch.items() if name not in dropped}, {}
-        log_batch(records, batch, started)
-        self.metrics.batches += 1
-        self.metrics.batched_records += records
-        self.metrics.max_batch = max(self.metrics.max_batch, records)
-        self.prom.batch_seconds.observe(time.perf_counter() - started)
-        self.prom.batch_size.observe(records)
-        self._checkpoint()
+        """Commit the open batch (``DecisionBatch``), then maybe write checkpoints."""
+        if self.batch.commit():
+            self._checkpoint()
 
     def _abort_and_rebuild(self) -> None:
         """Abort the open transactions, rebuild the tables they touched and re-seek every table's intents."""
         self.metrics.aborts += 1
         self.prom.aborts.inc()
         touched = self.sink.abort()
-        self._batch = {}
+        self.batch.forget()
         self.owned.settle()
         self.owned.reload(touched)
         freeze_state(full=True)
@@ -395,22 +366,6 @@ class ArbiterService:
     def _log_metrics(self) -> None:
         self.owned.update_lag()
         log.info(json.dumps({"event": "metrics", **self.metrics.snapshot()}))
-
-
-def log_batch(records: int, batch: dict[str, tuple[int, int]], started: float) -> None:
-    """One structured line per committed batch, at debug: decisions, and per table the intent offsets decided."""
-    if log.isEnabledFor(logging.DEBUG):
-        log.debug(
-            "decision batch committed: %d decision(s) in %d table(s)",
-            records,
-            len(batch),
-            extra={
-                "event": "batch",
-                "decisions": records,
-                "tables": {name: {"first_offset": a, "last_offset": b} for name, (a, b) in sorted(batch.items())},
-                "seconds": round(time.perf_counter() - started, 6),
-            },
-        )
 
 
 def run_arbiter(

@@ -382,11 +382,24 @@ class Demo:
                     raise RuntimeError(f"the streaming query made no progress in {timeout:g} s ({what})")
                 time.sleep(0.1)
 
-    # ------------------------------------------------------------------ what readers see
+    def report(self, console: Console) -> Report:
+        """What readers see of the story (``ReadersView``): the history, the conflict summary, and reads."""
+        assert self.table is not None
+        return ReadersView(self.table, self.narrator, self.marks).report(console)
+
+
+class ReadersView:
+    """What readers see once the story ran: the table's history and conflict summary, a time-travel read at the
+    seed's version, and the change feed from the first UPDATE (``marks``: those commits)."""
+
+    def __init__(self, table: DeltaTable, narrator: Narrator, marks: dict[str, Any]) -> None:
+        self.table = table
+        self.narrator = narrator
+        self.marks = marks
 
     def report(self, console: Console) -> Report:
+        """The history, the conflict summary against the policy file, a time-travel read and the change feed."""
         t = self.table
-        assert t is not None
         history = list(reversed(t.catalog.history(TABLE)))
         self.narrator.heading("history (oldest first): every decision of the table's log")
         console.print(history_table(history, txn=False))
@@ -423,7 +436,6 @@ class Demo:
         from rich.table import Table
 
         t = self.table
-        assert t is not None
         seed = self.marks["seed"]
         self.narrator.heading(
             f"time travel: the table as of v{seed.id_version} ({fmt_time(seed.time_version)}) and now"
@@ -450,7 +462,6 @@ class Demo:
         from rich.table import Table
 
         t = self.table
-        assert t is not None
         start = self.marks["update"]
         logical = [c for c in t.catalog.commits(TABLE, start.id_version, None) if c.time_version is not None]
         end = logical[-1]

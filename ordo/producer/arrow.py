@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ordo.producer.buckets import bucket_array
+from ordo.producer.commit import Change
 from ordo.producer.data import (
     EXAMPLES,
     OP_COLUMN,
@@ -46,13 +47,15 @@ from ordo.producer.data import (
     Storage,
     key_stats,
 )
-from ordo.schemas import CommitIntent, DataFile, Operation
+from ordo.schemas import DataFile, Operation
 from ordo.schemas.models import parse_ddl
 from ordo.schemas.operations import ROW_ID_COLUMN
 from ordo.schemas.paths import data_file_path
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from ordo.schemas import CommitIntent
 
 FILES_PER_TASK = 100_000  # file numbers reserved per task attempt
 _BUCKET = "__ordo_bucket"
@@ -439,15 +442,9 @@ def insert_intent(
     files = write_rows(rows, layout, txn_id, 0)
     columns = layout.partition_columns
     scope = {tuple(f.partition[c] for c in columns): dict(f.partition) for f in files} if columns else None
-    return CommitIntent(
-        txn_id=txn_id,
-        table=layout.name,
-        operation=Operation.INSERT_INTO,
-        read_version=read_version,
-        partitions=None if scope is None else tuple(scope[k] for k in sorted(scope)),
-        added_files=tuple(files),
-        writer=writer,
-    )
+    partitions = None if scope is None else tuple(scope[k] for k in sorted(scope))
+    change = Change(layout.name, Operation.INSERT_INTO, partitions=partitions, added_files=tuple(files), writer=writer)
+    return change.intent(txn_id, read_version)
 
 
 __all__ = [

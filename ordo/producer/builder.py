@@ -52,11 +52,13 @@ def _names(columns: tuple[str | Sequence[str], ...]) -> list[str]:
 class DeltaTableBuilder:
     """Collects a table definition; ``execute()`` creates the table (see the module docstring)."""
 
-    def __init__(self, spark: SparkSession, mode: str, **connection: Any) -> None:
+    def __init__(self, spark: SparkSession, mode: str, table_class: type[DeltaTable], **connection: Any) -> None:
+        """``table_class``: the ``DeltaTable`` class ``execute()`` creates or opens (the one whose builder this is)."""
         if mode not in MODES:
             raise InvalidOperationError(f"builder mode {mode!r} is not one of {MODES}")
         self._spark = spark
         self._mode = mode
+        self._table_class = table_class
         self._connection = connection
         self._name: str | None = None
         self._location: str | None = None
@@ -124,8 +126,7 @@ class DeltaTableBuilder:
         """Create the table (``createIfNotExists``: or open the one that exists) and return its handle."""
         from pyspark.sql.types import StructType
 
-        from ordo.producer.table import DeltaTable
-
+        table_class = self._table_class
         if not self._name:
             raise InvalidTableError("name the table: .tableName('events')")
         if not self._fields:
@@ -137,7 +138,7 @@ class DeltaTableBuilder:
         key = self._key or named or None  # none: a keyless table, Delta's default
         if self._mode in ("replace", "createOrReplace"):
             opening = {k: v for k, v in self._connection.items() if not k.endswith("_timeout") and k != "warehouse"}
-            if DeltaTable.exists(self._spark, self._name, **opening):
+            if table_class.exists(self._spark, self._name, **opening):
                 return self._replace(StructType(self._fields), key, properties)
             if self._mode == "replace":
                 from ordo.consumer.errors import TableNotFoundError
@@ -145,7 +146,7 @@ class DeltaTableBuilder:
                 raise TableNotFoundError(
                     f"DeltaTable.replace: table {self._name!r} does not exist (createOrReplace creates it)"
                 )
-        create = DeltaTable.createIfNotExists if self._mode == "createIfNotExists" else DeltaTable.create
+        create = table_class.createIfNotExists if self._mode == "createIfNotExists" else table_class.create
         return create(
             self._spark,
             self._name,
@@ -159,11 +160,10 @@ class DeltaTableBuilder:
 
     def _replace(self, schema: StructType, key: list[str] | None, properties: dict[str, str]) -> DeltaTable:
         """Replace the existing table's schema and remove its data in one commit (see the module docstring)."""
-        from ordo.producer.table import DeltaTable
-
+        table_class = self._table_class
         assert self._name is not None
         handle_keys = ("settings", "bootstrap_servers", "topic_prefix", "catalog", "commit_timeout", "catalog_timeout")
-        table = DeltaTable.open(
+        table = table_class.open(
             self._spark, self._name, **{k: v for k, v in self._connection.items() if k in handle_keys}
         )
         current = table.metadata

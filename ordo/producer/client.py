@@ -24,6 +24,11 @@ first decision (``duplicate_of`` set, the original outcome and versions), and
 whichever decision comes first answers the commit. Nothing is resubmitted once
 a decision is known.
 
+A table's topics are made or checked before its first intent, and the end of
+its decisions log read, by ``producer.topics.TableTopics``; ``read_decisions``
+reads a table's history. Writers do not call ``commit`` themselves: they go
+through the one commit path, ``producer.commit``.
+
 Kafka clients are created on first use, never in ``__init__``.
 """
 
@@ -38,27 +43,18 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-from ordo.kernel.admin import (
-    DECISIONS_CONFIG,
-    INTENTS_CONFIG,
-    TopicPolicy,
-    create_table_topics,
-    create_topics,
-    existing_topics,
-    fetch_waits,
-    topic_policy,
-)
-from ordo.kernel.errors import BrokerUnavailableError, CommitTimeoutError, OrdoError, TableNotFoundError
+from ordo.kernel.admin import fetch_waits
+from ordo.kernel.errors import BrokerUnavailableError, CommitTimeoutError, OrdoError
 from ordo.kernel.logread import GapChecker, GapStats, decisions_follow, read_to_end, warm_metadata
 from ordo.kernel.settings import Settings, load_settings
-from ordo.schemas import CommitDecision, CommitIntent, Operation, decisions_topic, decode, encode, intents_topic
+from ordo.producer.topics import TableTopics
+from ordo.schemas import CommitDecision, CommitIntent, decisions_topic, decode, encode, intents_topic
 from ordo.schemas.signing import GENESIS_HASH as GENESIS
 from ordo.schemas.signing import ChainVerifier, Trust, signature_of
 
 log = logging.getLogger("ordo.producer")
 
 CONNECT_TIMEOUT = 10.0
-ADMIN_TIMEOUT = 30.0
 READER_POLL = 0.05
 PAUSE_AFTER = 0.5  # a decision reader with nothing in flight this long unassigns until the next intent
 MAX_RESUBMIT_INTERVAL = 60.0
@@ -395,10 +391,9 @@ class CommitClient:
         self._admin: Any = None
         self._poller: threading.Thread | None = None
         self._readers: dict[str, _DecisionReader] = {}
-        self._known_topics: set[str] = set()
+        self._topics: TableTopics | None = None  # made with the admin client, on first use
         self._closed = threading.Event()
         self._trust: Trust | None = None
-        self._policy: TopicPolicy | None = None
         self.connect_timeout = connect_timeout
 
     @property
@@ -438,7 +433,9 @@ class CommitClient:
         data = encode(intent)
         with self._lock:
             self._check_open()
-            self._ensure_table(intent)
+            self._connect()
+            assert self._topics is not None
+            self._topics.ensure(intent)
             reader = self._reader_for(intent.table)
         future: Future[CommitDecision] = Future()
         future.set_running_or_notify_cancel()
@@ -480,10 +477,8 @@ class CommitClient:
         with self._lock:
             self._check_open()
             self._connect()
-            topic = intents_topic(self.prefix, table)
-            if topic not in self._known_topics and topic not in existing_topics(self._admin, ADMIN_TIMEOUT):
-                create_topics(self._admin, {topic: INTENTS_CONFIG}, ADMIN_TIMEOUT, self._topic_policy())
-            self._known_topics.add(topic)
+            assert self._topics is not None
+            topic = self._topics.ensure_intents(table)
         result: Future[int] = Future()
 
         def on_delivery(error: Any, message: Any) -> None:
@@ -505,47 +500,14 @@ class CommitClient:
         The history, in log order: a tool's and a test's view of it. Only decisions a trusted
         signature vouches for are returned (``schemas.signing``); refused records are logged.
         """
-        from ordo.kernel.logread import LogReadError
-
         with self._lock:
             self._check_open()
             self._connect()
+        assert self._topics is not None
         topic = decisions_topic(self.prefix, table)
-        if topic not in existing_topics(self._admin, ADMIN_TIMEOUT):
+        if not self._topics.exists(topic):
             return []
-        config = self.settings.kafka_config(
-            **{
-                "group.id": f"{self.prefix}.commit-client",
-                "client.id": self.settings.client_name("history"),
-                "isolation.level": "read_committed",
-            }
-        )
-        result: list[CommitDecision] = []
-        verifier: ChainVerifier[bytes] = ChainVerifier(table, self._reader_trust(), anchor=None if start else GENESIS)
-        try:
-            for message in read_to_end(
-                config,
-                topic,
-                start=start,
-                transactional=True,
-                timeout=timeout,
-                stats=self.gap_stats,
-                follows=decisions_follow,
-            ):
-                value = message.value() or b""
-                released, refused = verifier.push(message.offset(), value, signature_of(message.headers()), value)
-                for refusal in refused:
-                    log.warning("%s offset %d refused: %s", topic, refusal.offset, refusal.reason)
-                for record in released:
-                    decision = decode(record)
-                    if not isinstance(decision, CommitDecision):
-                        raise OrdoError(f"{topic} holds a signed {type(decision).__name__}")
-                    result.append(decision)
-        except LogReadError as exc:
-            raise CommitTimeoutError(str(exc)) from exc
-        for refusal in verifier.unvouched():
-            log.warning("%s offset %d refused: %s", topic, refusal.offset, refusal.reason)
-        return result
+        return read_decisions(self.settings, table, start, self._reader_trust(), self.gap_stats, timeout)
 
     def close(self, timeout: float = 10.0) -> None:
         """Flush what was published, stop the readers (failing futures still waiting) and close."""
@@ -594,6 +556,7 @@ class CommitClient:
             ) from exc
         self._reader_trust()  # a signing misconfiguration fails here, before anything is published
         self._admin = admin
+        self._topics = TableTopics(admin, self.settings)
         self._producer = Producer(
             self.settings.kafka_config(
                 **{
@@ -623,32 +586,6 @@ class CommitClient:
             except BufferError:
                 time.sleep(0.01)  # the local queue is full; the poller drains it
 
-    def _ensure_table(self, intent: CommitIntent) -> None:
-        """Make sure the table's topics exist: created for CREATE_TABLE, else the intents topic must exist."""
-        self._connect()
-        intents = intents_topic(self.prefix, intent.table)
-        decisions = decisions_topic(self.prefix, intent.table)
-        if intents in self._known_topics:
-            return
-        if intent.operation is Operation.CREATE_TABLE:
-            create_table_topics(self._admin, self.prefix, intent.table, ADMIN_TIMEOUT, self._topic_policy())
-        else:
-            topics = existing_topics(self._admin, ADMIN_TIMEOUT)
-            if intents not in topics:
-                raise TableNotFoundError(
-                    f"table {intent.table!r} has no intents topic {intents} (prefix {self.prefix!r}); "
-                    "create the table first (a CREATE_TABLE intent)"
-                )
-            if decisions not in topics:
-                create_topics(self._admin, {decisions: DECISIONS_CONFIG}, ADMIN_TIMEOUT, self._topic_policy())
-        self._known_topics.add(intents)
-
-    def _topic_policy(self) -> TopicPolicy:
-        """How this client creates topics (replication from the cluster's size), read once."""
-        if self._policy is None:
-            self._policy = topic_policy(self._admin, self.settings, ADMIN_TIMEOUT)
-        return self._policy
-
     def _reader_trust(self) -> Trust:
         """The keys a decision must be signed with (``ORDO_TRUSTED_KEYS``), loaded once."""
         if self._trust is None:
@@ -660,48 +597,11 @@ class CommitClient:
     def _reader_for(self, table: str) -> _DecisionReader:
         reader = self._readers.get(table)
         if reader is None:
-            reader = _DecisionReader(self, table, self._end_offset(decisions_topic(self.prefix, table)))
+            assert self._topics is not None
+            reader = _DecisionReader(self, table, self._topics.end_offset(decisions_topic(self.prefix, table)))
             reader.begin()
             self._readers[table] = reader
         return reader
-
-    def _end_offset(self, topic: str) -> int:
-        """The current end of ``topic`` (read_uncommitted high watermark): decisions to come lie at or after it.
-
-        Transient states are waited out within ``ADMIN_TIMEOUT``, with backoff: a topic just created whose
-        leader is not elected or not yet known to the broker asked, a leader moving. librdkafka caches the
-        partition's "no leader" answer and never asks again by itself ("Failed to query partition leaders:
-        No leaders found" for good, seen on Apache Kafka); a metadata request for all topics refreshes it
-        (never one naming the topic: that creates a missing topic on Tansu and on auto-creating clusters).
-        """
-        from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
-        from confluent_kafka.admin import OffsetSpec
-
-        partition = TopicPartition(topic, 0)
-        deadline = time.monotonic() + ADMIN_TIMEOUT
-        backoff = 0.05
-        while True:
-            futures = self._admin.list_offsets(
-                {partition: OffsetSpec.latest()},
-                isolation_level=IsolationLevel.READ_UNCOMMITTED,
-                request_timeout=max(1.0, min(10.0, deadline - time.monotonic())),
-            )
-            try:
-                return int(futures[partition].result().offset)
-            except KafkaException as exc:
-                error = exc.args[0]
-            if time.monotonic() + backoff > deadline:
-                raise BrokerUnavailableError(
-                    f"cannot read the end offset of {topic} within {ADMIN_TIMEOUT:g} s "
-                    f"(broker {self.bootstrap_servers}): {error}"
-                )
-            log.debug("end offset of %s not readable yet (%s); retrying in %.2f s", topic, error, backoff)
-            time.sleep(backoff)
-            backoff = min(1.0, backoff * 2)
-            try:
-                self._admin.list_topics(timeout=max(0.5, min(5.0, deadline - time.monotonic())))
-            except KafkaException:
-                pass  # the broker is away: the next attempt says so, or the deadline does
 
     def _timeout_message(
         self, table: str, txn_id: str, timeout: float, delivered: bool = True, hidden: int | None = None
@@ -729,4 +629,41 @@ class CommitClient:
         )
 
 
-__all__ = ["ClientClosedError", "CommitClient"]
+def read_decisions(
+    settings: Settings, table: str, start: int, trust: Trust, stats: GapStats, timeout: float
+) -> list[CommitDecision]:
+    """The decisions of ``table`` from ``start`` to the end of its log that ``trust`` vouches for, in log order
+    (``CommitClient.decisions``); ``CommitTimeoutError`` when the log cannot be read to its end."""
+    from ordo.kernel.logread import LogReadError
+
+    topic = decisions_topic(settings.topic_prefix, table)
+    config = settings.kafka_config(
+        **{
+            "group.id": f"{settings.topic_prefix}.commit-client",
+            "client.id": settings.client_name("history"),
+            "isolation.level": "read_committed",
+        }
+    )
+    result: list[CommitDecision] = []
+    verifier: ChainVerifier[bytes] = ChainVerifier(table, trust, anchor=None if start else GENESIS)
+    try:
+        for message in read_to_end(
+            config, topic, start=start, transactional=True, timeout=timeout, stats=stats, follows=decisions_follow
+        ):
+            value = message.value() or b""
+            released, refused = verifier.push(message.offset(), value, signature_of(message.headers()), value)
+            for refusal in refused:
+                log.warning("%s offset %d refused: %s", topic, refusal.offset, refusal.reason)
+            for record in released:
+                decision = decode(record)
+                if not isinstance(decision, CommitDecision):
+                    raise OrdoError(f"{topic} holds a signed {type(decision).__name__}")
+                result.append(decision)
+    except LogReadError as exc:
+        raise CommitTimeoutError(str(exc)) from exc
+    for refusal in verifier.unvouched():
+        log.warning("%s offset %d refused: %s", topic, refusal.offset, refusal.reason)
+    return result
+
+
+__all__ = ["ClientClosedError", "CommitClient", "read_decisions"]

@@ -1,6 +1,6 @@
 """How the writer API reaches ordo: one commit client and one catalog per process and settings, shared by every
-table handle (opened on first use, closed at exit), and the settings, identity and data source registration a
-handle starts with."""
+table handle (opened on first use, closed at exit), and the settings and identity a handle starts with (and the
+options that carry its settings to the ``format("ordo")`` data source)."""
 
 from __future__ import annotations
 
@@ -106,6 +106,11 @@ def resolve_settings(settings: Settings | None, overrides: Mapping[str, Any]) ->
     return settings.with_overrides(**overrides)
 
 
+# The local property Spark sets to the streaming query's id in a micro-batch (kept in the checkpoint): the
+# exactly-once identity of a foreachBatch stream (``producer.streaming``) and of the format("ordo") sink.
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+
+
 def writer_identity(spark: SparkSession) -> str:
     try:
         app = spark.sparkContext.applicationId
@@ -114,12 +119,18 @@ def writer_identity(spark: SparkSession) -> str:
     return f"ordo-spark/{app}@{socket.gethostname()}:{os.getpid()}"[:256]
 
 
-def register_source(spark: SparkSession, settings: Settings) -> None:
-    """Register the ``ordo`` data source with this session, defaulting to these settings (once per change)."""
-    from ordo.spark import register, registered_settings
-
-    if registered_settings(spark) != (True, settings):
-        register(spark, settings)
+def settings_options(settings: Settings) -> dict[str, str]:
+    """The ``format("ordo")`` options that carry ``settings`` (broker, prefix, catalog, warehouse, trusted keys): how
+    ``DeltaTable`` hands its settings to a Spark read, and the data source's registered defaults."""
+    values = {
+        "ordo.bootstrapServers": settings.bootstrap_servers,
+        "ordo.topicPrefix": settings.topic_prefix,
+        "ordo.catalog": settings.catalog,
+        "ordo.warehouse": settings.warehouse,
+        "ordo.trustedKeys": settings.trusted_keys or None,
+        "ordo.requireSignatures": str(settings.require_signatures).lower(),
+    }
+    return {k: str(v) for k, v in values.items() if v is not None}
 
 
 def has_scheme(location: str) -> bool:

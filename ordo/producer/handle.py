@@ -7,23 +7,17 @@ Importing this module imports neither Spark nor Kafka: both are loaded on use.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, cast
 
 from ordo.kernel.settings import Settings
-from ordo.producer.connection import (
-    absolute_location,
-    register_source,
-    resolve_settings,
-    shared_connection,
-    writer_identity,
-)
-from ordo.producer.data import InvalidOperationError, InvalidTableError, Layout
-from ordo.producer.results import CatalogLagError, CommitResult, TableExistsError, conflict_error
+from ordo.producer.commit import Change, Committer
+from ordo.producer.connection import absolute_location, resolve_settings, shared_connection, writer_identity
+from ordo.producer.data import InvalidTableError, Layout
+from ordo.producer.definition import table_metadata
+from ordo.producer.results import TableExistsError
 from ordo.producer.transaction import Transaction
-from ordo.schemas import CommitIntent, Operation, TableMetadata, validate_table_name
-from ordo.schemas.operations import ROW_ID_COLUMN, ROW_ID_DDL, ROW_ID_KEY
+from ordo.schemas import Operation, TableMetadata, validate_table_name
 from ordo.schemas.topics import table_identifier
 
 if TYPE_CHECKING:
@@ -31,93 +25,18 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
     from ordo.producer.client import CommitClient
+    from ordo.producer.table import DeltaTable
 
 DEFAULT_COMMIT_TIMEOUT = 60.0
 DEFAULT_CATALOG_TIMEOUT = 60.0
 
 
-def table_metadata(
-    name: str,
-    schema: str | StructType,
-    primary_key: str | Sequence[str] | None,
-    partitioned_by: str | Sequence[str],
-    location: str | None,
-    properties: Mapping[str, Any] | None,
-    buckets: int | None,
-    warehouse: str,
-) -> TableMetadata:
-    """The metadata ``create`` publishes: the definition checked, buckets chosen, the location made absolute.
+def register_source(spark: SparkSession, settings: Settings) -> None:
+    """Register the ``ordo`` data source with this session, defaulting to these settings (once per change)."""
+    from ordo.spark import register, registered_settings
 
-    Raises ``InvalidTableError`` for a definition that cannot be a table.
-    """
-    from ordo.producer.buckets import BUCKETS_PROPERTY, BucketError, choose_buckets
-    from ordo.producer.data import check_definition, parse_schema, schema_to_ddl
-
-    validate_table_name(name)
-    spark_schema = parse_schema(schema) if isinstance(schema, str) else schema
-    key = () if primary_key is None else (primary_key,) if isinstance(primary_key, str) else tuple(primary_key)
-    parts = (partitioned_by,) if isinstance(partitioned_by, str) else tuple(partitioned_by)
-    check_definition(spark_schema, key, parts)
-    ddl = schema_to_ddl(spark_schema)
-    if not key:  # keyless: the hidden row id column is the internal key
-        if primary_key is not None:
-            raise InvalidTableError("primary_key names no column: leave it out for a keyless table")
-        key, ddl = ROW_ID_KEY, f"{ddl}, {ROW_ID_DDL}"
-    props = {str(k): str(v) for k, v in (properties or {}).items()}
-    given = props.get(BUCKETS_PROPERTY)
-    if buckets is not None and given is not None and str(buckets) != given:
-        raise InvalidTableError(f"buckets={buckets} and property {BUCKETS_PROPERTY}={given!r} disagree")
-    try:
-        count = choose_buckets(
-            buckets if buckets is not None else given,
-            ["string" if k == ROW_ID_COLUMN else spark_schema[k].dataType.simpleString() for k in key],
-        )
-    except BucketError as exc:
-        raise InvalidTableError(str(exc)) from exc
-    props[BUCKETS_PROPERTY] = str(count)
-    if location is None:
-        location = warehouse.rstrip("/") + "/" + name
-    try:
-        location = absolute_location(location)
-    except ValueError as exc:  # kernel.objectstore.ObjectStoreError: an S3 location without a bucket
-        raise InvalidTableError(str(exc)) from exc
-    return TableMetadata(
-        location=location,
-        schema=ddl,
-        primary_key=key,
-        partition_columns=parts,
-        properties=props,
-    )
-
-
-def altered_metadata(
-    current: TableMetadata, add_columns: str | StructType | None, set_properties: Mapping[str, Any] | None
-) -> TableMetadata:
-    """The metadata an ALTER TABLE publishes: ``current`` with nullable columns appended and properties set.
-
-    Raises ``InvalidOperationError`` when nothing would change, ``InvalidTableError`` for a bad definition.
-    """
-    from ordo.producer.data import check_definition, parse_schema, schema_to_ddl
-
-    schema = current.schema
-    if add_columns is not None:
-        added = parse_schema(add_columns) if isinstance(add_columns, str) else add_columns
-        if not added.fields:
-            raise InvalidOperationError("add_columns names no column")
-        schema = f"{schema}, {schema_to_ddl(added)}"
-        check_definition(
-            parse_schema(f"{current.user_schema}, {schema_to_ddl(added)}"), current.user_key, current.partition_columns
-        )
-    properties = {**current.properties, **{str(k): str(v) for k, v in (set_properties or {}).items()}}
-    if schema == current.schema and properties == dict(current.properties):
-        raise InvalidOperationError("alter needs add_columns or set_properties that change the table")
-    return TableMetadata(
-        location=current.location,
-        schema=schema,
-        primary_key=current.primary_key,
-        partition_columns=current.partition_columns,
-        properties=properties,
-    )
+    if registered_settings(spark) != (True, settings):
+        register(spark, settings)
 
 
 class TableHandle:
@@ -231,18 +150,8 @@ class TableHandle:
             commit_timeout=commit_timeout,
             catalog_timeout=catalog_timeout,
         )
-        intent = CommitIntent(
-            txn_id=uuid.uuid4().hex,
-            table=name,
-            operation=Operation.CREATE_TABLE,
-            read_version=0,
-            metadata=metadata,
-            writer=table._writer,
-        )
-        decision = table._conn.client.commit(intent, timeout=commit_timeout)
-        if not decision.accepted:
-            raise conflict_error(decision, f"CREATE TABLE {name}")
-        table._wait_for_catalog(0, None)
+        change = Change(name, Operation.CREATE_TABLE, metadata=metadata, writer=table._writer)
+        table._committer().commit(change, f"CREATE TABLE {name}", read_version=0)
         return table
 
     @classmethod
@@ -350,13 +259,14 @@ class TableHandle:
         (``producer.builder``)."""
         return cls._builder(spark, "createOrReplace", None, None, **connection)
 
-    @staticmethod
-    def _builder(spark: SparkSession, mode: str, schema: Any, primary_key: Any, **connection: Any) -> Any:
+    @classmethod
+    def _builder(cls, spark: SparkSession, mode: str, schema: Any, primary_key: Any, **connection: Any) -> Any:
         from ordo.producer.builder import DeltaTableBuilder
 
         if schema is not None or primary_key is not None:
             raise InvalidTableError("the builder takes no schema= or primary_key=: name the table first")
-        return DeltaTableBuilder(spark, mode, **{k: v for k, v in connection.items() if v is not None})
+        table_class = cast("type[DeltaTable]", cls)  # the builders are DeltaTable's
+        return DeltaTableBuilder(spark, mode, table_class, **{k: v for k, v in connection.items() if v is not None})
 
     # ------------------------------------------------------------------ description
 
@@ -421,13 +331,10 @@ class TableHandle:
         self.metadata = metadata
         self.layout = Layout.of(self.name, metadata)
 
-    def _wait_for_catalog(self, version: int, result: CommitResult | None) -> None:
-        try:
-            self._conn.catalog.wait_for_version(self.name, version, timeout=self.catalog_timeout)
-        except TimeoutError as exc:
-            raise CatalogLagError(
-                f"table {self.name} committed version {version}, but the catalog {self.settings.catalog!r} did not "
-                f"show it within {self.catalog_timeout:g} s (is `ordo consumer` running for prefix "
-                f"{self.settings.topic_prefix!r}?)",
-                result,
-            ) from exc
+    def _committer(self, timeout: float | None = None) -> Committer:
+        """The one commit path (``producer.commit``), waiting ``timeout`` (default ``commit_timeout``) per decision."""
+        return Committer(
+            self._conn,
+            timeout=self.commit_timeout if timeout is None else timeout,
+            catalog_timeout=self.catalog_timeout,
+        )

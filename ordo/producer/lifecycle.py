@@ -1,7 +1,8 @@
 """A transaction's lifecycle: pinned to a snapshot, one operation staged, then published or given up.
 
 ``Lifecycle`` holds the state machine (open, staged, committed, aborted,
-failed, unknown), the staged files and the commit protocol;
+failed, unknown) and the staged files, and commits them through the one
+commit path (``producer.commit``: what it staged is a ``Change``);
 ``producer.transaction.Transaction`` adds the operations that stage data.
 
 1. ``begin()`` pins the catalog's head version: the snapshot the transaction
@@ -11,7 +12,8 @@ failed, unknown), the staged files and the commit protocol;
 3. ``commit()`` publishes a ``CommitIntent`` and waits for the arbiter's
    decision. Accepted: it waits until the catalog has the new version, so a
    ``read()`` right after sees it. Rejected: the staged files are deleted and
-   ``CommitConflictError`` is raised.
+   ``CommitConflictError`` is raised. A retry follows the one policy
+   (``producer.commit``; docs/writer.md, "Retries").
 """
 
 from __future__ import annotations
@@ -21,15 +23,15 @@ import dataclasses
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
 from ordo.kernel.errors import CommitTimeoutError
+from ordo.producer.commit import Change, Committer, check_retries, new_txn_id
 from ordo.producer.data import InvalidOperationError
-from ordo.producer.results import CONFLICT_LATER_FAILS, CommitResult, TransactionStateError, conflict_error
-from ordo.schemas import CommitDecision, CommitIntent, DataFile, Operation, TableMetadata
+from ordo.producer.results import CommitResult, TransactionStateError, conflict_error
+from ordo.schemas import CommitIntent, DataFile, Operation, TableMetadata
 from ordo.schemas.models import MAX_FILES_PER_INTENT
 from ordo.schemas.operations import ROW_ID_COLUMN
 
@@ -42,12 +44,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ordo.producer")
 
-RETRY_BACKOFF = 0.05
 _OPEN, _STAGED, _COMMITTED, _ABORTED, _FAILED, _UNKNOWN = "open", "staged", "committed", "aborted", "failed", "unknown"
 
 
 class Lifecycle:
-    """A transaction's state, pinned snapshot, staged files and commit protocol (``Transaction`` stages data).
+    """A transaction's state, pinned snapshot, staged files and commit (``Transaction`` stages data).
 
     Leaving a ``with`` block without commit, or ``abort()``, deletes the staged
     files. When ``commit()`` times out the outcome is unknown: the files are
@@ -64,7 +65,7 @@ class Lifecycle:
         self.read_version = read_version
         self.app_id = app_id
         self.batch_id = batch_id
-        self.txn_id = uuid.uuid4().hex
+        self.txn_id = new_txn_id()
         self.operation: Operation | None = None
         self.partitions: tuple[dict[str, str], ...] | None = None
         self.added_files: tuple[DataFile, ...] = ()
@@ -239,15 +240,13 @@ class Lifecycle:
 
     # ------------------------------------------------------------------ commit
 
-    def intent(self) -> CommitIntent:
-        """The intent ``commit()`` publishes (the staged operation and files)."""
+    def change(self) -> Change:
+        """What this transaction did: the staged operation, files and scope (``producer.commit``)."""
         if self.operation is None:
             raise TransactionStateError(f"transaction {self.txn_id} has no operation staged")
-        return CommitIntent(
-            txn_id=self.txn_id,
+        return Change(
             table=self.table.name,
             operation=self.operation,
-            read_version=self.read_version,
             partitions=self.partitions,
             added_files=self.added_files,
             removed_files=self.removed_files,
@@ -258,6 +257,10 @@ class Lifecycle:
             operation_metrics=self.operation_metrics,
         )
 
+    def intent(self) -> CommitIntent:
+        """The intent ``commit()`` publishes (the staged operation and files)."""
+        return self.change().intent(self.txn_id, self.read_version)
+
     def commit(self, timeout: float | None = None, *, retries: int = 0) -> CommitResult | None:
         """Publish the intent, wait for the decision, then for the catalog to show the new version.
 
@@ -267,86 +270,49 @@ class Lifecycle:
         decision came (files kept; call ``commit()`` again), and
         ``CatalogLagError`` when the commit was accepted but the catalog lags.
         ``retries`` (INSERT INTO only) re-pins and republishes the same files
-        after a CONFLICT_LATER_FAILS rejection, at most that many times.
+        after a CONFLICT_LATER_FAILS rejection, at most that many times
+        (``producer.commit``: the one retry policy).
         """
         with self._lock:
             if self._state == _COMMITTED:
                 return self.result
             if self._state not in (_STAGED, _UNKNOWN):
                 raise TransactionStateError(f"transaction {self.txn_id} is {self._state}; nothing to commit")
-            if retries and self.operation is not Operation.INSERT_INTO:
-                raise InvalidOperationError("metadata-level retries are only safe for INSERT INTO (it reads nothing)")
+            check_retries(self.operation, retries)
             if self._noop:
                 self._state = _COMMITTED
                 self._writer = None
                 return None
-            return self._publish(self.table.commit_timeout if timeout is None else timeout, retries)
+            return self._publish(self.table._committer(timeout), retries)
 
-    def _publish(self, timeout: float, retries: int) -> CommitResult:
-        table = self.table
-        client = table._conn.client
-        attempts = 0
-        started = time.perf_counter()
-        while True:
-            attempts += 1
-            try:
-                decision = client.commit(self.intent(), timeout=timeout)
-            except CommitTimeoutError:
-                self._state = _UNKNOWN  # maybe accepted: keep the files, let the caller retry commit()
-                raise
-            if decision.accepted:
-                break
-            if retries > 0 and decision.reason == CONFLICT_LATER_FAILS:
-                retries -= 1
-                self._repin(decision)
-                continue
+    def _publish(self, committer: Committer, retries: int) -> CommitResult:
+        try:
+            decided = committer.decide(
+                self.change(), self.txn_id, self.read_version, retries=retries, repinned=self._repinned
+            )
+        except CommitTimeoutError:
+            self._state = _UNKNOWN  # maybe accepted: keep the files, let the caller retry commit()
+            raise
+        if not decided.decision.accepted:
             self._discard()
             self._state = _FAILED
-            raise conflict_error(decision, f"{self.operation.value if self.operation else 'txn'} {self.txn_id}")
-        assert decision.id_version is not None
-        result = CommitResult(
-            txn_id=self.txn_id,
-            id_version=decision.id_version,
-            time_version=decision.time_version,
-            operation=self.operation,
-            added_files=self.added_files,
-            removed_files=tuple(decision.removed_files) or self.removed_files,
-            rebase=decision.rebase,
-            write_seconds=self.write_seconds,
-            commit_seconds=time.perf_counter() - started,
-            attempts=attempts,
-            decision=decision,
-        )
+            what = f"{self.operation.value if self.operation else 'txn'} {self.txn_id}"
+            raise conflict_error(decided.decision, what)
+        result = decided.result(self.write_seconds)
         self._state = _COMMITTED
         self.result = result
         if self.metadata is not None:  # the schema this commit changed is the handle's from now on
-            table._set_metadata(self.metadata)
+            self.table._set_metadata(self.metadata)
         self._writer = None
         self._time("publish_decision", result.commit_seconds)
         started = time.perf_counter()
-        table._wait_for_catalog(decision.id_version, result)
+        committer.visible(self.table.name, result.id_version, result)
         self._time("catalog_wait", time.perf_counter() - started)
         return result
 
-    def _repin(self, decision: CommitDecision) -> None:
-        """Metadata-level retry: a new txn id on the newer head, the same files."""
-        catalog = self.table._conn.catalog
-        if decision.conflicting_version is not None:
-            self.table._wait_for_catalog(decision.conflicting_version, None)
-        head = int(catalog.table(self.table.name).head_version)
-        log.info(
-            "txn %s of %s rejected (%s, conflicting %s@%s); retrying on version %d",
-            self.txn_id,
-            self.table.name,
-            decision.reason,
-            decision.conflicting_txn_id,
-            decision.conflicting_version,
-            head,
-        )
-        self.read_version = max(self.read_version, head)
-        self.txn_id = uuid.uuid4().hex
-        self._snapshot = None
-        time.sleep(RETRY_BACKOFF)
+    def _repinned(self, txn_id: str, read_version: int) -> None:
+        """A conflict retry's new txn id and pin (same files): the snapshot read at the old pin is dropped."""
+        self.txn_id, self.read_version, self._snapshot = txn_id, read_version, None
 
     def _discard(self) -> None:
         if self._writer is not None:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import uuid
 from typing import TYPE_CHECKING, Any
 
+from ordo.producer.commit import Change
 from ordo.producer.data import InvalidOperationError
-from ordo.schemas import CommitIntent, DataFile, Operation
+from ordo.schemas import DataFile, Operation
 from ordo.schemas.models import MAX_FILES_PER_INTENT
 
 if TYPE_CHECKING:
@@ -72,13 +72,8 @@ def restore(table: DeltaTable, target: Any) -> CommitResult:
             f"restoring version {target.id_version} re-adds {len(added)} files, more than the "
             f"{MAX_FILES_PER_INTENT} one commit may name: restore with rewrite=True"
         )
-    intent = CommitIntent(
-        txn_id=uuid.uuid4().hex,
-        table=table.name,
-        operation=Operation.RESTORE,
-        read_version=head.id_version,
-        added_files=added,
-        writer=table._writer,
-        restore_version=target.id_version,
+    change = Change(
+        table.name, Operation.RESTORE, added_files=added, writer=table._writer, restore_version=target.id_version
     )
-    return table._commit_now(intent, f"RESTORE {table.name} TO VERSION {target.id_version}")
+    what = f"RESTORE {table.name} TO VERSION {target.id_version}"
+    return table._committer().commit(change, what, read_version=head.id_version)

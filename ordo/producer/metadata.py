@@ -3,20 +3,20 @@
 ``MetadataCommits`` is the part of ``DeltaTable`` (``producer.table``) that
 changes a table's metadata: no data file is read or written, one intent is
 published and the caller waits for the catalog to show the new version.
-RESTORE (``producer.maintenance``) commits the same way (``_commit_now``).
+RESTORE (``producer.maintenance``) commits the same way (``producer.commit.Committer.commit``).
 """
 
 from __future__ import annotations
 
-import time
-import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from ordo.producer.commit import Change
 from ordo.producer.data import InvalidOperationError
-from ordo.producer.handle import TableHandle, altered_metadata
-from ordo.producer.results import CommitResult, conflict_error
-from ordo.schemas import CommitIntent, Operation, TableMetadata
+from ordo.producer.definition import altered_metadata
+from ordo.producer.handle import TableHandle
+from ordo.producer.results import CommitResult
+from ordo.schemas import Operation, TableMetadata
 from ordo.schemas.models import MAX_PATH_LENGTH
 from ordo.schemas.operations import CONSTRAINT_PREFIX
 
@@ -104,34 +104,9 @@ class MetadataCommits(TableHandle):
     ) -> CommitResult:
         """Commit ``metadata`` as the table's from ``read_version`` on (``clause``: what the ALTER TABLE statement
         says after the table's name, for errors); the handle writes by it afterwards."""
-        intent = CommitIntent(
-            txn_id=uuid.uuid4().hex,
-            table=self.name,
-            operation=operation,
-            read_version=read_version,
-            metadata=metadata,
-            writer=self._writer,
-        )
-        result = self._commit_now(intent, f"ALTER TABLE {self.name}{clause}")
+        change = Change(self.name, operation, metadata=metadata, writer=self._writer)
+        result = self._committer().commit(change, f"ALTER TABLE {self.name}{clause}", read_version=read_version)
         self._set_metadata(metadata)
-        return result
-
-    def _commit_now(self, intent: CommitIntent, what: str) -> CommitResult:
-        """Commit an intent that needs no Spark work (metadata, file actions the catalog knows): the decision, or
-        ``CommitConflictError`` naming ``what``; returns once the catalog shows the version."""
-        started = time.perf_counter()
-        decision = self._conn.client.commit(intent, timeout=self.commit_timeout)
-        if not decision.accepted or decision.id_version is None:
-            raise conflict_error(decision, what)
-        result = CommitResult(
-            txn_id=intent.txn_id,
-            id_version=decision.id_version,
-            time_version=decision.time_version,
-            operation=intent.operation,
-            commit_seconds=time.perf_counter() - started,
-            decision=decision,
-        )
-        self._wait_for_catalog(decision.id_version, result)
         return result
 
 

@@ -29,16 +29,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ordo.kernel.errors import CommitConflictError
+from ordo.producer.commit import STREAM_RETRIES
+from ordo.producer.connection import QUERY_ID_PROPERTY
 from ordo.producer.results import BATCH_ALREADY_COMMITTED, CommitResult
-from ordo.producer.table import DeltaTable
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-log = logging.getLogger("ordo.producer.streaming")
+    from ordo.producer.table import DeltaTable
 
-QUERY_ID_PROPERTY = "sql.streaming.queryId"
-DEFAULT_STREAM_RETRIES = 5
+log = logging.getLogger("ordo.producer.streaming")
 
 
 @dataclass
@@ -51,7 +51,7 @@ class BatchCommitter:
 
     table: DeltaTable
     app_id: str | None = None
-    retries: int = DEFAULT_STREAM_RETRIES
+    retries: int = STREAM_RETRIES
     persist: bool = True
     on_commit: Callable[[int, CommitResult | None], None] | None = None
     committed: list[int] = field(default_factory=list)
@@ -107,7 +107,7 @@ def foreach_batch_committer(
     table: DeltaTable,
     *,
     app_id: str | None = None,
-    retries: int = DEFAULT_STREAM_RETRIES,
+    retries: int = STREAM_RETRIES,
     persist: bool = True,
     on_commit: Callable[[int, CommitResult | None], None] | None = None,
 ) -> BatchCommitter:

@@ -5,10 +5,12 @@ the catalog's head, stages Parquet files, publishes one intent and waits for
 the arbiter's decision. The writer API's files, one idea each:
 
 * ``producer.handle``: which table and how it is reached; create, open, find;
+* ``producer.definition``: the metadata a CREATE TABLE or an ALTER TABLE publishes;
 * ``producer.table``: ``DeltaTable``, the operations (writes, DML, maintenance, reads);
 * ``producer.metadata``: the metadata-only commits (ALTER TABLE) and how such a commit is made;
 * ``producer.transaction``: ``Transaction`` (``begin()``), the operations that stage data;
-* ``producer.lifecycle``: a transaction's state and commit protocol;
+* ``producer.lifecycle``: a transaction's state, staged files and commit;
+* ``producer.commit``: the one commit path every writer takes (intent, decision, retry policy, catalog wait);
 * ``producer.delta``: Delta's MERGE and OPTIMIZE builders and history rows;
 * ``producer.maintenance``: VACUUM and RESTORE;
 * ``producer.results``, ``producer.connection``: results and errors, shared clients.
@@ -262,7 +264,7 @@ class DeltaTable(MetadataCommits):
         from ordo.consumer.arrow import DELTA_FORM, check_form
 
         if check_form(form) == DELTA_FORM:
-            from ordo.spark.datasource import settings_options
+            from ordo.producer.connection import settings_options
 
             reader = self.spark.read.format("ordo").options(**settings_options(self.settings))
             reader = reader.option("readChangeFeed", "true")

@@ -43,7 +43,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -66,6 +65,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 from ordo.consumer.arrow import CHANGE_COLUMNS
 from ordo.kernel.errors import OrdoError
 from ordo.kernel.settings import Settings, load_settings, parse_bool
+from ordo.producer.connection import settings_options
 from ordo.schemas.models import ddl_columns as _ddl_columns
 from ordo.schemas.operations import ROW_ID_COLUMN, Reason
 from ordo.schemas.topics import table_identifier
@@ -81,9 +81,7 @@ SETTINGS_OPTIONS = {
 }
 FORM_OPTION = "ordo.changefeedform"
 DEFAULT_WAIT = 60.0
-STREAM_RETRIES = 5
 BATCH_ALREADY_COMMITTED = Reason.BATCH_ALREADY_COMMITTED
-CONFLICT_LATER_FAILS = Reason.CONFLICT_LATER_FAILS
 BATCH_ID_PROPERTY = "streaming.sql.batchId"  # the task-local property Spark sets in a micro-batch's tasks
 SINK_APP_PREFIX = "ordo-sink-"
 
@@ -243,19 +241,6 @@ def check_options(options: Mapping[str, Any], use: str) -> None:
     if problems:
         allowed = ", ".join(o.name for o in OPTIONS if use in o.uses)
         raise DataSourceOptionError(f"format('ordo') {use}: {'; '.join(problems)}. Its options: {allowed}")
-
-
-def settings_options(settings: Settings) -> dict[str, str]:
-    """The data source options that carry ``settings`` (broker, prefix, catalog, warehouse)."""
-    values = {
-        "ordo.bootstrapServers": settings.bootstrap_servers,
-        "ordo.topicPrefix": settings.topic_prefix,
-        "ordo.catalog": settings.catalog,
-        "ordo.warehouse": settings.warehouse,
-        "ordo.trustedKeys": settings.trusted_keys or None,
-        "ordo.requireSignatures": str(settings.require_signatures).lower(),
-    }
-    return {k: str(v) for k, v in values.items() if v is not None}
 
 
 def _truthy(value: str | None) -> bool:
@@ -949,7 +934,7 @@ class _Writing:
         batch_id = query_id = None
         if context is not None and self.streaming:
             batch_id = context.getLocalProperty(BATCH_ID_PROPERTY)
-            from ordo.producer.streaming import QUERY_ID_PROPERTY  # the query id (kept in the checkpoint)
+            from ordo.producer.connection import QUERY_ID_PROPERTY  # the query id (kept in the checkpoint)
 
             query_id = context.getLocalProperty(QUERY_ID_PROPERTY)
         txn_id = self._txn_for(batch_id)
@@ -1009,9 +994,10 @@ class _Writing:
     def _publish(self, messages: Sequence[Any], app_id: str | None = None, batch_id: int | None = None) -> Any:
         """Check keys across tasks, publish the one intent, wait for the decision and the catalog (numbered steps)."""
         from ordo.producer.arrow import check_unique, delete_files
+        from ordo.producer.commit import STREAM_RETRIES, Change, Committer
         from ordo.producer.connection import shared_connection
         from ordo.producer.results import conflict_error
-        from ordo.schemas import CommitIntent, Operation
+        from ordo.schemas import Operation
 
         files = self._files(messages)
         # 1. nothing to append is a no-op (nothing is published), and so is an empty dynamic overwrite; an empty
@@ -1026,7 +1012,7 @@ class _Writing:
         # one client and catalog per process and settings: a Python worker Spark reuses commits batch after
         # batch without connecting to Kafka again (they close at the worker's exit)
         connection = shared_connection(self.table.settings)
-        client, catalog = connection.client, connection.catalog
+        catalog = connection.catalog
         partitions: list[dict[str, str]] | None
         if not self.layout.partition_columns:
             partitions = None
@@ -1044,38 +1030,24 @@ class _Writing:
             partitions = None  # mode("overwrite") without a partition replaces the whole table
         else:
             partitions = [dict(p) for p in sorted({tuple(sorted(f.partition.items())) for f in files})]
-        # 2. publish; a concurrent INSERT INTO may make a streaming batch retry on the new head (same files)
+        # 2. publish (``producer.commit``): a concurrent INSERT INTO may make a micro-batch retry on the new head
+        # (same files), and a micro-batch reads nothing: it is pinned to the head when it commits
         ids = {m.txn_id for m in messages if m is not None and m.txn_id}
         txn_id = ids.pop() if len(ids) == 1 else self._txn_for(batch_id)
-        retries = STREAM_RETRIES if self.streaming else 0
-        # a micro-batch reads nothing: it is pinned to the head when it commits, not when the query started
         read_version = catalog.head(self.table.name) if self.streaming else self.table.head
-        while True:
-            intent = CommitIntent(
-                txn_id=txn_id,
-                table=self.table.name,
-                operation=self.operation,
-                read_version=read_version,
-                partitions=None if partitions is None else tuple(partitions),
-                added_files=tuple(files),
-                metadata=self.new_metadata,
-                app_id=app_id,
-                batch_id=batch_id,
-                writer=f"ordo-datasource/{self.table.name}",
-            )
-            try:
-                decision = client.commit(intent, timeout=self.wait)
-            except BaseException:
-                connection.close()  # no decision (broker gone, timeout): the next commit connects afresh
-                raise
-            if decision.accepted or decision.reason != CONFLICT_LATER_FAILS or retries <= 0:
-                break
-            retries -= 1
-            if decision.conflicting_version is not None:
-                catalog.wait_for_version(self.table.name, decision.conflicting_version, timeout=self.wait)
-            read_version = max(read_version, catalog.head(self.table.name))
-            txn_id = uuid.uuid4().hex
-            time.sleep(0.05)
+        change = Change(
+            self.table.name,
+            self.operation,
+            partitions=None if partitions is None else tuple(partitions),
+            added_files=tuple(files),
+            metadata=self.new_metadata,
+            app_id=app_id,
+            batch_id=batch_id,
+            writer=f"ordo-datasource/{self.table.name}",
+        )
+        committer = Committer(connection, timeout=self.wait, catalog_timeout=self.wait, reconnect=True)
+        retries = STREAM_RETRIES if self.streaming else 0
+        decision = committer.decide(change, txn_id, read_version, retries=retries).decision
         if not decision.accepted:
             delete_files(self.layout, [f.path for f in files])
             if decision.reason == BATCH_ALREADY_COMMITTED:
@@ -1086,7 +1058,7 @@ class _Writing:
             kept = {f.path for f in decision.added_files}
             delete_files(self.layout, [f.path for f in files if f.path not in kept])
         # 3. read-your-writes: the catalog shows the version before the write returns
-        catalog.wait_for_version(self.table.name, int(decision.id_version or 0), timeout=self.wait)
+        committer.visible(self.table.name, int(decision.id_version or 0))
         return decision
 
 
@@ -1191,25 +1163,20 @@ def create_for_write(name: str, schema: StructType, options: Mapping[str, str], 
     concurrent creator winning the race is fine: the write goes to its table (and fails on its schema if it
     differs).
     """
+    from ordo.producer.commit import Change, Committer, new_txn_id
     from ordo.producer.connection import shared_connection
-    from ordo.producer.handle import table_metadata
+    from ordo.producer.definition import table_metadata
     from ordo.producer.results import conflict_error
-    from ordo.schemas import CommitIntent, Operation, Reason
+    from ordo.schemas import Operation, Reason
 
     key = _column_list(options.get("ordo.primarykey"), "ordo.primaryKey")
     parts = _column_list(options.get("ordo.partitionby"), "ordo.partitionBy")
     metadata = table_metadata(name, schema, key or None, parts, None, None, None, settings.warehouse)
     wait = float(options.get("ordo.committimeout", DEFAULT_WAIT))
-    intent = CommitIntent(
-        txn_id=uuid.uuid4().hex,
-        table=name,
-        operation=Operation.CREATE_TABLE,
-        read_version=0,
-        metadata=metadata,
-        writer=f"ordo-datasource/{name}",
-    )
-    connection = shared_connection(settings)  # the one the write's commit uses next
-    decision = connection.client.commit(intent, timeout=wait)
+    change = Change(name, Operation.CREATE_TABLE, metadata=metadata, writer=f"ordo-datasource/{name}")
+    # the shared connection is the one the write's commit uses next
+    committer = Committer(shared_connection(settings), timeout=wait, catalog_timeout=wait)
+    decision = committer.decide(change, new_txn_id(), 0).decision
     if not decision.accepted and decision.reason != Reason.TABLE_EXISTS:
         raise conflict_error(decision, f"CREATE TABLE {name} (for a write to a table that did not exist)")
-    connection.catalog.wait_for_version(name, 0, timeout=wait)
+    committer.visible(name, 0)
