@@ -165,6 +165,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="run the broker-facing tests on this broker only (repeatable; default: ORDO_TEST_BROKERS or both)",
     )
+    parser.addoption(
+        "--spark-write",
+        choices=("auto", "job"),
+        default="auto",
+        help="how the Spark tests' small writes run: auto (the default rule: on the driver when small) or job "
+        "(always a Spark write job: spark.ordo.driverWrite.maxBytes=0); run the write tests both ways",
+    )
 
 
 def selected_brokers(config: pytest.Config) -> list[str]:

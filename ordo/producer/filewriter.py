@@ -1,4 +1,4 @@
-"""A transaction's data files written by one Spark job, at their final paths (``FileWriter``).
+"""A transaction's data files written by one Spark job, or by the driver when small, at their final paths.
 
 The job's tasks write with pyarrow through the ``ordo_records`` data source (``producer.records_source``,
 ``producer.arrow.RecordWrite``): no staging area and no rename, which on an object store would be a copy and a
@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ordo.producer.data import (
     BUCKET_COLUMN,
     DEFAULT_MAX_RECORDS_PER_FILE,
     MAX_RECORDS_PER_FILE_PROPERTY,
+    InvalidOperationError,
     Layout,
     Storage,
     _violation,
@@ -25,6 +26,44 @@ from ordo.schemas.paths import write_id_of
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+
+# The session setting that bounds the driver-side write (``driver_side``): Spark's estimate of the records' size, in
+# bytes, at or under which they are collected and written by the driver; 0 turns the driver-side write off.
+DRIVER_WRITE_CONF = "spark.ordo.driverWrite.maxBytes"
+# Spark's own bound for data it collects to the driver to broadcast (spark.sql.autoBroadcastJoinThreshold's default).
+DEFAULT_DRIVER_WRITE_MAX_BYTES = 10 * 1024 * 1024
+
+
+def driver_write_max_bytes(spark: SparkSession) -> int:
+    """The session's ``DRIVER_WRITE_CONF``; a value that is not a whole number of bytes is refused, named."""
+    text = str(spark.conf.get(DRIVER_WRITE_CONF, str(DEFAULT_DRIVER_WRITE_MAX_BYTES))).strip()
+    try:
+        return int(text)
+    except ValueError:
+        raise InvalidOperationError(f"{DRIVER_WRITE_CONF} must be a whole number of bytes, got {text!r}") from None
+
+
+def driver_side(df: DataFrame) -> bool:
+    """Whether ``df`` is small enough to collect and write on the driver, with no Spark write job.
+
+    The rule is Spark's own size estimate of the optimized plan (``stats().sizeInBytes``, the figure it compares
+    with ``spark.sql.autoBroadcastJoinThreshold`` to decide that a relation fits on the driver) at or under
+    ``DRIVER_WRITE_CONF``. Local data (``createDataFrame`` of rows, a ``LocalRelation``) and ``spark.range`` are
+    estimated from their rows; a file scan from its files' size; a source that gives no estimate (ordo's own
+    data source, a Python data source) counts as too large. A job costs a Python worker per task and one for the
+    data source's planning: for a few rows, ten times the write itself. Spark Connect's DataFrames (no plan here)
+    and streams take the job.
+    """
+    limit = driver_write_max_bytes(df.sparkSession)
+    jdf = getattr(df, "_jdf", None)
+    if limit <= 0 or jdf is None or df.isStreaming:
+        return False
+    try:
+        size = int(jdf.queryExecution().optimizedPlan().stats().sizeInBytes().toString())
+    except Exception:  # py4j's errors: no estimate, no driver-side write
+        return False
+    return size <= limit
 
 
 @dataclass(frozen=True)
@@ -54,6 +93,11 @@ class FileWriter:
        and the writer deletes any other file of this write id it finds (one
        listing of the location); a file a killed executor was still writing
        is an orphan for ``ordo vacuum --orphans``.
+
+    Records Spark estimates small (``driver_side``) skip the job: they are
+    collected to Arrow, sorted as a task sorts them, and written in this
+    process by the same ``RecordWrite``, as one task (file numbers and names
+    alike); what it wrote before failing it deletes itself.
     """
 
     def __init__(
@@ -81,16 +125,17 @@ class FileWriter:
         sort_by: Sequence[str] = (),
         target_files: int | None = None,
     ) -> WriteStats:
-        """Write ``records`` (table columns + ``_ordo_op`` + ``_ordo_seq``) and return the files made."""
-        import os
-        import tempfile
+        """Write ``records`` (table columns + ``_ordo_op`` + ``_ordo_seq``) and return the files made.
+
+        Small records (``driver_side``) are collected to Arrow and written by this process; others by a Spark job.
+        """
         import time
 
         from ordo.producer import records_source
 
-        df, hidden = self._arranged(records, sort_by, target_files)
+        df, hidden = self._with_hidden(records)
         layout = self.layout
-        spec = records_source.write_options(
+        spec = records_source.write_spec(
             layout.location,
             layout.partition_columns,
             layout.primary_key,
@@ -100,34 +145,62 @@ class FileWriter:
             layout.int_property(MAX_RECORDS_PER_FILE_PROPERTY, DEFAULT_MAX_RECORDS_PER_FILE),
             self.write_ids,
         )
-        records_source.register(df.sparkSession)  # the session the write runs in (a stream's clone, maybe)
-        handle, result = tempfile.mkstemp(prefix=f"ordo-write-{self.txn_id}-", suffix=".jsonl")
-        os.close(handle)
         started = time.perf_counter()
         try:
-            writer = df.write.format(records_source.NAME).mode("append")
-            writer.option("write", spec).option("result", result).save()
-            spark_seconds = time.perf_counter() - started
-            started = time.perf_counter()
-            with open(result, encoding="utf-8") as lines:
-                files = [DataFile.model_validate_json(line) for line in lines if line.strip()]
+            if driver_side(df):
+                files, spark_seconds = self._write_on_driver(df, spec, sort_by), time.perf_counter() - started
+            else:
+                files, spark_seconds = self._write_in_job(self._laid_out(df, hidden, sort_by, target_files), spec)
         except BaseException as exc:
             self._delete_left_by_failed_job()
             violation = _violation(exc)  # a CHECK constraint the rows broke: the job's error, named
             if violation is not None:
                 raise violation from None
             raise
-        finally:
-            os.unlink(result)
+        started = time.perf_counter()
         files = [f for f in files if f.record_count]
         self.written.extend(f.path for f in files)
         ordered = sorted(files, key=lambda f: (sorted(f.partition.items()), f.bucket, f.path))
         return WriteStats(tuple(ordered), spark_seconds, time.perf_counter() - started)
 
-    def _arranged(
-        self, records: DataFrame, sort_by: Sequence[str], target_files: int | None
-    ) -> tuple[DataFrame, list[str]]:
-        """``records`` with the hidden (partition, bucket) columns, laid out in tasks as the files should be."""
+    def _write_in_job(self, df: DataFrame, spec: dict[str, Any]) -> tuple[list[DataFile], float]:
+        """The records written by the tasks of one Spark job (``ordo_records``); the files and the job's seconds."""
+        import os
+        import tempfile
+        import time
+
+        from ordo.producer import records_source
+
+        records_source.register(df.sparkSession)  # the session the write runs in (a stream's clone, maybe)
+        handle, result = tempfile.mkstemp(prefix=f"ordo-write-{self.txn_id}-", suffix=".jsonl")
+        os.close(handle)
+        started = time.perf_counter()
+        try:
+            writer = df.write.format(records_source.NAME).mode("append")
+            writer.option("write", records_source.write_options(spec)).option("result", result).save()
+            seconds = time.perf_counter() - started
+            with open(result, encoding="utf-8") as lines:
+                return [DataFile.model_validate_json(line) for line in lines if line.strip()], seconds
+        finally:
+            os.unlink(result)
+
+    def _write_on_driver(self, df: DataFrame, spec: dict[str, Any], sort_by: Sequence[str]) -> list[DataFile]:
+        """The records collected to Arrow and written here by the ``RecordWrite`` a task would run, as one task.
+
+        The hidden columns, the bucket and the CHECK constraints are the same Spark expressions as the job's, so
+        the collection evaluates them (a violated constraint fails it with the same error). The rows are sorted
+        as the job's tasks sort them: by the hidden columns, then ``sort_by``, nulls first.
+        """
+        from ordo.producer import records_source
+
+        rows = df.toArrow()
+        order = [*spec["hidden"], *sort_by]
+        if order and rows.num_rows > 1:
+            rows = rows.sort_by([(c, "ascending") for c in order], null_placement="at_start")
+        return records_source.record_write(df.schema, spec).write(iter(rows.to_batches()))
+
+    def _with_hidden(self, records: DataFrame) -> tuple[DataFrame, list[str]]:
+        """``records`` checked against the CHECK constraints, with the hidden (partition, bucket) columns."""
         from pyspark.sql import functions as F
 
         layout = self.layout
@@ -140,8 +213,14 @@ class FileWriter:
 
             df = df.withColumn(BUCKET_COLUMN, bucket_column(layout.schema(), layout.primary_key, layout.buckets))
             hidden = [*hidden, BUCKET_COLUMN]  # one output file per (partition, bucket) at least
+        return df, hidden
+
+    @staticmethod
+    def _laid_out(df: DataFrame, hidden: Sequence[str], sort_by: Sequence[str], target_files: int | None) -> DataFrame:
+        """``df`` laid out in tasks as the files should be: one task per (partition, bucket), its rows contiguous."""
+        from pyspark.sql import functions as F
+
         if hidden:
-            # one task per (partition, bucket), its rows contiguous: one file each
             df = df.repartition(*[F.col(h) for h in hidden])
             df = df.sortWithinPartitions(*[F.col(h) for h in hidden], *[F.col(f"`{c}`") for c in sort_by])
         elif sort_by:
@@ -150,7 +229,7 @@ class FileWriter:
                 df = df.coalesce(target_files)
         elif target_files:
             df = df.coalesce(target_files)
-        return df, hidden
+        return df
 
     def _delete_left_by_failed_job(self) -> None:
         """Delete the files of this write id that are not this writer's (what the failed job's tasks left)."""
