@@ -167,10 +167,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     parser.addoption(
         "--spark-write",
-        choices=("auto", "job"),
+        choices=("auto", "driver", "job"),
         default="auto",
-        help="how the Spark tests' small writes run: auto (the default rule: on the driver when small) or job "
-        "(always a Spark write job: spark.ordo.driverWrite.maxBytes=0); run the write tests both ways",
+        help="how the Spark tests' FileWriter writes run: auto (the default rule: on the driver when Spark estimates "
+        "them small), driver (every write on the driver) or job (always a Spark write job)",
     )
 
 

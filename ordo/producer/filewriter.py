@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 DRIVER_WRITE_CONF = "spark.ordo.driverWrite.maxBytes"
 # Spark's own bound for data it collects to the driver to broadcast (spark.sql.autoBroadcastJoinThreshold's default).
 DEFAULT_DRIVER_WRITE_MAX_BYTES = 10 * 1024 * 1024
+UNKNOWN_SIZE = 2**63 - 1  # Spark's estimate of a plan it cannot size (spark.sql.defaultSizeInBytes, Long.MaxValue)
 
 
 def driver_write_max_bytes(spark: SparkSession) -> int:
@@ -60,10 +61,11 @@ def driver_side(df: DataFrame) -> bool:
     if limit <= 0 or jdf is None or df.isStreaming:
         return False
     try:
-        size = int(jdf.queryExecution().optimizedPlan().stats().sizeInBytes().toString())
+        size = int(str(jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))  # a Python int or a BigInt
     except Exception:  # py4j's errors: no estimate, no driver-side write
         return False
-    return size <= limit
+    # Spark's "no estimate" is Long.MaxValue, and a projection scales it past that: the largest limit takes any plan
+    return min(size, UNKNOWN_SIZE) <= limit
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,7 @@ def max_bytes(spark: Any, value: str | None) -> Iterator[None]:
             spark.conf.set(DRIVER_WRITE_CONF, before)
 
 
-PATHS = {"driver": "1073741824", "job": "0"}
+PATHS = {"driver": str(2**63 - 1), "job": "0"}  # Long.MaxValue: every plan, also those Spark cannot estimate
 
 
 def _layout(tmp_path: Path, name: str, **properties: str) -> Layout:
@@ -84,14 +84,17 @@ def _described(layout: Layout, stats: Any) -> list[tuple[Any, ...]]:
 
 
 def test_the_rule_picks_small_plans_and_the_setting_bounds_it(spark: Any) -> None:
-    local = spark.createDataFrame([(1, "a")], "id BIGINT, v STRING")
+    local = spark.sql("VALUES (1, 'a'), (2, 'b') AS t(id, v)")  # a LocalRelation: estimated from its rows
     ranged = spark.range(1).selectExpr("id", "'a' AS v")
     big = spark.range(10_000_000).selectExpr("id", "'a' AS v")  # 10 M rows: Spark estimates 80 MB and more
+    unknown = spark.createDataFrame([(1, "a")], "id BIGINT, v STRING")  # an RDD of Python rows: no estimate
     with max_bytes(spark, None):
         assert driver_side(local) and driver_side(ranged)
-        assert not driver_side(big)
+        assert not driver_side(big) and not driver_side(unknown)
     with max_bytes(spark, "0"):
         assert not driver_side(local) and not driver_side(ranged)
+    with max_bytes(spark, PATHS["driver"]):  # the largest value: every plan, estimated or not
+        assert driver_side(unknown) and driver_side(big)
     with max_bytes(spark, "2 MB"), pytest.raises(InvalidOperationError, match=r"spark\.ordo\.driverWrite\.maxBytes"):
         driver_side(local)
 
