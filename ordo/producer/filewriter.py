@@ -15,57 +15,17 @@ from ordo.producer.data import (
     BUCKET_COLUMN,
     DEFAULT_MAX_RECORDS_PER_FILE,
     MAX_RECORDS_PER_FILE_PROPERTY,
-    InvalidOperationError,
     Layout,
     Storage,
     _violation,
     enforce_constraints,
 )
+from ordo.producer.smallwrites import driver_side
 from ordo.schemas import DataFile
 from ordo.schemas.paths import write_id_of
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-
-
-# The session setting that bounds the driver-side write (``driver_side``): Spark's estimate of the records' size, in
-# bytes, at or under which they are collected and written by the driver; 0 turns the driver-side write off.
-DRIVER_WRITE_CONF = "spark.ordo.driverWrite.maxBytes"
-# Spark's own bound for data it collects to the driver to broadcast (spark.sql.autoBroadcastJoinThreshold's default).
-DEFAULT_DRIVER_WRITE_MAX_BYTES = 10 * 1024 * 1024
-UNKNOWN_SIZE = 2**63 - 1  # Spark's estimate of a plan it cannot size (spark.sql.defaultSizeInBytes, Long.MaxValue)
-
-
-def driver_write_max_bytes(spark: SparkSession) -> int:
-    """The session's ``DRIVER_WRITE_CONF``; a value that is not a whole number of bytes is refused, named."""
-    text = str(spark.conf.get(DRIVER_WRITE_CONF, str(DEFAULT_DRIVER_WRITE_MAX_BYTES))).strip()
-    try:
-        return int(text)
-    except ValueError:
-        raise InvalidOperationError(f"{DRIVER_WRITE_CONF} must be a whole number of bytes, got {text!r}") from None
-
-
-def driver_side(df: DataFrame) -> bool:
-    """Whether ``df`` is small enough to collect and write on the driver, with no Spark write job.
-
-    The rule is Spark's own size estimate of the optimized plan (``stats().sizeInBytes``, the figure it compares
-    with ``spark.sql.autoBroadcastJoinThreshold`` to decide that a relation fits on the driver) at or under
-    ``DRIVER_WRITE_CONF``. Local data (``createDataFrame`` of rows, a ``LocalRelation``) and ``spark.range`` are
-    estimated from their rows; a file scan from its files' size; a source that gives no estimate (ordo's own
-    data source, a Python data source) counts as too large. A job costs a Python worker per task and one for the
-    data source's planning: for a few rows, ten times the write itself. Spark Connect's DataFrames (no plan here)
-    and streams take the job.
-    """
-    limit = driver_write_max_bytes(df.sparkSession)
-    jdf = getattr(df, "_jdf", None)
-    if limit <= 0 or jdf is None or df.isStreaming:
-        return False
-    try:
-        size = int(str(jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))  # a Python int or a BigInt
-    except Exception:  # py4j's errors: no estimate, no driver-side write
-        return False
-    # Spark's "no estimate" is Long.MaxValue, and a projection scales it past that: the largest limit takes any plan
-    return min(size, UNKNOWN_SIZE) <= limit
 
 
 @dataclass(frozen=True)

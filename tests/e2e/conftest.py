@@ -11,7 +11,7 @@ import pytest
 def spark(request: pytest.FixtureRequest) -> Iterator[object]:
     """A local SparkSession shared by the whole run (startup costs ~10 s); ``--spark-write driver`` writes every
     ``FileWriter`` write on the driver (even where Spark has no size estimate), ``job`` with a Spark job."""
-    from ordo.producer.filewriter import DRIVER_WRITE_CONF
+    from ordo.producer.smallwrites import DRIVER_WRITE_CONF
     from ordo.spark import local_spark_session
 
     session = local_spark_session("ordo-tests")

@@ -20,9 +20,13 @@ from ordo.producer.data import (
     ConstraintViolationError,
     InvalidOperationError,
     Layout,
+    PartitionValueError,
+    PrimaryKeyError,
     upsert_records,
+    validate_records,
 )
-from ordo.producer.filewriter import DRIVER_WRITE_CONF, FileWriter, driver_side
+from ordo.producer.filewriter import FileWriter
+from ordo.producer.smallwrites import DRIVER_WRITE_CONF, driver_side
 from ordo.schemas.paths import write_id_of
 
 SCHEMA = "id BIGINT NOT NULL, v STRING, amount DOUBLE, p STRING"
@@ -157,3 +161,32 @@ def test_sort_by_orders_each_file_nulls_first(spark: Any, tmp_path: Path, path: 
     nulls = sum(v is None for v in values)
     assert nulls and values[:nulls] == [None] * nulls
     assert values[nulls:] == sorted(values[nulls:])
+
+
+BROKEN = {  # rows -> the error validate_records gives them, whichever path groups them
+    "duplicate key": ([(1, "a", 1.0, "p0"), (1, "b", 2.0, "p0"), (2, "c", 3.0, "p1")], PrimaryKeyError),
+    "null key": ([(None, "a", 1.0, "p0"), (2, "c", 3.0, "p1")], PrimaryKeyError),
+    "empty partition": ([(1, "a", 1.0, ""), (2, "c", 3.0, "p1")], PartitionValueError),
+    "null partition": ([(1, "a", 1.0, None), (2, "c", 3.0, "p1")], PartitionValueError),
+}
+
+
+@pytest.mark.parametrize("case", list(BROKEN))
+def test_validation_refuses_alike_on_both_paths(spark: Any, tmp_path: Path, case: str) -> None:
+    rows, error = BROKEN[case]
+    schema = SCHEMA.replace("id BIGINT NOT NULL", "id BIGINT")  # a null key must reach the check
+    messages = {}
+    for path in PATHS:
+        with max_bytes(spark, PATHS[path]), pytest.raises(error) as refused:
+            validate_records(spark.createDataFrame(rows, schema), _layout(tmp_path, f"v_{path}"))
+        messages[path] = str(refused.value)
+    assert messages["driver"] == messages["job"]
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_validation_checks_a_static_partition_on_both_paths(spark: Any, tmp_path: Path, path: str) -> None:
+    layout = _layout(tmp_path, f"static_{path}")
+    with max_bytes(spark, PATHS[path]):
+        validate_records(spark.createDataFrame(ROWS[:1], SCHEMA), layout, {"p": "p0"})
+        with pytest.raises(PartitionValueError, match=r"outside the partition \{'p': 'p1'\}"):
+            validate_records(spark.createDataFrame(ROWS[:3], SCHEMA), layout, {"p": "p1"})

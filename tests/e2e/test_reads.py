@@ -327,7 +327,9 @@ def _format_ordo(spark: Any, stack: Stack, name: str, version: int) -> Any:
     """``spark.read.format("ordo")`` of ``name`` at ``version``."""
     from ordo.spark.datasource import settings_options
 
-    return spark.read.format("ordo").options(**settings_options(stack.settings)).option("versionAsOf", version).load(name)
+    return (
+        spark.read.format("ordo").options(**settings_options(stack.settings)).option("versionAsOf", version).load(name)
+    )
 
 
 @pytest.mark.parametrize("via", ["read", "format"])
