@@ -706,7 +706,7 @@ def upsert_records(df: DataFrame) -> DataFrame:
     """Table rows (already conformed) tagged as upserts with no sequence number (the commit's version)."""
     from pyspark.sql import functions as F
 
-    return df.withColumn(OP_COLUMN, F.lit(OP_UPSERT)).withColumn(SEQ_COLUMN, F.lit(None).cast("bigint"))
+    return df.withColumns({OP_COLUMN: F.lit(OP_UPSERT), SEQ_COLUMN: F.lit(None).cast("bigint")})
 
 
 def with_static_partition(df: DataFrame, layout: Layout, partition: Mapping[str, str]) -> DataFrame:

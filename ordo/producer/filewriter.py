@@ -167,15 +167,16 @@ class FileWriter:
 
         layout = self.layout
         hidden = [f"_ordo_p{i}" for i in range(len(layout.partition_columns))]
-        df = enforce_constraints(records, layout)
-        for name, column in zip(hidden, layout.partition_columns, strict=True):
-            df = df.withColumn(name, F.col(f"`{column}`").cast("string"))
+        columns = {
+            name: F.col(f"`{c}`").cast("string") for name, c in zip(hidden, layout.partition_columns, strict=True)
+        }
         if layout.buckets > 1:
             from ordo.producer.buckets import bucket_column
 
-            df = df.withColumn(BUCKET_COLUMN, bucket_column(layout.schema(), layout.primary_key, layout.buckets))
+            columns[BUCKET_COLUMN] = bucket_column(layout.schema(), layout.primary_key, layout.buckets)
             hidden = [*hidden, BUCKET_COLUMN]  # one output file per (partition, bucket) at least
-        return df, hidden
+        df = enforce_constraints(records, layout)
+        return (df.withColumns(columns) if columns else df), hidden  # one projection: one analysis, not one each
 
     @staticmethod
     def _laid_out(df: DataFrame, hidden: Sequence[str], sort_by: Sequence[str], target_files: int | None) -> DataFrame:

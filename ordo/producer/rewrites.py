@@ -182,7 +182,8 @@ def warm_up(spark: Any) -> None:
     JIT compilation (on a 2-core machine, 20 s where the next took 3 to 6), so a service runs this first."""
     import tempfile
 
-    from ordo.producer.data import FileWriter, Layout, join_location, read_files, rewrite_records, upsert_records
+    from ordo.producer.data import Layout, join_location, read_files, rewrite_records, upsert_records
+    from ordo.producer.filewriter import FileWriter
     from ordo.schemas import TableMetadata
 
     with tempfile.TemporaryDirectory(prefix="ordo-warm-up-") as scratch:
