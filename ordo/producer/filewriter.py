@@ -28,6 +28,15 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 
+def _nulls_first(rows: Any, columns: Sequence[str]) -> Any:
+    """``rows`` (a pyarrow table) sorted by ``columns`` ascending, nulls first (Spark's ascending order)."""
+    import pyarrow as pa
+
+    if int(pa.__version__.split(".")[0]) >= 25:  # null placement per key; the table-wide option is deprecated
+        return rows.sort_by([(c, "ascending", "at_start") for c in columns])
+    return rows.sort_by([(c, "ascending") for c in columns], null_placement="at_start")
+
+
 @dataclass(frozen=True)
 class WriteStats:
     """What one staged write produced and how long its phases took."""
@@ -158,7 +167,7 @@ class FileWriter:
         rows = df.toArrow()
         order = [*spec["hidden"], *sort_by]
         if order and rows.num_rows > 1:
-            rows = rows.sort_by([(c, "ascending") for c in order], null_placement="at_start")
+            rows = _nulls_first(rows, order)
         return records_source.record_write(df.schema, spec).write(iter(rows.to_batches()))
 
     def _with_hidden(self, records: DataFrame) -> tuple[DataFrame, list[str]]:
