@@ -164,7 +164,7 @@ class FileWriter:
         """
         from ordo.producer import records_source
 
-        rows = df.toArrow()
+        rows = df.coalesce(1).toArrow()  # one task: small rows spread over spark.default.parallelism cost more tasks
         order = [*spec["hidden"], *sort_by]
         if order and rows.num_rows > 1:
             rows = _nulls_first(rows, order)

@@ -73,7 +73,7 @@ def offending_groups(
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    rows = checked.toArrow()
+    rows = checked.coalesce(1).toArrow()  # one task, as the driver-side write collects
     try:
         groups = rows.group_by(list(identity), use_threads=False).aggregate([([], "count_all"), ("_ordo_badp", "max")])
     except (pa.ArrowNotImplementedError, pa.ArrowTypeError, pa.ArrowInvalid):
