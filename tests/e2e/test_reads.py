@@ -355,9 +355,10 @@ def test_a_point_read_by_key_equals_the_model(spark: Any, stack: Stack, name: st
         assert rows(frame.where(F.col("id").isin(chosen))) == {r for r in expected if r[0] in chosen}
 
 
-def test_format_ordo_prunes_a_point_read_to_the_files_that_may_hold_the_key(spark: Any, stack: Stack) -> None:
-    """The reader ``format("ordo")`` plans for ``id = k`` keeps only files whose bucket and key range may hold ``k``,
-    and reads only ``k``'s records from them (Spark still applies the filter)."""
+def test_format_ordo_reads_only_a_point_reads_keys_from_the_files_that_may_hold_them(spark: Any, stack: Stack) -> None:
+    """The reader ``format("ordo")`` plans for ``id = k`` keeps every file that holds a record of ``k`` (of those
+    whose bucket and key range may: ``consumer.arrow.files_with_keys``) and reads only ``k``'s records from them;
+    Spark still applies the filter."""
     from pyspark.sql.datasource import EqualTo
 
     from ordo.spark.datasource import OrdoDataSource, settings_options
@@ -366,13 +367,15 @@ def test_format_ordo_prunes_a_point_read_to_the_files_that_may_hold_the_key(spar
     schema = _format_ordo(spark, stack, "events", table.model.head).schema
     source = OrdoDataSource({"path": "events", **settings_options(stack.settings)})
     whole = source.reader(schema)
-    key = sorted({r[0] for r in table.expected(table.model.head)})[0]
+    expected = table.expected(table.model.head)
+    key = sorted({r[0] for r in expected})[0]
     pruned = source.reader(schema)
     assert list(pruned.pushFilters([EqualTo(("id",), key)])) == [EqualTo(("id",), key)]  # Spark still filters
     assert pruned.keys is not None and pruned.keys.column("id").to_pylist() == [key]
-    assert 0 < len(pruned.files) < len(whole.files)
+    holding = {r.path for r in whole.files if key in pq.read_table(r.path, columns=["id"]).column("id").to_pylist()}
+    assert holding and holding <= {r.path for r in pruned.files} <= {r.path for r in whole.files}
     rows = [r for part in pruned.partitions() for batch in pruned.read(part) for r in batch.to_pylist()]
-    assert {r["id"] for r in rows} == {key}
+    assert {tuple(r.values()) for r in rows} == {r for r in expected if r[0] == key}
 
 
 def test_read_as_of_a_timestamp(spark: Any, stack: Stack) -> None:
