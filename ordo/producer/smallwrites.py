@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ordo.kernel.settings import SettingsError
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
@@ -28,14 +30,12 @@ UNKNOWN_SIZE = 2**63 - 1  # Spark's estimate of a plan it cannot size (spark.sql
 
 
 def driver_write_max_bytes(spark: SparkSession) -> int:
-    """The session's ``DRIVER_WRITE_CONF``; a value that is not a whole number of bytes is refused, named."""
+    """The session's ``DRIVER_WRITE_CONF``; a value that is not a whole number of bytes is a ``SettingsError``."""
     text = str(spark.conf.get(DRIVER_WRITE_CONF, str(DEFAULT_DRIVER_WRITE_MAX_BYTES))).strip()
     try:
         return int(text)
     except ValueError:
-        from ordo.producer.data import InvalidOperationError
-
-        raise InvalidOperationError(f"{DRIVER_WRITE_CONF} must be a whole number of bytes, got {text!r}") from None
+        raise SettingsError(f"{DRIVER_WRITE_CONF} must be a whole number of bytes, got {text!r}") from None
 
 
 def driver_side(df: DataFrame) -> bool:

@@ -14,6 +14,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from ordo.kernel.settings import SettingsError
 from ordo.producer.data import (
     OP_COLUMN,
     SEQ_COLUMN,
@@ -99,7 +100,7 @@ def test_the_rule_picks_small_plans_and_the_setting_bounds_it(spark: Any) -> Non
         assert not driver_side(local) and not driver_side(ranged)
     with max_bytes(spark, PATHS["driver"]):  # the largest value: every plan, estimated or not
         assert driver_side(unknown) and driver_side(big)
-    with max_bytes(spark, "2 MB"), pytest.raises(InvalidOperationError, match=r"spark\.ordo\.driverWrite\.maxBytes"):
+    with max_bytes(spark, "2 MB"), pytest.raises(SettingsError, match=r"spark\.ordo\.driverWrite\.maxBytes"):
         driver_side(local)
 
 
