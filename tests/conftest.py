@@ -205,6 +205,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="run the broker-facing tests on this broker only (repeatable; default: ORDO_TEST_BROKERS or both)",
     )
+    parser.addoption(
+        "--spark-write",
+        choices=("auto", "driver", "job"),
+        default="auto",
+        help="how the Spark tests' FileWriter writes run: auto (the default rule: on the driver when Spark estimates "
+        "them small), driver (every write on the driver) or job (always a Spark write job)",
+    )
 
 
 def selected_brokers(config: pytest.Config) -> list[str]:

@@ -500,6 +500,32 @@ def _bad_partition(layout: Layout, static_partition: Mapping[str, str] | None) -
     return bad
 
 
+def _offending(df: DataFrame, layout: Layout, static_partition: Mapping[str, str] | None) -> list[dict[str, Any]]:
+    """The (partition, key) groups of ``df`` with two rows, a null key or a bad partition value (at most
+    ``3 * EXAMPLES``): identity values, ``_ordo_n`` rows and ``_ordo_badp``. Grouped by a Spark job (a shuffle),
+    or in Arrow on the driver when Spark estimates the rows small (``smallwrites``)."""
+    from pyspark.sql import functions as F
+
+    from ordo.producer.smallwrites import driver_side, offending_groups
+
+    identity = layout.identity
+    checked = df.select(
+        *[F.col(f"`{c}`") for c in identity], _bad_partition(layout, static_partition).alias("_ordo_badp")
+    )
+    if driver_side(checked):
+        found = offending_groups(checked, identity, layout.primary_key, 3 * EXAMPLES)
+        if found is not None:
+            return found
+    null_key = F.lit(False)
+    for c in layout.primary_key:
+        null_key = null_key | F.col(f"`{c}`").isNull()
+    grouped = checked.groupBy(*[F.col(f"`{c}`") for c in identity]).agg(
+        F.count(F.lit(1)).alias("_ordo_n"), F.max("_ordo_badp").alias("_ordo_badp")
+    )
+    offending = grouped.where((F.col("_ordo_n") > 1) | F.col("_ordo_badp") | null_key).limit(3 * EXAMPLES)
+    return [row.asDict() for row in offending.collect()]
+
+
 def validate_records(
     df: DataFrame, layout: Layout, static_partition: Mapping[str, str] | None = None, *, keys: bool | None = None
 ) -> None:
@@ -509,7 +535,8 @@ def validate_records(
     check groups by partition columns and primary key. A keyless table's row
     ids are new and unique by construction: unless ``keys`` asks (MERGE: a
     target row matched twice), only partition values are checked, without the
-    grouping (an append costs one scan, no shuffle).
+    grouping (an append costs one scan, no shuffle). Rows Spark estimates small are grouped on the driver
+    (``smallwrites.driver_side``), with the same checks and messages.
     """
     from pyspark.sql import functions as F
 
@@ -532,20 +559,12 @@ def validate_records(
             f"rows {where}with null or empty partition values (e.g. {parts}); nothing was written"
         )
 
-    identity = layout.identity
-    bad_partition = _bad_partition(layout, static_partition)
-    null_key = F.lit(False)
-    for c in layout.primary_key:
-        null_key = null_key | F.col(f"`{c}`").isNull()
-    grouped = df.groupBy(*[F.col(f"`{c}`") for c in identity]).agg(
-        F.count(F.lit(1)).alias("_ordo_n"), F.max(bad_partition).alias("_ordo_badp")
-    )
-    offending = grouped.where((F.col("_ordo_n") > 1) | F.col("_ordo_badp") | null_key).limit(3 * EXAMPLES).collect()
+    offending = _offending(df, layout, static_partition)
     if not offending:
         return
+    identity = layout.identity
     nulls, dups, parts = [], [], []
-    for row in offending:
-        values = row.asDict()
+    for values in offending:
         key = {c: values[c] for c in identity}
         if any(values[c] is None for c in layout.primary_key):
             nulls.append(key)
@@ -687,7 +706,7 @@ def upsert_records(df: DataFrame) -> DataFrame:
     """Table rows (already conformed) tagged as upserts with no sequence number (the commit's version)."""
     from pyspark.sql import functions as F
 
-    return df.withColumn(OP_COLUMN, F.lit(OP_UPSERT)).withColumn(SEQ_COLUMN, F.lit(None).cast("bigint"))
+    return df.withColumns({OP_COLUMN: F.lit(OP_UPSERT), SEQ_COLUMN: F.lit(None).cast("bigint")})
 
 
 def with_static_partition(df: DataFrame, layout: Layout, partition: Mapping[str, str]) -> DataFrame:

@@ -1,4 +1,4 @@
-"""A transaction's data files written by one Spark job, at their final paths (``FileWriter``).
+"""A transaction's data files written by one Spark job, or by the driver when small, at their final paths.
 
 The job's tasks write with pyarrow through the ``ordo_records`` data source (``producer.records_source``,
 ``producer.arrow.RecordWrite``): no staging area and no rename, which on an object store would be a copy and a
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ordo.producer.data import (
     BUCKET_COLUMN,
@@ -20,11 +20,21 @@ from ordo.producer.data import (
     _violation,
     enforce_constraints,
 )
+from ordo.producer.smallwrites import driver_side
 from ordo.schemas import DataFile
 from ordo.schemas.paths import write_id_of
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+
+def _nulls_first(rows: Any, columns: Sequence[str]) -> Any:
+    """``rows`` (a pyarrow table) sorted by ``columns`` ascending, nulls first (Spark's ascending order)."""
+    import pyarrow as pa
+
+    if int(pa.__version__.split(".")[0]) >= 25:  # null placement per key; the table-wide option is deprecated
+        return rows.sort_by([(c, "ascending", "at_start") for c in columns])
+    return rows.sort_by([(c, "ascending") for c in columns], null_placement="at_start")
 
 
 @dataclass(frozen=True)
@@ -54,6 +64,11 @@ class FileWriter:
        and the writer deletes any other file of this write id it finds (one
        listing of the location); a file a killed executor was still writing
        is an orphan for ``ordo vacuum --orphans``.
+
+    Records Spark estimates small (``driver_side``) skip the job: they are
+    collected to Arrow, sorted as a task sorts them, and written in this
+    process by the same ``RecordWrite``, as one task (file numbers and names
+    alike); what it wrote before failing it deletes itself.
     """
 
     def __init__(
@@ -81,16 +96,17 @@ class FileWriter:
         sort_by: Sequence[str] = (),
         target_files: int | None = None,
     ) -> WriteStats:
-        """Write ``records`` (table columns + ``_ordo_op`` + ``_ordo_seq``) and return the files made."""
-        import os
-        import tempfile
+        """Write ``records`` (table columns + ``_ordo_op`` + ``_ordo_seq``) and return the files made.
+
+        Small records (``driver_side``) are collected to Arrow and written by this process; others by a Spark job.
+        """
         import time
 
         from ordo.producer import records_source
 
-        df, hidden = self._arranged(records, sort_by, target_files)
+        df, hidden = self._with_hidden(records)
         layout = self.layout
-        spec = records_source.write_options(
+        spec = records_source.write_spec(
             layout.location,
             layout.partition_columns,
             layout.primary_key,
@@ -100,48 +116,83 @@ class FileWriter:
             layout.int_property(MAX_RECORDS_PER_FILE_PROPERTY, DEFAULT_MAX_RECORDS_PER_FILE),
             self.write_ids,
         )
-        records_source.register(df.sparkSession)  # the session the write runs in (a stream's clone, maybe)
-        handle, result = tempfile.mkstemp(prefix=f"ordo-write-{self.txn_id}-", suffix=".jsonl")
-        os.close(handle)
         started = time.perf_counter()
         try:
-            writer = df.write.format(records_source.NAME).mode("append")
-            writer.option("write", spec).option("result", result).save()
-            spark_seconds = time.perf_counter() - started
-            started = time.perf_counter()
-            with open(result, encoding="utf-8") as lines:
-                files = [DataFile.model_validate_json(line) for line in lines if line.strip()]
+            if driver_side(df):
+                files, spark_seconds = self._write_on_driver(df, spec, sort_by), time.perf_counter() - started
+            else:
+                files, spark_seconds = self._write_in_job(self._laid_out(df, hidden, sort_by, target_files), spec)
         except BaseException as exc:
             self._delete_left_by_failed_job()
             violation = _violation(exc)  # a CHECK constraint the rows broke: the job's error, named
             if violation is not None:
                 raise violation from None
             raise
-        finally:
-            os.unlink(result)
+        started = time.perf_counter()
         files = [f for f in files if f.record_count]
         self.written.extend(f.path for f in files)
         ordered = sorted(files, key=lambda f: (sorted(f.partition.items()), f.bucket, f.path))
         return WriteStats(tuple(ordered), spark_seconds, time.perf_counter() - started)
 
-    def _arranged(
-        self, records: DataFrame, sort_by: Sequence[str], target_files: int | None
-    ) -> tuple[DataFrame, list[str]]:
-        """``records`` with the hidden (partition, bucket) columns, laid out in tasks as the files should be."""
+    def _write_in_job(self, df: DataFrame, spec: dict[str, Any]) -> tuple[list[DataFile], float]:
+        """The records written by the tasks of one Spark job (``ordo_records``); the files and the job's seconds."""
+        import os
+        import tempfile
+        import time
+
+        from ordo.producer import records_source
+
+        records_source.register(df.sparkSession)  # the session the write runs in (a stream's clone, maybe)
+        handle, result = tempfile.mkstemp(prefix=f"ordo-write-{self.txn_id}-", suffix=".jsonl")
+        os.close(handle)
+        started = time.perf_counter()
+        try:
+            writer = df.write.format(records_source.NAME).mode("append")
+            writer.option("write", records_source.write_options(spec)).option("result", result).save()
+            seconds = time.perf_counter() - started
+            with open(result, encoding="utf-8") as lines:
+                return [DataFile.model_validate_json(line) for line in lines if line.strip()], seconds
+        finally:
+            os.unlink(result)
+
+    def _write_on_driver(self, df: DataFrame, spec: dict[str, Any], sort_by: Sequence[str]) -> list[DataFile]:
+        """The records collected to Arrow and written here by the ``RecordWrite`` a task would run, as one task.
+
+        The hidden columns, the bucket and the CHECK constraints are the same Spark expressions as the job's, so
+        the collection evaluates them (a violated constraint fails it with the same error). The rows are sorted
+        as the job's tasks sort them: by the hidden columns, then ``sort_by``, nulls first.
+        """
+        from ordo.producer import records_source
+
+        rows = df.coalesce(1).toArrow()  # one task: small rows spread over spark.default.parallelism cost more tasks
+        order = [*spec["hidden"], *sort_by]
+        if order and rows.num_rows > 1:
+            rows = _nulls_first(rows, order)
+        return records_source.record_write(df.schema, spec).write(iter(rows.to_batches()))
+
+    def _with_hidden(self, records: DataFrame) -> tuple[DataFrame, list[str]]:
+        """``records`` checked against the CHECK constraints, with the hidden (partition, bucket) columns."""
         from pyspark.sql import functions as F
 
         layout = self.layout
         hidden = [f"_ordo_p{i}" for i in range(len(layout.partition_columns))]
-        df = enforce_constraints(records, layout)
-        for name, column in zip(hidden, layout.partition_columns, strict=True):
-            df = df.withColumn(name, F.col(f"`{column}`").cast("string"))
+        columns = {
+            name: F.col(f"`{c}`").cast("string") for name, c in zip(hidden, layout.partition_columns, strict=True)
+        }
         if layout.buckets > 1:
             from ordo.producer.buckets import bucket_column
 
-            df = df.withColumn(BUCKET_COLUMN, bucket_column(layout.schema(), layout.primary_key, layout.buckets))
+            columns[BUCKET_COLUMN] = bucket_column(layout.schema(), layout.primary_key, layout.buckets)
             hidden = [*hidden, BUCKET_COLUMN]  # one output file per (partition, bucket) at least
+        df = enforce_constraints(records, layout)
+        return (df.withColumns(columns) if columns else df), hidden  # one projection: one analysis, not one each
+
+    @staticmethod
+    def _laid_out(df: DataFrame, hidden: Sequence[str], sort_by: Sequence[str], target_files: int | None) -> DataFrame:
+        """``df`` laid out in tasks as the files should be: one task per (partition, bucket), its rows contiguous."""
+        from pyspark.sql import functions as F
+
         if hidden:
-            # one task per (partition, bucket), its rows contiguous: one file each
             df = df.repartition(*[F.col(h) for h in hidden])
             df = df.sortWithinPartitions(*[F.col(h) for h in hidden], *[F.col(f"`{c}`") for c in sort_by])
         elif sort_by:
@@ -150,7 +201,7 @@ class FileWriter:
                 df = df.coalesce(target_files)
         elif target_files:
             df = df.coalesce(target_files)
-        return df, hidden
+        return df
 
     def _delete_left_by_failed_job(self) -> None:
         """Delete the files of this write id that are not this writer's (what the failed job's tasks left)."""

@@ -55,24 +55,7 @@ class RecordsWriter(DataSourceArrowWriter):
     """Each task: ``RecordWrite.write`` of its Arrow batches; the job: the files to the ``result`` file."""
 
     def __init__(self, schema: StructType, spec: dict[str, Any], result: str) -> None:
-        import pyarrow as pa
-
-        from ordo.consumer.files_source import arrow_schema
-        from ordo.producer.arrow import RecordWrite
-
-        hidden = tuple(spec["hidden"])
-        columns = StructType([f for f in schema.fields if f.name not in hidden])
-        self.task = RecordWrite(
-            location=spec["location"],
-            partition_columns=tuple(spec["partition_columns"]),
-            primary_key=tuple(spec["primary_key"]),
-            write_id=spec["write_id"],
-            hidden=hidden,
-            bucketed=bool(spec["bucketed"]),
-            schema=pa.schema([f.with_nullable(True) for f in arrow_schema(columns)]),
-            max_records=int(spec["max_records"]),
-            write_ids={tuple(values): write_id for values, write_id in spec.get("write_ids") or ()} or None,
-        )
+        self.task = record_write(schema, spec)
         self.result = result
 
     def write(self, iterator: Iterator[Any]) -> RecordsMessage:
@@ -97,7 +80,30 @@ class RecordsWriter(DataSourceArrowWriter):
                 pass  # an orphan then: no commit names it (``ordo vacuum --orphans``)
 
 
-def write_options(
+def record_write(schema: StructType, spec: dict[str, Any]) -> Any:
+    """The ``producer.arrow.RecordWrite`` of a write's ``spec`` (``write_spec``) for records of Spark ``schema``
+    (file columns plus the hidden ones): what each task runs, and what ``FileWriter``'s driver-side path runs."""
+    import pyarrow as pa
+
+    from ordo.consumer.files_source import arrow_schema
+    from ordo.producer.arrow import RecordWrite
+
+    hidden = tuple(spec["hidden"])
+    columns = StructType([f for f in schema.fields if f.name not in hidden])
+    return RecordWrite(
+        location=spec["location"],
+        partition_columns=tuple(spec["partition_columns"]),
+        primary_key=tuple(spec["primary_key"]),
+        write_id=spec["write_id"],
+        hidden=hidden,
+        bucketed=bool(spec["bucketed"]),
+        schema=pa.schema([f.with_nullable(True) for f in arrow_schema(columns)]),
+        max_records=int(spec["max_records"]),
+        write_ids={tuple(values): write_id for values, write_id in spec.get("write_ids") or ()} or None,
+    )
+
+
+def write_spec(
     location: str,
     partition_columns: Sequence[str],
     primary_key: Sequence[str],
@@ -106,21 +112,23 @@ def write_options(
     bucketed: bool,
     max_records: int,
     write_ids: Mapping[tuple[str, ...], str] | None = None,
-) -> str:
-    """The ``write`` option."""
-    return json.dumps(
-        {
-            "location": location,
-            "partition_columns": list(partition_columns),
-            "primary_key": list(primary_key),
-            "write_id": write_id,
-            "hidden": list(hidden),
-            "bucketed": bucketed,
-            "max_records": max_records,
-            "write_ids": [[list(values), write_id] for values, write_id in (write_ids or {}).items()],
-        },
-        separators=(",", ":"),
-    )
+) -> dict[str, Any]:
+    """What a write's tasks need to know (``record_write``); the ``write`` option is its JSON (``write_options``)."""
+    return {
+        "location": location,
+        "partition_columns": list(partition_columns),
+        "primary_key": list(primary_key),
+        "write_id": write_id,
+        "hidden": list(hidden),
+        "bucketed": bucketed,
+        "max_records": max_records,
+        "write_ids": [[list(values), write_id] for values, write_id in (write_ids or {}).items()],
+    }
+
+
+def write_options(spec: Mapping[str, Any]) -> str:
+    """The ``write`` option: ``spec`` (``write_spec``) as JSON."""
+    return json.dumps(spec, separators=(",", ":"))
 
 
 def register(spark: Any) -> None:

@@ -66,6 +66,7 @@ from ordo.consumer.arrow import CHANGE_COLUMNS
 from ordo.kernel.errors import OrdoError
 from ordo.kernel.settings import Settings, load_settings, parse_bool
 from ordo.producer.connection import settings_options
+from ordo.schemas.buckets import table_buckets
 from ordo.schemas.models import ddl_columns as _ddl_columns
 from ordo.schemas.operations import ROW_ID_COLUMN, Reason
 from ordo.schemas.topics import table_identifier
@@ -418,7 +419,12 @@ def _batches(table: Any, schema: StructType | None = None) -> Iterator[Any]:
 
 class SnapshotReader(DataSourceReader):
     """A batch read of the table at the head, ``versionAsOf`` or ``timestampAsOf``; one input partition per
-    (table partition, bucket)."""
+    (table partition, bucket).
+
+    A filter ``key = v`` or ``key IN (...)`` on a one-column primary key (``pushFilters``) keeps only the files of
+    those keys' buckets whose key range may hold them, and reads only those keys' records from them: a point read
+    merges a handful of rows, not the table. Spark still applies every filter.
+    """
 
     def __init__(self, table: _Table, schema: StructType, options: Mapping[str, str]) -> None:
         from ordo.consumer import Catalog
@@ -433,11 +439,21 @@ class SnapshotReader(DataSourceReader):
         self.output = schema
         self.files = [FileRef.of(f) for f in snapshot.files]
         self.version = snapshot.id_version
+        self.buckets = table_buckets(table.metadata.properties)
+        self.keys: Any = None  # the key values a pushed filter asks for (a pyarrow table), or None: every key
 
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
-        """Prune files by equality (``=``, ``IN``) on partition columns; every filter is still applied by Spark."""
+        """Prune files by equality (``=``, ``IN``) on partition columns and on a one-column primary key; every
+        filter is still applied by Spark."""
+        from ordo.consumer.arrow import files_with_keys, key_lookup
+
         for f in filters:
             attribute: tuple[str, ...] = tuple(getattr(f, "attribute", ()))
+            if self.keys is None and attribute == self.shape.primary_key and isinstance(f, EqualTo | In):
+                keys = key_lookup(self.shape, [f.value] if isinstance(f, EqualTo) else list(f.value))
+                if keys is not None:
+                    self.keys = keys
+                    self.files = files_with_keys(self.files, self.shape, keys, self.buckets)
             column = attribute[0] if len(attribute) == 1 else None
             if column is not None and column in self.shape.partition_columns:
                 values: Sequence[Any] | None = None
@@ -469,7 +485,8 @@ class SnapshotReader(DataSourceReader):
         from ordo.consumer.arrow import live_rows
 
         for refs, merge in partition.value:
-            yield from _batches(live_rows(refs, self.shape, merge=merge), self.output)
+            rows = live_rows(refs, self.shape, keys=self.keys, merge=merge or self.keys is not None)
+            yield from _batches(rows, self.output)
 
 
 def _partition_text(value: Any) -> str | None:

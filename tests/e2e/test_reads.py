@@ -323,10 +323,21 @@ def test_read_at_every_version_equals_the_serial_model(spark: Any, stack: Stack,
     assert rows(read(spark, name, catalog=stack.catalog)) == table.expected(table.model.head)
 
 
+def _format_ordo(spark: Any, stack: Stack, name: str, version: int) -> Any:
+    """``spark.read.format("ordo")`` of ``name`` at ``version``."""
+    from ordo.spark.datasource import settings_options
+
+    return (
+        spark.read.format("ordo").options(**settings_options(stack.settings)).option("versionAsOf", version).load(name)
+    )
+
+
+@pytest.mark.parametrize("via", ["read", "format"])
 @pytest.mark.parametrize("name", ["events", "plain"])
-def test_a_point_read_by_key_equals_the_model(spark: Any, stack: Stack, name: str) -> None:
+def test_a_point_read_by_key_equals_the_model(spark: Any, stack: Stack, name: str, via: str) -> None:
     """``id = k`` and ``id IN (...)`` pushed into the merge (only files whose key range may hold the keys are
-    read) give the model's rows of those keys: live, deleted, never written; at old versions and the head."""
+    read) give the model's rows of those keys: live, deleted, never written; at old versions and the head; through
+    ``consumer.spark.read`` and ``format("ordo")``."""
     from pyspark.sql import functions as F
 
     table = stack.tables[name]
@@ -335,10 +346,36 @@ def test_a_point_read_by_key_equals_the_model(spark: Any, stack: Stack, name: st
         expected = table.expected(version)
         keys = sorted({r[0] for r in expected})
         chosen = [*rng.sample(keys, min(3, len(keys))), max(keys, default=0) + 1000]
-        frame = read(spark, name, version=version, catalog=stack.catalog)
+        if via == "read":
+            frame = read(spark, name, version=version, catalog=stack.catalog)
+        else:
+            frame = _format_ordo(spark, stack, name, version)
         for key in chosen:
             assert rows(frame.where(f"id = {key}")) == {r for r in expected if r[0] == key}, f"{name} v{version}"
         assert rows(frame.where(F.col("id").isin(chosen))) == {r for r in expected if r[0] in chosen}
+
+
+def test_format_ordo_reads_only_a_point_reads_keys_from_the_files_that_may_hold_them(spark: Any, stack: Stack) -> None:
+    """The reader ``format("ordo")`` plans for ``id = k`` keeps every file that holds a record of ``k`` (of those
+    whose bucket and key range may: ``consumer.arrow.files_with_keys``) and reads only ``k``'s records from them;
+    Spark still applies the filter."""
+    from pyspark.sql.datasource import EqualTo
+
+    from ordo.spark.datasource import OrdoDataSource, settings_options
+
+    table = stack.tables["events"]
+    schema = _format_ordo(spark, stack, "events", table.model.head).schema
+    source = OrdoDataSource({"path": "events", **settings_options(stack.settings)})
+    whole = source.reader(schema)
+    expected = table.expected(table.model.head)
+    key = sorted({r[0] for r in expected})[0]
+    pruned = source.reader(schema)
+    assert list(pruned.pushFilters([EqualTo(("id",), key)])) == [EqualTo(("id",), key)]  # Spark still filters
+    assert pruned.keys is not None and pruned.keys.column("id").to_pylist() == [key]
+    holding = {r.path for r in whole.files if key in pq.read_table(r.path, columns=["id"]).column("id").to_pylist()}
+    assert holding and holding <= {r.path for r in pruned.files} <= {r.path for r in whole.files}
+    rows = [r for part in pruned.partitions() for batch in pruned.read(part) for r in batch.to_pylist()]
+    assert {tuple(r.values()) for r in rows} == {r for r in expected if r[0] == key}
 
 
 def test_read_as_of_a_timestamp(spark: Any, stack: Stack) -> None:
