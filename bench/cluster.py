@@ -160,7 +160,9 @@ class Delta:
     def __init__(self, spark: Any) -> None:
         self.spark = spark
         self.path = f"s3a://{BUCKET}/delta"
-        spark.sql(f"CREATE TABLE delta.`{self.path}` (id BIGINT, payload STRING, dt STRING) USING delta PARTITIONED BY (dt)")
+        spark.sql(
+            f"CREATE TABLE delta.`{self.path}` (id BIGINT, payload STRING, dt STRING) USING delta PARTITIONED BY (dt)"
+        )
 
     def append(self, df: Any) -> dict[str, Any]:
         return {"total_s": timed(lambda: df.write.format("delta").mode("append").save(self.path))}
@@ -195,9 +197,7 @@ def reads(sides: dict[str, Any], repeats: int) -> dict[str, dict[str, Any]]:
     for name, answer in answers.items():
         assert len(answer) == 1 and len(next(iter(answer))) == 1, f"{name}: point read gave {answer}"
     assert len({a for answer in answers.values() for a in answer}) == 1, f"the systems disagree: {answers}"
-    return {
-        n: {"full_s": full[n], "point_s": [s for s, _ in point[n]], "files": sides[n].files()} for n in sides
-    }
+    return {n: {"full_s": full[n], "point_s": [s for s, _ in point[n]], "files": sides[n].files()} for n in sides}
 
 
 def probe_delta(spark: Any) -> tuple[Delta | None, str | None]:

@@ -85,7 +85,11 @@ class Topology:
         """What another driver on the cluster runs with: Spark's settings from a ``spark-defaults.conf``
         (``SPARK_CONF_DIR``), the executors' Python from ``PYSPARK_PYTHON``."""
         conf = write_spark_defaults(Path(str(self.group.log_dir)).parent / "spark-conf", self.spark_config)
-        return {"PYSPARK_PYTHON": str(self.executors_python), "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_CONF_DIR": str(conf)}
+        return {
+            "PYSPARK_PYTHON": str(self.executors_python),
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "SPARK_CONF_DIR": str(conf),
+        }
 
     def start_ordo(self, *args: str, name: str) -> ManagedProcess:
         """``ordo <args>`` with this stack's settings, as another driver on the cluster would run it."""
@@ -110,7 +114,6 @@ def rows_of(df: Any) -> dict[int, tuple[Any, ...]]:
         assert row["id"] not in found, f"key {row['id']} twice"
         found[row["id"]] = (row["name"], row["score"], row["dt"])
     return found
-
 
 
 @pytest.fixture(scope="package")

@@ -184,11 +184,7 @@ def test_a_stream_with_its_checkpoint_on_s3_while_ordo_compactor_compacts(topolo
         model[value % KEYS] = value
     got = {r["id"]: r["v"] for r in table.read().collect()}
     assert got == model, "a batch lost or written twice, or a compaction changed the rows"
-    assert [
-        f
-        for f in objects(f"s3://{BUCKET}/{topology.prefix}/checkpoints/streamed")
-        if f.startswith("commits/")
-    ]
+    assert [f for f in objects(f"s3://{BUCKET}/{topology.prefix}/checkpoints/streamed") if f.startswith("commits/")]
 
 
 def test_update_delete_merge_time_travel_change_feed_restore_and_vacuum(topology: Topology) -> None:

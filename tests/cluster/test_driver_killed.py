@@ -163,7 +163,9 @@ def test_a_driver_killed_before_publishing_leaves_the_table_and_only_orphans_tha
     assert orphans, "the executors wrote no file before the kill"
     assert all(Path(p).name.startswith(f"{txn_id}-") for p in orphans), sorted(orphans)
     reader = kafka_intents_reader(settings)
-    plan = plan_vacuum(table.catalog, "driver_abandoned", 0, orphans=True, intents=reader, orphan_age_hours=0, force=True)
+    plan = plan_vacuum(
+        table.catalog, "driver_abandoned", 0, orphans=True, intents=reader, orphan_age_hours=0, force=True
+    )
     assert {f.path for f in plan.files} == orphans and {f.kind for f in plan.files} == {"orphan"}
     result = apply_vacuum(table.catalog, plan, intents=reader)
     assert {f.path for f in result.deleted} == orphans

@@ -47,7 +47,9 @@ def cluster_matrix(topology: Topology) -> tuple[Any, Model, int]:
     )
 
 
-@pytest.mark.parametrize(("earlier", "later"), EVERY_OPERATION_ONCE, ids=[f"{e}-{lt}" for e, lt in EVERY_OPERATION_ONCE])
+@pytest.mark.parametrize(
+    ("earlier", "later"), EVERY_OPERATION_ONCE, ids=[f"{e}-{lt}" for e, lt in EVERY_OPERATION_ONCE]
+)
 def test_cell_on_the_cluster(
     cluster_matrix: tuple[Any, Model, int], topology: Topology, earlier: str, later: str
 ) -> None:
