@@ -38,6 +38,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.timeout(600)]
 
 DRIVER_TIMEOUT = 300.0  # a second driver's start on the cluster, its write, up to the kill
 DECISION_TIMEOUT = 60.0
+APPENDED = (5, 20)  # the killed driver's rows: ids 5..24
 
 
 def killed_driver(topology: Topology, table: str, first: int, count: int, when: str, log: Path) -> list[str]:
@@ -68,8 +69,12 @@ def killed_driver(topology: Topology, table: str, first: int, count: int, when: 
     return lines[0][len(marker) :].split()
 
 
-def created(topology: Topology, name: str) -> tuple[Any, dict[int, tuple[Any, ...]]]:
-    """A keyed, partitioned table at ``s3://lake/<prefix>/<name>`` holding ten rows, and its model."""
+def killed_while_appending(
+    topology: Topology, name: str, when: str, log: Path
+) -> tuple[Any, dict[int, tuple[Any, ...]], int, list[str]]:
+    """A keyed, partitioned table at ``s3://lake/<prefix>/<name>`` holding ten rows; then a driver appending rows
+    5..24 to it (5..9 are upserts), killed at ``when``. The table, its model before the append, its head version
+    before the append and the words of the driver's marker line."""
     spark = topology.spark
     table = DeltaTable.create(
         spark, name, schema=SCHEMA, primary_key="id", partitioned_by="dt",
@@ -77,7 +82,8 @@ def created(topology: Topology, name: str) -> tuple[Any, dict[int, tuple[Any, ..
     )  # fmt: skip
     model = {i: (f"s{i}", i, f"d{i % 2}") for i in range(10)}
     table.insert_into(spark.createDataFrame([(k, *v) for k, v in model.items()], SCHEMA))
-    return table, model
+    head = table.catalog.head(name)
+    return table, model, head, killed_driver(topology, name, *APPENDED, when, log)
 
 
 def named_files(table: Any) -> set[str]:
@@ -110,9 +116,8 @@ def test_a_driver_killed_right_after_publishing_is_honoured_and_its_resubmission
     topology: Topology, tmp_path: Path
 ) -> None:
     settings = topology.settings
-    table, model = created(topology, "driver_killed")
-    before = table.catalog.head("driver_killed")
-    _, offset_text, txn_id = killed_driver(topology, "driver_killed", 5, 20, "published", tmp_path / "driver.log")
+    table, model, before, marker = killed_while_appending(topology, "driver_killed", "published", tmp_path / "log")
+    _, offset_text, txn_id = marker
     offset = int(offset_text)
     # the intent is on the broker as the driver left it
     published = [r for r in read_logs(settings, "driver_killed").intents if r.offset == offset]
@@ -125,7 +130,7 @@ def test_a_driver_killed_right_after_publishing_is_honoured_and_its_resubmission
     assert decision.accepted and decision.duplicate_of is None, decision
     assert decision.id_version == before + 1
     wait_for_head(table, decision.id_version)
-    model |= {i: (n, s, d) for i, n, s, d in rows(5, 20)}
+    model |= {i: (n, s, d) for i, n, s, d in rows(*APPENDED)}
     assert rows_of(table.read()) == model
     history = {d.txn_id: d for d in table.catalog.history("driver_killed")}
     assert history[txn_id].accepted and history[txn_id].id_version == decision.id_version
@@ -151,10 +156,10 @@ def test_a_driver_killed_before_publishing_leaves_the_table_and_only_orphans_tha
     from ordo.services.vacuum import apply_vacuum, kafka_intents_reader, plan_vacuum
 
     settings = topology.settings
-    table, model = created(topology, "driver_abandoned")
-    head = table.catalog.head("driver_abandoned")
+    table, model, head, (_, txn_id) = killed_while_appending(
+        topology, "driver_abandoned", "unpublished", tmp_path / "log"
+    )
     named = named_files(table)
-    _, txn_id = killed_driver(topology, "driver_abandoned", 5, 20, "unpublished", tmp_path / "driver.log")
     intents = [decode(r.value or b"") for r in read_logs(settings, "driver_abandoned").intents]
     assert txn_id not in {i.txn_id for i in intents if isinstance(i, CommitIntent)}, "the intent was published"
     assert table.catalog.head("driver_abandoned") == head
