@@ -50,6 +50,7 @@ BUCKET = "bench"
 DELTA_VERSION = "4.4.0"  # delta-spark for Spark 4.2 (its 4.x line supports no later Spark)
 SMALL_ROWS = 1
 POINT_KEY = 123_457  # inside the first large append
+S3_HEAP = "6g"  # S3Proxy keeps every object in its heap: both tables, their compacted copies (2g ran out)
 
 
 def delta_coordinate() -> str:
@@ -73,6 +74,7 @@ def spark_settings(hadoop: dict[str, str]) -> dict[str, str]:
         "spark.jars.ivySettings": str(IVY_SETTINGS),
     }
     return driver_config(spark_config() | jars, hadoop, cores_max=2) | {
+        "spark.ui.showConsoleProgress": "false",
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     }
@@ -94,7 +96,7 @@ def cluster_topology(work: Path) -> Iterator[tuple[Any, Any]]:
     saved = dict(os.environ)
     cluster: SparkStandalone | None = None
     spark = None
-    with S3ProxyServer(heap="2g") as s3, stack(BENCHMARK, consumer=False, broker="kafka") as ordo:
+    with S3ProxyServer(heap=S3_HEAP) as s3, stack(BENCHMARK, consumer=False, broker="kafka") as ordo:
         try:
             s3.create_bucket(BUCKET)
             os.environ.update(s3.environment())
@@ -117,6 +119,12 @@ def cluster_topology(work: Path) -> Iterator[tuple[Any, Any]]:
             os.environ.clear()
             os.environ.update(saved)
             use_options(None)
+
+
+def progress(what: str, figures: Any) -> Any:
+    """Print ``figures`` as they come (a later phase that fails leaves the earlier ones in the log)."""
+    print(f"cluster: {what}: {figures}; load average {os.getloadavg()}", flush=True)
+    return figures
 
 
 def timed(action: Callable[[], Any]) -> float:
@@ -224,6 +232,7 @@ def run() -> list[Result]:
     with cluster_topology(work) as (spark, settings):
         sides: dict[str, Any] = {"ordo": Ordo(spark, settings)}
         delta, delta_error = probe_delta(spark)
+        print(f"cluster: Delta {'runs' if delta_error is None else 'does not run: ' + delta_error}", flush=True)
         if delta is not None:
             sides["delta"] = delta
         for side in sides.values():
@@ -238,11 +247,11 @@ def run() -> list[Result]:
 
             return go
 
-        big = interleave({n: appending(n, BIG_ROWS) for n in sides}, big_repeats)
-        small = interleave({n: appending(n, SMALL_ROWS) for n in sides}, small_repeats)
-        uncompacted = reads(sides, read_repeats)
-        compaction = {n: s.compact() for n, s in sides.items()}
-        compacted = reads(sides, read_repeats)
+        big = progress("~100 MB appends", interleave({n: appending(n, BIG_ROWS) for n in sides}, big_repeats))
+        small = progress("1-row appends", interleave({n: appending(n, SMALL_ROWS) for n in sides}, small_repeats))
+        uncompacted = progress("reads, uncompacted", reads(sides, read_repeats))
+        compaction = progress("compaction", {n: s.compact() for n, s in sides.items()})
+        compacted = progress("reads, compacted", reads(sides, read_repeats))
     load_after = os.getloadavg()
     loads = {"load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in load_after]}
     figures = [
