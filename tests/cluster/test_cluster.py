@@ -3,7 +3,7 @@
 The topology (tests/cluster/conftest.py): S3Proxy, Kafka, a PostgreSQL
 catalog, arbiter and consumer, a master and two workers whose executors run
 ordo from its wheel in their own Python, and this process as the driver. The
-steps share the module's topology and its tables, in order.
+steps share the package's topology and this module's tables, in order.
 """
 
 from __future__ import annotations
@@ -18,31 +18,11 @@ from typing import Any
 import pytest
 
 from ordo.producer.table import DeltaTable
-from tests.cluster.conftest import BUCKET, ROOT, Topology
+from tests.cluster.conftest import BUCKET, ROOT, Topology, objects, rows_of
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.timeout(900)]
 
 SCHEMA = "id BIGINT, name STRING, score INT, dt STRING"
-
-
-def rows_of(df: Any) -> dict[int, tuple[Any, ...]]:
-    """``{id: (name, score, dt)}`` of a DataFrame, refusing a key twice."""
-    found: dict[int, tuple[Any, ...]] = {}
-    for row in df.collect():
-        assert row["id"] not in found, f"key {row['id']} twice"
-        found[row["id"]] = (row["name"], row["score"], row["dt"])
-    return found
-
-
-def objects(topology: Topology, location: str) -> dict[str, int]:
-    """Every object under ``location`` in the bucket (relative key -> size), directory markers included."""
-    from pyarrow.fs import FileSelector, FileType
-
-    from ordo.kernel.objectstore import filesystem
-
-    fs, root = filesystem(location)
-    infos = fs.get_file_info(FileSelector(root, recursive=True, allow_not_found=True))
-    return {i.path[len(root) + 1 :]: int(i.size or 0) for i in infos if i.type == FileType.File}
 
 
 def test_executors_run_ordo_from_its_wheel_in_their_own_python(topology: Topology) -> None:
@@ -92,7 +72,7 @@ def test_a_table_at_an_s3a_location_is_written_read_updated_and_deleted(topology
     assert DeltaTable.forPath(spark, given, settings=settings).name == "people"
     # written once where they stay: only the data files the commits named, no staging area, no marker object
     named = {f.path for c in table.catalog.commits("people", 0, None, include_rewrites=True) for f in c.added_files}
-    stored = objects(topology, table.location)
+    stored = objects(table.location)
     assert set(stored) == named, sorted(set(stored) ^ named)
     assert all(size > 0 for size in stored.values())
 
@@ -204,11 +184,7 @@ def test_a_stream_with_its_checkpoint_on_s3_while_ordo_compactor_compacts(topolo
         model[value % KEYS] = value
     got = {r["id"]: r["v"] for r in table.read().collect()}
     assert got == model, "a batch lost or written twice, or a compaction changed the rows"
-    assert [
-        f
-        for f in objects(topology, f"s3://{BUCKET}/{topology.prefix}/checkpoints/streamed")
-        if f.startswith("commits/")
-    ]
+    assert [f for f in objects(f"s3://{BUCKET}/{topology.prefix}/checkpoints/streamed") if f.startswith("commits/")]
 
 
 def test_update_delete_merge_time_travel_change_feed_restore_and_vacuum(topology: Topology) -> None:
@@ -273,10 +249,10 @@ def test_update_delete_merge_time_travel_change_feed_restore_and_vacuum(topology
     table.restoreToVersion(v1.id_version)
     assert rows_of(table.read()) == versions[v1.id_version]
     live = {f.path for f in table.catalog.snapshot("steps").files}
-    before = objects(topology, table.location)
+    before = objects(table.location)
     spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
     deleted = table.vacuum(0)
-    after = objects(topology, table.location)
+    after = objects(table.location)
     assert deleted and set(deleted) == set(before) - set(after), "VACUUM deleted objects, exactly those it named"
     assert set(after) == live, "only the live files remain"
     assert rows_of(table.read()) == versions[v1.id_version]
@@ -331,6 +307,6 @@ def test_an_executor_killed_mid_task_is_retried_without_a_duplicate_row_or_a_ref
     got = sorted(r["n"] for r in table.read().collect())
     assert got == list(range(48)), "a row lost or written twice"
     named = {f.path for f in result.added_files}
-    stored = objects(topology, table.location)
+    stored = objects(table.location)
     assert named <= set(stored), "the commit names a file that is not there"
     assert killed[0] not in topology.cluster.executor_pids()

@@ -20,6 +20,7 @@ import pytest
 from ordo.broker.s3proxy import S3ProxyServer
 from ordo.kernel.objectstore import filesystem, use_options
 from ordo.producer.arrow import RecordWrite
+from tests.cluster.conftest import objects
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
@@ -46,14 +47,6 @@ def write(write_id: str) -> RecordWrite:
         schema=SCHEMA,
         max_records=10**9,
     )
-
-
-def stored(location: str) -> dict[str, int]:
-    from pyarrow.fs import FileSelector, FileType
-
-    fs, root = filesystem(location)
-    infos = fs.get_file_info(FileSelector(root, recursive=True, allow_not_found=True))
-    return {i.path[len(root) + 1 :]: int(i.size or 0) for i in infos if i.type == FileType.File}
 
 
 @pytest.fixture
@@ -85,10 +78,10 @@ def test_s3_killed_mid_write_fails_naming_the_cause_shows_no_partial_file_and_a_
     message = str(failure.value)
     assert "faults/w1-" in message and ("connect" in message.lower() or "NETWORK" in message), message
     s3.start()  # the same port and objects
-    assert not stored("s3://lake/faults"), "a partial object became visible"
+    assert not objects("s3://lake/faults"), "a partial object became visible"
     files = write("w2").write(iter([batch(0), batch(ROWS)]))
     assert [f.record_count for f in files] == [2 * ROWS]
-    assert set(stored("s3://lake/faults")) == {f.path for f in files}
+    assert set(objects("s3://lake/faults")) == {f.path for f in files}
     fs, path = filesystem(f"s3://lake/faults/{files[0].path}")
     import pyarrow.parquet as pq
 

@@ -68,8 +68,24 @@ def writer_stack(make_settings: Callable[..., Settings], tmp_path_factory: pytes
         group.stop()
 
 
+def objects(location: str) -> dict[str, int]:
+    """Every object under ``location`` (relative key -> size), directory markers included."""
+    from pyarrow.fs import FileSelector, FileType
+
+    from ordo.kernel.objectstore import filesystem
+
+    fs, root = filesystem(location)
+    infos = fs.get_file_info(FileSelector(root, recursive=True, allow_not_found=True))
+    return {i.path[len(root) + 1 :]: int(i.size or 0) for i in infos if i.type == FileType.File}
+
+
 def parquet_files(root: Path | str) -> list[str]:
-    """Every Parquet file under ``root`` (relative paths), staging area excluded."""
+    """Every Parquet file under ``root`` (relative paths; a local directory or an object store location), staging
+    area excluded."""
+    from ordo.kernel.objectstore import is_s3
+
+    if is_s3(str(root)):
+        return sorted(p for p in objects(str(root)) if p.endswith(".parquet"))
     root = Path(root)
     found = []
     for directory, dirs, names in os.walk(root):

@@ -147,22 +147,23 @@ def make_step(spark: Any, cls: str, role: str, part: str, pinned: Rows) -> Step:
     return Step("cluster", lambda t: t.cluster("v", spec), lambda m: None)
 
 
-@pytest.fixture(scope="module", params=KINDS)
-def matrix_table(request: pytest.FixtureRequest, spark: Any, writer_stack: Any) -> tuple[Any, Model, int]:  # noqa: F811
-    """The shared table after setup: two overlapping inserts and a delete in every cell's partition."""
+def set_up_matrix(
+    spark: Any, settings: Any, name: str, keyed: bool, cells: list[tuple[str, str]], location: str | None = None
+) -> tuple[Any, Model, int]:
+    """Table ``name`` with a partition per cell of ``cells``: two overlapping inserts and a delete in each."""
     from ordo.producer import table as api
 
-    keyed = request.param == "key"
     table = api.DeltaTable.create(
         spark,
-        "matrix" if keyed else "matrix_keyless",
+        name,
         schema=SCHEMA,
         primary_key="id" if keyed else None,
         partitioned_by="p",
-        settings=writer_stack.settings,
+        location=location,
+        settings=settings,
     )
     assert table.keyless is not keyed
-    parts = [partition_of(e, lt) for e, lt in CELLS]
+    parts = [partition_of(e, lt) for e, lt in cells]
     model: Model = {p: Rows(keyed) for p in parts}
     for round_, ids in enumerate(SETUP_IDS):
         values = {i: f"{'ab'[round_]}{i}" for i in ids}
@@ -174,6 +175,13 @@ def matrix_table(request: pytest.FixtureRequest, spark: Any, writer_stack: Any) 
         model[p].rows = [r for r in model[p].rows if r[0] != 1]
     assert result is not None
     return table, model, result.id_version
+
+
+@pytest.fixture(scope="module", params=KINDS)
+def matrix_table(request: pytest.FixtureRequest, spark: Any, writer_stack: Any) -> tuple[Any, Model, int]:  # noqa: F811
+    """The shared table after setup: two overlapping inserts and a delete in every cell's partition."""
+    keyed = request.param == "key"
+    return set_up_matrix(spark, writer_stack.settings, "matrix" if keyed else "matrix_keyless", keyed, CELLS)
 
 
 def table_rows(table: Any, part: str | None = None, version: int | None = None) -> dict[str, list[tuple[int, str]]]:
@@ -200,6 +208,11 @@ def table_rows(table: Any, part: str | None = None, version: int | None = None) 
 @pytest.mark.parametrize(("earlier", "later"), CELLS, ids=[f"{e}-{lt}" for e, lt in CELLS])
 def test_cell(matrix_table: tuple[Any, Model, int], spark: Any, earlier: str, later: str) -> None:
     table, model, _ = matrix_table
+    run_cell(table, model, spark, earlier, later)
+
+
+def run_cell(table: Any, model: Model, spark: Any, earlier: str, later: str) -> None:
+    """Cell (``earlier``, ``later``) in its partition of ``table``: both transactions, their outcome, the rows."""
     part = partition_of(earlier, later)
     outcome = expected_for("keyless" if table.keyless else "key")[(earlier, later)]
 
