@@ -285,17 +285,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         for name in sorted(needs(item)):
             item.add_marker(name)
-    # tests/cluster runs last: its driver is the one SparkContext a process may have, so it stops the local
-    # session of tests/e2e (and any Spark test after it would find that session stopped)
+    # tests/cluster runs first (in its process): its driver is the one SparkContext a process may have, so it
+    # stops a local session it finds, and a Spark test after it would find that session stopped; first, it finds
+    # none, and the local session of tests/e2e starts after it. Under xdist it is also the longest unit of work
+    # after tests/e2e: begun first, it runs beside the rest instead of after it.
     cluster = Path(__file__).parent / "cluster"
-    items.sort(key=lambda item: Path(str(item.path)).is_relative_to(cluster))
+    items.sort(key=lambda item: not Path(str(item.path)).is_relative_to(cluster))
 
 
 def xdist_scope(nodeid: str) -> str:
     """The unit of work of a pytest-xdist worker (``--dist loadscope``): all of tests/e2e is one (one Spark
-    session and one Kafka, on one worker), any other module is one (its module fixtures start once)."""
+    session and one Kafka, on one worker), all of tests/cluster is one (one topology: S3, Kafka, a Spark
+    cluster), any other module is one (its module fixtures start once)."""
     path = nodeid.split("::", 1)[0]
-    return "tests/e2e" if path.startswith("tests/e2e/") else path
+    for package in ("tests/e2e", "tests/cluster"):
+        if path.startswith(package + "/"):
+            return package
+    return path
 
 
 class XdistTiers:
