@@ -205,6 +205,8 @@ def test_partition_filters_prune_files_and_stay_applied_by_spark() -> None:
     reader = SnapshotReader.__new__(SnapshotReader)  # planning state only; no catalog needed for pruning
     reader.shape = SHAPE
     reader.files = [ref(f"f{d}", 1, d) for d in ("2024-05-01", "2024-05-02", "2024-05-03")]
+    reader.buckets = 1
+    reader.keys = None
     filters = [EqualTo(("id",), 3), In(("dt",), (date(2024, 5, 1), "2024-05-03")), GreaterThan(("dt",), "2024")]
     assert list(reader.pushFilters(filters)) == filters  # Spark still evaluates every filter
     assert [r.path for r in reader.files] == ["f2024-05-01", "f2024-05-03"]
