@@ -293,6 +293,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: not Path(str(item.path)).is_relative_to(cluster))
 
 
+FIRST_UNITS = ("tests/e2e", "tests/cluster")  # the longest units of work (tests/README.md, "Two workers")
+
+
 def xdist_scope(nodeid: str) -> str:
     """The unit of work of a pytest-xdist worker (``--dist loadscope``): all of tests/e2e is one (one Spark
     session and one Kafka, on one worker), all of tests/cluster is one (one topology: S3, Kafka, a Spark
@@ -316,6 +319,13 @@ class XdistTiers:
         class TierScheduling(LoadScopeScheduling):
             def _split_scope(self, nodeid: str) -> str:
                 return xdist_scope(nodeid)
+
+            def _assign_work_unit(self, node: Any) -> None:
+                # the two longest units first, one on each worker (the rest follow, most tests first)
+                for scope in reversed(FIRST_UNITS):
+                    if scope in self.workqueue:
+                        self.workqueue.move_to_end(scope, last=False)
+                super()._assign_work_unit(node)
 
         return TierScheduling(config, log)
 
