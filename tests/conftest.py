@@ -117,20 +117,21 @@ class RunPostgres:
     def get_uri(self, database: str | None = None) -> str:
         return str(self.server.get_uri(database))
 
-    def ensure_running(self) -> None:
+    def connect(self) -> Any:
+        """An autocommit connection to the server's ``postgres`` database, on a new server if this one is dead."""
         import warnings
 
         import psycopg
 
         try:
-            psycopg.connect(self.get_uri(), connect_timeout=10).close()
-            return
+            return psycopg.connect(self.get_uri(), autocommit=True, connect_timeout=10)
         except psycopg.OperationalError as error:
             log = Path(self.server.log)
             tail = log.read_text(errors="replace")[-2000:] if log.exists() else "(no log)"
             message = f"the run's PostgreSQL does not answer ({error}); starting another. Its log:\n{tail}"
             warnings.warn(message, stacklevel=2)
         self.server = self._start()
+        return psycopg.connect(self.get_uri(), autocommit=True)
 
     def cleanup(self) -> None:
         self.server.cleanup()
@@ -148,21 +149,16 @@ def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunPos
 
 def create_database(server: Any) -> str:
     """A new empty database on ``server``; its URL."""
-    import psycopg
-
-    server.ensure_running()
     name = "ordo_" + uuid.uuid4().hex[:12]
-    with psycopg.connect(server.get_uri(), autocommit=True) as conn:
+    with server.connect() as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     return str(server.get_uri(name))
 
 
 def drop_database(server: Any, url: str) -> None:
     """Drop the database of ``url`` (connections still open are closed by the server)."""
-    import psycopg
-
     name = url.rsplit("/", 1)[1].split("?", 1)[0]
-    with psycopg.connect(server.get_uri(), autocommit=True) as conn:
+    with server.connect() as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
