@@ -77,7 +77,12 @@ def existing_topics(admin: Any, timeout: float = 10.0) -> set[str]:
 
 
 def create_topics(
-    admin: Any, topics: Mapping[str, Mapping[str, str]], timeout: float = 30.0, policy: TopicPolicy | None = None
+    admin: Any,
+    topics: Mapping[str, Mapping[str, str]],
+    timeout: float = 30.0,
+    policy: TopicPolicy | None = None,
+    *,
+    attempts: int = 2,
 ) -> list[str]:
     """Create single-partition topics with the given configs; returns those newly created.
 
@@ -85,7 +90,10 @@ def create_topics(
     topic's own); without one, the broker's default replication factor and
     ``DURABLE_CONFIG``. A topic that already exists is fine. A config the
     broker refuses (``message.timestamp.type`` on some managed clusters) is
-    dropped with a warning and the topic created without it.
+    dropped with a warning and the topic created without it. A request that
+    times out is made again, ``attempts`` times in all: a controller busy
+    for longer than ``timeout`` may have created the topic meanwhile, which
+    the next attempt finds existing.
     """
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import NewTopic
@@ -100,6 +108,7 @@ def create_topics(
         request_timeout=timeout,
     )
     retry: dict[str, dict[str, str]] = {}
+    again: dict[str, Mapping[str, str]] = {}
     for name, future in futures.items():
         try:
             future.result()
@@ -115,11 +124,17 @@ def create_topics(
                 del config["message.timestamp.type"]
                 retry[name] = config
                 continue
+            if code == KafkaError._TIMED_OUT and attempts > 1:
+                log.warning("creating topic %s timed out after %g s; asking again", name, timeout)
+                again[name] = topics[name]
+                continue
             if code in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN):
                 raise BrokerUnavailableError(f"cannot create topic {name}: {error.str()}") from exc
             raise
     if retry:
-        created += create_topics(admin, retry, timeout, policy)
+        created += create_topics(admin, retry, timeout, policy, attempts=attempts)
+    if again:
+        created += create_topics(admin, again, timeout, policy, attempts=attempts - 1)
     return created
 
 

@@ -33,7 +33,7 @@ from .common import check_exactly_once, create_intent, insert_intent, read_logs
 
 ROUNDS = figures.pick(1, 5)
 WRITERS = 8
-COMMITS = 500
+COMMITS = figures.pick(200, 500)
 COMMIT_TIMEOUT = 60.0
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(figures.pick(300, 1800))]

@@ -70,7 +70,7 @@ KAFKA_NETWORK = {
 TABLE = "events"
 PROPERTIES = {"ordo.compaction.min_files": "4", "ordo.compaction.cold_seconds": "5"}
 PROGRESS = 3  # versions the table must gain after each kill and restart
-TIMEOUT = 120.0
+TIMEOUT = 240.0  # the heaviest test: a 3-node Kafka, the stack, a Spark driver and a streaming job
 
 
 def compose() -> dict[str, Any]:

@@ -212,8 +212,9 @@ def matrix_results(make_settings: Callable[..., Settings]) -> Iterator[dict[tupl
         futures: dict[tuple[str, str], list[Future[CommitDecision]]] = {}
         for earlier, later, _ in matrix_cells():
             table = f"m_{earlier}_{later}".lower()
-            futures[(earlier, later)] = [client.submit(i, timeout=60) for i in _cell_intents(table, earlier, later)]
-        yield {cell: [f.result(timeout=90) for f in fs] for cell, fs in futures.items()}
+            # 72 topics and 180 intents at once: a loaded 2-core machine has taken over 60 s for the last of them
+            futures[(earlier, later)] = [client.submit(i, timeout=180) for i in _cell_intents(table, earlier, later)]
+        yield {cell: [f.result(timeout=240) for f in fs] for cell, fs in futures.items()}
         group.kill()
 
 

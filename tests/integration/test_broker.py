@@ -20,6 +20,7 @@ from ordo.broker import (
     MEMORY_WARNING,
     EmbeddedBroker,
     create_table_topics,
+    create_topics,
     existing_topics,
     metadata_ready,
 )
@@ -93,6 +94,31 @@ def test_embedded_broker_reports_a_failed_start() -> None:
     broken = EmbeddedBroker(binary="/bin/false", start_timeout=10)
     with pytest.raises(BrokerUnavailableError, match="exited with code 1"):
         broken.start()
+
+
+def test_a_topic_creation_that_times_out_is_asked_again(caplog: pytest.LogCaptureFixture) -> None:
+    """A broker frozen past the request timeout: the creation is asked again, and succeeds once it answers;
+    with one attempt the timeout is a ``BrokerUnavailableError`` naming the topic."""
+    import threading
+
+    from ordo.errors import BrokerUnavailableError
+
+    with EmbeddedBroker() as broker:
+        admin = _admin(broker.bootstrap_servers)
+        admin.list_topics(timeout=10)  # connected before the freeze
+        broker.pause()
+        try:
+            with pytest.raises(BrokerUnavailableError, match=r"cannot create topic once\.intents"):
+                create_topics(admin, {"once.intents": INTENTS_CONFIG}, timeout=1.0, attempts=1)
+        finally:
+            broker.resume()
+        broker.pause()
+        threading.Timer(3.0, broker.resume).start()
+        with caplog.at_level("WARNING", logger="ordo"):
+            created = create_topics(admin, {"again.intents": INTENTS_CONFIG}, timeout=2.0, attempts=4)
+        assert "again.intents" in existing_topics(admin)
+        assert created in (["again.intents"], [])  # [] when a timed-out attempt had created it
+        assert any("creating topic again.intents timed out" in r.getMessage() for r in caplog.records)
 
 
 def test_ordo_broker_command_prints_settings_and_stops_on_sigterm() -> None:

@@ -414,8 +414,15 @@ def test_a_forged_decision_stops_only_its_table(
     commit_history(commit_client, source, model, 10, f"{settings.warehouse}/healthy")
     catalog = started.catalog()
     catalog.wait_for_version("healthy", model.head, timeout=20)
-    deadline = time.monotonic() + 20
-    while catalog.table("forged").error is None and time.monotonic() < deadline:
+    deadline = time.monotonic() + 60
+
+    def forged_error() -> str | None:
+        try:
+            return catalog.table("forged").error
+        except TableNotFoundError:  # found, but its CREATE_TABLE not applied yet
+            return None
+
+    while forged_error() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     info = catalog.table("forged")
     assert info.error is not None and "hash chain broken" in info.error
