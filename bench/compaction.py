@@ -22,6 +22,10 @@ the backlog took to drain (every partition back to one file per bucket, which ne
 The service's batches (groups, seconds, Spark's part) are kept with the figures, and the time from the
 service's start to ready with its CPU seconds. The load average at the start and the end of each run is
 recorded: the machine is shared. ``BENCH_COMPACTION_MASTER`` runs the service on another Spark master.
+Then the same stream, for 16 partitions (``BENCH_COMPACTION_CLUSTER_PARTITIONS``; empty skips it), with the
+service on a Spark standalone cluster started here (``ordo.services.cluster``: a master and 2 workers of 1 core
+and 1 GiB, executors running ordo from its wheel in their own Python, as tests/cluster and ``make cluster`` run
+it). The table lives on the local disk, which the executors share on one machine.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench.common import Result, cpu_seconds, machine, pending, pick, stack
+from bench.common import Result, cpu_seconds, machine, pick, stack
 
 BENCHMARK = "table service capacity"
 BUCKETS = 4
@@ -51,6 +55,9 @@ SAMPLE_SECONDS = 2.0
 DRAIN_SECONDS = 60.0
 COMPACTOR_INTERVAL = "1"
 PARTITIONS = (1, 16, 64)
+CLUSTER_PARTITIONS = (16,)
+CLUSTER_WORKERS = 2
+WHERE_CLUSTER = f"; the service on a Spark standalone cluster ({CLUSTER_WORKERS} workers x 1 core)"
 
 
 def create_table(settings: Any, name: str, **properties: str) -> Any:
@@ -251,6 +258,7 @@ def _measure(settings: Any, metrics_url: str, partitions: int, write_seconds: fl
 def _figures(run: dict[str, Any], ready_s: float) -> list[Result]:
     p = run["partitions"]
     label = f"{p} partition{'s' if p > 1 else ''} x {BUCKETS} buckets, a micro-batch every {BATCH_SECONDS:g} s"
+    label += run.get("where", "")
     load = run["load_average"]
     notes = (
         f"load average {load['start']} at the start, {load['end']} at the end; {run['batches']} micro-batches "
@@ -304,18 +312,50 @@ def _figures(run: dict[str, Any], ready_s: float) -> list[Result]:
     ]
 
 
+def _counts(variable: str, default: tuple[int, ...]) -> list[int]:
+    chosen = os.environ.get(variable)
+    return [int(p) for p in chosen.split(",") if p.strip()] if chosen is not None else list(default)
+
+
 def run() -> list[Result]:
+    """The service on local Spark (``BENCH_COMPACTION_PARTITIONS``), then on a standalone cluster
+    (``BENCH_COMPACTION_CLUSTER_PARTITIONS``, default 16; empty: not run)."""
+    results = _run_on(
+        os.environ.get("BENCH_COMPACTION_MASTER", "local[2]"), _counts("BENCH_COMPACTION_PARTITIONS", PARTITIONS)
+    )
+    on_cluster = _counts("BENCH_COMPACTION_CLUSTER_PARTITIONS", CLUSTER_PARTITIONS)
+    if on_cluster:
+        results += _run_on("cluster", on_cluster)
+    return results
+
+
+def _cluster(work: Path) -> Any:
+    """A Spark standalone cluster on loopback (``CLUSTER_WORKERS`` workers of 1 core and 1 GiB) whose executors run
+    ordo from its wheel in their own Python, and the driver settings (``SPARK_CONF_DIR``, ``PYSPARK_PYTHON``) set
+    in this process's environment, which the compactor inherits."""
+    from ordo.broker.kafka import cache_root
+    from ordo.services.cluster import SparkStandalone, build_wheel, driver_config, executor_python, write_spark_defaults
+
+    root = Path(__file__).resolve().parents[1]
+    python = executor_python(build_wheel(root, work / "wheel"), work / "executor-venv", cache_root())
+    cluster = SparkStandalone(work / "spark", workers=CLUSTER_WORKERS).start()
+    conf = write_spark_defaults(work / "spark-conf", driver_config({}, cores_max=CLUSTER_WORKERS))
+    os.environ.update({"PYSPARK_PYTHON": str(python), "SPARK_CONF_DIR": str(conf), "SPARK_LOCAL_IP": "127.0.0.1"})
+    return cluster
+
+
+def _run_on(master: str, counts: list[int]) -> list[Result]:
     from ordo.producer.table import close_connections
 
     write_seconds = float(os.environ.get("BENCH_COMPACTION_WRITE_SECONDS") or pick(90.0, 300.0))
     warm = pick(20.0, 60.0)
-    chosen = os.environ.get("BENCH_COMPACTION_PARTITIONS")
-    counts = [int(p) for p in chosen.split(",")] if chosen else list(PARTITIONS)
     results: list[Result] = []
     with stack("compaction") as bench_stack:
         settings, work = bench_stack.settings, bench_stack.work
+        cluster = _cluster(work) if master == "cluster" else None
+        if cluster is not None:
+            master = cluster.url
         started = time.monotonic()
-        master = os.environ.get("BENCH_COMPACTION_MASTER", "local[2]")
         compactor = bench_stack.group.start_ordo(
             settings,
             "compactor",
@@ -332,6 +372,7 @@ def run() -> list[Result]:
                 print(f"  {partitions} partitions ...", flush=True)
                 measured = _measure(settings, metrics_url, partitions, write_seconds, warm)
                 measured["master"] = master
+                measured["where"] = WHERE_CLUSTER if cluster is not None else ""
                 batches = measured["batches_of_the_service"] = _batches(compactor.log_text(), f"stream_{partitions}p")
                 print(
                     f"  the service's batches (operation, groups, s, Spark s): {[tuple(b.values()) for b in batches]}"
@@ -348,12 +389,16 @@ def run() -> list[Result]:
             code = compactor.terminate(timeout=60)
             log = compactor.log_text()
             close_connections()
+            if cluster is not None:
+                cluster.stop()
+                for key in ("PYSPARK_PYTHON", "SPARK_CONF_DIR"):
+                    os.environ.pop(key, None)
         if code != 0 or "Traceback" in log:
             raise RuntimeError(f"the compactor exited {code} or printed a traceback: {compactor.tail(40)}")
         results.append(
             Result(
                 BENCHMARK,
-                "`ordo compactor` start to ready (Spark start-up included)",
+                "`ordo compactor` start to ready (Spark start-up included)" + (WHERE_CLUSTER if cluster else ""),
                 "s",
                 ready_s,
                 peer="CPU seconds to ready (the process and Spark's JVM)",
@@ -363,15 +408,6 @@ def run() -> list[Result]:
                 machine=machine(),
             )
         )
-    results.append(
-        pending(
-            BENCHMARK,
-            "the same figures on a Spark standalone cluster with object storage",
-            "groups/min",
-            "measured on local Spark only: the cluster of the cluster-and-object-store issue does not exist in the "
-            "tests yet (BENCH_COMPACTION_MASTER=spark://... runs the service on one once it does)",
-        )
-    )
     shutil.rmtree(work, ignore_errors=True)
     return results
 
