@@ -422,6 +422,7 @@ class Compactor:
         self.groups = 0  # groups committed since start
         self._state: dict[str, _TableState] = {}
         self._busy: dict[str, Future[int]] = {}
+        self._stop_by: float | None = None  # the end of the shutdown's wait, set by its first call
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(parallel_tables, thread_name_prefix="ordo-compactor")
 
@@ -558,7 +559,13 @@ class Compactor:
                 log.warning("table(s) %s: a rewrite still runs after the release wait", ", ".join(sorted(tables)))
 
     def shutdown(self, wait: float = SHUTDOWN_WAIT) -> None:
-        """Abandon every rewrite in flight and wait for the workers (intents already published get decided)."""
+        """Abandon every rewrite in flight and wait for the workers (intents already published get decided).
+
+        ``wait`` bounds the whole stop: a second call (the service's loop ends with one, its command with
+        another) waits only what is left of the first call's ``wait``."""
+        first = self._stop_by is None
+        if self._stop_by is None:
+            self._stop_by = time.monotonic() + wait
         with self._lock:
             names = list(self._busy)
         try:
@@ -567,8 +574,11 @@ class Compactor:
             log.debug("cancelling the warm-up: %s", exc)
         futures = self._abandon(names)
         if futures:
-            log.info("stopping: abandoning the rewrites of %s", ", ".join(sorted(names)))
-            wait_futures(futures, timeout=wait)
+            if first:
+                log.info("stopping: abandoning the rewrites of %s", ", ".join(sorted(names)))
+            _, late = wait_futures(futures, timeout=max(0.0, self._stop_by - time.monotonic()))
+            if late and not first:
+                log.warning("stopping with the rewrites of %s still running after %g s", ", ".join(sorted(names)), wait)
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def close(self) -> None:

@@ -292,13 +292,13 @@ def test_second_arbiter_fences_the_first(
     commit_client.commit(create_intent(table), timeout=30)
     writers = Writers(commit_client, table, threads=2, per_thread=100_000, pause=0.005).start()
     try:
-        wait_until(lambda: writers.done_count() >= 100, 60, "the first arbiter to decide")
+        wait_until(lambda: writers.done_count() >= 100, 180, "the first arbiter to decide")
         second = take_over(first, arbiter)  # frozen mid-transaction, it wakes up fenced (tests/fencing.py)
         code = first.wait(timeout=30)  # it finds out at its next produce or commit
         assert code == 3
         assert "fenced" in first.tail(5)
         decided_by_second = writers.done_count()
-        wait_until(lambda: writers.done_count() >= decided_by_second + 100, 60, "the second arbiter to continue")
+        wait_until(lambda: writers.done_count() >= decided_by_second + 100, 180, "the second arbiter to continue")
     finally:
         writers.stop()
     answers = writers.join()
