@@ -39,6 +39,8 @@ import threading
 import time
 import urllib.request
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -319,29 +321,40 @@ def _counts(variable: str, default: tuple[int, ...]) -> list[int]:
 
 def run() -> list[Result]:
     """The service on local Spark (``BENCH_COMPACTION_PARTITIONS``), then on a standalone cluster
-    (``BENCH_COMPACTION_CLUSTER_PARTITIONS``, default 16; empty: not run)."""
-    results = _run_on(
-        os.environ.get("BENCH_COMPACTION_MASTER", "local[2]"), _counts("BENCH_COMPACTION_PARTITIONS", PARTITIONS)
-    )
+    (``BENCH_COMPACTION_CLUSTER_PARTITIONS``, default 16); an empty list skips its part."""
+    local = _counts("BENCH_COMPACTION_PARTITIONS", PARTITIONS)
+    results = _run_on(os.environ.get("BENCH_COMPACTION_MASTER", "local[2]"), local) if local else []
     on_cluster = _counts("BENCH_COMPACTION_CLUSTER_PARTITIONS", CLUSTER_PARTITIONS)
     if on_cluster:
         results += _run_on("cluster", on_cluster)
     return results
 
 
-def _cluster(work: Path) -> Any:
-    """A Spark standalone cluster on loopback (``CLUSTER_WORKERS`` workers of 1 core and 1 GiB) whose executors run
-    ordo from its wheel in their own Python, and the driver settings (``SPARK_CONF_DIR``, ``PYSPARK_PYTHON``) set
-    in this process's environment, which the compactor inherits."""
+@contextmanager
+def _service_master(master: str, work: Path) -> Iterator[tuple[str, str]]:
+    """``(master URL, label suffix)`` for the service: ``master`` itself, or for ``"cluster"`` a Spark standalone
+    cluster on loopback (``CLUSTER_WORKERS`` workers of 1 core and 1 GiB) whose executors run ordo from its wheel
+    in their own Python. The driver settings (``SPARK_CONF_DIR``, ``PYSPARK_PYTHON``) go into this process's
+    environment, which the compactor inherits; the environment is restored and the cluster stopped on exit."""
+    if master != "cluster":
+        yield master, ""
+        return
     from ordo.broker.kafka import cache_root
     from ordo.services.cluster import SparkStandalone, build_wheel, driver_config, executor_python, write_spark_defaults
 
     root = Path(__file__).resolve().parents[1]
     python = executor_python(build_wheel(root, work / "wheel"), work / "executor-venv", cache_root())
-    cluster = SparkStandalone(work / "spark", workers=CLUSTER_WORKERS).start()
     conf = write_spark_defaults(work / "spark-conf", driver_config({}, cores_max=CLUSTER_WORKERS))
-    os.environ.update({"PYSPARK_PYTHON": str(python), "SPARK_CONF_DIR": str(conf), "SPARK_LOCAL_IP": "127.0.0.1"})
-    return cluster
+    saved = dict(os.environ)
+    with SparkStandalone(work / "spark", workers=CLUSTER_WORKERS) as cluster:
+        try:
+            os.environ.update(
+                {"PYSPARK_PYTHON": str(python), "SPARK_CONF_DIR": str(conf), "SPARK_LOCAL_IP": "127.0.0.1"}
+            )
+            yield cluster.url, WHERE_CLUSTER
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
 
 
 def _run_on(master: str, counts: list[int]) -> list[Result]:
@@ -350,11 +363,8 @@ def _run_on(master: str, counts: list[int]) -> list[Result]:
     write_seconds = float(os.environ.get("BENCH_COMPACTION_WRITE_SECONDS") or pick(90.0, 300.0))
     warm = pick(20.0, 60.0)
     results: list[Result] = []
-    with stack("compaction") as bench_stack:
+    with stack("compaction") as bench_stack, _service_master(master, bench_stack.work) as (master, where):
         settings, work = bench_stack.settings, bench_stack.work
-        cluster = _cluster(work) if master == "cluster" else None
-        if cluster is not None:
-            master = cluster.url
         started = time.monotonic()
         compactor = bench_stack.group.start_ordo(
             settings,
@@ -372,7 +382,7 @@ def _run_on(master: str, counts: list[int]) -> list[Result]:
                 print(f"  {partitions} partitions ...", flush=True)
                 measured = _measure(settings, metrics_url, partitions, write_seconds, warm)
                 measured["master"] = master
-                measured["where"] = WHERE_CLUSTER if cluster is not None else ""
+                measured["where"] = where
                 batches = measured["batches_of_the_service"] = _batches(compactor.log_text(), f"stream_{partitions}p")
                 print(
                     f"  the service's batches (operation, groups, s, Spark s): {[tuple(b.values()) for b in batches]}"
@@ -389,16 +399,12 @@ def _run_on(master: str, counts: list[int]) -> list[Result]:
             code = compactor.terminate(timeout=60)
             log = compactor.log_text()
             close_connections()
-            if cluster is not None:
-                cluster.stop()
-                for key in ("PYSPARK_PYTHON", "SPARK_CONF_DIR"):
-                    os.environ.pop(key, None)
         if code != 0 or "Traceback" in log:
             raise RuntimeError(f"the compactor exited {code} or printed a traceback: {compactor.tail(40)}")
         results.append(
             Result(
                 BENCHMARK,
-                "`ordo compactor` start to ready (Spark start-up included)" + (WHERE_CLUSTER if cluster else ""),
+                "`ordo compactor` start to ready (Spark start-up included)" + where,
                 "s",
                 ready_s,
                 peer="CPU seconds to ready (the process and Spark's JVM)",

@@ -564,8 +564,7 @@ class Compactor:
         ``wait`` bounds the whole stop: a second call (the service's loop ends with one, its command with
         another) waits only what is left of the first call's ``wait``."""
         first = self._stop_by is None
-        if self._stop_by is None:
-            self._stop_by = time.monotonic() + wait
+        stop_by = self._stop_by = time.monotonic() + wait if self._stop_by is None else self._stop_by
         with self._lock:
             names = list(self._busy)
         try:
@@ -576,9 +575,11 @@ class Compactor:
         if futures:
             if first:
                 log.info("stopping: abandoning the rewrites of %s", ", ".join(sorted(names)))
-            _, late = wait_futures(futures, timeout=max(0.0, self._stop_by - time.monotonic()))
+            _, late = wait_futures(futures, timeout=max(0.0, stop_by - time.monotonic()))
             if late and not first:
-                log.warning("stopping with the rewrites of %s still running after %g s", ", ".join(sorted(names)), wait)
+                log.warning(
+                    "stopping with the rewrites of %s still running after the shutdown wait", ", ".join(sorted(names))
+                )
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def close(self) -> None:
