@@ -28,12 +28,20 @@ the repeats:
 Delta's jar is ``DELTA_VERSION`` (``ORDO_DELTA_VERSION`` overrides), built for
 Spark 4.2: on a Spark it does not support its probe (an append and a read)
 fails and Delta's figures are recorded as errors with the reason, ordo's
-still run. The load average is recorded before and after. The seeds' scenario
-on the cluster is not part of this benchmark.
+still run. The load average is recorded before and after.
+
+Last, the seeds' scenario (``bench.peers_spark``'s workload 1: a micro-batch of
+upserts every second while the table service compacts and an UPDATE and a
+DELETE job run every 2 s, each a thread of this driver's session) on the
+cluster: ordo's table at ``s3://bench/seeds`` with its ``Compactor`` on the
+cluster, Delta's at ``s3a://bench/delta-seeds`` with MERGE and OPTIMIZE, one
+after the other (ordo first), for ``BENCH_CLUSTER_SEEDS_SECONDS`` (quick 60,
+full 300; 0 skips it). Its figures are workload 1's, named "... on the cluster".
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -252,6 +260,7 @@ def run() -> list[Result]:
         uncompacted = progress("reads, uncompacted", reads(sides, read_repeats))
         compaction = progress("compaction", {n: s.compact() for n, s in sides.items()})
         compacted = progress("reads, compacted", reads(sides, read_repeats))
+        seeds = seeds_scenario(spark, settings, work, delta_error)
     load_after = os.getloadavg()
     loads = {"load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in load_after]}
     figures = [
@@ -277,7 +286,61 @@ def run() -> list[Result]:
             machine=machine(),
         )
     )
-    return results
+    return results + seeds
+
+
+def seeds_scenario(spark: Any, settings: Any, work: Path, delta_error: str | None) -> list[Result]:
+    """Workload 1 of ``bench.peers_spark`` on this cluster, tables on S3: ordo's, then Delta's (unless it cannot
+    run here: ``delta_error``)."""
+    from bench.peers_spark import (
+        SEEDS_BASE,
+        SEEDS_BATCH,
+        SEEDS_JOB_PAUSE_S,
+        SEEDS_RETRIES,
+        SEEDS_SERVICE_S,
+        _seeds_results,
+        _seeds_run,
+    )
+
+    seconds = float(os.environ.get("BENCH_CLUSTER_SEEDS_SECONDS") or pick(60.0, 300.0))
+    if seconds <= 0:
+        return []
+    locations = {"ordo": f"s3://{BUCKET}/seeds", "delta": f"s3a://{BUCKET}/delta-seeds"}
+    runs: dict[str, Any] = {}
+    errors: dict[str, str] = {} if delta_error is None else {"delta": delta_error}
+    for system, location in locations.items():
+        if system in errors:
+            continue
+        try:
+            runs[system] = progress(
+                f"seeds' scenario, {system}", _seeds_run(system, spark, work, settings, seconds, location)
+            )
+        except Exception as exc:
+            errors[system] = f"{type(exc).__name__}: {str(exc)[:1500]}"
+        for step, why in runs.get(system, {}).get("errors_at_end", {}).items():
+            errors[f"{system}, {step} at the end"] = why
+    found = {
+        "seconds": seconds,
+        "base_rows": SEEDS_BASE,
+        "batch_rows": SEEDS_BATCH,
+        "retries": SEEDS_RETRIES,
+        "service_round_s": SEEDS_SERVICE_S,
+        "job_pause_s": SEEDS_JOB_PAUSE_S,
+        "locations": locations,
+        "systems": runs,
+        "errors": errors,
+    }
+    versions = {"delta": peer_name()}
+    return [
+        dataclasses.replace(
+            r,
+            benchmark=BENCHMARK,
+            figure=r.figure.replace("seeds' scenario", "seeds' scenario on the cluster", 1),
+            peer=peer_name() if r.peer == "delta" else r.peer,
+            notes="; ".join(x for x in ("Spark standalone (2 workers x 1 core), tables on S3Proxy", r.notes) if x),
+        )
+        for r in _seeds_results(found, versions)
+    ]
 
 
 def peer_name() -> str:

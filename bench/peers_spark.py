@@ -802,17 +802,27 @@ class _ReadTable:
     1 and 4 UPDATE, DELETE, time travel, the change feed and the files per partition."""
 
     def __init__(
-        self, system: str, spark: Any, work: Path, settings: Any, name: str = "reads", *, cdf: bool = False
+        self,
+        system: str,
+        spark: Any,
+        work: Path,
+        settings: Any,
+        name: str = "reads",
+        *,
+        cdf: bool = False,
+        location: str | None = None,
     ) -> None:
+        """``location``: where ordo's or Delta's table lives (ordo: the catalog's default; Delta: under ``work``)."""
         self.system, self.spark, self.settings, self.table_name = system, spark, settings, name
         if system == "ordo":
             from ordo.producer.table import DeltaTable
 
             self.ordo = DeltaTable.create(
-                spark, f"peers_spark_{name}", schema=SCHEMA, primary_key="id", partitioned_by="p", settings=settings
-            )
+                spark, f"peers_spark_{name}", schema=SCHEMA, primary_key="id", partitioned_by="p",
+                location=location, settings=settings,
+            )  # fmt: skip
         elif system == "delta":
-            self.path = str(work / "delta" / name)
+            self.path = location or str(work / "delta" / name)
             cdf_property = ", 'delta.enableChangeDataFeed'='true'" if cdf else ""
             spark.sql(
                 f"CREATE TABLE delta.`{self.path}` ({SCHEMA}) USING delta PARTITIONED BY (p) "
@@ -1263,10 +1273,13 @@ def _seeds(hosts: dict[str, Any], spark: Any, work: Path) -> dict[str, Any]:
     }
 
 
-def _seeds_run(system: str, spark: Any, work: Path, settings: Any, seconds: float) -> dict[str, Any]:
+def _seeds_run(
+    system: str, spark: Any, work: Path, settings: Any, seconds: float, location: str | None = None
+) -> dict[str, Any]:
+    """The seeds' scenario on ``system``'s table (at ``location``: see ``_ReadTable``) for ``seconds``."""
     import random
 
-    table = _ReadTable(system, spark, work, settings, "seeds", cdf=True)
+    table = _ReadTable(system, spark, work, settings, "seeds", cdf=True, location=location)
     table.load(_frame(spark, 0, SEEDS_BASE, "base"))
     start_version = table.head()
     stop = threading.Event()
