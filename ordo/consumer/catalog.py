@@ -216,9 +216,13 @@ class Catalog:
 
         Waits for the table to appear too. ``CatalogTimeoutError`` after
         ``timeout`` seconds; ``TableBrokenError`` if the table can never get there.
+        The catalog is asked again after 1 ms, then twice as long each time, at most ``poll_interval``: a
+        writer's commit usually shows within a few milliseconds of its decision, a lagging consumer costs
+        few questions.
         """
         deadline = time.monotonic() + timeout
         last: TableInfo | None = None
+        pause = min(0.001, poll_interval)
         while True:
             try:
                 last = self.table(name)
@@ -238,7 +242,8 @@ class Catalog:
                 raise CatalogTimeoutError(
                     f"table {name!r} {at}, not {version}, after {timeout:g} s (is the consumer running and caught up?)"
                 )
-            time.sleep(poll_interval)
+            time.sleep(pause)
+            pause = min(pause * 2, poll_interval)
 
     def health(self) -> dict[str, Any]:
         """Materialization state of every followed log: ``{"tables": {...}, "broken": {table: error}}``."""

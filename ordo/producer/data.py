@@ -47,11 +47,13 @@ from ordo.schemas.operations import (
 )
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyarrow.fs import FileSystem
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import DataType, StructType
 
 BUCKET_COLUMN = "_ordo_b"  # hidden staging column: the record's bucket (producer.buckets)
+BAD_PARTITION_COLUMN = "_ordo_badp"  # the records' check (RecordCheck): the row's partition value is bad
 # Column names a table may not use: ours in files, and the change feed's.
 EXAMPLES = 5  # offending keys quoted in an error message
 MAX_STAT_LENGTH = 4096  # DataFile.min_key/max_key limit (schemas.models.MAX_PATH_LENGTH)
@@ -510,7 +512,7 @@ def _offending(df: DataFrame, layout: Layout, static_partition: Mapping[str, str
 
     identity = layout.identity
     checked = df.select(
-        *[F.col(f"`{c}`") for c in identity], _bad_partition(layout, static_partition).alias("_ordo_badp")
+        *[F.col(f"`{c}`") for c in identity], _bad_partition(layout, static_partition).alias(BAD_PARTITION_COLUMN)
     )
     if driver_side(checked):
         found = offending_groups(checked, identity, layout.primary_key, 3 * EXAMPLES)
@@ -551,15 +553,22 @@ def validate_records(
             .limit(EXAMPLES)
             .collect()
         )
-        if not found:
-            return
-        parts = [row.asDict() for row in found]
-        where = "outside the partition being written, or " if static_partition is not None else ""
-        raise PartitionValueError(
-            f"rows {where}with null or empty partition values (e.g. {parts}); nothing was written"
-        )
+        _refuse_partitions([row.asDict() for row in found], static_partition)
+        return
 
-    offending = _offending(df, layout, static_partition)
+    _refuse(_offending(df, layout, static_partition), layout, static_partition)
+
+
+def _refuse_partitions(parts: list[dict[str, Any]], static_partition: Mapping[str, str] | None) -> None:
+    """A keyless write's rows with bad partition values (``parts``, their values): refused."""
+    if not parts:
+        return
+    where = "outside the partition being written, or " if static_partition is not None else ""
+    raise PartitionValueError(f"rows {where}with null or empty partition values (e.g. {parts}); nothing was written")
+
+
+def _refuse(offending: list[dict[str, Any]], layout: Layout, static_partition: Mapping[str, str] | None) -> None:
+    """The groups ``_offending`` found, refused with the error naming what is wrong (none found: nothing)."""
     if not offending:
         return
     identity = layout.identity
@@ -595,6 +604,44 @@ def validate_records(
         f"null or empty partition values (e.g. {parts[:EXAMPLES]}); partition columns "
         f"{list(layout.partition_columns)} need a value; nothing was written"
     )
+
+
+@dataclass(frozen=True)
+class RecordCheck:
+    """``validate_records``' check of a write's records, made where they are: by a Spark job before a job writes
+    them, or on the rows a driver-side write collected (``smallwrites``), in the same collection."""
+
+    layout: Layout
+    static_partition: Mapping[str, str] | None = None
+    keys: bool | None = None
+
+    def column(self) -> Column:
+        """The column the collection adds for ``on_collected``: whether a row's partition value is bad."""
+        return _bad_partition(self.layout, self.static_partition).alias(BAD_PARTITION_COLUMN)
+
+    def in_spark(self, records: DataFrame) -> None:
+        validate_records(records, self.layout, self.static_partition, keys=self.keys)
+
+    def on_collected(self, rows: pa.Table) -> bool:
+        """Refuse ``rows`` (collected with ``column()``) as ``validate_records`` would; False when Arrow cannot
+        group the key's types (a nested key): the caller checks with ``in_spark``."""
+        import pyarrow.compute as pc
+
+        from ordo.producer.smallwrites import offending_in
+
+        layout = self.layout
+        keys = not layout.keyless if self.keys is None else self.keys
+        if not keys:
+            if layout.partition_columns:
+                bad = rows.filter(pc.fill_null(rows.column(BAD_PARTITION_COLUMN), False))
+                parts = bad.select(list(layout.partition_columns)).slice(0, EXAMPLES).to_pylist()
+                _refuse_partitions(parts, self.static_partition)
+            return True
+        found = offending_in(rows, layout.identity, layout.primary_key, 3 * EXAMPLES)
+        if found is None:
+            return False
+        _refuse(found, layout, self.static_partition)
+        return True
 
 
 # --------------------------------------------------------------------------- CHECK constraints (since 0.6)

@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ordo.producer.data import (
+    BAD_PARTITION_COLUMN,
     BUCKET_COLUMN,
     DEFAULT_MAX_RECORDS_PER_FILE,
     MAX_RECORDS_PER_FILE_PROPERTY,
     Layout,
+    RecordCheck,
     Storage,
     _violation,
     enforce_constraints,
@@ -25,6 +27,7 @@ from ordo.schemas import DataFile
 from ordo.schemas.paths import write_id_of
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
 
@@ -37,6 +40,13 @@ def _nulls_first(rows: Any, columns: Sequence[str]) -> Any:
     return rows.sort_by([(c, "ascending") for c in columns], null_placement="at_start")
 
 
+def _raise_violation(exc: BaseException) -> None:
+    """A write's error that is a CHECK constraint the rows broke, raised as ``ConstraintViolationError``."""
+    violation = _violation(exc)
+    if violation is not None:
+        raise violation from None
+
+
 @dataclass(frozen=True)
 class WriteStats:
     """What one staged write produced and how long its phases took."""
@@ -44,6 +54,7 @@ class WriteStats:
     files: tuple[DataFile, ...]
     spark_seconds: float
     finish_seconds: float
+    validate_seconds: float = 0.0  # the records' check when it is its own Spark job (``write``'s ``check``)
 
 
 class FileWriter:
@@ -95,16 +106,27 @@ class FileWriter:
         *,
         sort_by: Sequence[str] = (),
         target_files: int | None = None,
+        check: RecordCheck | None = None,
     ) -> WriteStats:
         """Write ``records`` (table columns + ``_ordo_op`` + ``_ordo_seq``) and return the files made.
 
         Small records (``driver_side``) are collected to Arrow and written by this process; others by a Spark job.
+        ``check`` refuses bad keys and partition values before anything is written: on the rows the driver-side
+        write collects (one collection, not two), else by its own Spark job first. A table's CHECK constraints
+        are evaluated by the write's collection, so with constraints the check keeps its own, earlier one: a row
+        breaking both gets the key's error on either path.
         """
         import time
 
         from ordo.producer import records_source
 
         df, hidden = self._with_hidden(records)
+        on_driver = driver_side(df)
+        validate_seconds = 0.0
+        if check is not None and (not on_driver or self.layout.constraints):
+            started = time.perf_counter()
+            check.in_spark(records)
+            validate_seconds, check = time.perf_counter() - started, None
         layout = self.layout
         spec = records_source.write_spec(
             layout.location,
@@ -118,21 +140,25 @@ class FileWriter:
         )
         started = time.perf_counter()
         try:
-            if driver_side(df):
-                files, spark_seconds = self._write_on_driver(df, spec, sort_by), time.perf_counter() - started
+            rows = self._collect(df, [*hidden, *sort_by], check) if on_driver else None  # nothing written yet
+        except BaseException as exc:
+            _raise_violation(exc)
+            raise
+        try:
+            if rows is not None:
+                files = records_source.record_write(df.schema, spec).write(iter(rows.to_batches()))
+                spark_seconds = time.perf_counter() - started
             else:
                 files, spark_seconds = self._write_in_job(self._laid_out(df, hidden, sort_by, target_files), spec)
         except BaseException as exc:
             self._delete_left_by_failed_job()
-            violation = _violation(exc)  # a CHECK constraint the rows broke: the job's error, named
-            if violation is not None:
-                raise violation from None
+            _raise_violation(exc)
             raise
         started = time.perf_counter()
         files = [f for f in files if f.record_count]
         self.written.extend(f.path for f in files)
         ordered = sorted(files, key=lambda f: (sorted(f.partition.items()), f.bucket, f.path))
-        return WriteStats(tuple(ordered), spark_seconds, time.perf_counter() - started)
+        return WriteStats(tuple(ordered), spark_seconds, time.perf_counter() - started, validate_seconds)
 
     def _write_in_job(self, df: DataFrame, spec: dict[str, Any]) -> tuple[list[DataFile], float]:
         """The records written by the tasks of one Spark job (``ordo_records``); the files and the job's seconds."""
@@ -155,20 +181,24 @@ class FileWriter:
         finally:
             os.unlink(result)
 
-    def _write_on_driver(self, df: DataFrame, spec: dict[str, Any], sort_by: Sequence[str]) -> list[DataFile]:
-        """The records collected to Arrow and written here by the ``RecordWrite`` a task would run, as one task.
+    @staticmethod
+    def _collect(df: DataFrame, order: Sequence[str], check: RecordCheck | None) -> pa.Table:
+        """The records collected to Arrow, for the ``RecordWrite`` a task would run to write them here, as one task.
 
         The hidden columns, the bucket and the CHECK constraints are the same Spark expressions as the job's, so
-        the collection evaluates them (a violated constraint fails it with the same error). The rows are sorted
-        as the job's tasks sort them: by the hidden columns, then ``sort_by``, nulls first.
+        the collection evaluates them (a violated constraint fails it with the same error). ``check``'s column
+        comes with them, and the check runs on the collected rows. The rows are sorted as the job's tasks sort
+        them: by ``order`` (the hidden columns, then the write's ``sort_by``), nulls first.
         """
-        from ordo.producer import records_source
-
-        rows = df.coalesce(1).toArrow()  # one task: small rows spread over spark.default.parallelism cost more tasks
-        order = [*spec["hidden"], *sort_by]
+        collected = df if check is None else df.withColumn(BAD_PARTITION_COLUMN, check.column())
+        rows = collected.coalesce(1).toArrow()  # one task: small rows over spark.default.parallelism cost more tasks
+        if check is not None:
+            if not check.on_collected(rows):  # a key Arrow cannot group: Spark groups it
+                check.in_spark(df)
+            rows = rows.drop_columns([BAD_PARTITION_COLUMN])
         if order and rows.num_rows > 1:
             rows = _nulls_first(rows, order)
-        return records_source.record_write(df.schema, spec).write(iter(rows.to_batches()))
+        return rows
 
     def _with_hidden(self, records: DataFrame) -> tuple[DataFrame, list[str]]:
         """``records`` checked against the CHECK constraints, with the hidden (partition, bucket) columns."""

@@ -180,13 +180,22 @@ class Lifecycle:
 
     def _write(self, records: DataFrame, **options: Any) -> list[DataFile]:
         stats = self._file_writer().write(records, **options)
-        self.write_seconds += stats.spark_seconds + stats.finish_seconds
+        self.write_seconds += stats.spark_seconds + stats.finish_seconds + stats.validate_seconds
+        if stats.validate_seconds:
+            self._time("validate", stats.validate_seconds)
         self._time("spark_write", stats.spark_seconds)
         self._time("finish_files", stats.finish_seconds)
         return list(stats.files)
 
     def _time(self, phase: str, seconds: float) -> None:
         self.timings[phase] = self.timings.get(phase, 0.0) + seconds
+
+    def _write_upserts(self, rows: DataFrame, static: Mapping[str, str] | None = None) -> list[DataFile]:
+        """``rows`` checked (``data.validate_records``: keys, partition values) and written as upsert records; a
+        driver-side write checks the rows it collects, with no collection of its own (``FileWriter.write``)."""
+        from ordo.producer.data import RecordCheck, upsert_records
+
+        return self._write(upsert_records(rows), check=RecordCheck(self.layout, static))
 
     def _validate(self, rows: DataFrame, static: Mapping[str, str] | None = None, *, keys: bool | None = None) -> None:
         from ordo.producer.data import validate_records

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ordo.kernel.settings import SettingsError
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
 # The session setting that bounds the driver-side write (``driver_side``): Spark's estimate of the records' size, in
@@ -70,10 +71,16 @@ def offending_groups(
     ``validate_records``' grouping gives them (identity values, ``_ordo_n``, ``_ordo_badp``), at most ``limit``;
     None when Arrow cannot group the key's types (a nested key): the caller groups with Spark.
     """
+    return offending_in(checked.coalesce(1).toArrow(), identity, primary_key, limit)  # one task, as the write's
+
+
+def offending_in(
+    rows: pa.Table, identity: Sequence[str], primary_key: Sequence[str], limit: int
+) -> list[dict[str, Any]] | None:
+    """``offending_groups`` of rows already collected (the identity columns and ``_ordo_badp``, maybe others)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    rows = checked.coalesce(1).toArrow()  # one task, as the driver-side write collects
     try:
         groups = rows.group_by(list(identity), use_threads=False).aggregate([([], "count_all"), ("_ordo_badp", "max")])
     except (pa.ArrowNotImplementedError, pa.ArrowTypeError, pa.ArrowInvalid):

@@ -40,13 +40,9 @@ class Transaction(Lifecycle):
         ``merge_schema=True`` (Delta's ``mergeSchema``): columns of ``df`` the table lacks are added, nullable, in
         the same commit (rows written before read them as null); a rejected commit changes nothing.
         """
-        from ordo.producer.data import upsert_records
-
         with self._stage(Operation.INSERT_INTO):
             self._evolve(df, merge=merge_schema)
-            rows = self._user_rows(df)
-            self._validate(rows)
-            files = self._write(upsert_records(rows))
+            files = self._write_upserts(self._user_rows(df))
             return self._staged(files, self._partitions_of(files), noop=not files)
 
     def insert_overwrite(
@@ -70,7 +66,7 @@ class Transaction(Lifecycle):
         commit, which replaces the whole table (``whole_table=True`` on a partitioned table); key and partition
         columns keep their definition.
         """
-        from ordo.producer.data import upsert_records, with_static_partition
+        from ordo.producer.data import with_static_partition
 
         if whole_table and partition is not None:
             raise InvalidOperationError("give a partition or whole_table=True, not both")
@@ -85,9 +81,7 @@ class Transaction(Lifecycle):
             static = self._static(partition)
             if static is not None:
                 df = with_static_partition(df, layout, static)
-            rows = self._user_rows(df)
-            self._validate(rows, static)
-            files = self._write(upsert_records(rows))
+            files = self._write_upserts(self._user_rows(df), static)
             if not layout.partition_columns or whole_table:
                 return self._staged(files, None)
             if static is not None:

@@ -23,6 +23,7 @@ from ordo.producer.data import (
     Layout,
     PartitionValueError,
     PrimaryKeyError,
+    RecordCheck,
     upsert_records,
     validate_records,
 )
@@ -69,10 +70,12 @@ def _records(spark: Any, rows: list[tuple[Any, ...]] = ROWS) -> Any:
     return upsert_records(spark.createDataFrame(rows, SCHEMA))
 
 
-def _write(spark: Any, layout: Layout, path: str, records: Any, **options: Any) -> tuple[Any, FileWriter]:
+def _write(
+    spark: Any, layout: Layout, path: str, records: Any, check: RecordCheck | None = None, **options: Any
+) -> tuple[Any, FileWriter]:
     writer = FileWriter(spark, layout, f"w-{path}", **options)
     with max_bytes(spark, PATHS[path]):
-        return writer.write(records), writer
+        return writer.write(records, check=check), writer
 
 
 def _described(layout: Layout, stats: Any) -> list[tuple[Any, ...]]:
@@ -191,3 +194,69 @@ def test_validation_checks_a_static_partition_on_both_paths(spark: Any, tmp_path
         validate_records(spark.createDataFrame(ROWS[:1], SCHEMA), layout, {"p": "p0"})
         with pytest.raises(PartitionValueError, match=r"outside the partition \{'p': 'p1'\}"):
             validate_records(spark.createDataFrame(ROWS[:3], SCHEMA), layout, {"p": "p1"})
+
+
+def _jobs_of(spark: Any, action: Any) -> int:
+    """How many Spark jobs ``action`` ran (in a job group of its own)."""
+    context = spark.sparkContext
+    group = f"count-{id(action)}"
+    context.setJobGroup(group, "counted")
+    try:
+        action()
+    finally:
+        context.setLocalProperty("spark.jobGroup.id", None)
+    return len(context.statusTracker().getJobIdsForGroup(group))
+
+
+@pytest.mark.parametrize("case", list(BROKEN))
+def test_the_write_refuses_what_validation_refuses_on_both_paths_and_writes_nothing(
+    spark: Any, tmp_path: Path, case: str
+) -> None:
+    rows, error = BROKEN[case]
+    schema = SCHEMA.replace("id BIGINT NOT NULL", "id BIGINT")
+    messages = {}
+    for path in PATHS:
+        layout = _layout(tmp_path, f"wc_{path}")
+        records = upsert_records(spark.createDataFrame(rows, schema))
+        with pytest.raises(error) as refused:
+            _write(spark, layout, path, records, check=RecordCheck(layout))
+        messages[path] = str(refused.value)
+        assert not list(Path(layout.location).rglob("*.parquet"))
+    with pytest.raises(error) as alone:
+        validate_records(spark.createDataFrame(rows, schema), _layout(tmp_path, "alone"))
+    assert messages["driver"] == messages["job"] == str(alone.value)
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_the_writes_check_covers_a_static_partition_and_a_keyless_table(spark: Any, tmp_path: Path, path: str) -> None:
+    layout = _layout(tmp_path, f"ws_{path}")
+    with pytest.raises(PartitionValueError, match=r"outside the partition \{'p': 'p1'\}"):
+        _write(spark, layout, path, _records(spark, ROWS[:3]), check=RecordCheck(layout, {"p": "p1"}))
+    stats, _ = _write(spark, layout, path, _records(spark, ROWS[1:2]), check=RecordCheck(layout, {"p": "p1"}))
+    assert [f.partition for f in stats.files] == [{"p": "p1"}]
+    keyless = Layout(name=f"kl_{path}", location=str(tmp_path / f"kl_{path}"), schema_ddl="v STRING, p STRING",
+                     primary_key=(), partition_columns=("p",), properties={})  # fmt: skip
+    rows = upsert_records(spark.createDataFrame([("a", "p0"), ("b", "")], "v STRING, p STRING"))
+    with pytest.raises(PartitionValueError, match=r"null or empty partition values \(e\.g\. \[\{'p': ''\}\]\)"):
+        _write(spark, keyless, path, rows, check=RecordCheck(keyless))
+    assert not list(Path(keyless.location).rglob("*.parquet"))
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_a_row_breaking_its_key_and_a_constraint_gets_the_keys_error_on_both_paths(
+    spark: Any, tmp_path: Path, path: str
+) -> None:
+    layout = _layout(tmp_path, f"kc_{path}", **{"delta.constraints.positive": "amount >= 3"})
+    rows = [(1, "a", 1.0, "p0"), (1, "b", 2.0, "p0")]  # a duplicate key, and amounts the constraint refuses
+    with pytest.raises(PrimaryKeyError, match="duplicate primary keys"):
+        _write(spark, layout, path, _records(spark, rows), check=RecordCheck(layout))
+
+
+def test_a_small_checked_write_is_one_spark_job_and_a_large_one_checks_first(spark: Any, tmp_path: Path) -> None:
+    counted = {}
+    for path in PATHS:
+        layout = _layout(tmp_path, f"j_{path}")
+        records = _records(spark)
+        counted[path] = _jobs_of(spark, lambda t=layout, r=records, p=path: _write(spark, t, p, r, RecordCheck(t)))
+    assert counted["driver"] == 1, counted  # the collection, checked and written on the driver
+    assert counted["job"] >= 2, counted  # the check's grouping job, then the write's
