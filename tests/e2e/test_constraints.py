@@ -4,6 +4,7 @@ do), a compaction keeps working, ``format("ordo")`` writes are refused, and ``dr
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -35,8 +36,10 @@ def test_a_constraint_is_checked_when_added_and_by_every_spark_write(spark: Any,
     ):
         table.add_constraint("Positive_Amount", "amount > 0")
     assert table.version == 1 and KEY not in table.metadata.properties
-    for bad, why in (("amount >", "not a condition"), ("amount + 1", "not a condition"), ("max(amount) > 0", "")):
-        with pytest.raises(InvalidOperationError, match=why):
+    for bad in ("amount >", "amount + 1", "max(amount) > 0"):  # not SQL, not a boolean, an aggregate
+        with pytest.raises(
+            InvalidOperationError, match=rf"CHECK constraint bad \({re.escape(bad)}\) is not a condition"
+        ):
             table.add_constraint("bad", bad)
     table.update({"amount": "5.0"}, where="id = 2")  # v2
     stale = table.begin()  # pinned to v2: a write staged before the constraint
