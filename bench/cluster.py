@@ -292,15 +292,7 @@ def run() -> list[Result]:
 def seeds_scenario(spark: Any, settings: Any, work: Path, delta_error: str | None) -> list[Result]:
     """Workload 1 of ``bench.peers_spark`` on this cluster, tables on S3: ordo's, then Delta's (unless it cannot
     run here: ``delta_error``)."""
-    from bench.peers_spark import (
-        SEEDS_BASE,
-        SEEDS_BATCH,
-        SEEDS_JOB_PAUSE_S,
-        SEEDS_RETRIES,
-        SEEDS_SERVICE_S,
-        _seeds_results,
-        _seeds_run,
-    )
+    from bench.peers_spark import _seeds_results, _seeds_run, seeds_found
 
     seconds = float(os.environ.get("BENCH_CLUSTER_SEEDS_SECONDS") or pick(60.0, 300.0))
     if seconds <= 0:
@@ -317,19 +309,7 @@ def seeds_scenario(spark: Any, settings: Any, work: Path, delta_error: str | Non
             )
         except Exception as exc:
             errors[system] = f"{type(exc).__name__}: {str(exc)[:1500]}"
-        for step, why in runs.get(system, {}).get("errors_at_end", {}).items():
-            errors[f"{system}, {step} at the end"] = why
-    found = {
-        "seconds": seconds,
-        "base_rows": SEEDS_BASE,
-        "batch_rows": SEEDS_BATCH,
-        "retries": SEEDS_RETRIES,
-        "service_round_s": SEEDS_SERVICE_S,
-        "job_pause_s": SEEDS_JOB_PAUSE_S,
-        "locations": locations,
-        "systems": runs,
-        "errors": errors,
-    }
+    found = seeds_found(seconds, runs, errors, locations=locations)
     versions = {"delta": peer_name()}
     return [
         dataclasses.replace(

@@ -1258,6 +1258,12 @@ class _Job:
 def _seeds(hosts: dict[str, Any], spark: Any, work: Path) -> dict[str, Any]:
     seconds = float(os.environ.get("BENCH_PEERS_SPARK_SEEDS_SECONDS") or pick(60.0, 300.0))
     runs, errors = _each(hosts, "seeds", seconds)
+    return seeds_found(seconds, runs, errors)
+
+
+def seeds_found(seconds: float, runs: dict[str, Any], errors: dict[str, str], **more: Any) -> dict[str, Any]:
+    """What ``_seeds_results`` reads: the scenario's settings, each system's run (``_seeds_run``), the errors (a
+    system's that did not run, and the steps at the end that failed), and ``more``."""
     for system, found in runs.items():
         for step, why in found.get("errors_at_end", {}).items():
             errors[f"{system}, {step} at the end"] = why
@@ -1268,6 +1274,7 @@ def _seeds(hosts: dict[str, Any], spark: Any, work: Path) -> dict[str, Any]:
         "retries": SEEDS_RETRIES,
         "service_round_s": SEEDS_SERVICE_S,
         "job_pause_s": SEEDS_JOB_PAUSE_S,
+        **more,
         "systems": runs,
         "errors": errors,
     }
