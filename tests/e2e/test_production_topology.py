@@ -298,6 +298,21 @@ def test_the_compose_stack_survives_a_kill_9_of_each_part_and_equals_the_model(
         kill(job[-1])
     settle(settings, TABLE, catalog, timeout=TIMEOUT)
 
+    def compactions_in(history: list[Any]) -> list[Any]:
+        return [d for d in history if d.accepted and d.operation.value.endswith(("COMPACT", "CLUSTER"))]
+
+    # The restarted compactor's first rewrite (after its Spark start, of every file the stream wrote; a rewrite
+    # a batch decided first fails is retried) may commit only after the stream stopped: wait for a compaction.
+    # Then stop the service, so that the catalog holds still for the comparison with a rebuilt one below.
+    deadline = time.monotonic() + TIMEOUT
+    while not compactions_in(catalog.history(TABLE)):
+        assert time.monotonic() < deadline, "the compactor committed no compaction:\n" + stack.running[
+            "compactor"
+        ].tail(20)
+        time.sleep(1.0)
+    stack.kill("compactor")
+    settle(settings, TABLE, catalog, timeout=TIMEOUT)
+
     history = catalog.history(TABLE)
     trail = [(d.id_version, d.outcome.value, d.reason, d.batch_id, d.txn_id, d.duplicate_of) for d in reversed(history)]
     batches = [d for d in history if d.batch_id is not None]
@@ -311,7 +326,7 @@ def test_the_compose_stack_survives_a_kill_9_of_each_part_and_equals_the_model(
     expected = {(i, f"r{i}", str(i % 2)) for i in range(ROWS_PER_BATCH * len(accepted))}
     rows = table.read().collect()
     assert len(rows) == len(expected) and {(r["id"], r["v"], r["part"]) for r in rows} == expected
-    compactions = [d for d in history if d.accepted and d.operation.value.endswith(("COMPACT", "CLUSTER"))]
+    compactions = compactions_in(history)
     assert compactions, "the compactor committed no compaction"
 
     # the PostgreSQL catalog both consumers wrote equals one a fresh consumer rebuilds from the log
