@@ -525,6 +525,7 @@ class CommitClient:
             self._poller.join(timeout=5.0)
         self._producer = None
         self._admin = None
+        self._topics = None  # it holds the admin client too: kept, librdkafka would go on reconnecting to the broker
 
     def __enter__(self) -> CommitClient:
         return self

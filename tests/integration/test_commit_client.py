@@ -161,6 +161,18 @@ def test_no_kafka_client_is_created_before_first_use(settings: Settings) -> None
         client.submit(create_intent("closed"))
 
 
+def test_close_lets_go_of_every_kafka_client(arbiter: Callable[..., ManagedProcess], settings: Settings) -> None:
+    # A Kafka client still referenced after close keeps reconnecting (and logging) once its broker is gone.
+    arbiter()
+    client = CommitClient(settings=settings)
+    client.commit(create_intent("let_go"), timeout=30)
+    assert client._producer is not None and client._admin is not None and client._topics is not None
+    client.close()
+    assert client._producer is None and client._admin is None and client._topics is None and not client._readers
+    with pytest.raises(ClientClosedError):
+        client.decisions("let_go")
+
+
 def test_close_fails_futures_still_waiting(settings: Settings) -> None:
     client = CommitClient(settings=settings)
     future = client.submit(create_intent("abandoned"), timeout=60)
