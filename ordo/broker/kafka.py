@@ -47,6 +47,7 @@ from types import TracebackType
 from ordo.broker.maven import fetch_runtime, installed, pinned_version
 from ordo.broker.netns import NodeNetwork
 from ordo.kernel.errors import BrokerUnavailableError, OrdoError
+from ordo.kernel.freeze import freeze
 
 log = logging.getLogger(__name__)
 
@@ -523,7 +524,10 @@ class KafkaCluster:
     def _signal(node: KafkaNode, sig: int) -> None:
         if node.process is not None and node.process.poll() is None:
             try:
-                node.process.send_signal(sig)
+                if sig == signal.SIGSTOP:
+                    freeze(node.process.pid)  # returns once the JVM's threads are all stopped
+                else:
+                    node.process.send_signal(sig)
             except ProcessLookupError:
                 pass
 

@@ -27,6 +27,7 @@ from ordo.kernel.admin import (
     existing_topics,
 )
 from ordo.kernel.errors import BrokerUnavailableError
+from ordo.kernel.freeze import freeze
 
 log = logging.getLogger(__name__)
 
@@ -190,9 +191,10 @@ class EmbeddedBroker:
         self._process = None
 
     def pause(self) -> None:
-        """Freeze the broker (SIGSTOP): connections stay open but nothing answers."""
-        if self._process is not None:
-            self._process.send_signal(signal.SIGSTOP)
+        """Freeze the broker (SIGSTOP): connections stay open but nothing answers; returns once it is frozen."""
+        if self._process is not None and self._process.poll() is None:
+            if not freeze(self._process.pid):
+                log.warning("the embedded Tansu broker (pid %d) did not stop within 10 s", self._process.pid)
 
     def resume(self) -> None:
         """Thaw a paused broker (SIGCONT)."""

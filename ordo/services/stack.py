@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ordo.kernel.errors import OrdoError
+from ordo.kernel.freeze import freeze
 from ordo.kernel.ready import ARBITER_READY, CONSUMER_READY
 from ordo.kernel.settings import DEFAULT_ARBITER_METRICS_PORT, Settings
 
@@ -172,8 +173,9 @@ class ManagedProcess:
         return code
 
     def pause(self) -> None:
-        """SIGSTOP (freeze without dying), for chaos tests."""
-        self.popen.send_signal(signal.SIGSTOP)
+        """SIGSTOP (freeze without dying), for chaos tests; returns once every thread of it is stopped."""
+        if self.popen.poll() is None:
+            freeze(self.popen.pid)
 
     def resume(self) -> None:
         """SIGCONT."""
