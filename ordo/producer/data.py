@@ -33,6 +33,7 @@ from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
 
 from ordo.kernel.errors import OrdoError
+from ordo.producer.smallwrites import BAD_PARTITION_COLUMN
 from ordo.schemas import TableMetadata
 from ordo.schemas.operations import (
     CONSTRAINT_PREFIX,
@@ -53,7 +54,6 @@ if TYPE_CHECKING:
     from pyspark.sql.types import DataType, StructType
 
 BUCKET_COLUMN = "_ordo_b"  # hidden staging column: the record's bucket (producer.buckets)
-BAD_PARTITION_COLUMN = "_ordo_badp"  # the records' check (RecordCheck): the row's partition value is bad
 # Column names a table may not use: ours in files, and the change feed's.
 EXAMPLES = 5  # offending keys quoted in an error message
 MAX_STAT_LENGTH = 4096  # DataFile.min_key/max_key limit (schemas.models.MAX_PATH_LENGTH)
@@ -522,9 +522,9 @@ def _offending(df: DataFrame, layout: Layout, static_partition: Mapping[str, str
     for c in layout.primary_key:
         null_key = null_key | F.col(f"`{c}`").isNull()
     grouped = checked.groupBy(*[F.col(f"`{c}`") for c in identity]).agg(
-        F.count(F.lit(1)).alias("_ordo_n"), F.max("_ordo_badp").alias("_ordo_badp")
+        F.count(F.lit(1)).alias("_ordo_n"), F.max(BAD_PARTITION_COLUMN).alias(BAD_PARTITION_COLUMN)
     )
-    offending = grouped.where((F.col("_ordo_n") > 1) | F.col("_ordo_badp") | null_key).limit(3 * EXAMPLES)
+    offending = grouped.where((F.col("_ordo_n") > 1) | F.col(BAD_PARTITION_COLUMN) | null_key).limit(3 * EXAMPLES)
     return [row.asDict() for row in offending.collect()]
 
 
@@ -579,7 +579,7 @@ def _refuse(offending: list[dict[str, Any]], layout: Layout, static_partition: M
             nulls.append(key)
         elif values["_ordo_n"] > 1:
             dups.append(f"{key} x{values['_ordo_n']}")
-        if values["_ordo_badp"]:
+        if values[BAD_PARTITION_COLUMN]:
             parts.append({c: values[c] for c in layout.partition_columns})
     if dups and layout.keyless:
         raise InvalidOperationError(

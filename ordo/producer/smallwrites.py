@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 # The session setting that bounds the driver-side write (``driver_side``): Spark's estimate of the records' size, in
 # bytes, at or under which they are collected and written by the driver; 0 turns the driver-side write off.
 DRIVER_WRITE_CONF = "spark.ordo.driverWrite.maxBytes"
+# The records' check (``validate_records``, ``data.RecordCheck``): whether a row's partition value is bad.
+BAD_PARTITION_COLUMN = "_ordo_badp"
 # Spark's own bound for data it collects to the driver to broadcast (spark.sql.autoBroadcastJoinThreshold's default).
 DEFAULT_DRIVER_WRITE_MAX_BYTES = 10 * 1024 * 1024
 UNKNOWN_SIZE = 2**63 - 1  # Spark's estimate of a plan it cannot size (spark.sql.defaultSizeInBytes, Long.MaxValue)
@@ -82,14 +84,22 @@ def offending_in(
     import pyarrow.compute as pc
 
     try:
-        groups = rows.group_by(list(identity), use_threads=False).aggregate([([], "count_all"), ("_ordo_badp", "max")])
+        groups = rows.group_by(list(identity), use_threads=False).aggregate(
+            [([], "count_all"), (BAD_PARTITION_COLUMN, "max")]
+        )
     except (pa.ArrowNotImplementedError, pa.ArrowTypeError, pa.ArrowInvalid):
         return None
-    wrong = pc.or_(pc.greater(groups.column("count_all"), 1), pc.fill_null(groups.column("_ordo_badp_max"), False))
+    wrong = pc.or_(
+        pc.greater(groups.column("count_all"), 1), pc.fill_null(groups.column(f"{BAD_PARTITION_COLUMN}_max"), False)
+    )
     for k in primary_key:
         wrong = pc.or_(wrong, pc.is_null(groups.column(k)))
     found = groups.filter(wrong).slice(0, limit).to_pylist()
     return [
-        {**{c: r[c] for c in identity}, "_ordo_n": r["count_all"], "_ordo_badp": bool(r["_ordo_badp_max"])}
+        {
+            **{c: r[c] for c in identity},
+            "_ordo_n": r["count_all"],
+            BAD_PARTITION_COLUMN: bool(r[f"{BAD_PARTITION_COLUMN}_max"]),
+        }
         for r in found
     ]
