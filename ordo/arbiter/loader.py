@@ -78,6 +78,7 @@ class OwnedTable:
     decisions: str
     state: TableState
     checkpointed: int = 0  # state.decisions covered by the newest checkpoint written or loaded
+    log_end: int = -1  # the decisions log's end offset before the last load began (-1: not asked)
     origin: str = ""  # how the state was loaded (for the log)
 
 
@@ -114,8 +115,13 @@ class StateLoader:
         metrics: ArbiterMetrics,
         read_checkpoint: Callable[[str], checkpoints.Checkpoint | None],
         stop: threading.Event,
+        *,
+        log_end: bool = False,
     ) -> None:
-        """``reader``: the kept read_committed consumer (partition EOF on) and its gap checker."""
+        """``reader``: the kept read_committed consumer (partition EOF on) and its gap checker. ``log_end``: note
+        each log's end offset before loading it (``OwnedTable.log_end``: where ``DirectSink`` expects the next
+        record)."""
+        self._log_end = log_end
         self._reader = reader
         self._trust = trust
         self.metrics = metrics
@@ -129,6 +135,7 @@ class StateLoader:
         for a log that breaks an invariant, ``Stopped`` when stopped meanwhile.
         """
         began = time.monotonic()
+        table.log_end = self._end(table.decisions) if self._log_end else -1
         checkpoint = self._checkpoint(table)
         folded = self._fold(table, checkpoint) if checkpoint is not None else None
         if folded is None:
@@ -166,6 +173,16 @@ class StateLoader:
             reason,
         )
         self.metrics.checkpoints_rejected += 1
+
+    def _end(self, topic: str) -> int:
+        """The end offset of ``topic`` (its high watermark), or -1 when the broker does not answer."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        try:
+            return int(self._reader[0].get_watermark_offsets(TopicPartition(topic, 0), timeout=KAFKA_TIMEOUT)[1])
+        except KafkaException as exc:
+            log.warning("cannot read the end of %s (%s): its next batch is checked against the log", topic, exc)
+            return -1
 
     def _offset_problem(self, topic: str, offset: int) -> str | None:
         """Why the decisions log cannot hold a record at ``offset`` (outside its watermarks), or None."""

@@ -211,6 +211,14 @@ class TableProducers:
             except Exception:  # fenced: nothing of ours is pending that matters
                 pass
 
+    def loaded(self, table: str, topic: str, last: tuple[int, bytes] | None, log_end: int) -> None:
+        """``table``'s state was loaded from its log ``topic``: ``last`` is the newest record folded; ``log_end``
+        the log's end offset before the load began (-1: not asked)."""
+        if last is not None:
+            self.last_record[topic] = last
+        else:
+            self.last_record.pop(topic, None)
+
     def poll(self) -> None:
         """Serve pending delivery reports (they update ``last_record``)."""
         for producer in self.producers.values():

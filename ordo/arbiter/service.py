@@ -59,6 +59,7 @@ from ordo.arbiter.batch import DecisionBatch
 from ordo.arbiter.checkpointer import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHECKPOINT_INTERVAL, Checkpointer, freeze_state
 from ordo.arbiter.core import TableState
 from ordo.arbiter.decider import Decider, Rebuild
+from ordo.arbiter.directsink import DirectSink
 from ordo.arbiter.intents import IDLE_AFTER, IntentReader, consumer_config
 from ordo.arbiter.loader import ArbiterStateError, StateLoader, Stopped, rebuild_reader
 from ordo.arbiter.metrics import ArbiterMetrics
@@ -133,7 +134,7 @@ class ArbiterService:
         self.serve = serve
         self.metrics_port: int | None = None  # the /metrics port once serving
         self._stop = threading.Event()
-        self.sink = TransactionalSink(
+        self.sink = (TransactionalSink if settings.decisions_transactions else DirectSink)(
             settings,
             fleet=group is not None,
             ownership=self.ownership.describe,
@@ -220,7 +221,14 @@ class ArbiterService:
         self.sink.fence_shard(self.shard)
         self.intents.open()
         reader = self._reader, self._reader_gaps = rebuild_reader(self.settings, self.metrics)
-        self.owned.loader = StateLoader(reader, trust, self.metrics, self.checkpointer.read, self._stop)
+        self.owned.loader = StateLoader(
+            reader,
+            trust,
+            self.metrics,
+            self.checkpointer.read,
+            self._stop,
+            log_end=not self.settings.decisions_transactions,
+        )
         self.owned.policy = topic_policy(self._admin, self.settings, timeout=KAFKA_TIMEOUT)
         self.checkpointer.remove_stale()
         if self.group is not None:

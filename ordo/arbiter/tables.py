@@ -149,10 +149,7 @@ class OwnedTables:
         assert self.loader is not None, "start() first"
         began = time.monotonic()
         table.state, last = self.loader.load(table)
-        if last is not None:
-            self.sink.last_record[table.decisions] = last
-        else:
-            self.sink.last_record.pop(table.decisions, None)
+        self.sink.loaded(table.name, table.decisions, last, table.log_end)
         self.prom.rebuild_seconds.labels(table.name).set(time.monotonic() - began)
 
     def reload(self, names: set[str]) -> None:

@@ -125,6 +125,9 @@ class Settings:
     arbiter_key: str = ""
     trusted_keys: str = ""
     require_signatures: bool = True
+    # The arbiter writes decisions inside one Kafka transaction per table and batch (True), or with an
+    # idempotent producer and the twin fence of docs/architecture.md (False: a prototype, issue 29).
+    decisions_transactions: bool = True
     resubmit_after: Seconds = DEFAULT_RESUBMIT_AFTER  # commit client: publish an intent again when undecided this long
     # Adaptive fetch waits (docs/operations.md "Latency and idle cost"): readers fetch with the short
     # wait while work is in flight and fall back to the long one (or pause) when idle. None: the default
@@ -347,6 +350,7 @@ ENV_VARS: tuple[tuple[str, str, Callable[[str], Any]], ...] = (
     ("arbiter_key", "ORDO_ARBITER_KEY", str),
     ("trusted_keys", "ORDO_TRUSTED_KEYS", str),
     ("require_signatures", "ORDO_REQUIRE_SIGNATURES", parse_bool),
+    ("decisions_transactions", "ORDO_DECISIONS_TRANSACTIONS", parse_bool),
     ("resubmit_after", "ORDO_RESUBMIT_AFTER", float),
     ("broker_kind", "ORDO_BROKER_KIND", str.lower),
     ("fetch_wait_busy_ms", "ORDO_FETCH_WAIT_BUSY_MS", int),
@@ -385,6 +389,7 @@ FORMS: dict[str, str] = {
     "http_host": _HOST,
     "http_port": _PORT,
     "require_signatures": _BOOL,
+    "decisions_transactions": _BOOL,
     "resubmit_after": "a number of seconds above 0",
     "broker_kind": "auto, kafka or tansu",
     "fetch_wait_busy_ms": _WAIT,

@@ -59,6 +59,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "ORDO_TOPIC_REPLICATION_FACTOR": str(settings.topic_replication_factor),
         "ORDO_TOPIC_MIN_INSYNC_REPLICAS": str(settings.topic_min_insync_replicas),
         "ORDO_ALLOW_LOSSY_LOGS": "true" if settings.allow_lossy_logs else "false",
+        "ORDO_DECISIONS_TRANSACTIONS": "true" if settings.decisions_transactions else "false",
         "ORDO_CHANGES_FORMAT": settings.changes_format,
         "ORDO_CHANGES_TOMBSTONES": "true" if settings.changes_tombstones else "false",
     }

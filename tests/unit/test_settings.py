@@ -38,6 +38,7 @@ BAD = {
     "ORDO_ARBITER_METRICS_PORT": ("70000", "less than or equal to 65535"),
     "ORDO_COMPACTOR_METRICS_PORT": ("-1", "greater than or equal to 0"),
     "ORDO_REQUIRE_SIGNATURES": ("maybe", "expected true or false"),
+    "ORDO_DECISIONS_TRANSACTIONS": ("perhaps", "expected true or false"),
     "ORDO_RESUBMIT_AFTER": ("soon", "expected a number"),
     "ORDO_BROKER_KIND": ("redpanda", "'auto', 'kafka' or 'tansu'"),
     "ORDO_FETCH_WAIT_BUSY_MS": ("0", "greater than or equal to 1"),

@@ -1,0 +1,227 @@
+"""The arbiter's direct sink: each owned table's decisions, produced without a Kafka transaction.
+
+``ORDO_DECISIONS_TRANSACTIONS=false`` (a prototype, issue 29; docs/architecture.md, "Decisions without Kafka
+transactions"). Same interface as ``TransactionalSink``: ``begin``, ``hold``, ``commit``, ``abort``. Each table
+is written by an idempotent ``acks=all`` producer with no transactional id; a batch is its records produced in
+order, the last one signed, then a flush. No AddPartitions, no EndTxn, no markers: readers see a record as
+soon as it is replicated.
+
+What fences a twin (another arbiter writing the same table) is where the records land. Each table has an
+*expected* offset: the log's end noted before its state was loaded (``loaded``), then the offset after this
+arbiter's last record. A batch delivered at exactly the expected offset and the ones after had no other writer
+in between, so it links to the head every reader holds. Otherwise the sink reads the log back from the expected
+offset: a record it did not write with a higher ``ordo-epoch`` header (the time its writer took the table)
+means a newer owner, and the table is given up (``TableFencedError``: a static arbiter exits, a fleet member
+drops it); anything else (an older twin, a forger, a failed delivery) makes the sink ask for the table to be
+rebuilt from the log (``Rebuild``), whose loader applies the readers' rule (first vouched record wins).
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from typing import Any
+
+from ordo.arbiter.decider import Rebuild
+from ordo.arbiter.producers import (
+    TableFencedError,
+    TableLostError,
+    TableProducers,
+    is_fenced,
+    log,
+    table_transactional_id,
+)
+from ordo.arbiter.sink import TransactionalSink
+from ordo.schemas import decisions_topic
+from ordo.schemas.signing import SIGNATURE_HEADER
+
+EPOCH_HEADER = "ordo-epoch"  # 8 bytes big-endian: when the writer took the table, ns (docs/log-format.md)
+
+
+def epoch_of(headers: Any) -> int | None:
+    """The ``ordo-epoch`` header of a Kafka message's ``headers()``, or None (absent or malformed)."""
+    for name, value in headers or ():
+        if name == EPOCH_HEADER:
+            return struct.unpack(">Q", value)[0] if value is not None and len(value) == 8 else None
+    return None
+
+
+class DirectSink(TransactionalSink):
+    """Each owned table's batch: produced by an idempotent producer, checked by where it landed."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """As ``TransactionalSink``; the epoch is this sink's start (a newer owner's is higher)."""
+        super().__init__(*args, **kwargs)
+        self.epoch = time.time_ns()
+        self._epoch_bytes = struct.pack(">Q", self.epoch)
+        self.expected: dict[str, int] = {}  # table -> the offset its next record must land at
+        self._delivered: dict[str, list[int]] = {}  # decisions topic -> offsets delivered in this batch
+        self._undelivered: set[str] = set()  # decisions topics with a failed delivery in this batch
+        self.twins = 0  # batches that met another writer's records
+
+    def take(self, table: str) -> None:
+        """Own ``table``: fence a transactional owner (``init_transactions`` on the table's id), then write it with
+        an idempotent producer of no transactional id."""
+        if table in self.producers:
+            return
+        tenure = self._tenure(table)
+        if tenure is None:
+            raise TableLostError(f"table {table} is no longer assigned to this arbiter", table)
+        fence = self._new_producer(table_transactional_id(self.prefix, table))
+        self._init_transactions(fence, f"table {table}", table, tenure)
+        fence.flush(0)
+        del fence  # the epoch bump stays with the coordinator; this producer writes nothing
+        if self._tenure(table) != tenure:
+            raise TableLostError(f"table {table} was taken away while its producer was initialised", table)
+        from confluent_kafka import Producer
+
+        config = TableProducers.config(self, table_transactional_id(self.prefix, table))
+        del config["transactional.id"]
+        config["client.id"] = f"{config['client.id']}.direct"
+        self.tenures[table] = tenure
+        self.producers[table] = Producer(config)
+
+    def loaded(self, table: str, topic: str, last: tuple[int, bytes] | None, log_end: int) -> None:
+        """``table``'s state was loaded from its log, whose end was ``log_end`` before the load began."""
+        super().loaded(table, topic, last, log_end)
+        if log_end >= 0:
+            self.expected[table] = log_end
+        else:  # not known: the next batch is read back and the table rebuilt
+            self.expected.pop(table, None)
+
+    def drop(self, table: str) -> None:
+        """Forget ``table`` (its expected offset too)."""
+        self.expected.pop(table, None)
+        super().drop(table)
+
+    def begin(self, table: str) -> None:
+        """Open ``table``'s batch (no Kafka call)."""
+        if table in self.open:
+            return
+        if not self.open:
+            self.started = time.perf_counter()
+        self.open.add(table)
+
+    def _produce(self, table: str, topic: str, data: bytes, key: bytes | None, signature: bytes | None = None) -> None:
+        """Produce one decision record with this sink's ``ordo-epoch`` header (and ``ordo-sig`` when signed)."""
+        from confluent_kafka import KafkaException
+
+        producer = self.producers[table]
+        headers = [(EPOCH_HEADER, self._epoch_bytes)]
+        if signature is not None:
+            headers.insert(0, (SIGNATURE_HEADER, signature))
+        while True:
+            try:
+                producer.produce(topic, data, key, headers=headers)
+                return
+            except BufferError:
+                producer.poll(0.05)
+            except KafkaException as exc:
+                if is_fenced(exc.args[0]):
+                    raise self.fenced(exc.args[0], table) from exc
+                raise
+
+    def _on_delivery(self, error: Any, message: Any) -> None:
+        """Delivery report: note where each record landed (or that one did not)."""
+        super()._on_delivery(error, message)
+        if error is None:
+            self._delivered.setdefault(message.topic(), []).append(message.offset())
+        else:
+            self._undelivered.add(message.topic())
+
+    def commit(self) -> int:
+        """Produce each table's held decision signed, flush, and check where each table's batch landed.
+
+        Returns the decisions written where expected. A table whose batch met another writer is given up
+        (``TableFencedError``, a newer twin) or kept open for ``abort`` and ``Rebuild`` is raised."""
+        if not self.open:
+            return 0
+        signer = self.signer
+        for name, (topic, data, key) in list(self._held.items()):
+            try:
+                self._produce(name, topic, data, key, signer.header(name, data) if signer is not None else None)
+            except TableFencedError as exc:
+                if not self.fleet:
+                    raise
+                self._fail(name, exc)
+        self._held.clear()
+        deadline = time.monotonic() + self.commit_timeout
+        for name in sorted(self.open):
+            self.producers[name].flush(max(0.0, deadline - time.monotonic()))
+        records, suspects = 0, []
+        for name in sorted(self.open):
+            topic = decisions_topic(self.prefix, name)
+            count = self._decisions.get(name, 0)
+            offsets = sorted(self._delivered.pop(topic, []))
+            expected = self.expected.get(name)
+            if topic in self._undelivered or expected is None or offsets != list(range(expected, expected + count)):
+                suspects.append((name, topic, expected, offsets))
+                continue
+            self.expected[name] = expected + count
+            self.open.discard(name)
+            records += self._decisions.pop(name, 0)
+        self._undelivered.clear()
+        self._delivered.clear()
+        if suspects:
+            self.twins += 1
+            for name, topic, expected, offsets in suspects:
+                self._check_twin(name, topic, expected, offsets)
+            if self.open:
+                raise Rebuild()
+        return records
+
+    def _check_twin(self, table: str, topic: str, expected: int | None, offsets: list[int]) -> None:
+        """``table``'s batch did not land where expected: step down for a newer writer, else leave it to rebuild."""
+        from ordo.kernel.logread import read_to_end
+
+        ours = set(offsets)
+        newest = None
+        start = expected if expected is not None else (min(offsets) if offsets else 0)
+        config = self.settings.kafka_config(**{"isolation.level": "read_committed", "group.id": f"{self.prefix}.twin"})
+        for message in read_to_end(config, topic, start=start, transactional=True, timeout=self.commit_timeout):
+            if message.offset() in ours:
+                continue
+            epoch = epoch_of(message.headers())
+            if epoch is not None and (newest is None or epoch > newest):
+                newest = epoch
+        log.warning(
+            "table %s: batch of %d record(s) landed at %s, expected from offset %s: another writer wrote the "
+            "log (newest epoch %s, ours %d)",
+            table,
+            len(offsets),
+            f"{offsets[0]}..{offsets[-1]}" if offsets else "nowhere",
+            expected,
+            newest,
+            self.epoch,
+            extra={"event": "twin", "table": table},
+        )
+        if newest is not None and newest > self.epoch:
+            error = self.refusal(
+                table,
+                fleet=f"stepped down on table {table}: a newer arbiter (epoch {newest}) writes its decisions",
+                static=f"stepped down on table {table}: a newer arbiter (epoch {newest} > {self.epoch}) writes "
+                "its decisions log",
+            )
+            if not self.fleet:
+                raise error
+            self._fail(table, error)
+
+    def abort(self) -> set[str]:
+        """Forget the open batches (what was produced is in the log or never will be): the tables to rebuild.
+
+        Pending deliveries are waited for first, so the rebuild reads what this arbiter wrote."""
+        touched = set(self.open)
+        self._held.clear()
+        deadline = time.monotonic() + self.commit_timeout
+        for name in sorted(touched):
+            producer = self.producers.get(name)
+            if producer is not None:
+                producer.flush(max(0.0, deadline - time.monotonic()))
+        self._delivered.clear()
+        self._undelivered.clear()
+        self.open.clear()
+        self._decisions.clear()
+        return touched
+
+
+__all__ = ["EPOCH_HEADER", "DirectSink", "epoch_of"]
