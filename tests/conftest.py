@@ -258,6 +258,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """One parameter for every broker-facing test: the broker it runs on."""
     if "broker_kind" in metafunc.fixturenames:
         metafunc.parametrize("broker_kind", brokers_for(metafunc), indirect=True, scope="session")
+    if "decisions_transactions" in metafunc.fixturenames:  # the arbiter's two sinks (ORDO_DECISIONS_TRANSACTIONS)
+        metafunc.parametrize("decisions_transactions", [True, False], ids=["txn", "direct"])
 
 
 TIER_MARKERS = {"integration": ("broker",), "chaos": ("broker",), "e2e": ("spark",), "unit": ()}
@@ -416,6 +418,7 @@ def make_settings(bootstrap_servers: str, tmp_path_factory: pytest.TempPathFacto
         }
         values["catalog"] = str(Path(values["warehouse"]) / "catalog.db")
         values["state_dir"] = str(Path(values["warehouse"]) / "state")  # arbiter checkpoints stay in the test's tmp
+        values["decisions_transactions"] = decisions_transactions_default()
         values.update(overrides)
         return embedded_keys(Settings(**values), keys)
 
@@ -428,10 +431,22 @@ def topic_prefix() -> str:
     return new_prefix()
 
 
+def decisions_transactions_default() -> bool:
+    """The arbiter's ``decisions_transactions`` in the tests' settings: ``ORDO_TEST_DECISIONS_TRANSACTIONS``
+    (``false`` runs every broker-facing test against the sink without Kafka transactions), default true."""
+    from ordo.kernel.settings import parse_bool
+
+    return parse_bool(os.environ.get("ORDO_TEST_DECISIONS_TRANSACTIONS", "true"))
+
+
 @pytest.fixture
-def settings(make_settings: Callable[..., Settings], topic_prefix: str) -> Settings:
-    """Settings for this test's broker and prefix."""
-    return make_settings(topic_prefix)
+def settings(make_settings: Callable[..., Settings], topic_prefix: str, request: pytest.FixtureRequest) -> Settings:
+    """Settings for this test's broker and prefix (and its ``decisions_transactions`` parameter, if it has one)."""
+    params = getattr(request.node, "callspec", None)
+    mode = params.params.get("decisions_transactions") if params is not None else None
+    if mode is None:
+        return make_settings(topic_prefix)
+    return make_settings(topic_prefix, decisions_transactions=mode)
 
 
 @pytest.fixture

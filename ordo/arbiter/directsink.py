@@ -198,9 +198,9 @@ class DirectSink(TransactionalSink):
         if newest is not None and newest > self.epoch:
             error = self.refusal(
                 table,
-                fleet=f"stepped down on table {table}: a newer arbiter (epoch {newest}) writes its decisions",
-                static=f"stepped down on table {table}: a newer arbiter (epoch {newest} > {self.epoch}) writes "
-                "its decisions log",
+                fleet=f"fenced on table {table} by a newer writer of its decisions log (epoch {newest}): stepping down",
+                static=f"was fenced on table {table} by a newer arbiter writing its decisions log (epoch {newest} > "
+                f"{self.epoch}): stepping down",
             )
             if not self.fleet:
                 raise error

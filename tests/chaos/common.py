@@ -146,3 +146,24 @@ def check_exactly_once(logs: Logs, *, replay: bool = True, trust: Trust | None =
         rejected=sum(1 for d in first.values() if d.outcome is Outcome.REJECTED and d.duplicate_of is None),
         duplicates=sum(1 for d in first.values() if d.duplicate_of is not None),
     )
+
+
+def check_later_are_copies(logs: Logs, settings: Settings) -> int:
+    """A log written without Kafka transactions (``settings.decisions_transactions`` false) may hold a twin's or a
+    restart's records for intents already decided: each must be a byte-identical copy of the first decision for
+    its intent (docs/log-format.md, "Several writers"); with transactions there must be none. Returns the copies."""
+    firsts: dict[int, bytes] = {}
+    copies = 0
+    last = -1
+    for record, decision in zip(logs.decisions, logs.models, strict=True):
+        if decision.intent_offset > last:
+            last = decision.intent_offset
+            firsts[decision.intent_offset] = record.value or b""
+            continue
+        assert record.value == firsts.get(decision.intent_offset), (
+            f"offset {record.offset}: a later decision for intent {decision.intent_offset} differs from the first"
+        )
+        copies += 1
+    if settings.decisions_transactions:
+        assert copies == 0, f"{copies} later decision(s) for intents already decided"
+    return copies
