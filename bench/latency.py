@@ -19,6 +19,10 @@
   record back from the second. ordo's commit over this floor is what ordo
   itself costs; the floor over the raw round trip is the transaction and the
   second hop.
+* ordo direct: ``commit()`` as above, against a second ``ordo arbiter`` (topic
+  prefix ``latd``) with ``ORDO_DECISIONS_TRANSACTIONS=false``: decisions
+  written by an idempotent producer without Kafka transactions (issue 29's
+  prototype, docs/architecture.md), in the same alternating blocks.
 * idle cost: after the latency blocks, with a consumer (``ordo consumer``)
   following the table, CPU time over ``idle_seconds`` of the broker, the
   arbiter, the consumer and this process (an idle ``CommitClient``) from
@@ -276,34 +280,39 @@ def _measure(kind: str) -> tuple[dict[str, list[list[float]]], dict[str, float],
             load_settings(bootstrap_servers=bootstrap, topic_prefix="lat", state_dir=str(work / "state")), work
         )
         arbiter = group.start_arbiter(settings, timeout=120)
+        direct_settings = replace(settings, topic_prefix="latd", decisions_transactions=False)
+        direct_arbiter = group.start_arbiter(direct_settings, timeout=120)
         create_topics(
             AdminClient({"bootstrap.servers": bootstrap}), {"lat.raw": {}, "lat.relay-in": {}, "lat.relay-out": {}}
         )
         client = CommitClient(settings=settings)
+        direct_client = CommitClient(settings=direct_settings)
         raw = RawRoundTrip(bootstrap, "lat.raw")
         relay_process = Relay(bootstrap, "lat.relay-in", "lat.relay-out")
         floor = RawRoundTrip(bootstrap, "lat.relay-in", read_topic="lat.relay-out")
         try:
             client.commit(create_intent(), timeout=60)
-            version = 0
+            direct_client.commit(create_intent(), timeout=60)
+            versions = {"ordo": 0, "direct": 0}
             counter = 0
             size = len(encode(insert_intent(0)))
 
-            def one_commit() -> float:
-                nonlocal version, counter
-                intent = insert_intent(counter, partition="w", read_version=version)
+            def one_commit(side: str = "ordo") -> float:
+                nonlocal counter
+                intent = insert_intent(counter, partition="w", read_version=versions[side])
                 counter += 1
                 started = time.perf_counter()
-                decision = client.commit(intent, timeout=30)
+                decision = (client if side == "ordo" else direct_client).commit(intent, timeout=30)
                 elapsed = time.perf_counter() - started
                 if not decision.accepted:
                     raise RuntimeError(f"commit rejected: {decision.reason} {decision.message}")
-                version = decision.id_version or version
+                versions[side] = decision.id_version or versions[side]
                 return elapsed
 
             relay_process.active.set()
             for _ in range(warmup):
                 one_commit()
+                one_commit("direct")
                 raw.round_trip(size)
                 floor.round_trip(size)
             relay_process.active.clear()
@@ -312,6 +321,9 @@ def _measure(kind: str) -> tuple[dict[str, list[list[float]]], dict[str, float],
 
             def ordo_side(_round: int) -> list[float]:
                 return [one_commit() for _ in range(block)]
+
+            def direct_side(_round: int) -> list[float]:
+                return [one_commit("direct") for _ in range(block)]
 
             def raw_side(_round: int) -> list[float]:
                 raw.resume()
@@ -329,7 +341,9 @@ def _measure(kind: str) -> tuple[dict[str, list[list[float]]], dict[str, float],
                 relay_process.active.clear()
                 return samples
 
-            runs = interleave({"ordo": ordo_side, "raw": raw_side, "floor": floor_side}, rounds)
+            runs = interleave({"ordo": ordo_side, "direct": direct_side, "raw": raw_side, "floor": floor_side}, rounds)
+            direct_client.close()
+            direct_arbiter.kill()  # the idle figures are of the default stack
             raw.close()
             floor.close()
             relay_process.close()
@@ -345,6 +359,7 @@ def _measure(kind: str) -> tuple[dict[str, list[list[float]]], dict[str, float],
             floor.close()
             relay_process.close()
             client.close()
+            direct_client.close()
     return runs, idle, settings, block, rounds, idle_seconds
 
 
@@ -357,12 +372,14 @@ def _results(kind: str) -> list[Result]:
     ordo = [x * 1000 for block_ in runs["ordo"] for x in block_]
     raw_ms = [x * 1000 for block_ in runs["raw"] for x in block_]
     floor_ms = [x * 1000 for block_ in runs["floor"] for x in block_]
+    direct_ms = [x * 1000 for block_ in runs["direct"] for x in block_]
     stats: dict[str, dict[str, float]] = {}
-    for name, values in (("ordo", ordo), ("raw", raw_ms), ("floor", floor_ms)):
+    for name, values in (("ordo", ordo), ("raw", raw_ms), ("floor", floor_ms), ("direct", direct_ms)):
         stats[name] = {q: round(percentile(values, p), 2) for q, p in (("p50", 50), ("p90", 90), ("p99", 99))}
         stats[name]["max"] = round(max(values), 2)
     block_p50 = {
-        name: [round(percentile([x * 1000 for x in b], 50), 2) for b in runs[name]] for name in ("ordo", "raw", "floor")
+        name: [round(percentile([x * 1000 for x in b], 50), 2) for b in runs[name]]
+        for name in ("ordo", "raw", "floor", "direct")
     }
     label = broker_label(kind)
     waits = resolve_waits(settings, kind)
@@ -378,6 +395,7 @@ def _results(kind: str) -> list[Result]:
                 "ordo": [round(x, 3) for x in ordo],
                 "raw": [round(x, 3) for x in raw_ms],
                 "floor": [round(x, 3) for x in floor_ms],
+                "direct": [round(x, 3) for x in direct_ms],
             },
             "idle_cpu_percent": idle,
         },
@@ -429,6 +447,30 @@ def _results(kind: str) -> list[Result]:
             target="<= 10 ms",
             met=p99 <= 10,
             **{**common, "samples": {"broker": kind, "ordo": stats["ordo"], "raw": stats["raw"]}},
+        ),
+        Result(
+            BENCHMARK,
+            f"p50 commit() to decision, decisions without Kafka transactions [{label}]",
+            "ms",
+            stats["direct"]["p50"],
+            peer="raw produce->consume round trip",
+            peer_value=stats["raw"]["p50"],
+            ratio=ratio(stats["direct"]["p50"], stats["raw"]["p50"]),
+            target="ratio <= 3 (raw at the broker's best)",
+            met=(ratio(stats["direct"]["p50"], stats["raw"]["p50"]) or 99) <= 3,
+            **{**common, "samples": {"broker": kind, "direct": stats["direct"], "raw": stats["raw"]}},
+        ),
+        Result(
+            BENCHMARK,
+            f"p99 commit() to decision, decisions without Kafka transactions [{label}]",
+            "ms",
+            stats["direct"]["p99"],
+            peer="raw produce->consume round trip",
+            peer_value=stats["raw"]["p99"],
+            ratio=ratio(stats["direct"]["p99"], stats["raw"]["p99"]),
+            target="<= 10 ms",
+            met=stats["direct"]["p99"] <= 10,
+            **{**common, "samples": {"broker": kind, "direct": stats["direct"], "raw": stats["raw"]}},
         ),
         Result(
             BENCHMARK,

@@ -259,7 +259,7 @@ def _decisions(catalog: object, table: str) -> int:
 
 
 def test_forgeries_while_the_arbiter_is_down_are_caught_by_replay_and_never_crash_it(
-    arbiter: Callable[..., ManagedProcess], settings: Settings, tmp_path: Path
+    arbiter: Callable[..., ManagedProcess], settings: Settings, tmp_path: Path, decisions_transactions: bool
 ) -> None:
     """Table ``live`` gets a chain-correct, consistent forged acceptance, table ``poisoned`` an inconsistent
     one. Neither is signed: the restarted arbiter folds neither, decides the forger's intents itself and keeps

@@ -82,7 +82,11 @@ def test_a_golden_log_on_a_real_broker_verifies_and_materializes(
 
 
 def test_this_arbiter_continues_a_0_1_log_and_the_whole_log_verifies(
-    settings: Settings, arbiter: Callable[..., Any], consumer: Callable[..., Any], commit_client: Any
+    settings: Settings,
+    arbiter: Callable[..., Any],
+    consumer: Callable[..., Any],
+    commit_client: Any,
+    decisions_transactions: bool,
 ) -> None:
     """The rolling upgrade's arbiter step: a new arbiter rebuilds from 0.1 decisions and appends 0.2 ones.
 

@@ -57,6 +57,7 @@ def test_a_forged_decision_with_a_correct_prev_hash_is_refused_by_every_reader(
     arbiter: Callable[..., ManagedProcess],
     consumer: Callable[..., ConsumerProcess],
     settings: Settings,
+    decisions_transactions: bool,
 ) -> None:
     table = "signed"
     first = arbiter()
@@ -126,6 +127,7 @@ def test_key_rotation_keeps_history_verifiable_while_the_old_key_is_trusted(
     consumer: Callable[..., ConsumerProcess],
     settings: Settings,
     tmp_path: Path,
+    decisions_transactions: bool,
 ) -> None:
     table = "rotated"
     write_keypair(tmp_path / "key1")
@@ -169,7 +171,7 @@ def test_without_keys_the_arbiter_and_readers_fail_closed_naming_the_setting(
 
 
 def test_the_upgrade_switch_reads_a_log_with_no_signature_at_all(
-    processes: ProcessGroup, settings: Settings, tmp_path: Path
+    processes: ProcessGroup, settings: Settings, tmp_path: Path, decisions_transactions: bool
 ) -> None:
     """A log wholly written by a release without signing: refused by default, read with --allow-unsigned."""
     table = "legacy"
