@@ -91,6 +91,7 @@ import pytest
 from ordo.services.stack import ManagedProcess, ProcessGroup
 from ordo.settings import Settings
 from tests import profiles  # noqa: F401  (loads the Hypothesis profile before any test module is imported)
+from tests.sinks import decisions_transactions_default
 
 
 class RunPostgres:
@@ -429,14 +430,6 @@ def make_settings(bootstrap_servers: str, tmp_path_factory: pytest.TempPathFacto
 def topic_prefix() -> str:
     """A topic prefix unique to this test."""
     return new_prefix()
-
-
-def decisions_transactions_default() -> bool:
-    """The arbiter's ``decisions_transactions`` in the tests' settings: ``ORDO_TEST_DECISIONS_TRANSACTIONS``
-    (``false`` runs every broker-facing test against the sink without Kafka transactions), default true."""
-    from ordo.kernel.settings import parse_bool
-
-    return parse_bool(os.environ.get("ORDO_TEST_DECISIONS_TRANSACTIONS", "true"))
 
 
 @pytest.fixture

@@ -61,6 +61,7 @@ from ordo.settings import Settings
 
 from ..conftest import selected_brokers
 from ..integration.test_consumer import dump
+from ..sinks import decisions_transactions_default
 from . import figures
 from .common import check_exactly_once, read_logs, wait_until
 
@@ -351,6 +352,7 @@ def test_commits_survive_broker_faults(request: Any, tmp_path: Path, faults: str
                 # socket.timeout.ms (60 s by default) before the client looks for the new leader.
                 # docs/operations.md recommends 10 s where partitions must fail over sooner; so does this test.
                 kafka={"socket.timeout.ms": "10000"} if isolated else {},
+                decisions_transactions=decisions_transactions_default(),
             ),
             tmp_path / "keys",
         )
