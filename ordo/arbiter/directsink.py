@@ -50,10 +50,9 @@ class DirectSink(TransactionalSink):
     """Each owned table's batch: produced by an idempotent producer, checked by where it landed."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        """As ``TransactionalSink``; the epoch is this sink's start (a newer owner's is higher)."""
+        """As ``TransactionalSink``."""
         super().__init__(*args, **kwargs)
-        self.epoch = time.time_ns()
-        self._epoch_bytes = struct.pack(">Q", self.epoch)
+        self.epochs: dict[str, int] = {}  # table -> when this arbiter took it, ns (a later owner's is higher)
         self.expected: dict[str, int] = {}  # table -> the offset its next record must land at
         self._delivered: dict[str, list[int]] = {}  # decisions topic -> offsets delivered in this batch
         self._undelivered: set[str] = set()  # decisions topics with a failed delivery in this batch
@@ -79,6 +78,7 @@ class DirectSink(TransactionalSink):
         del config["transactional.id"]
         config["client.id"] = f"{config['client.id']}.direct"
         self.tenures[table] = tenure
+        self.epochs[table] = time.time_ns()
         self.producers[table] = Producer(config)
 
     def loaded(self, table: str, topic: str, last: tuple[int, bytes] | None, log_end: int) -> None:
@@ -92,6 +92,7 @@ class DirectSink(TransactionalSink):
     def drop(self, table: str) -> None:
         """Forget ``table`` (its expected offset too)."""
         self.expected.pop(table, None)
+        self.epochs.pop(table, None)
         super().drop(table)
 
     def begin(self, table: str) -> None:
@@ -107,7 +108,7 @@ class DirectSink(TransactionalSink):
         from confluent_kafka import KafkaException
 
         producer = self.producers[table]
-        headers = [(EPOCH_HEADER, self._epoch_bytes)]
+        headers = [(EPOCH_HEADER, struct.pack(">Q", self.epochs[table]))]
         if signature is not None:
             headers.insert(0, (SIGNATURE_HEADER, signature))
         while True:
@@ -174,7 +175,7 @@ class DirectSink(TransactionalSink):
         """``table``'s batch did not land where expected: step down for a newer writer, else leave it to rebuild."""
         from ordo.kernel.logread import read_to_end
 
-        ours = set(offsets)
+        ours, epoch = set(offsets), self.epochs.get(table, 0)
         newest = None
         start = expected if expected is not None else (min(offsets) if offsets else 0)
         config = self.settings.kafka_config(**{"isolation.level": "read_committed", "group.id": f"{self.prefix}.twin"})
@@ -192,15 +193,15 @@ class DirectSink(TransactionalSink):
             f"{offsets[0]}..{offsets[-1]}" if offsets else "nowhere",
             expected,
             newest,
-            self.epoch,
+            epoch,
             extra={"event": "twin", "table": table},
         )
-        if newest is not None and newest > self.epoch:
+        if newest is not None and newest > epoch:
             error = self.refusal(
                 table,
                 fleet=f"fenced on table {table} by a newer writer of its decisions log (epoch {newest}): stepping down",
                 static=f"was fenced on table {table} by a newer arbiter writing its decisions log (epoch {newest} > "
-                f"{self.epoch}): stepping down",
+                f"{epoch}): stepping down",
             )
             if not self.fleet:
                 raise error
