@@ -182,9 +182,9 @@ class DirectSink(TransactionalSink):
         for message in read_to_end(config, topic, start=start, transactional=True, timeout=self.commit_timeout):
             if message.offset() in ours:
                 continue
-            epoch = epoch_of(message.headers())
-            if epoch is not None and (newest is None or epoch > newest):
-                newest = epoch
+            theirs = epoch_of(message.headers())
+            if theirs is not None and (newest is None or theirs > newest):
+                newest = theirs
         log.warning(
             "table %s: batch of %d record(s) landed at %s, expected from offset %s: another writer wrote the "
             "log (newest epoch %s, ours %d)",
