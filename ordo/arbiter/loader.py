@@ -87,6 +87,7 @@ class _Fold:
     state: TableState
     last: tuple[int, bytes] | None = None  # the newest record folded: (offset, bytes)
     records: int = 0  # records of the log read after the checkpoint (or from the start)
+    end: int = -1  # the offset after the last record read
 
 
 def checkpoint_mismatch(checkpoint: checkpoints.Checkpoint, offset: int, value: bytes | None) -> str | None:
@@ -135,13 +136,17 @@ class StateLoader:
         for a log that breaks an invariant, ``Stopped`` when stopped meanwhile.
         """
         began = time.monotonic()
-        table.log_end = self._end(table.decisions) if self._log_end else -1
+        end = self._end(table.decisions) if self._log_end else -1
         checkpoint = self._checkpoint(table)
         folded = self._fold(table, checkpoint) if checkpoint is not None else None
         if folded is None:
             table.checkpointed = 0
             folded = self._fold(table, None)
             assert folded is not None
+        # The end is the watermark asked before the read, or the read's end when that is further: Tansu answers
+        # the base offset of the log's last record batch + 1, short of the end when that batch holds several
+        # records (a log written without transactions; with them the last batch is a one-record marker).
+        table.log_end = max(end, folded.end) if self._log_end else -1
         elapsed = time.monotonic() - began
         if table.checkpointed:
             assert checkpoint is not None
@@ -215,6 +220,7 @@ class StateLoader:
                 stop=self._stop.is_set,
             ):
                 offset, value = message.offset(), message.value()
+                result.end = offset + 1
                 if unproven is not None:
                     problem = checkpoint_mismatch(unproven, offset, value)
                     if problem is not None:
