@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ordo.arbiter.directsink import DirectSink
 from ordo.arbiter.sink import TransactionalSink
 
 STOP_FILE = "CHAOS_STOP_FILE"
@@ -29,28 +30,34 @@ PRODUCED_AFTER = 2  # decisions of a table in one transaction before one is prod
 
 
 def arm(trigger: Path) -> None:
-    """Make ``TransactionalSink`` stop the process once, at a commit, after ``trigger`` exists."""
-    begin, commit = TransactionalSink.begin, TransactionalSink.commit
+    """Make the arbiter's sink stop the process once, at a commit, after ``trigger`` exists (``TransactionalSink``,
+    or ``DirectSink`` with ``ORDO_DECISIONS_TRANSACTIONS=false``: each class's own ``begin`` and ``commit``)."""
     decisions: dict[str, int] = {}  # table -> decisions in its open transaction (begin is called for each)
     fired = False
 
-    def counting_begin(self: TransactionalSink, table: str) -> None:
-        decisions[table] = decisions.get(table, 0) + 1 if table in self.open else 1
-        begin(self, table)
+    def hook(sink_class: type[TransactionalSink]) -> None:
+        begin, commit = sink_class.begin, sink_class.commit
 
-    def stopping_commit(self: TransactionalSink) -> Any:
-        nonlocal fired
-        produced = sorted(t for t in self.open if decisions.get(t, 0) >= PRODUCED_AFTER)
-        if not fired and len(produced) >= TABLES_OPEN and trigger.exists():
-            fired = True
-            for table in produced:  # their records reach the broker: the partitions are in the transactions
-                self.producers[table].flush(10.0)
-            print(f"chaos: stopping in the middle of the transactions of {sorted(self.open)}", flush=True)
-            os.kill(os.getpid(), signal.SIGSTOP)
-        return commit(self)
+        def counting_begin(self: TransactionalSink, table: str) -> None:
+            decisions[table] = decisions.get(table, 0) + 1 if table in self.open else 1
+            begin(self, table)
 
-    TransactionalSink.begin = counting_begin  # type: ignore[method-assign]
-    TransactionalSink.commit = stopping_commit  # type: ignore[method-assign]
+        def stopping_commit(self: TransactionalSink) -> Any:
+            nonlocal fired
+            produced = sorted(t for t in self.open if decisions.get(t, 0) >= PRODUCED_AFTER)
+            if not fired and len(produced) >= TABLES_OPEN and trigger.exists():
+                fired = True
+                for table in produced:  # their records reach the broker: the partitions are in the transactions
+                    self.producers[table].flush(10.0)
+                print(f"chaos: stopping in the middle of the transactions of {sorted(self.open)}", flush=True)
+                os.kill(os.getpid(), signal.SIGSTOP)
+            return commit(self)
+
+        sink_class.begin = counting_begin  # type: ignore[method-assign]
+        sink_class.commit = stopping_commit  # type: ignore[method-assign]
+
+    hook(TransactionalSink)
+    hook(DirectSink)
 
 
 def main() -> None:
