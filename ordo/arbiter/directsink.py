@@ -82,7 +82,7 @@ class DirectSink(TransactionalSink):
         self.producers[table] = Producer(config)
 
     def loaded(self, table: str, topic: str, last: tuple[int, bytes] | None, log_end: int) -> None:
-        """``table``'s state was loaded from its log, whose end was ``log_end`` before the load began."""
+        """``table``'s state was loaded from its log, which ended at ``log_end`` (-1: not known) when read."""
         super().loaded(table, topic, last, log_end)
         if log_end >= 0:
             self.expected[table] = log_end

@@ -213,7 +213,7 @@ class TableProducers:
 
     def loaded(self, table: str, topic: str, last: tuple[int, bytes] | None, log_end: int) -> None:
         """``table``'s state was loaded from its log ``topic``: ``last`` is the newest record folded; ``log_end``
-        the log's end offset before the load began (-1: not asked)."""
+        the log's end offset when it was read (-1: not asked; ``StateLoader`` asks only for ``DirectSink``)."""
         if last is not None:
             self.last_record[topic] = last
         else:
