@@ -197,9 +197,25 @@ class StateLoader:
             low, high = self._reader[0].get_watermark_offsets(TopicPartition(topic, 0), timeout=KAFKA_TIMEOUT)
         except KafkaException as exc:
             return f"cannot read the log's watermarks: {exc.args[0]}"
+        if offset >= high > low:
+            # Tansu answers the base offset of the log's last record batch + 1, short of the end when that batch
+            # holds several records (a log written without transactions): read the last batch from there.
+            high = max(high, self._read_end(topic, high - 1))
         if not low <= offset < high:
             return f"the log holds offsets {low} to {high - 1} only"
         return None
+
+    def _read_end(self, topic: str, start: int) -> int:
+        """The offset after the last record of ``topic`` from ``start`` on (``start`` itself when none)."""
+        end = start
+        try:
+            for message in read_to_end(
+                {}, topic, start=start, transactional=True, timeout=KAFKA_TIMEOUT, reader=self._reader
+            ):
+                end = message.offset() + 1
+        except LogReadError as exc:
+            log.warning("cannot read the end of %s (%s)", topic, exc)
+        return end
 
     def _fold(self, table: OwnedTable, checkpoint: checkpoints.Checkpoint | None) -> _Fold | None:
         """Read the log from the checkpoint's record (or the start) and fold it; None when the log disproves it."""
