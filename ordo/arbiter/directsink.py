@@ -173,18 +173,21 @@ class DirectSink(TransactionalSink):
 
     def _check_twin(self, table: str, topic: str, expected: int | None, offsets: list[int]) -> None:
         """``table``'s batch did not land where expected: step down for a newer writer, else leave it to rebuild."""
-        from ordo.kernel.logread import read_to_end
+        from ordo.kernel.logread import LogReadError, read_to_end
 
         ours, epoch = set(offsets), self.epochs.get(table, 0)
         newest = None
         start = expected if expected is not None else (min(offsets) if offsets else 0)
         config = self.settings.kafka_config(**{"isolation.level": "read_committed", "group.id": f"{self.prefix}.twin"})
-        for message in read_to_end(config, topic, start=start, transactional=True, timeout=self.commit_timeout):
-            if message.offset() in ours:
-                continue
-            theirs = epoch_of(message.headers())
-            if theirs is not None and (newest is None or theirs > newest):
-                newest = theirs
+        try:
+            for message in read_to_end(config, topic, start=start, transactional=True, timeout=self.commit_timeout):
+                if message.offset() in ours:
+                    continue
+                theirs = epoch_of(message.headers())
+                if theirs is not None and (newest is None or theirs > newest):
+                    newest = theirs
+        except LogReadError as exc:  # not read back: the rebuild reads the log (and fails loudly if it cannot)
+            log.warning("table %s: cannot read the log back (%s)", table, exc)
         log.warning(
             "table %s: batch of %d record(s) landed at %s, expected from offset %s: another writer wrote the "
             "log (newest epoch %s, ours %d)",
