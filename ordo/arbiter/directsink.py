@@ -33,17 +33,7 @@ from ordo.arbiter.producers import (
 )
 from ordo.arbiter.sink import TransactionalSink
 from ordo.schemas import decisions_topic
-from ordo.schemas.signing import SIGNATURE_HEADER
-
-EPOCH_HEADER = "ordo-epoch"  # 8 bytes big-endian: when the writer took the table, ns (docs/log-format.md)
-
-
-def epoch_of(headers: Any) -> int | None:
-    """The ``ordo-epoch`` header of a Kafka message's ``headers()``, or None (absent or malformed)."""
-    for name, value in headers or ():
-        if name == EPOCH_HEADER:
-            return struct.unpack(">Q", value)[0] if value is not None and len(value) == 8 else None
-    return None
+from ordo.schemas.signing import EPOCH_HEADER, SIGNATURE_HEADER, epoch_of
 
 
 class DirectSink(TransactionalSink):

@@ -144,13 +144,15 @@ class GapChecker:
         position = self._positions.get((topic, partition))
         return None if position is None else position.expected
 
-    def _allowed(self, topic: str, after_record: bool) -> int:
+    def _allowed(self, topic: str, after_record: bool, last: Any = None) -> int:
+        """The offsets that may lie unseen after the expected one: one (a transaction marker) right after a
+        record of a transactional log, unless that record was written without a transaction (``ordo-epoch``)."""
         if not after_record:
             return 0
         transactional = self._transactional
         if callable(transactional):
-            return 1 if transactional(topic) else 0
-        return 1 if transactional else 0
+            transactional = transactional(topic)
+        return 1 if transactional and not _untransacted(last) else 0
 
     # ------------------------------------------------------------------ checking
 
@@ -177,7 +179,8 @@ class GapChecker:
             if error is not None:
                 if position is not None and error.code() == KafkaError._PARTITION_EOF:
                     end = message.offset()
-                    if end is not None and end > position.expected + self._allowed(key[0], position.after_record):
+                    allowed = self._allowed(key[0], position.after_record, position.last)
+                    if end is not None and end > position.expected + allowed:
                         if not self._fill(key, position, end, out):
                             held = (held or set()) | {key}
                             continue
@@ -201,7 +204,7 @@ class GapChecker:
                 continue
             if offset < expected:
                 continue  # delivered already (a re-fetch after moving back to a gap)
-            if offset - expected > self._allowed(key[0], position.after_record):
+            if offset - expected > self._allowed(key[0], position.after_record, position.last):
                 if not self._fill(key, position, offset, out):
                     held = (held or set()) | {key}
                     continue
@@ -372,6 +375,16 @@ class GapChecker:
             except Exception:
                 log.debug("closing the re-reader failed", exc_info=True)
             self._rereader = None
+
+
+def _untransacted(message: Any) -> bool:
+    """True when ``message`` was written without a Kafka transaction (its ``ordo-epoch`` header): no marker
+    follows it, so the offset after it holds a record (a decisions log of ``ORDO_DECISIONS_TRANSACTIONS=false``)."""
+    if message is None:
+        return False
+    from ordo.schemas.signing import EPOCH_HEADER
+
+    return any(name == EPOCH_HEADER for name, _ in message.headers() or ())
 
 
 def decisions_follow(previous: Any, message: Any) -> bool:

@@ -40,6 +40,10 @@ from ordo.schemas.decisionlog import GENESIS_HASH
 from ordo.schemas.errors import SigningError
 
 SIGNATURE_HEADER = "ordo-sig"
+# A record written without a Kafka transaction (the arbiter's ``DirectSink``) carries when its writer took the
+# table: 8 bytes big-endian, ns. The arbiters' business (which twin steps down); readers only learn from it that
+# no transaction marker follows the record (``kernel.logread``). Not signed (docs/log-format.md).
+EPOCH_HEADER = "ordo-epoch"
 DOMAIN = b"ordo-decision-v1\0"
 KEY_ID_LENGTH = 8
 SIGNATURE_LENGTH = 64
@@ -227,6 +231,14 @@ def signature_of(headers: Any) -> bytes | None:
     for name, value in headers:
         if name == SIGNATURE_HEADER:
             return bytes(value) if value is not None else None
+    return None
+
+
+def epoch_of(headers: Any) -> int | None:
+    """The ``ordo-epoch`` header of a Kafka message's ``headers()``, or None (absent or malformed)."""
+    for name, value in headers or ():
+        if name == EPOCH_HEADER:
+            return int.from_bytes(value, "big") if value is not None and len(value) == 8 else None
     return None
 
 
@@ -438,12 +450,14 @@ class ChainVerifier(Generic[T]):
 
 __all__ = [
     "DEFAULT_PENDING_LIMIT",
+    "EPOCH_HEADER",
     "SIGNATURE_HEADER",
     "ChainVerifier",
     "Refusal",
     "Signer",
     "SigningError",
     "Trust",
+    "epoch_of",
     "key_id",
     "links_to",
     "load_public_key",

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ordo.arbiter.directsink import EPOCH_HEADER, epoch_of
 from ordo.kernel.logread import read_to_end
 from ordo.producer import CommitClient
 from ordo.schemas import decisions_topic
-from ordo.schemas.signing import SIGNATURE_HEADER
+from ordo.schemas.signing import EPOCH_HEADER, SIGNATURE_HEADER, epoch_of
 from ordo.services.stack import ManagedProcess
 from ordo.settings import Settings
 

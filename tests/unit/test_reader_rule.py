@@ -12,11 +12,10 @@ import struct
 
 import pytest
 
-from ordo.arbiter.directsink import EPOCH_HEADER, epoch_of
 from ordo.arbiter.replay import DecisionRecord, authenticate
 from ordo.schemas import chain_hash, decode, encode
 from ordo.schemas.decisionlog import GENESIS_HASH, LogHead, LogProblem, fold
-from ordo.schemas.signing import ChainVerifier, Signer, Trust
+from ordo.schemas.signing import EPOCH_HEADER, ChainVerifier, Signer, Trust, epoch_of
 
 from .test_replay import history
 
