@@ -336,9 +336,12 @@ def read_file(ref: FileRef, shape: TableShape, keys: Any = None) -> pa.Table:
     return table
 
 
-def _scan(refs: Sequence[FileRef], shape: TableShape) -> tuple[pa.Table, Any] | None:
+def _scan(refs: Sequence[FileRef], shape: TableShape, keys: Any = None) -> tuple[pa.Table, Any] | None:
     """The records of local files of ONE partition in one multi-threaded dataset scan, and each row's index into
-    ``refs``; None when the scan cannot read them as ``read_file`` would (the caller reads file by file)."""
+    ``refs``; None when the scan cannot read them as ``read_file`` would (the caller reads file by file).
+
+    ``keys`` (a table of primary-key columns) pushes ``_key_filter`` into the scan: row groups whose statistics
+    rule the keys out are skipped, and the rows kept are a superset of those keys' records (the caller joins)."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
@@ -351,7 +354,7 @@ def _scan(refs: Sequence[FileRef], shape: TableShape) -> tuple[pa.Table, Any] | 
     schema = pa.schema([f.with_nullable(True) for f in fields])
     try:
         raw = ds.dataset([r.path for r in refs], format="parquet", schema=schema).to_table(
-            columns=[*schema.names, "__filename"]
+            columns=[*schema.names, "__filename"], filter=None if keys is None else _key_filter(keys, shape)
         )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OSError):
         return None
@@ -377,20 +380,30 @@ def _scan(refs: Sequence[FileRef], shape: TableShape) -> tuple[pa.Table, Any] | 
     return pa.table([*arrays, op, seq], names=[*shape.columns, OP_COLUMN, _SEQ]), index
 
 
-def read_files(refs: Sequence[FileRef], shape: TableShape) -> pa.Table:
-    """The records of many files of ONE partition, as ``read_file`` gives each, in one multi-threaded scan.
+def read_files(refs: Sequence[FileRef], shape: TableShape, keys: Any = None) -> pa.Table:
+    """The records of many files of ONE partition, as ``read_file`` gives each, in one multi-threaded scan; only
+    those of ``keys`` when given.
 
     One pyarrow dataset scan instead of a Python call per file (a merge group
     after many small commits has hundreds): columns missing from a file read
     as null, narrower types are widened, and each row's file gives its
-    effective sequence. Anything the scan cannot do alike (a type it cannot
-    cast, a path it reports otherwise, files of several partitions) falls back
-    to ``read_file`` per file.
+    effective sequence. A point read pushes its keys' filter into the same
+    scan: a ``pq.read_table`` per file cost 0.9 ms a file against the scan's
+    0.3. Anything the scan cannot do alike (a type it cannot cast or compare,
+    a path it reports otherwise, files of several partitions) falls back to
+    ``read_file`` per file, on threads.
     """
-    scanned = _scan(refs, shape)
+    if keys is not None and keys.num_rows == 0:
+        return _concat([], shape)
+    scanned = _scan(refs, shape, keys)
     if scanned is None:
-        return _concat([read_file(r, shape) for r in refs], shape)
-    return scanned[0]
+        if keys is None:
+            return _concat([read_file(r, shape) for r in refs], shape)
+        return _concat(list(_read_pool().map(lambda r: read_file(r, shape, keys), refs)), shape)
+    table = scanned[0]
+    if keys is not None and table.num_rows:
+        table = table.join(keys, list(shape.primary_key), join_type="left semi")
+    return table
 
 
 def read_each(refs: Sequence[FileRef], shape: TableShape) -> dict[str, pa.Table]:
@@ -475,10 +488,8 @@ def live_rows(refs: Sequence[FileRef], shape: TableShape, keys: Any = None, merg
     only ``keys`` when given."""
     import pyarrow.compute as pc
 
-    if len(refs) > 2 and keys is None:  # many small files (merge-on-read records): one multi-threaded scan
-        records = read_files(refs, shape)
-    elif len(refs) > 2:  # read them on threads (pyarrow drops the GIL)
-        records = _concat(list(_read_pool().map(lambda r: read_file(r, shape, keys), refs)), shape)
+    if len(refs) > 2:  # many small files (merge-on-read records): one multi-threaded scan
+        records = read_files(refs, shape, keys)
     else:
         records = _concat([read_file(r, shape, keys) for r in refs], shape)
     if merge:
