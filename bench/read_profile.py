@@ -24,7 +24,8 @@ of 10 rows), and its change feed of the last 100 versions:
 * ``changes plan``: the feed's DataFrame on the driver (the catalog's commits, ``plan_commits``), no rows;
 * ``spark changes``: the feed into ``noop``, as workload 4 times it;
 * ``arrow changes, one process``: ``task_change_rows`` over the same planned tasks (``pack_commits``), in this
-  process: the Python work the feed's tasks do, without Spark.
+  process: the Python work the feed's tasks do, without Spark (``BENCH_READ_PROFILE_CPROFILE=1`` prints its
+  cProfile, by own time).
 
 What the full read costs beyond ``arrow merge`` is Spark's: the tasks' Python workers (started, fed their groups,
 their Arrow batches sent to the JVM) and the job's scheduling.
@@ -120,12 +121,21 @@ def main(argv: list[str]) -> int:
 
         def arrow_changes() -> int:
             with Catalog(running.settings.catalog) as catalog:
-                plans = plan_commits(catalog, "history", catalog.commits("history", head - 99, head), history_shape)
+                plans = plan_commits(
+                    catalog, history.ordo.name, catalog.commits(history.ordo.name, head - 99, head), history_shape
+                )
             return sum(t.num_rows for task in pack_commits(plans) for t in task_change_rows(task, history_shape))
 
         figures["changes plan"] = _median(lambda: history.changes(head - 99, head), repeats)
         figures["spark changes"] = _median(lambda: _noop(history.changes(head - 99, head)), repeats)
         figures["arrow changes, one process"] = _median(arrow_changes, repeats)
+        if os.environ.get("BENCH_READ_PROFILE_CPROFILE"):  # where the change feed's Python time goes
+            import cProfile
+            import pstats
+
+            profiler = cProfile.Profile()
+            profiler.runcall(arrow_changes)
+            pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
         print(
             f"read profile: {rows} rows, {len(snapshot.files)} files in {len(groups)} groups "
             f"({len(merged)} merged), point read {len(point_files)} files; change feed {commits} commits, "
