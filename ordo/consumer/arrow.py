@@ -608,12 +608,34 @@ class _KeyRanges:
         self._cache[key] = found
         return found
 
-    def may_overlap(self, prev: FileRef | FileEntry, added: Sequence[_Bounds]) -> bool:
-        """False only when file stats prove ``prev`` holds no key of the files whose ``bounds`` are ``added``."""
+    @staticmethod
+    def hull(added: Sequence[_Bounds]) -> _Bounds:
+        """The per-column (lowest low, highest high) of ``added``'s bounds; None when one is unknown."""
+        if not added or any(b is None for b in added):
+            return None
+        known = [b for b in added if b is not None]
+        try:
+            low = tuple(min(column) for column in zip(*(b[0] for b in known), strict=True))
+            high = tuple(max(column) for column in zip(*(b[1] for b in known), strict=True))
+        except (TypeError, ValueError):
+            return None
+        return low, high
+
+    def may_overlap(self, prev: FileRef | FileEntry, added: Sequence[_Bounds], hull: _Bounds = None) -> bool:
+        """False only when file stats prove ``prev`` holds no key of the files whose ``bounds`` are ``added``.
+
+        ``hull`` (``hull(added)``) settles most files with one comparison: a commit of new keys lies beyond
+        every earlier file's range, and a long change feed asks this for each earlier file of each commit."""
         mine = self.bounds(prev)
         if mine is None:
             return True
         low, high = mine
+        if hull is not None:
+            try:
+                if any(h < ol or oh < lo for lo, h, ol, oh in zip(low, high, hull[0], hull[1], strict=True)):
+                    return False
+            except TypeError:
+                return True
         for theirs in added:
             if theirs is None:
                 return True
@@ -753,10 +775,11 @@ class KeyedChanges(ChangeReader):
         added = tuple(FileRef.of(f) for f in commit.added_files if f.data_change)
         ranges = ranges or _KeyRanges(shape)
         touched = {g: [ranges.bounds(r) for r in refs] for g, refs in by_bucket(added, partition_columns).items()}
+        hulls = {g: ranges.hull(bounds) for g, bounds in touched.items()}
         prev = []
         for f in previous:
             group = (tuple(f.partition.get(c, "") for c in partition_columns), f.bucket)
-            if group in touched and ranges.may_overlap(f, touched[group]):
+            if group in touched and ranges.may_overlap(f, touched[group], hulls[group]):
                 prev.append(FileRef.of(f))
         scope = _scope_of(commit, partition_columns)
         return CommitChanges(commit.id_version, commit.timestamp, commit.operation.value, scope, added, tuple(prev))

@@ -420,3 +420,30 @@ def test_a_small_file_is_written_with_snappy_and_a_large_one_with_zstd(tmp_path:
 
     assert codecs(write_rows(small, layout, "small", 0)) == {"SNAPPY"}
     assert codecs(write_rows(big, layout, "big", 0)) == {"ZSTD"}
+
+
+def test_the_hull_of_a_commits_key_ranges_settles_overlap_as_the_ranges_do() -> None:
+    """``_KeyRanges.may_overlap`` with the added files' hull answers as without it, for 2,000 random ranges of a
+    two-column key, and for unknown bounds (a file without stats may hold any key)."""
+    import random
+
+    from ordo.consumer.arrow import _KeyRanges
+
+    shape = TableShape(pa.schema([("a", pa.int64()), ("b", pa.string())]), ("a", "b"), ())
+    ranges = _KeyRanges(shape)
+    rng = random.Random(29)
+
+    def file(n: int, known: bool = True) -> FileRef:
+        a = sorted(rng.randrange(100) for _ in range(2))
+        b = sorted(rng.choice("abcdefgh") for _ in range(2))
+        low, high = (f'[{a[0]}, "{b[0]}"]', f'[{a[1]}, "{b[1]}"]') if known else (None, None)
+        return FileRef(f"f{n}", 1, {}, "INSERT_INTO", low, high)
+
+    differ = 0
+    for n in range(2000):
+        added = [ranges.bounds(file(1000 * n + i, known=rng.random() > 0.02)) for i in range(rng.randrange(1, 4))]
+        prev = file(-n, known=rng.random() > 0.02)
+        hull = ranges.hull(added)
+        assert ranges.may_overlap(prev, added, hull) == ranges.may_overlap(prev, added), (prev, added)
+        differ += hull is not None and not ranges.may_overlap(prev, added, hull)
+    assert differ > 100  # the hull did rule files out
