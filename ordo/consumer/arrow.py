@@ -794,13 +794,22 @@ class KeyedChanges(ChangeReader):
         new_groups = by_bucket(plan.added, shape.partition_columns)  # a key's records are in its (partition, bucket)
         old_groups = by_bucket(plan.previous, shape.partition_columns)
         keys = list(shape.primary_key)
+        # The groups with no earlier file that may hold their keys (a commit of new keys: all of them) give their
+        # upserts as inserts, and their deletes nothing: one merge for all of them, by partition and key.
+        fresh = [r for group, refs in new_groups.items() if group not in old_groups for r in refs]
+        if fresh:
+            latest = latest_records(_concat([own(r) for r in fresh], shape), _by_partition_and_key(shape))
+            upserts = latest.filter(pc.equal(latest.column(OP_COLUMN), _text(UPSERT))).select(columns)
+            outputs.append(_with_meta(upserts, INSERT, version, stamp))
         for group, refs in new_groups.items():
+            if group not in old_groups:
+                continue
             latest = latest_records(_concat([own(r) for r in refs], shape), shape)
             key_table = latest.select(keys)
-            before = live_rows(old_groups[group], shape, keys=key_table) if group in old_groups else None
+            before = live_rows(old_groups[group], shape, keys=key_table)
             upserts = latest.filter(pc.equal(latest.column(OP_COLUMN), _text(UPSERT))).select(columns)
             deletes = latest.filter(pc.equal(latest.column(OP_COLUMN), _text(DELETE))).select(keys)
-            if before is None or before.num_rows == 0:
+            if before.num_rows == 0:
                 outputs.append(_with_meta(upserts, INSERT, version, stamp))
                 continue
             existed = before.select(keys)
@@ -813,6 +822,15 @@ class KeyedChanges(ChangeReader):
             outputs.append(_with_meta(updated.select(columns), POSTIMAGE, version, stamp))
             outputs.append(_with_meta(gone.select(columns), DELETE, version, stamp))
         return _stack(outputs, shape, form)
+
+
+def _by_partition_and_key(shape: TableShape) -> TableShape:
+    """``shape`` keyed by its partition columns and its primary key: the records of several partitions merged at
+    once, each key within its own partition (as a merge group of one partition takes them)."""
+    extra = tuple(c for c in shape.partition_columns if c not in shape.primary_key)
+    if not extra:
+        return shape
+    return TableShape(shape.schema, (*extra, *shape.primary_key), shape.partition_columns)
 
 
 class ScopeChanges(ChangeReader):

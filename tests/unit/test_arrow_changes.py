@@ -447,3 +447,24 @@ def test_the_hull_of_a_commits_key_ranges_settles_overlap_as_the_ranges_do() -> 
         assert ranges.may_overlap(prev, added, hull) == ranges.may_overlap(prev, added), (prev, added)
         differ += hull is not None and not ranges.may_overlap(prev, added, hull)
     assert differ > 100  # the hull did rule files out
+
+
+def test_a_commits_groups_without_earlier_files_are_merged_at_once_each_key_in_its_partition(tmp_path: Path) -> None:
+    """The groups of a commit with no earlier file that may hold their keys give their upserts as inserts in one
+    merge: the same key in two partitions is two rows, a key written twice gives its newer record, a delete of a
+    key no file held gives nothing; a group with earlier files beside them still gives its pre- and post-images."""
+    x_new = write(tmp_path, "x.parquet", [(1, "x1", "x", "upsert"), (2, "x2-old", "x", "upsert")], seq=[7, 6])
+    x_again = write(tmp_path, "x2.parquet", [(2, "x2", "x", "upsert"), (5, None, "x", "delete")], seq=[7, 7])
+    y_new = write(tmp_path, "y.parquet", [(1, "y1", "y", "upsert")])
+    z_old = write(tmp_path, "z0.parquet", [(3, "z3-old", "z", "upsert")])
+    z_new = write(tmp_path, "z.parquet", [(3, "z3", "z", "upsert"), (4, "z4", "z", "upsert")])
+    added = (ref(x_new, 7, "x"), ref(x_again, 7, "x"), ref(y_new, 7, "y"), ref(z_new, 7, "z"))
+    plan = CommitChanges(7, STAMP, "INSERT_INTO", None, added, (ref(z_old, 2, "z"),))
+    assert kinds(change_rows(plan, SHAPE)) == [
+        ("insert", 1, "x1", "x"),
+        ("insert", 1, "y1", "y"),
+        ("insert", 2, "x2", "x"),
+        ("insert", 4, "z4", "z"),
+        ("update_postimage", 3, "z3", "z"),
+        ("update_preimage", 3, "z3-old", "z"),
+    ]
