@@ -1052,7 +1052,11 @@ def plan_commits(
     return [plan_commit(c, previous_of.get(c.id_version, ()), shape, ranges) for c in commits]
 
 
-TASK_FILES = 128  # a change-feed task reads about this many files at most (a commit with more: a task of its own)
+# A task reads about this many files at most (a commit or group with more: a task of its own). A Python task
+# costs Spark 40-80 ms beside its work on this project's 2-core benchmark machine (start, command, Arrow stream:
+# docs/benchmarks.md, "What a Python task costs"), and a small file about 0.3 ms to read: at 128 files a task
+# cost more than its reading.
+TASK_FILES = 512
 TASK_BYTES = 128 * 1024 * 1024  # and about this many bytes
 
 
@@ -1071,26 +1075,26 @@ def plan_files(plan: CommitChanges) -> tuple[int, int]:
     return len(refs), sum(r.size_bytes for r in refs)
 
 
-def _pack(items: Sequence[Any], weights: Sequence[tuple[int, int]]) -> list[tuple[Any, ...]]:
-    """Consecutive ``items`` packed into tasks of at most ``TASK_FILES`` files and ``TASK_BYTES`` bytes
+def _pack(items: Sequence[Any], weights: Sequence[tuple[int, int]], task_files: int) -> list[tuple[Any, ...]]:
+    """Consecutive ``items`` packed into tasks of at most ``task_files`` files and ``TASK_BYTES`` bytes
     (``weights``: each item's files and bytes; an item larger than that is a task of its own), as evenly as that
     many tasks allow. Deterministic: the same items always give the same tasks, in their order."""
     tasks = files = size = 0
     for n, b in weights:  # how many tasks the limits need, filled greedily
-        if tasks == 0 or files + n > TASK_FILES or size + b > TASK_BYTES:
+        if tasks == 0 or files + n > task_files or size + b > TASK_BYTES:
             tasks, files, size = tasks + 1, 0, 0
         files, size = files + n, size + b
     if tasks <= 1:
         return [tuple(items)] if items else []
     # that many tasks, cut where the running work (files, bytes as files' worth) crosses each task's even share
-    work = [n + b / (TASK_BYTES / TASK_FILES) for n, b in weights]
+    work = [n + b / (TASK_BYTES / task_files) for n, b in weights]
     share = sum(work) / tasks
     packed: list[tuple[Any, ...]] = []
     current: list[Any] = []
     done, files, size = 0.0, 0, 0
     for item, w, (n, b) in zip(items, work, weights, strict=True):
         even = done + w / 2 > share * (len(packed) + 1) and len(packed) < tasks - 1
-        if current and (even or files + n > TASK_FILES or size + b > TASK_BYTES):
+        if current and (even or files + n > task_files or size + b > TASK_BYTES):
             packed.append(tuple(current))
             current, files, size = [], 0, 0
         current.append(item)
@@ -1099,23 +1103,23 @@ def _pack(items: Sequence[Any], weights: Sequence[tuple[int, int]]) -> list[tupl
     return packed
 
 
-def pack_commits(plans: Sequence[CommitChanges]) -> list[tuple[CommitChanges, ...]]:
-    """Consecutive planned commits packed into Spark tasks (``_pack``: about ``TASK_FILES`` files or
+def pack_commits(plans: Sequence[CommitChanges], task_files: int = TASK_FILES) -> list[tuple[CommitChanges, ...]]:
+    """Consecutive planned commits packed into Spark tasks (``_pack``: about ``task_files`` files or
     ``TASK_BYTES`` bytes read each).
 
     A task per commit cost a Python task per commit (its scheduling, its Arrow
     stream, its share of the planner's output): the change feed of 100 small
     commits spent more there than in reading them.
     """
-    return _pack(plans, [plan_files(p) for p in plans])
+    return _pack(plans, [plan_files(p) for p in plans], task_files)
 
 
 def pack_groups(
-    groups: Sequence[tuple[tuple[FileRef, ...], bool]],
+    groups: Sequence[tuple[tuple[FileRef, ...], bool]], task_files: int = TASK_FILES
 ) -> list[tuple[tuple[tuple[FileRef, ...], bool], ...]]:
     """``merge_groups``' (partition, bucket) groups packed into Spark tasks like ``pack_commits``' commits: each
     group is still merged alone, and a table of many small groups is not a Python task per group."""
-    return _pack(groups, [(len(refs), sum(r.size_bytes for r in refs)) for refs, _ in groups])
+    return _pack(groups, [(len(refs), sum(r.size_bytes for r in refs)) for refs, _ in groups], task_files)
 
 
 def _with_meta(rows: pa.Table, change: str | Any, version: int, timestamp: datetime) -> pa.Table:
