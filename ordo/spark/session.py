@@ -103,8 +103,8 @@ def cluster_spark_session(master: str, app_name: str = "ordo", config: Mapping[s
 
 
 # Spark's Python workers (where format("ordo") reads and writes) reached over a Unix socket, not loopback TCP:
-# 30 ms less a Python task on the benchmark machine (docs/benchmarks.md, "What a Python task costs"). A cluster's
-# own settings decide there (docs/operations.md, "Production").
+# 8 Python tasks on 2 cores took 341 ms instead of 797 (docs/benchmarks.md, "What a Python task costs"). A
+# cluster's own settings decide there (docs/operations.md, "Production").
 PYTHON_WORKER_SETTINGS = {"spark.python.unix.domain.socket.enabled": "true"}
 
 
