@@ -138,6 +138,13 @@ def _session(work: Path, lakes: tuple[str, ...]) -> Any:
         .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={work / 'derby'}")
         .config("spark.sql.warehouse.dir", str(work / "spark-warehouse"))
     )
+    if "ordo" in lakes:
+        # ordo's documented setting for Python workers (``ordo.spark.session.PYTHON_WORKER_SETTINGS``, what
+        # ``local_spark_session`` sets); Delta and Iceberg start no Python worker, so it leaves them as they are.
+        from ordo.spark.session import PYTHON_WORKER_SETTINGS
+
+        for key, value in PYTHON_WORKER_SETTINGS.items():
+            builder = builder.config(key, value)
     extensions = []
     if "delta" in lakes:
         extensions.append("io.delta.sql.DeltaSparkSessionExtension")

@@ -336,9 +336,12 @@ def read_file(ref: FileRef, shape: TableShape, keys: Any = None) -> pa.Table:
     return table
 
 
-def _scan(refs: Sequence[FileRef], shape: TableShape) -> tuple[pa.Table, Any] | None:
+def _scan(refs: Sequence[FileRef], shape: TableShape, keys: Any = None) -> tuple[pa.Table, Any] | None:
     """The records of local files of ONE partition in one multi-threaded dataset scan, and each row's index into
-    ``refs``; None when the scan cannot read them as ``read_file`` would (the caller reads file by file)."""
+    ``refs``; None when the scan cannot read them as ``read_file`` would (the caller reads file by file).
+
+    ``keys`` (a table of primary-key columns) pushes ``_key_filter`` into the scan: row groups whose statistics
+    rule the keys out are skipped, and the rows kept are a superset of those keys' records (the caller joins)."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
@@ -351,7 +354,7 @@ def _scan(refs: Sequence[FileRef], shape: TableShape) -> tuple[pa.Table, Any] | 
     schema = pa.schema([f.with_nullable(True) for f in fields])
     try:
         raw = ds.dataset([r.path for r in refs], format="parquet", schema=schema).to_table(
-            columns=[*schema.names, "__filename"]
+            columns=[*schema.names, "__filename"], filter=None if keys is None else _key_filter(keys, shape)
         )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OSError):
         return None
@@ -377,20 +380,30 @@ def _scan(refs: Sequence[FileRef], shape: TableShape) -> tuple[pa.Table, Any] | 
     return pa.table([*arrays, op, seq], names=[*shape.columns, OP_COLUMN, _SEQ]), index
 
 
-def read_files(refs: Sequence[FileRef], shape: TableShape) -> pa.Table:
-    """The records of many files of ONE partition, as ``read_file`` gives each, in one multi-threaded scan.
+def read_files(refs: Sequence[FileRef], shape: TableShape, keys: Any = None) -> pa.Table:
+    """The records of many files of ONE partition, as ``read_file`` gives each, in one multi-threaded scan; only
+    those of ``keys`` when given.
 
     One pyarrow dataset scan instead of a Python call per file (a merge group
     after many small commits has hundreds): columns missing from a file read
     as null, narrower types are widened, and each row's file gives its
-    effective sequence. Anything the scan cannot do alike (a type it cannot
-    cast, a path it reports otherwise, files of several partitions) falls back
-    to ``read_file`` per file.
+    effective sequence. A point read pushes its keys' filter into the same
+    scan: a ``pq.read_table`` per file cost 0.9 ms a file against the scan's
+    0.3. Anything the scan cannot do alike (a type it cannot cast or compare,
+    a path it reports otherwise, files of several partitions) falls back to
+    ``read_file`` per file, on threads.
     """
-    scanned = _scan(refs, shape)
+    if keys is not None and keys.num_rows == 0:
+        return _concat([], shape)
+    scanned = _scan(refs, shape, keys)
     if scanned is None:
-        return _concat([read_file(r, shape) for r in refs], shape)
-    return scanned[0]
+        if keys is None:
+            return _concat([read_file(r, shape) for r in refs], shape)
+        return _concat(list(_read_pool().map(lambda r: read_file(r, shape, keys), refs)), shape)
+    table = scanned[0]
+    if keys is not None and table.num_rows:
+        table = table.join(keys, list(shape.primary_key), join_type="left semi")
+    return table
 
 
 def read_each(refs: Sequence[FileRef], shape: TableShape) -> dict[str, pa.Table]:
@@ -475,10 +488,8 @@ def live_rows(refs: Sequence[FileRef], shape: TableShape, keys: Any = None, merg
     only ``keys`` when given."""
     import pyarrow.compute as pc
 
-    if len(refs) > 2 and keys is None:  # many small files (merge-on-read records): one multi-threaded scan
-        records = read_files(refs, shape)
-    elif len(refs) > 2:  # read them on threads (pyarrow drops the GIL)
-        records = _concat(list(_read_pool().map(lambda r: read_file(r, shape, keys), refs)), shape)
+    if len(refs) > 2:  # many small files (merge-on-read records): one multi-threaded scan
+        records = read_files(refs, shape, keys)
     else:
         records = _concat([read_file(r, shape, keys) for r in refs], shape)
     if merge:
@@ -597,12 +608,34 @@ class _KeyRanges:
         self._cache[key] = found
         return found
 
-    def may_overlap(self, prev: FileRef | FileEntry, added: Sequence[_Bounds]) -> bool:
-        """False only when file stats prove ``prev`` holds no key of the files whose ``bounds`` are ``added``."""
+    @staticmethod
+    def hull(added: Sequence[_Bounds]) -> _Bounds:
+        """The per-column (lowest low, highest high) of ``added``'s bounds; None when one is unknown."""
+        if not added or any(b is None for b in added):
+            return None
+        known = [b for b in added if b is not None]
+        try:
+            low = tuple(min(column) for column in zip(*(b[0] for b in known), strict=True))
+            high = tuple(max(column) for column in zip(*(b[1] for b in known), strict=True))
+        except (TypeError, ValueError):
+            return None
+        return low, high
+
+    def may_overlap(self, prev: FileRef | FileEntry, added: Sequence[_Bounds], hull: _Bounds = None) -> bool:
+        """False only when file stats prove ``prev`` holds no key of the files whose ``bounds`` are ``added``.
+
+        ``hull`` (``hull(added)``) settles most files with one comparison: a commit of new keys lies beyond
+        every earlier file's range, and a long change feed asks this for each earlier file of each commit."""
         mine = self.bounds(prev)
         if mine is None:
             return True
         low, high = mine
+        if hull is not None:
+            try:
+                if any(h < ol or oh < lo for lo, h, ol, oh in zip(low, high, hull[0], hull[1], strict=True)):
+                    return False
+            except TypeError:
+                return True
         for theirs in added:
             if theirs is None:
                 return True
@@ -742,10 +775,11 @@ class KeyedChanges(ChangeReader):
         added = tuple(FileRef.of(f) for f in commit.added_files if f.data_change)
         ranges = ranges or _KeyRanges(shape)
         touched = {g: [ranges.bounds(r) for r in refs] for g, refs in by_bucket(added, partition_columns).items()}
+        hulls = {g: ranges.hull(bounds) for g, bounds in touched.items()}
         prev = []
         for f in previous:
             group = (tuple(f.partition.get(c, "") for c in partition_columns), f.bucket)
-            if group in touched and ranges.may_overlap(f, touched[group]):
+            if group in touched and ranges.may_overlap(f, touched[group], hulls[group]):
                 prev.append(FileRef.of(f))
         scope = _scope_of(commit, partition_columns)
         return CommitChanges(commit.id_version, commit.timestamp, commit.operation.value, scope, added, tuple(prev))
@@ -760,13 +794,22 @@ class KeyedChanges(ChangeReader):
         new_groups = by_bucket(plan.added, shape.partition_columns)  # a key's records are in its (partition, bucket)
         old_groups = by_bucket(plan.previous, shape.partition_columns)
         keys = list(shape.primary_key)
+        # The groups with no earlier file that may hold their keys (a commit of new keys: all of them) give their
+        # upserts as inserts, and their deletes nothing: one merge for all of them, by partition and key.
+        fresh = [r for group, refs in new_groups.items() if group not in old_groups for r in refs]
+        if fresh:
+            latest = latest_records(_concat([own(r) for r in fresh], shape), _by_partition_and_key(shape))
+            upserts = latest.filter(pc.equal(latest.column(OP_COLUMN), _text(UPSERT))).select(columns)
+            outputs.append(_with_meta(upserts, INSERT, version, stamp))
         for group, refs in new_groups.items():
+            if group not in old_groups:
+                continue
             latest = latest_records(_concat([own(r) for r in refs], shape), shape)
             key_table = latest.select(keys)
-            before = live_rows(old_groups[group], shape, keys=key_table) if group in old_groups else None
+            before = live_rows(old_groups[group], shape, keys=key_table)
             upserts = latest.filter(pc.equal(latest.column(OP_COLUMN), _text(UPSERT))).select(columns)
             deletes = latest.filter(pc.equal(latest.column(OP_COLUMN), _text(DELETE))).select(keys)
-            if before is None or before.num_rows == 0:
+            if before.num_rows == 0:
                 outputs.append(_with_meta(upserts, INSERT, version, stamp))
                 continue
             existed = before.select(keys)
@@ -779,6 +822,15 @@ class KeyedChanges(ChangeReader):
             outputs.append(_with_meta(updated.select(columns), POSTIMAGE, version, stamp))
             outputs.append(_with_meta(gone.select(columns), DELETE, version, stamp))
         return _stack(outputs, shape, form)
+
+
+def _by_partition_and_key(shape: TableShape) -> TableShape:
+    """``shape`` keyed by its partition columns and its primary key: the records of several partitions merged at
+    once, each key within its own partition (as a merge group of one partition takes them)."""
+    extra = tuple(c for c in shape.partition_columns if c not in shape.primary_key)
+    if not extra:
+        return shape
+    return TableShape(shape.schema, (*extra, *shape.primary_key), shape.partition_columns)
 
 
 class ScopeChanges(ChangeReader):
@@ -1000,7 +1052,11 @@ def plan_commits(
     return [plan_commit(c, previous_of.get(c.id_version, ()), shape, ranges) for c in commits]
 
 
-TASK_FILES = 128  # a change-feed task reads about this many files at most (a commit with more: a task of its own)
+# A task reads about this many files at most (a commit or group with more: a task of its own). A Python task
+# costs Spark 40-80 ms beside its work on this project's 2-core benchmark machine (start, command, Arrow stream:
+# docs/benchmarks.md, "What a Python task costs"), and a small file about 0.3 ms to read: at 128 files a task
+# cost more than its reading.
+TASK_FILES = 512
 TASK_BYTES = 128 * 1024 * 1024  # and about this many bytes
 
 
@@ -1019,26 +1075,26 @@ def plan_files(plan: CommitChanges) -> tuple[int, int]:
     return len(refs), sum(r.size_bytes for r in refs)
 
 
-def _pack(items: Sequence[Any], weights: Sequence[tuple[int, int]]) -> list[tuple[Any, ...]]:
-    """Consecutive ``items`` packed into tasks of at most ``TASK_FILES`` files and ``TASK_BYTES`` bytes
+def _pack(items: Sequence[Any], weights: Sequence[tuple[int, int]], task_files: int) -> list[tuple[Any, ...]]:
+    """Consecutive ``items`` packed into tasks of at most ``task_files`` files and ``TASK_BYTES`` bytes
     (``weights``: each item's files and bytes; an item larger than that is a task of its own), as evenly as that
     many tasks allow. Deterministic: the same items always give the same tasks, in their order."""
     tasks = files = size = 0
     for n, b in weights:  # how many tasks the limits need, filled greedily
-        if tasks == 0 or files + n > TASK_FILES or size + b > TASK_BYTES:
+        if tasks == 0 or files + n > task_files or size + b > TASK_BYTES:
             tasks, files, size = tasks + 1, 0, 0
         files, size = files + n, size + b
     if tasks <= 1:
         return [tuple(items)] if items else []
     # that many tasks, cut where the running work (files, bytes as files' worth) crosses each task's even share
-    work = [n + b / (TASK_BYTES / TASK_FILES) for n, b in weights]
+    work = [n + b / (TASK_BYTES / task_files) for n, b in weights]
     share = sum(work) / tasks
     packed: list[tuple[Any, ...]] = []
     current: list[Any] = []
     done, files, size = 0.0, 0, 0
     for item, w, (n, b) in zip(items, work, weights, strict=True):
         even = done + w / 2 > share * (len(packed) + 1) and len(packed) < tasks - 1
-        if current and (even or files + n > TASK_FILES or size + b > TASK_BYTES):
+        if current and (even or files + n > task_files or size + b > TASK_BYTES):
             packed.append(tuple(current))
             current, files, size = [], 0, 0
         current.append(item)
@@ -1047,23 +1103,23 @@ def _pack(items: Sequence[Any], weights: Sequence[tuple[int, int]]) -> list[tupl
     return packed
 
 
-def pack_commits(plans: Sequence[CommitChanges]) -> list[tuple[CommitChanges, ...]]:
-    """Consecutive planned commits packed into Spark tasks (``_pack``: about ``TASK_FILES`` files or
+def pack_commits(plans: Sequence[CommitChanges], task_files: int = TASK_FILES) -> list[tuple[CommitChanges, ...]]:
+    """Consecutive planned commits packed into Spark tasks (``_pack``: about ``task_files`` files or
     ``TASK_BYTES`` bytes read each).
 
     A task per commit cost a Python task per commit (its scheduling, its Arrow
     stream, its share of the planner's output): the change feed of 100 small
     commits spent more there than in reading them.
     """
-    return _pack(plans, [plan_files(p) for p in plans])
+    return _pack(plans, [plan_files(p) for p in plans], task_files)
 
 
 def pack_groups(
-    groups: Sequence[tuple[tuple[FileRef, ...], bool]],
+    groups: Sequence[tuple[tuple[FileRef, ...], bool]], task_files: int = TASK_FILES
 ) -> list[tuple[tuple[tuple[FileRef, ...], bool], ...]]:
     """``merge_groups``' (partition, bucket) groups packed into Spark tasks like ``pack_commits``' commits: each
     group is still merged alone, and a table of many small groups is not a Python task per group."""
-    return _pack(groups, [(len(refs), sum(r.size_bytes for r in refs)) for refs, _ in groups])
+    return _pack(groups, [(len(refs), sum(r.size_bytes for r in refs)) for refs, _ in groups], task_files)
 
 
 def _with_meta(rows: pa.Table, change: str | Any, version: int, timestamp: datetime) -> pa.Table:

@@ -125,16 +125,18 @@ def _bins(groups: list[list[FileEntry]], tasks: int) -> list[list[list[FileEntry
 def _merge_by_bucket(spark: SparkSession, groups: list[list[FileEntry]], schema: Any, metadata: Any) -> DataFrame:
     """Merge-on-read of whole (partition, bucket) groups, each in one task with pyarrow: no Exchange.
 
-    The groups are packed into tasks of about ``TASK_BYTES`` (at least two per
+    The groups are packed into tasks of about ``TASK_BYTES`` (at least one per
     core when there are enough groups) and read through the ``ordo_files``
-    data source (``consumer.files_source``).
+    data source (``consumer.files_source``). Not two per core: a Python task
+    costs Spark 40-80 ms beside its work (docs/benchmarks.md, "What a Python
+    task costs"), more than the balance it bought.
     """
     from ordo.consumer.arrow import FileRef
     from ordo.consumer.files_source import NAME, groups_option, register
 
     total = sum(f.size_bytes for g in groups for f in g)
     parallelism = max(1, int(spark.sparkContext.defaultParallelism))
-    tasks = max(1, min(len(groups), max(2 * parallelism, -(-total // TASK_BYTES))))
+    tasks = max(1, min(len(groups), max(parallelism, -(-total // TASK_BYTES))))
     bins = [[tuple(FileRef.of(f) for f in g) for g in b] for b in _bins(groups, tasks)]
     register(spark)
     option = groups_option(bins, metadata.primary_key, metadata.partition_columns, table_buckets(metadata.properties))

@@ -60,7 +60,24 @@ if TYPE_CHECKING:
 FILES_PER_TASK = 100_000  # file numbers reserved per task attempt
 _BUCKET = "__ordo_bucket"
 ROW_GROUP_BYTES = 64 * 1024 * 1024  # Arrow bytes buffered per row group (Spark's batches are 10 000 rows)
-COMPRESSION = "zstd"
+COMPRESSION = "zstd"  # a file of at least SMALL_FILE_BYTES: the smaller file, for about the same decoding time
+SMALL_FILE_COMPRESSION = "snappy"  # a smaller one: read many at a time, where zstd's fixed cost per page told
+SMALL_FILE_BYTES = 1024 * 1024  # Arrow bytes of a file's first row group below which it is a small file
+
+
+def compression(rows: pa.Table) -> str:
+    """The codec of a file whose first row group is ``rows``.
+
+    A small write makes small files (one per partition and bucket), and a
+    merge-on-read opens hundreds of them: pyarrow sets up a zstd decoder for
+    every page, about 0.12 ms a file of five columns, a third of what opening
+    the file costs in all (docs/benchmarks.md, "Where an uncompacted read
+    goes"). Snappy decodes them at the cost of an uncompressed file. A large
+    file (a compaction's, a bulk load's) keeps zstd: there the bytes count.
+    """
+    return COMPRESSION if rows.nbytes >= SMALL_FILE_BYTES else SMALL_FILE_COMPRESSION
+
+
 DICTIONARY_SAMPLE = 10_000  # rows looked at to choose the dictionary-encoded columns of a file
 
 
@@ -189,7 +206,9 @@ def write_rows(
             target = storage.path(relative)
             storage.ensure_parent(relative)
             with storage.fs.open_output_stream(target) as out:
-                pq.write_table(records, out, compression=COMPRESSION, use_dictionary=dictionary_columns(records))
+                pq.write_table(
+                    records, out, compression=compression(records), use_dictionary=dictionary_columns(records)
+                )
             written.append(relative)
             footer = storage.footer(relative)
             size = storage.fs.get_file_info(target).size
@@ -356,7 +375,7 @@ class _GroupFiles:
             if self.writer is None:
                 dictionary = dictionary_columns(rows)
                 self.writer = pq.ParquetWriter(
-                    self.out, self.write.schema, compression=COMPRESSION, use_dictionary=dictionary
+                    self.out, self.write.schema, compression=compression(rows), use_dictionary=dictionary
                 )
             self.writer.write_table(rows)
             self.buffer, self.buffered_bytes = [], 0

@@ -539,6 +539,8 @@ class _ChangeReading:
     output: StructType
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
+        import pyarrow as pa
+
         from ordo.consumer.arrow import snapshot_rows, task_change_rows
 
         part = partition.value
@@ -546,8 +548,11 @@ class _ChangeReading:
             rows = snapshot_rows(part.refs, self.shape, part.version, part.timestamp, self.form, merge=part.merge)
             yield from _batches(rows, self.output)
             return
-        for rows in task_change_rows(part, self.shape, self.form):
-            yield from _batches(rows, self.output)
+        # the task's commits as one table of few, large batches: each batch crosses to the JVM at a cost, and a
+        # small commit's rows are a batch per change type
+        tables = [rows for rows in task_change_rows(part, self.shape, self.form) if rows.num_rows]
+        if tables:
+            yield from _batches(pa.concat_tables(tables).combine_chunks(), self.output)
 
 
 class ChangeFeedReader(_ChangeReading, DataSourceReader):

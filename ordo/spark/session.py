@@ -64,6 +64,8 @@ def local_spark_session(
         .config("spark.sql.sources.partitionOverwriteMode", "static")
         .config("spark.driver.extraJavaOptions", "-Dderby.system.home=/tmp/ordo-derby")
     )
+    for key, value in PYTHON_WORKER_SETTINGS.items():
+        builder = builder.config(key, value)
     if warehouse:
         builder = builder.config("spark.sql.warehouse.dir", warehouse)
     for key, value in object_store_settings(config).items():
@@ -98,6 +100,12 @@ def cluster_spark_session(master: str, app_name: str = "ordo", config: Mapping[s
     if id(spark) not in _REGISTERED:
         register(spark)
     return spark
+
+
+# Spark's Python workers (where format("ordo") reads and writes) reached over a Unix socket, not loopback TCP:
+# 8 Python tasks on 2 cores took 341 ms instead of 797 (docs/benchmarks.md, "What a Python task costs"). A
+# cluster's own settings decide there (docs/operations.md, "Production").
+PYTHON_WORKER_SETTINGS = {"spark.python.unix.domain.socket.enabled": "true"}
 
 
 def object_store_settings(config: Mapping[str, str] | None = None) -> dict[str, str]:

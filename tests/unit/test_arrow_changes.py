@@ -346,3 +346,125 @@ def test_a_restore_plan_takes_the_whole_snapshot_before_and_after(tmp_path: Path
     assert [r.path for r in plan.previous] == [b]
     assert [(r.path, r.added_version) for r in plan.added] == [(a, 1)]  # the re-added file's own sequence
     assert kinds(change_rows(plan, SHAPE)) == [("update_postimage", 1, "a", "x"), ("update_preimage", 1, "b", "x")]
+
+
+def test_a_point_read_of_many_files_finds_what_a_read_per_file_finds(tmp_path: Path) -> None:
+    """``live_rows(keys=)`` of more than two files is one dataset scan with the keys' filter pushed in; each key's
+    row is the one a read of every file, merged, gives: the newest record, a delete hiding it, a compaction's
+    older sequence, a file written before a column existed (null), a key in no file."""
+    files = [
+        ref(write(tmp_path, "a.parquet", [(1, "a1", "x", "upsert"), (2, "a2", "x", "upsert")]), 1, "x"),
+        ref(write(tmp_path, "b.parquet", [(1, "b1", "x", "upsert"), (3, "b3", "x", "upsert")]), 2, "x"),
+        ref(write(tmp_path, "c.parquet", [(2, None, "x", "delete"), (4, "c4", "x", "upsert")]), 3, "x"),
+        ref(write(tmp_path, "d.parquet", [(3, "d3-old", "x", "upsert")], seq=[1]), 4, "x"),
+    ]
+    narrow = tmp_path / "e.parquet"  # no column v: the table gained it later
+    pq.write_table(
+        pa.table({"id": pa.array([5], pa.int64()), "dt": ["x"], "_ordo_op": ["upsert"], "_ordo_seq": [None]}), narrow
+    )
+    files.append(ref(str(narrow), 5, "x"))
+    every = {r["id"]: r for r in live_rows(files, SHAPE).to_pylist()}
+    assert sorted(every) == [1, 3, 4, 5]
+    for wanted in ([1], [2], [3], [5], [1, 3, 4, 99], [99]):
+        keys = pa.table({"id": pa.array(wanted, pa.int64())})
+        found = live_rows(files, SHAPE, keys=keys).to_pylist()
+        assert sorted(found, key=lambda r: r["id"]) == [every[k] for k in sorted(wanted) if k in every], wanted
+    assert live_rows(files, SHAPE, keys=pa.table({"id": pa.array([], pa.int64())})).num_rows == 0
+
+
+def test_a_point_read_by_a_two_column_key_keeps_only_whole_keys(tmp_path: Path) -> None:
+    """The pushed filter keeps rows whose columns each hold one of the keys' values, (1, "b") among them for
+    keys (1, "a") and (2, "b"): the join after the scan drops it."""
+    shape = TableShape(pa.schema([("id", pa.int64()), ("k", pa.string()), ("v", pa.string())]), ("id", "k"), ())
+    refs = []
+    for n in range(3):
+        table = pa.table(
+            {
+                "id": pa.array([1, 1, 2, 2], pa.int64()),
+                "k": ["a", "b", "a", "b"],
+                "v": [f"{n}-1a", f"{n}-1b", f"{n}-2a", f"{n}-2b"],
+                "_ordo_op": ["upsert"] * 4,
+                "_ordo_seq": pa.array([None] * 4, pa.int64()),
+            }
+        )
+        path = tmp_path / f"f{n}.parquet"
+        pq.write_table(table, path)
+        refs.append(FileRef(str(path), n + 1, {}, "INSERT_INTO"))
+    keys = pa.table({"id": pa.array([1, 2], pa.int64()), "k": ["a", "b"]})
+    found = sorted((r["id"], r["k"], r["v"]) for r in live_rows(refs, shape, keys=keys).to_pylist())
+    assert found == [(1, "a", "2-1a"), (2, "b", "2-2b")]
+
+
+def test_a_small_file_is_written_with_snappy_and_a_large_one_with_zstd(tmp_path: Path) -> None:
+    """``producer.arrow.compression``: a small write's files (read hundreds at a time by merge-on-read) in snappy,
+    a file of ``SMALL_FILE_BYTES`` or more of rows in zstd; the codec each column chunk of the footer names."""
+    from ordo.producer.arrow import SMALL_FILE_BYTES, write_rows
+    from ordo.producer.data import Layout
+    from ordo.schemas import TableMetadata
+
+    layout = Layout.of(
+        "t",
+        TableMetadata(location=str(tmp_path), schema="`id` bigint, `v` string, `dt` string", primary_key=("id",)),
+    )
+    width = 1000
+    count = SMALL_FILE_BYTES // width + 1
+    big = pa.table(
+        {"id": pa.array(range(count), pa.int64()), "v": [f"{i:0{width}d}" for i in range(count)], "dt": ["x"] * count}
+    )
+    small = big.slice(0, 10)
+    assert small.nbytes < SMALL_FILE_BYTES <= big.nbytes
+
+    def codecs(files: list[Any]) -> set[str]:
+        footer = pq.ParquetFile(tmp_path / files[0].path).metadata
+        return {footer.row_group(0).column(c).compression for c in range(footer.num_columns)}
+
+    assert codecs(write_rows(small, layout, "small", 0)) == {"SNAPPY"}
+    assert codecs(write_rows(big, layout, "big", 0)) == {"ZSTD"}
+
+
+def test_the_hull_of_a_commits_key_ranges_settles_overlap_as_the_ranges_do() -> None:
+    """``_KeyRanges.may_overlap`` with the added files' hull answers as without it, for 2,000 random ranges of a
+    two-column key, and for unknown bounds (a file without stats may hold any key)."""
+    import random
+
+    from ordo.consumer.arrow import _KeyRanges
+
+    shape = TableShape(pa.schema([("a", pa.int64()), ("b", pa.string())]), ("a", "b"), ())
+    ranges = _KeyRanges(shape)
+    rng = random.Random(29)
+
+    def file(n: int, known: bool = True) -> FileRef:
+        a = sorted(rng.randrange(100) for _ in range(2))
+        b = sorted(rng.choice("abcdefgh") for _ in range(2))
+        low, high = (f'[{a[0]}, "{b[0]}"]', f'[{a[1]}, "{b[1]}"]') if known else (None, None)
+        return FileRef(f"f{n}", 1, {}, "INSERT_INTO", low, high)
+
+    differ = 0
+    for n in range(2000):
+        added = [ranges.bounds(file(1000 * n + i, known=rng.random() > 0.02)) for i in range(rng.randrange(1, 4))]
+        prev = file(-n, known=rng.random() > 0.02)
+        hull = ranges.hull(added)
+        assert ranges.may_overlap(prev, added, hull) == ranges.may_overlap(prev, added), (prev, added)
+        differ += hull is not None and not ranges.may_overlap(prev, added, hull)
+    assert differ > 100  # the hull did rule files out
+
+
+def test_a_commits_groups_without_earlier_files_are_merged_at_once_each_key_in_its_partition(tmp_path: Path) -> None:
+    """The groups of a commit with no earlier file that may hold their keys give their upserts as inserts in one
+    merge: the same key in two partitions is two rows, a key written twice gives its newer record, a delete of a
+    key no file held gives nothing; a group with earlier files beside them still gives its pre- and post-images."""
+    x_new = write(tmp_path, "x.parquet", [(1, "x1", "x", "upsert"), (2, "x2-old", "x", "upsert")], seq=[7, 6])
+    x_again = write(tmp_path, "x2.parquet", [(2, "x2", "x", "upsert"), (5, None, "x", "delete")], seq=[7, 7])
+    y_new = write(tmp_path, "y.parquet", [(1, "y1", "y", "upsert")])
+    z_old = write(tmp_path, "z0.parquet", [(3, "z3-old", "z", "upsert")])
+    z_new = write(tmp_path, "z.parquet", [(3, "z3", "z", "upsert"), (4, "z4", "z", "upsert")])
+    added = (ref(x_new, 7, "x"), ref(x_again, 7, "x"), ref(y_new, 7, "y"), ref(z_new, 7, "z"))
+    plan = CommitChanges(7, STAMP, "INSERT_INTO", None, added, (ref(z_old, 2, "z"),))
+    assert kinds(change_rows(plan, SHAPE)) == [
+        ("insert", 1, "x1", "x"),
+        ("insert", 1, "y1", "y"),
+        ("insert", 2, "x2", "x"),
+        ("insert", 4, "z4", "z"),
+        ("update_postimage", 3, "z3", "z"),
+        ("update_preimage", 3, "z3-old", "z"),
+    ]

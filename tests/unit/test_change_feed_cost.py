@@ -298,9 +298,9 @@ def test_a_long_feed_is_planned_like_a_snapshot_per_commit_and_gives_the_model_r
     assert got == logical
     assert sum(1 for rows in logical.values() for r in rows if r[0] == "update_preimage") > 10, "the feed updates"
     assert sum(1 for rows in logical.values() for r in rows if r[0] == "delete") > 10, "the feed deletes"
-    tasks = pack_commits(plans)
+    tasks = pack_commits(plans, task_files=8)  # several tasks of this small feed
     assert [p.id_version for task in tasks for p in task] == [p.id_version for p in plans]
-    assert tasks == pack_commits(plans) and len(tasks) > 1
+    assert tasks == pack_commits(plans, task_files=8) and len(tasks) > 1
     # a task reads its commits' own files in one scan per partition first: the same rows, compact form too
     for form in ("delta", "compact"):
         one_by_one = [change_rows(p, SHAPE, form).to_pylist() for p in plans]
