@@ -20,11 +20,9 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +35,7 @@ def _child(repeats: int) -> dict[str, float]:
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
     from bench.peers_spark import _session
+    from bench.read_profile import _median
 
     work = Path(tempfile.mkdtemp(prefix="ordo-python-task-"))
     spark = _tcp_session(work) if os.environ.get("BENCH_PYTHON_TASK_TCP") else _session(work, ("ordo",))
@@ -69,13 +68,8 @@ def _child(repeats: int) -> dict[str, float]:
     spark.dataSource.register(Source)
 
     def timed(action: Any) -> float:
-        action()
-        times = []
-        for _ in range(repeats):
-            started = time.perf_counter()
-            action()
-            times.append(time.perf_counter() - started)
-        return statistics.median(times)
+        action()  # warm-up: the Python workers, the classes
+        return _median(action, repeats)
 
     def source(rows: int, parts: int) -> Any:
         return spark.read.format("bench_python_task").option("rows", rows).option("parts", parts).load()

@@ -24,7 +24,6 @@ from typing import Any
 
 from ordo.arbiter.decider import Rebuild
 from ordo.arbiter.producers import (
-    TableFencedError,
     TableLostError,
     TableProducers,
     is_fenced,
@@ -127,15 +126,7 @@ class DirectSink(TransactionalSink):
         (``TableFencedError``, a newer twin) or kept open for ``abort`` and ``Rebuild`` is raised."""
         if not self.open:
             return 0
-        signer = self.signer
-        for name, (topic, data, key) in list(self._held.items()):
-            try:
-                self._produce(name, topic, data, key, signer.header(name, data) if signer is not None else None)
-            except TableFencedError as exc:
-                if not self.fleet:
-                    raise
-                self._fail(name, exc)
-        self._held.clear()
+        self._produce_held()
         deadline = time.monotonic() + self.commit_timeout
         for name in sorted(self.open):
             self.producers[name].flush(max(0.0, deadline - time.monotonic()))

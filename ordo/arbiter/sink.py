@@ -138,13 +138,9 @@ class TransactionalSink(TableProducers):
                     raise self.fenced(exc.args[0], table) from exc
                 raise
 
-    def commit(self) -> int:
-        """Produce each table's held decision signed, then commit each open transaction; the decisions committed.
-
-        One ``commit_timeout`` for the whole batch. In a fleet a table that fails is dropped and listed in
-        ``failed``, and the others are committed all the same."""
-        if not self.open:
-            return 0
+    def _produce_held(self) -> None:
+        """Produce each table's held decision, signed: its signature vouches for the table's batch. A static
+        arbiter's fenced table raises; a fleet member's is dropped and listed in ``failed``."""
         signer = self.signer
         for name, (topic, data, key) in list(self._held.items()):
             try:
@@ -154,6 +150,15 @@ class TransactionalSink(TableProducers):
                     raise
                 self._fail(name, exc)
         self._held.clear()
+
+    def commit(self) -> int:
+        """Produce each table's held decision signed, then commit each open transaction; the decisions committed.
+
+        One ``commit_timeout`` for the whole batch. In a fleet a table that fails is dropped and listed in
+        ``failed``, and the others are committed all the same."""
+        if not self.open:
+            return 0
+        self._produce_held()
         deadline = time.monotonic() + self.commit_timeout
         records = 0
         for name in sorted(self.open):
