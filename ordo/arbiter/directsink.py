@@ -26,7 +26,6 @@ from ordo.arbiter.decider import Rebuild
 from ordo.arbiter.producers import (
     TableLostError,
     TableProducers,
-    is_fenced,
     log,
     table_transactional_id,
 )
@@ -92,24 +91,12 @@ class DirectSink(TransactionalSink):
             self.started = time.perf_counter()
         self.open.add(table)
 
-    def _produce(self, table: str, topic: str, data: bytes, key: bytes | None, signature: bytes | None = None) -> None:
-        """Produce one decision record with this sink's ``ordo-epoch`` header (and ``ordo-sig`` when signed)."""
-        from confluent_kafka import KafkaException
-
-        producer = self.producers[table]
+    def _headers(self, table: str, signature: bytes | None) -> list[tuple[str, bytes]] | None:
+        """This sink's ``ordo-epoch`` header, after the ``ordo-sig`` when signed."""
         headers = [(EPOCH_HEADER, struct.pack(">Q", self.epochs[table]))]
         if signature is not None:
             headers.insert(0, (SIGNATURE_HEADER, signature))
-        while True:
-            try:
-                producer.produce(topic, data, key, headers=headers)
-                return
-            except BufferError:
-                producer.poll(0.05)
-            except KafkaException as exc:
-                if is_fenced(exc.args[0]):
-                    raise self.fenced(exc.args[0], table) from exc
-                raise
+        return headers
 
     def _on_delivery(self, error: Any, message: Any) -> None:
         """Delivery report: note where each record landed (or that one did not)."""

@@ -122,11 +122,11 @@ class TransactionalSink(TableProducers):
         self._decisions[table] = self._decisions.get(table, 0) + 1
 
     def _produce(self, table: str, topic: str, data: bytes, key: bytes | None, signature: bytes | None = None) -> None:
-        """Produce one decision record, with its ``ordo-sig`` header when ``signature`` is given."""
+        """Produce one decision record, with its headers (``_headers``)."""
         from confluent_kafka import KafkaException
 
         producer = self.producers[table]
-        headers = [(SIGNATURE_HEADER, signature)] if signature is not None else None
+        headers = self._headers(table, signature)
         while True:
             try:
                 producer.produce(topic, data, key, headers=headers)
@@ -137,6 +137,10 @@ class TransactionalSink(TableProducers):
                 if is_fenced(exc.args[0]):
                     raise self.fenced(exc.args[0], table) from exc
                 raise
+
+    def _headers(self, table: str, signature: bytes | None) -> list[tuple[str, bytes]] | None:
+        """A decision record's headers: its ``ordo-sig`` when ``signature`` is given."""
+        return [(SIGNATURE_HEADER, signature)] if signature is not None else None
 
     def _produce_held(self) -> None:
         """Produce each table's held decision, signed: its signature vouches for the table's batch. A static
