@@ -24,8 +24,6 @@ from typing import Any
 
 from ordo.arbiter.decider import Rebuild
 from ordo.arbiter.producers import (
-    TableLostError,
-    TableProducers,
     log,
     table_transactional_id,
 )
@@ -46,28 +44,17 @@ class DirectSink(TransactionalSink):
         self._undelivered: set[str] = set()  # decisions topics with a failed delivery in this batch
         self.twins = 0  # batches that met another writer's records
 
-    def take(self, table: str) -> None:
-        """Own ``table``: fence a transactional owner (``init_transactions`` on the table's id), then write it with
-        an idempotent producer of no transactional id."""
-        if table in self.producers:
-            return
-        tenure = self._tenure(table)
-        if tenure is None:
-            raise TableLostError(f"table {table} is no longer assigned to this arbiter", table)
-        fence = self._new_producer(table_transactional_id(self.prefix, table))
-        self._init_transactions(fence, f"table {table}", table, tenure)
-        fence.flush(0)
-        del fence  # the epoch bump stays with the coordinator; this producer writes nothing
-        if self._tenure(table) != tenure:
-            raise TableLostError(f"table {table} was taken away while its producer was initialised", table)
+    def _writer(self, table: str, fence: Any) -> Any:
+        """An idempotent producer of no transactional id, with this arbiter's epoch for ``table``: ``fence`` (the
+        table's transactional id, whose ``init_transactions`` fenced a transactional owner) writes nothing."""
         from confluent_kafka import Producer
 
-        config = TableProducers.config(self, table_transactional_id(self.prefix, table))
+        fence.flush(0)  # the epoch bump stays with the coordinator
+        config = self.config(table_transactional_id(self.prefix, table))
         del config["transactional.id"]
         config["client.id"] = f"{config['client.id']}.direct"
-        self.tenures[table] = tenure
         self.epochs[table] = time.time_ns()
-        self.producers[table] = Producer(config)
+        return Producer(config)
 
     def loaded(self, table: str, topic: str, last: tuple[int, bytes] | None, log_end: int) -> None:
         """``table``'s state was loaded from its log, which ended at ``log_end`` (-1: not known) when read."""

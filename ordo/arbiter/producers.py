@@ -187,7 +187,12 @@ class TableProducers:
         if self._tenure(table) != tenure:  # revoked or lost meanwhile: not ours to serve
             raise TableLostError(f"table {table} was taken away while its producer was initialised", table)
         self.tenures[table] = tenure
-        self.producers[table] = producer
+        self.producers[table] = self._writer(table, producer)
+
+    def _writer(self, table: str, fence: Any) -> Any:
+        """The producer that writes ``table``'s decisions, given ``fence``, whose ``init_transactions`` fenced the
+        previous owner: ``fence`` itself (a sink without transactions writes with another)."""
+        return fence
 
     def take_all(self, tables: list[str]) -> dict[str, BaseException]:
         """Take ``tables`` concurrently (each ``init_transactions`` is a broker round trip or more); the failures
