@@ -524,10 +524,16 @@ class KafkaCluster:
     def _signal(node: KafkaNode, sig: int) -> None:
         if node.process is not None and node.process.poll() is None:
             try:
-                if sig == signal.SIGSTOP:
-                    freeze(node.process.pid)  # returns once the JVM's threads are all stopped
-                else:
-                    node.process.send_signal(sig)
+                node.process.send_signal(sig)
+            except ProcessLookupError:
+                pass
+
+    @staticmethod
+    def _freeze(node: KafkaNode) -> None:
+        """SIGSTOP a running node, returning once the JVM's threads are all stopped (``kernel.freeze``)."""
+        if node.process is not None and node.process.poll() is None:
+            try:
+                freeze(node.process.pid)
             except ProcessLookupError:
                 pass
 
@@ -573,7 +579,7 @@ class KafkaCluster:
 
     def pause_node(self, node_id: int) -> None:
         """Freeze one node (SIGSTOP): connections stay open, nothing answers."""
-        self._signal(self.node(node_id), signal.SIGSTOP)
+        self._freeze(self.node(node_id))
 
     def resume_node(self, node_id: int) -> None:
         """Thaw a paused node (SIGCONT)."""
@@ -596,7 +602,7 @@ class KafkaCluster:
     def pause(self) -> None:
         """Freeze every node."""
         for node in self.nodes:
-            self._signal(node, signal.SIGSTOP)
+            self._freeze(node)
 
     def resume(self) -> None:
         """Thaw every node."""
