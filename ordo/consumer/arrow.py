@@ -611,9 +611,9 @@ class _KeyRanges:
     @staticmethod
     def hull(added: Sequence[_Bounds]) -> _Bounds:
         """The per-column (lowest low, highest high) of ``added``'s bounds; None when one is unknown."""
-        if not added or any(b is None for b in added):
-            return None
         known = [b for b in added if b is not None]
+        if not known or len(known) < len(added):
+            return None
         try:
             low = tuple(min(column) for column in zip(*(b[0] for b in known), strict=True))
             high = tuple(max(column) for column in zip(*(b[1] for b in known), strict=True))
